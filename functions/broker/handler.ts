@@ -1,0 +1,41 @@
+/**
+ * One Lambda, three kinds of caller: HTTP (payload 2.0), direct invoke, and the scheduled
+ * warm-up. They share one container, so one memory cache serves them all.
+ */
+import type { Logger } from '@aws-lambda-powertools/logger';
+import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
+import middy from '@middy/core';
+import type { Context } from 'aws-lambda';
+import type { TokenBroker } from '../../lib/broker.js';
+import { BadRequestError } from '../../lib/errors.js';
+import { logError } from './errors.js';
+import { createHttpHandler, isHttpEvent } from './http.js';
+import { createInvokeHandler, isInvokeEvent } from './invoke.js';
+import { createScheduleHandler, isScheduledEvent } from './schedule.js';
+
+export interface HandlerDeps {
+  readonly broker: TokenBroker;
+  readonly logger: Logger;
+}
+
+export const createHandler = ({ broker, logger }: HandlerDeps) => {
+  const http = createHttpHandler(broker, logger);
+  const invoke = createInvokeHandler(broker, logger);
+  const schedule = createScheduleHandler(broker, logger);
+
+  return (
+    middy<unknown, unknown>()
+      // logEvent is pinned off: an invalidate request carries an access token in its body.
+      .use(injectLambdaContext(logger, { resetKeys: true, logEvent: false }))
+      .handler(async (event: unknown, context: Context) => {
+        if (isHttpEvent(event)) return http(event, context);
+        if (isScheduledEvent(event)) return schedule(event, context);
+        if (isInvokeEvent(event)) return invoke(event, context);
+        const error = new BadRequestError(
+          'Unrecognised event: expected an HTTP API request (payload format 2.0), a direct invoke {"action": "getToken" | "invalidate", …}, or an EventBridge Scheduled Event',
+        );
+        logError(logger, error);
+        throw error;
+      })
+  );
+};

@@ -1,0 +1,134 @@
+/**
+ * HTTP callers: API Gateway HTTP API or Function URL, payload format 2.0, IAM-authenticated.
+ *
+ *   GET  /health                          → 200 { status, connections }
+ *   GET  /tokens/{connection}?minValidity → 200 { connection, accessToken, expiresAt, expiresIn }
+ *   POST /tokens/{connection}/invalidate  → 200 { invalidated }
+ */
+import type { Logger } from '@aws-lambda-powertools/logger';
+import middy from '@middy/core';
+import httpHeaderNormalizer from '@middy/http-header-normalizer';
+import httpJsonBodyParser from '@middy/http-json-body-parser';
+import httpRouterHandler from '@middy/http-router';
+import type {
+  APIGatewayProxyEventV2WithIAMAuthorizer,
+  APIGatewayProxyStructuredResultV2,
+  Context,
+} from 'aws-lambda';
+import type { TokenBroker } from '../../lib/broker.js';
+import { allowsCaller } from '../../lib/callers.js';
+import { BadRequestError, CallerNotAllowedError, RouteNotFoundError } from '../../lib/errors.js';
+import { logError, publicError, retryAfter } from './errors.js';
+import { deadlineOf, tokenResponse } from './shared.js';
+
+export type HttpEvent = APIGatewayProxyEventV2WithIAMAuthorizer;
+type HttpResult = APIGatewayProxyStructuredResultV2;
+
+/** Requests larger than this are not ours: an invalidate body is one token. */
+export const MAX_BODY_BYTES = 8 * 1024;
+
+const json = (statusCode: number, body: unknown, headers: Record<string, string> = {}): HttpResult => ({
+  statusCode,
+  headers: { 'content-type': 'application/json', 'cache-control': 'no-store', ...headers },
+  body: JSON.stringify(body),
+});
+
+export const isHttpEvent = (event: unknown): event is HttpEvent => {
+  const candidate = event as Partial<HttpEvent> | null;
+  return (
+    typeof candidate === 'object' &&
+    candidate !== null &&
+    candidate.version === '2.0' &&
+    typeof candidate.requestContext?.http?.method === 'string'
+  );
+};
+
+const parseMinValidity = (event: HttpEvent): number | undefined => {
+  const raw = event.queryStringParameters?.minValidity;
+  if (raw === undefined) return undefined;
+  if (!/^\d{1,9}$/.test(raw)) {
+    throw new BadRequestError('minValidity must be a whole number of seconds, 0 or more');
+  }
+  return Number(raw);
+};
+
+export const createHttpHandler = (broker: TokenBroker, logger: Logger) => {
+  const connectionFor = (event: HttpEvent) => {
+    const connection = broker.connection(event.pathParameters?.connection ?? '');
+    const callerArn = event.requestContext.authorizer?.iam?.userArn;
+    if (!allowsCaller(connection.callers, callerArn)) {
+      throw new CallerNotAllowedError(
+        `Caller ${callerArn ? `'${callerArn}'` : 'without an IAM identity'} may not use connection '${connection.name}'`,
+      );
+    }
+    logger.appendKeys({ connection: connection.name });
+    return connection;
+  };
+
+  const getToken = async (event: HttpEvent, context: Context): Promise<HttpResult> => {
+    const minValiditySeconds = parseMinValidity(event);
+    const connection = connectionFor(event);
+    const served = await broker.getToken(connection.name, {
+      minValiditySeconds,
+      deadline: deadlineOf(context),
+    });
+    logger.info('Token served', { source: served.source, tokenDigest: served.record.tokenDigest });
+    return json(200, tokenResponse(connection.name, served.record));
+  };
+
+  const invalidate = async (event: HttpEvent): Promise<HttpResult> => {
+    const connection = connectionFor(event);
+    const body = event.body as unknown as Record<string, unknown> | null;
+    const accessToken = body?.accessToken;
+    if (typeof accessToken !== 'string' || accessToken.length === 0) {
+      throw new BadRequestError('Body must be JSON {"accessToken": "<the token the Open API rejected>"}');
+    }
+    const invalidated = await broker.invalidate(connection.name, accessToken);
+    return json(200, { invalidated });
+  };
+
+  const router = httpRouterHandler({
+    routes: [
+      {
+        method: 'GET',
+        path: '/health',
+        handler: async () => json(200, { status: 'ok', connections: [...broker.connectionNames()] }),
+      },
+      { method: 'GET', path: '/tokens/{connection}', handler: getToken },
+      {
+        method: 'POST',
+        path: '/tokens/{connection}/invalidate',
+        handler: middy(invalidate).use(httpJsonBodyParser()),
+      },
+    ],
+    notFoundResponse: ({ method, path }: { method: string; path: string }) => {
+      throw new RouteNotFoundError(`No route for ${method} ${path.slice(0, 100)}`);
+    },
+  });
+
+  return middy<HttpEvent, HttpResult>()
+    .use({
+      before: ({ event }) => {
+        const size = event.body ? Buffer.byteLength(event.body) : 0;
+        if (size > MAX_BODY_BYTES) {
+          throw new BadRequestError(`Request body is larger than ${MAX_BODY_BYTES} bytes`);
+        }
+      },
+    })
+    .use(httpHeaderNormalizer())
+    .use({
+      onError: (request) => {
+        const error = publicError(request.error, request.context.awsRequestId);
+        logError(logger, request.error, {
+          route: `${request.event.requestContext?.http?.method} ${request.event.requestContext?.http?.path?.slice(0, 100)}`,
+        });
+        const seconds = retryAfter(error);
+        request.response = json(
+          error.httpStatus,
+          { error: { code: error.code, message: error.message } },
+          seconds === undefined ? {} : { 'retry-after': String(seconds) },
+        );
+      },
+    })
+    .handler(router);
+};

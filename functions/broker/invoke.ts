@@ -1,0 +1,62 @@
+/**
+ * Direct (Lambda-to-Lambda) invoke:
+ *   { "action": "getToken", "connection": "…", "minValidity"?: n } → token object
+ *   { "action": "invalidate", "connection": "…", "accessToken": "…" } → { invalidated }
+ * Failures are thrown; Lambda reports the error's `name` as `errorType`.
+ */
+import type { Logger } from '@aws-lambda-powertools/logger';
+import type { Context } from 'aws-lambda';
+import { z } from 'zod';
+import type { TokenBroker } from '../../lib/broker.js';
+import { BadRequestError } from '../../lib/errors.js';
+import { logError, publicError } from './errors.js';
+import { deadlineOf, tokenResponse } from './shared.js';
+
+const connection = z.string().min(1).max(200);
+
+const invokeSchema = z.discriminatedUnion('action', [
+  z.strictObject({
+    action: z.literal('getToken'),
+    connection,
+    minValidity: z.number().int().min(0).max(1e9).optional(),
+  }),
+  z.strictObject({
+    action: z.literal('invalidate'),
+    connection,
+    accessToken: z.string().min(1).max(8192),
+  }),
+]);
+
+export type InvokeRequest = z.infer<typeof invokeSchema>;
+
+export const isInvokeEvent = (event: unknown): boolean =>
+  typeof event === 'object' && event !== null && 'action' in event;
+
+const parseInvoke = (event: unknown): InvokeRequest => {
+  const result = invokeSchema.safeParse(event);
+  if (result.success) return result.data;
+  // zod's messages name the expected type, never the received value.
+  const issue = result.error.issues[0];
+  const field = issue?.path.length ? `"${issue.path.join('.')}"` : 'event';
+  throw new BadRequestError(`Invalid direct invoke: ${field}: ${issue?.message ?? 'invalid'}`);
+};
+
+export const createInvokeHandler =
+  (broker: TokenBroker, logger: Logger) => async (event: unknown, context: Context) => {
+    try {
+      const request = parseInvoke(event);
+      logger.appendKeys({ connection: request.connection, action: request.action });
+      if (request.action === 'invalidate') {
+        return { invalidated: await broker.invalidate(request.connection, request.accessToken) };
+      }
+      const served = await broker.getToken(request.connection, {
+        minValiditySeconds: request.minValidity,
+        deadline: deadlineOf(context),
+      });
+      logger.info('Token served', { source: served.source, tokenDigest: served.record.tokenDigest });
+      return tokenResponse(request.connection, served.record);
+    } catch (error) {
+      logError(logger, error);
+      throw publicError(error, context.awsRequestId);
+    }
+  };

@@ -1,0 +1,24 @@
+/** The EventBridge "Scheduled Event" (no custom input): warm every connection's token. */
+import type { Logger } from '@aws-lambda-powertools/logger';
+import type { Context, ScheduledEvent } from 'aws-lambda';
+import type { TokenBroker, WarmUpReport } from '../../lib/broker.js';
+import { deadlineOf } from './shared.js';
+
+export const isScheduledEvent = (event: unknown): event is ScheduledEvent => {
+  const candidate = event as Partial<ScheduledEvent> | null;
+  return (
+    typeof candidate === 'object' &&
+    candidate !== null &&
+    candidate.source === 'aws.events' &&
+    candidate['detail-type'] === 'Scheduled Event'
+  );
+};
+
+export const createScheduleHandler =
+  (broker: TokenBroker, logger: Logger) =>
+  async (_event: ScheduledEvent, context: Context): Promise<WarmUpReport> => {
+    const report = await broker.warmUp(deadlineOf(context));
+    const log = report.failed > 0 ? logger.error.bind(logger) : logger.info.bind(logger);
+    log('Warm-up finished', { issued: report.issued, failed: report.failed, report });
+    return report;
+  };

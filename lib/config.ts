@@ -1,0 +1,196 @@
+import { z } from 'zod';
+import { ConfigError } from './errors.js';
+
+/** Which path variant of the Open API a connection speaks. */
+export type Variant = 'v3' | 'legacy';
+
+/** One configured upstream account, keyed by its name in `BROKER_CONNECTIONS`. */
+export interface ConnectionConfig {
+  readonly name: string;
+  readonly variant: Variant;
+  /** Normalised: no trailing slash, no query, no fragment. */
+  readonly baseUrl: string;
+  /** Secrets Manager id or ARN whose SecretString is `{ clientId, clientSecret }`. */
+  readonly secretId: string;
+  /** IAM ARN globs (`*`, `?`) allowed to call over HTTP; `undefined` means anyone IAM let in. */
+  readonly callers: readonly string[] | undefined;
+  /** v3 only: the field of the authorize response's `data` that holds the authorization code. */
+  readonly codeField: string;
+}
+
+/** The whole, validated, frozen configuration. Built once per container by {@link loadConfig}. */
+export interface BrokerConfig {
+  readonly tableName: string;
+  readonly connections: ReadonlyMap<string, ConnectionConfig>;
+  /** Validity a token must still have when a caller gives no `minValidity`. */
+  readonly defaultMinValiditySeconds: number;
+  /** The warm-up re-issues tokens that expire within this window. */
+  readonly refreshWindowSeconds: number;
+  /** How long a token held in memory is served before DynamoDB is read again. */
+  readonly memoryRecheckSeconds: number;
+  /** Upper bound accepted for the upstream `expiresIn`; larger values are rejected. */
+  readonly maxTokenLifetimeSeconds: number;
+  /** Time limit of one upstream HTTP request (further bounded by the Lambda deadline). */
+  readonly upstreamTimeoutMs: number;
+  /** How long a secret read from Secrets Manager is reused. */
+  readonly secretMaxAgeSeconds: number;
+}
+
+export type Env = Readonly<Record<string, string | undefined>>;
+
+const CONNECTION_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+const TABLE_NAME = /^[A-Za-z0-9_.-]{3,255}$/;
+const FIELD_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
+
+const isLoopbackHost = (hostname: string): boolean =>
+  hostname === 'localhost' || hostname === '[::1]' || /^127(\.\d{1,3}){3}$/.test(hostname);
+
+const baseUrlSchema = z.string().transform((value, ctx) => {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    ctx.addIssue({ code: 'custom', message: 'must be an absolute URL' });
+    return z.NEVER;
+  }
+  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && isLoopbackHost(url.hostname))) {
+    ctx.addIssue({
+      code: 'custom',
+      message: 'must use https:// (plain http:// is accepted only for loopback hosts)',
+    });
+    return z.NEVER;
+  }
+  if (url.search || url.hash || url.username || url.password) {
+    ctx.addIssue({ code: 'custom', message: 'must not carry credentials, a query or a fragment' });
+    return z.NEVER;
+  }
+  return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
+});
+
+const connectionSchema = z.strictObject({
+  variant: z.enum(['v3', 'legacy']),
+  baseUrl: baseUrlSchema,
+  secretId: z.string().trim().min(1, 'must be a non-empty Secrets Manager id or ARN'),
+  callers: z
+    .array(z.string().trim().min(1, 'must be a non-empty IAM ARN pattern'))
+    .min(1, 'must list at least one IAM ARN pattern (omit the field to allow every caller)')
+    .optional(),
+  codeField: z.string().regex(FIELD_NAME, 'must be a plain JSON field name').optional(),
+});
+
+const describePath = (path: readonly PropertyKey[]): string => {
+  const [connection, field, ...rest] = path.map(String);
+  if (connection === undefined) return '';
+  const fieldPath = [field, ...rest].filter((p) => p !== undefined).join('.');
+  return `connection "${connection}"${fieldPath ? `, field "${fieldPath}"` : ''}: `;
+};
+
+const parseConnections = (raw: string | undefined): Map<string, ConnectionConfig> => {
+  const variable = 'BROKER_CONNECTIONS';
+  if (raw === undefined || raw.trim() === '') {
+    throw new ConfigError(`${variable} is required: a JSON object of connection name → settings`);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    // The parser's own message quotes the input; it is left out on purpose.
+    throw new ConfigError(`${variable} is not valid JSON`);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new ConfigError(`${variable} must be a JSON object of connection name → settings`);
+  }
+  const entries = Object.entries(parsed);
+  if (entries.length === 0) {
+    throw new ConfigError(`${variable} must configure at least one connection`);
+  }
+  const connections = new Map<string, ConnectionConfig>();
+  for (const [name, value] of entries) {
+    if (!CONNECTION_NAME.test(name)) {
+      throw new ConfigError(
+        `${variable}: connection "${name.slice(0, 80)}": the name must be 1-64 characters of letters, digits, '.', '_' or '-'`,
+      );
+    }
+    const result = connectionSchema.safeParse(value);
+    if (!result.success) {
+      const issue = result.error.issues[0];
+      const where = describePath([name, ...(issue?.path ?? [])]);
+      throw new ConfigError(`${variable}: ${where}${issue?.message ?? 'invalid'}`);
+    }
+    const { variant, baseUrl, secretId, callers, codeField } = result.data;
+    if (codeField !== undefined && variant !== 'v3') {
+      throw new ConfigError(
+        `${variable}: connection "${name}", field "codeField": only applies to variant "v3"`,
+      );
+    }
+    connections.set(
+      name,
+      Object.freeze({
+        name,
+        variant,
+        baseUrl,
+        secretId,
+        callers: callers ? Object.freeze([...callers]) : undefined,
+        codeField: codeField ?? 'code',
+      }),
+    );
+  }
+  return connections;
+};
+
+const integer = (env: Env, variable: string, fallback: number, min: number, max: number) => {
+  const raw = env[variable];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new ConfigError(`${variable} must be a whole number from ${min} to ${max}`);
+  }
+  return value;
+};
+
+/**
+ * Reads and validates the broker's configuration from the environment, once, at cold start.
+ *
+ * @throws {ConfigError} naming the variable (and, for `BROKER_CONNECTIONS`, the connection and
+ *   the field) whose value is missing or malformed.
+ */
+export const loadConfig = (env: Env): BrokerConfig => {
+  const tableName = env.BROKER_TABLE_NAME?.trim();
+  if (!tableName) throw new ConfigError('BROKER_TABLE_NAME is required');
+  if (!TABLE_NAME.test(tableName)) {
+    throw new ConfigError('BROKER_TABLE_NAME is not a valid DynamoDB table name');
+  }
+  const connections = parseConnections(env.BROKER_CONNECTIONS);
+  const day = 86_400;
+  const maxTokenLifetimeSeconds = integer(
+    env,
+    'BROKER_MAX_TOKEN_LIFETIME_SECONDS',
+    30 * day,
+    60,
+    365 * day,
+  );
+  const refreshWindowSeconds = integer(env, 'BROKER_REFRESH_WINDOW_SECONDS', 600, 0, day);
+  const defaultMinValiditySeconds = integer(
+    env,
+    'BROKER_DEFAULT_MIN_VALIDITY_SECONDS',
+    60,
+    0,
+    day,
+  );
+  if (refreshWindowSeconds >= maxTokenLifetimeSeconds) {
+    // A window as long as the lifetime would re-issue on every warm-up, forever.
+    throw new ConfigError(
+      'BROKER_REFRESH_WINDOW_SECONDS must be shorter than BROKER_MAX_TOKEN_LIFETIME_SECONDS',
+    );
+  }
+  return Object.freeze({
+    tableName,
+    connections,
+    defaultMinValiditySeconds,
+    refreshWindowSeconds,
+    memoryRecheckSeconds: integer(env, 'BROKER_MEMORY_RECHECK_SECONDS', 5, 0, 3600),
+    maxTokenLifetimeSeconds,
+    upstreamTimeoutMs: integer(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 5000, 100, 60_000),
+    secretMaxAgeSeconds: integer(env, 'BROKER_SECRET_MAX_AGE_SECONDS', 300, 0, day),
+  });
+};

@@ -1,0 +1,331 @@
+/**
+ * Open API token flow (spec: shared/spec/open-api-token-flow.md).
+ *
+ * Two variants share one flow: authorize (GET, returns a code) then access-token (POST, returns
+ * the token). Each variant is a request builder plus a parser; the parsers take a plain
+ * `Response` so they can be tested without a network. Nothing here logs, and no error message
+ * ever contains a credential: values the upstream echoes back are redacted before use.
+ */
+import type { ConnectionConfig, Variant } from '../config.js';
+import {
+  printable,
+  UpstreamBadResponseError,
+  UpstreamRejectedError,
+  UpstreamUnavailableError,
+} from '../errors.js';
+import type { ClientCredentials, IssuedToken, TokenIssuer } from '../ports.js';
+
+export const V3_SUCCESS_CODE = '000000';
+const USER_AGENT = 'open-api-token-broker/0.1';
+/** Bodies larger than this are not protocol responses; refuse to buffer them. */
+const MAX_BODY_BYTES = 64 * 1024;
+
+type Step = 'authorize' | 'access-token';
+type Json = Record<string, unknown>;
+
+/** Limits applied while parsing a token response. */
+export interface TokenLimits {
+  /** Largest accepted `expiresIn`, in seconds. */
+  readonly maxLifetimeSeconds: number;
+}
+
+/** Values that must never appear in an error message built from upstream text. */
+type Sensitive = readonly string[];
+
+const redact = (text: string, sensitive: Sensitive): string => {
+  let out = text;
+  for (const value of sensitive) {
+    if (value.length >= 4) out = out.split(value).join('[redacted]');
+  }
+  return printable(out, 200);
+};
+
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+const describeFields = (value: Json): string => {
+  const keys = Object.keys(value);
+  return keys.length > 0 ? keys.map((k) => printable(k, 40)).join(', ') : 'none';
+};
+
+const retryAfterSeconds = (response: Response): number | undefined => {
+  const header = response.headers.get('retry-after');
+  if (header === null) return undefined;
+  const seconds = Number(header);
+  if (Number.isFinite(seconds) && seconds >= 0) return Math.ceil(seconds);
+  const date = Date.parse(header);
+  return Number.isNaN(date) ? undefined : Math.max(0, Math.ceil((date - Date.now()) / 1000));
+};
+
+/** Upstream error fields, when a body carries them (envelope or flat). */
+const upstreamErrorFields = (body: unknown, sensitive: Sensitive) => {
+  if (!isObject(body)) return { code: undefined, message: undefined };
+  const code = body.code ?? body.error ?? body.errorCode;
+  const message = body.message ?? body.error_description ?? body.msg;
+  return {
+    code: typeof code === 'string' || typeof code === 'number' ? redact(String(code), sensitive) : undefined,
+    message: typeof message === 'string' ? redact(message, sensitive) : undefined,
+  };
+};
+
+/**
+ * Reads a response body as JSON, turning transport-level outcomes into typed errors:
+ * 429/5xx → unavailable, other non-2xx → rejected, non-JSON 2xx → bad response.
+ */
+export const readJsonBody = async (
+  response: Response,
+  step: Step,
+  sensitive: Sensitive = [],
+): Promise<unknown> => {
+  const { status } = response;
+  if (status === 429 || status >= 500) {
+    await response.body?.cancel();
+    throw new UpstreamUnavailableError(
+      `Open API ${step} answered HTTP ${status}`,
+      retryAfterSeconds(response),
+      { details: { upstreamStatus: status } },
+    );
+  }
+  const declared = Number(response.headers.get('content-length') ?? '0');
+  if (declared > MAX_BODY_BYTES) {
+    await response.body?.cancel();
+    throw new UpstreamBadResponseError(
+      `Open API ${step} response is too large (${declared} bytes)`,
+    );
+  }
+  const text = await response.text();
+  let body: unknown;
+  let isJson = true;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    // JSON.parse's message quotes the body, which may hold a token: say only what it was.
+    isJson = false;
+  }
+  if (status < 200 || status >= 300) {
+    const { code, message } = upstreamErrorFields(body, sensitive);
+    const said = [code && `code ${code}`, message].filter(Boolean).join(': ');
+    throw new UpstreamRejectedError(
+      `Open API rejected the ${step} request: HTTP ${status}${said ? `, ${said}` : ''}`,
+      code,
+      message,
+      { details: { upstreamStatus: status } },
+    );
+  }
+  if (!isJson) {
+    const type = printable(response.headers.get('content-type') ?? 'none', 60);
+    throw new UpstreamBadResponseError(
+      `Open API ${step} response is not JSON (HTTP ${status}, content-type ${type}, ${text.length} characters)`,
+    );
+  }
+  return body;
+};
+
+/** Checks a v3 envelope and returns its `data`. */
+export const unwrapV3Envelope = (body: unknown, step: Step, sensitive: Sensitive): Json => {
+  if (!isObject(body) || typeof body.code !== 'string') {
+    throw new UpstreamBadResponseError(
+      `Open API ${step} response is not a v3 envelope: expected a string "code" (fields present: ${isObject(body) ? describeFields(body) : typeof body})`,
+    );
+  }
+  if (body.code !== V3_SUCCESS_CODE) {
+    const { code, message } = upstreamErrorFields(body, sensitive);
+    throw new UpstreamRejectedError(
+      `Open API rejected the ${step} request: code ${code}${message ? `: ${message}` : ''}`,
+      code,
+      message,
+    );
+  }
+  if (!isObject(body.data)) {
+    throw new UpstreamBadResponseError(
+      `Open API ${step} envelope has code ${V3_SUCCESS_CODE} but no "data" object`,
+    );
+  }
+  return body.data;
+};
+
+const authorizationCode = (payload: Json, field: string, where: string): string => {
+  const code = payload[field];
+  if (typeof code !== 'string' || code.length === 0) {
+    throw new UpstreamBadResponseError(
+      `Open API authorize response has no authorization code in ${where}.${field} (fields present: ${describeFields(payload)}); set "codeField" on the connection if the code is in another field`,
+    );
+  }
+  return code;
+};
+
+/** Validates the token fields shared by both variants (the v3 `data`, the legacy body). */
+export const tokenFromPayload = (
+  payload: Json,
+  limits: TokenLimits,
+): Omit<IssuedToken, 'requestedAt'> => {
+  const { accessToken, expiresIn, timestamp } = payload;
+  if (typeof accessToken !== 'string' || accessToken.length === 0) {
+    throw new UpstreamBadResponseError(
+      `Open API access-token response has no string "accessToken" (fields present: ${describeFields(payload)})`,
+    );
+  }
+  if (typeof expiresIn !== 'number' || !Number.isInteger(expiresIn) || expiresIn <= 0) {
+    throw new UpstreamBadResponseError(
+      `Open API access-token response has no positive whole "expiresIn" (got ${typeof expiresIn === 'number' ? expiresIn : typeof expiresIn})`,
+    );
+  }
+  if (expiresIn > limits.maxLifetimeSeconds) {
+    throw new UpstreamBadResponseError(
+      `Open API access-token response has expiresIn ${expiresIn}s, above the accepted maximum of ${limits.maxLifetimeSeconds}s (BROKER_MAX_TOKEN_LIFETIME_SECONDS)`,
+    );
+  }
+  return {
+    accessToken,
+    expiresIn,
+    upstreamTimestamp:
+      typeof timestamp === 'number' && Number.isFinite(timestamp) ? timestamp : undefined,
+  };
+};
+
+/** One variant of the protocol: how to build each request and read each response. */
+interface VariantProtocol {
+  readonly prefix: string;
+  parseAuthorize(body: unknown, connection: ConnectionConfig, sensitive: Sensitive): string;
+  tokenBody(credentials: ClientCredentials, code: string): Json;
+  parseToken(body: unknown, limits: TokenLimits, sensitive: Sensitive): Omit<IssuedToken, 'requestedAt'>;
+}
+
+const v3: VariantProtocol = {
+  prefix: '/open-api/v3',
+  parseAuthorize: (body, connection, sensitive) =>
+    authorizationCode(unwrapV3Envelope(body, 'authorize', sensitive), connection.codeField, 'data'),
+  // The current variant never receives the client secret.
+  tokenBody: ({ clientId }, code) => ({ clientId, code }),
+  parseToken: (body, limits, sensitive) =>
+    tokenFromPayload(unwrapV3Envelope(body, 'access-token', sensitive), limits),
+};
+
+const legacy: VariantProtocol = {
+  prefix: '/open-api',
+  parseAuthorize: (body) => {
+    if (!isObject(body)) {
+      throw new UpstreamBadResponseError('Open API authorize response is not a JSON object');
+    }
+    return authorizationCode(body, 'code', 'body');
+  },
+  tokenBody: ({ clientId, clientSecret }, code) => ({ clientId, clientSecret, code }),
+  parseToken: (body, limits) => {
+    if (!isObject(body)) {
+      throw new UpstreamBadResponseError('Open API access-token response is not a JSON object');
+    }
+    return tokenFromPayload(body, limits);
+  },
+};
+
+const PROTOCOLS: Readonly<Record<Variant, VariantProtocol>> = { v3, legacy };
+
+/** Builds the authorize request (GET with `clientId` in the query). */
+export const authorizeRequest = (connection: ConnectionConfig, clientId: string): Request => {
+  const url = new URL(`${connection.baseUrl}${PROTOCOLS[connection.variant].prefix}/oauth/authorize`);
+  url.searchParams.set('clientId', clientId);
+  return new Request(url, {
+    method: 'GET',
+    headers: { accept: 'application/json', 'user-agent': USER_AGENT },
+  });
+};
+
+/** Builds the access-token request (POST with a JSON body that depends on the variant). */
+export const accessTokenRequest = (
+  connection: ConnectionConfig,
+  credentials: ClientCredentials,
+  code: string,
+): Request => {
+  const protocol = PROTOCOLS[connection.variant];
+  return new Request(`${connection.baseUrl}${protocol.prefix}/oauth/access-token`, {
+    method: 'POST',
+    headers: {
+      accept: 'application/json',
+      'content-type': 'application/json',
+      'user-agent': USER_AGENT,
+    },
+    body: JSON.stringify(protocol.tokenBody(credentials, code)),
+  });
+};
+
+export interface OpenApiClientOptions {
+  /** Time limit of each upstream request; the caller's deadline may shorten it. */
+  readonly timeoutMs: number;
+  readonly limits: TokenLimits;
+  /** Injectable for tests; defaults to the platform fetch (honours NODE_EXTRA_CA_CERTS). */
+  readonly fetch?: typeof fetch;
+  readonly now?: () => number;
+}
+
+/** {@link TokenIssuer} over HTTPS with the platform `fetch`. */
+export class OpenApiClient implements TokenIssuer {
+  readonly #fetch: typeof fetch;
+  readonly #now: () => number;
+
+  constructor(private readonly options: OpenApiClientOptions) {
+    this.#fetch = options.fetch ?? globalThis.fetch;
+    this.#now = options.now ?? Date.now;
+  }
+
+  async issue(
+    connection: ConnectionConfig,
+    credentials: ClientCredentials,
+    { deadline }: { readonly deadline: number },
+  ): Promise<IssuedToken> {
+    const protocol = PROTOCOLS[connection.variant];
+    const sensitive = [credentials.clientSecret];
+
+    const authorizeBody = await this.#send(
+      authorizeRequest(connection, credentials.clientId),
+      'authorize',
+      deadline,
+      sensitive,
+    );
+    const code = protocol.parseAuthorize(authorizeBody, connection, sensitive);
+    const withCode = [...sensitive, code];
+
+    // Expiry counts from the moment the token request leaves, never from the upstream clock.
+    const requestedAt = this.#now();
+    const tokenBody = await this.#send(
+      accessTokenRequest(connection, credentials, code),
+      'access-token',
+      deadline,
+      withCode,
+    );
+    return { ...protocol.parseToken(tokenBody, this.options.limits, withCode), requestedAt };
+  }
+
+  async #send(request: Request, step: Step, deadline: number, sensitive: Sensitive) {
+    const budget = Math.min(this.options.timeoutMs, deadline - this.#now());
+    if (budget <= 0) {
+      throw new UpstreamUnavailableError(`No time left to call the Open API ${step} endpoint`, 1);
+    }
+    const signal = AbortSignal.timeout(budget);
+    try {
+      const response = await this.#fetch(request, { signal });
+      return await readJsonBody(response, step, sensitive);
+    } catch (error) {
+      if (error instanceof UpstreamRejectedError || error instanceof UpstreamBadResponseError) {
+        throw error;
+      }
+      if (error instanceof UpstreamUnavailableError) throw error;
+      if (signal.aborted) {
+        throw new UpstreamUnavailableError(`Open API ${step} request timed out after ${budget} ms`, 1, {
+          cause: error,
+        });
+      }
+      throw new UpstreamUnavailableError(
+        `Open API ${step} request failed: ${networkReason(error)}`,
+        1,
+        { cause: error },
+      );
+    }
+  }
+}
+
+/** A short, credential-free reason for a network failure (`ECONNREFUSED`, `CERT_HAS_EXPIRED`, …). */
+const networkReason = (error: unknown): string => {
+  const cause = (error as { cause?: { code?: unknown } } | undefined)?.cause;
+  if (cause && typeof cause.code === 'string') return printable(cause.code, 40);
+  return error instanceof Error ? printable(error.name, 40) : 'unknown error';
+};
