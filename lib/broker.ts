@@ -57,7 +57,10 @@ export interface GetTokenOptions {
 
 export type WarmUpOutcome =
   | { readonly status: 'fresh' | 'issued'; readonly expiresAt: string; readonly expiresIn: number }
-  | { readonly status: 'failed'; readonly error: { readonly code: string; readonly message: string } };
+  | {
+      readonly status: 'failed';
+      readonly error: { readonly code: string; readonly message: string };
+    };
 
 export interface WarmUpReport {
   readonly connections: Readonly<Record<string, WarmUpOutcome>>;
@@ -258,7 +261,11 @@ export class TokenBroker {
     return this.#issue(connection, needMs, deadline);
   }
 
-  async #issue(connection: ConnectionConfig, needMs: number, deadline: number): Promise<ServedToken> {
+  async #issue(
+    connection: ConnectionConfig,
+    needMs: number,
+    deadline: number,
+  ): Promise<ServedToken> {
     const { name } = connection;
     const credentials = await this.deps.secrets.getCredentials(connection.secretId);
     const issued = await this.deps.issuer.issue(connection, credentials, { deadline });
@@ -318,7 +325,10 @@ const withDeadline = <T>(promise: Promise<T>, wait: number): Promise<T> => {
     timer = setTimeout(
       () =>
         reject(
-          new UpstreamUnavailableError('Timed out waiting for a token being issued concurrently', 1),
+          new UpstreamUnavailableError(
+            'Timed out waiting for a token being issued concurrently',
+            1,
+          ),
         ),
       Math.max(0, wait),
     );

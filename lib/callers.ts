@@ -9,7 +9,9 @@ const toRegExp = (pattern: string): RegExp => {
   if (!regExp) {
     const body = pattern
       .split('')
-      .map((ch) => (ch === '*' ? '.*' : ch === '?' ? '.' : ch.replace(/[.+^${}()|[\]\\/]/g, '\\$&')))
+      .map((ch) =>
+        ch === '*' ? '.*' : ch === '?' ? '.' : ch.replace(/[.+^${}()|[\]\\/]/g, '\\$&'),
+      )
       .join('');
     regExp = new RegExp(`^${body}$`, 's');
     compiled.set(pattern, regExp);

@@ -170,13 +170,7 @@ export const loadConfig = (env: Env): BrokerConfig => {
     365 * day,
   );
   const refreshWindowSeconds = integer(env, 'BROKER_REFRESH_WINDOW_SECONDS', 600, 0, day);
-  const defaultMinValiditySeconds = integer(
-    env,
-    'BROKER_DEFAULT_MIN_VALIDITY_SECONDS',
-    60,
-    0,
-    day,
-  );
+  const defaultMinValiditySeconds = integer(env, 'BROKER_DEFAULT_MIN_VALIDITY_SECONDS', 60, 0, day);
   if (refreshWindowSeconds >= maxTokenLifetimeSeconds) {
     // A window as long as the lifetime would re-issue on every warm-up, forever.
     throw new ConfigError(

@@ -23,15 +23,23 @@ export const publicError = (error: unknown, requestId: string): BrokerError => {
   // middy's errors keep the raw request body in `cause`: only the message is carried over.
   if (isMiddyClientError(error)) return new BadRequestError(error.message);
   const brokerError = toBrokerError(error);
-  if (brokerError.httpStatus >= 500 && brokerError.httpStatus !== 502 && brokerError.httpStatus !== 503) {
-    return new InternalError(`Internal error; the broker logs have the details (request id ${requestId})`);
+  if (
+    brokerError.httpStatus >= 500 &&
+    brokerError.httpStatus !== 502 &&
+    brokerError.httpStatus !== 503
+  ) {
+    return new InternalError(
+      `Internal error; the broker logs have the details (request id ${requestId})`,
+    );
   }
   return brokerError;
 };
 
 /** Logs an error by its safe fields only: never the error object, its cause or the request. */
 export const logError = (logger: Logger, error: unknown, context: Record<string, unknown> = {}) => {
-  const brokerError = isMiddyClientError(error) ? new BadRequestError(error.message) : toBrokerError(error);
+  const brokerError = isMiddyClientError(error)
+    ? new BadRequestError(error.message)
+    : toBrokerError(error);
   const cause = brokerError.cause as { name?: unknown; stack?: unknown } | undefined;
   const fields = {
     ...context,

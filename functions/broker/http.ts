@@ -27,7 +27,11 @@ type HttpResult = APIGatewayProxyStructuredResultV2;
 /** Requests larger than this are not ours: an invalidate body is one token. */
 export const MAX_BODY_BYTES = 8 * 1024;
 
-const json = (statusCode: number, body: unknown, headers: Record<string, string> = {}): HttpResult => ({
+const json = (
+  statusCode: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): HttpResult => ({
   statusCode,
   headers: { 'content-type': 'application/json', 'cache-control': 'no-store', ...headers },
   body: JSON.stringify(body),
@@ -81,7 +85,9 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger) => {
     const body = event.body as unknown as Record<string, unknown> | null;
     const accessToken = body?.accessToken;
     if (typeof accessToken !== 'string' || accessToken.length === 0) {
-      throw new BadRequestError('Body must be JSON {"accessToken": "<the token the Open API rejected>"}');
+      throw new BadRequestError(
+        'Body must be JSON {"accessToken": "<the token the Open API rejected>"}',
+      );
     }
     const invalidated = await broker.invalidate(connection.name, accessToken);
     return json(200, { invalidated });
@@ -92,7 +98,8 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger) => {
       {
         method: 'GET',
         path: '/health',
-        handler: async () => json(200, { status: 'ok', connections: [...broker.connectionNames()] }),
+        handler: async () =>
+          json(200, { status: 'ok', connections: [...broker.connectionNames()] }),
       },
       { method: 'GET', path: '/tokens/{connection}', handler: getToken },
       {

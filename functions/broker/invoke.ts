@@ -53,7 +53,10 @@ export const createInvokeHandler =
         minValiditySeconds: request.minValidity,
         deadline: deadlineOf(context),
       });
-      logger.info('Token served', { source: served.source, tokenDigest: served.record.tokenDigest });
+      logger.info('Token served', {
+        source: served.source,
+        tokenDigest: served.record.tokenDigest,
+      });
       return tokenResponse(request.connection, served.record);
     } catch (error) {
       logError(logger, error);

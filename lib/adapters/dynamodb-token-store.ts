@@ -58,7 +58,11 @@ export class DynamoDBTokenStore implements TokenStore {
     const { Item } = await this.client.send(
       // Strongly consistent: right after an invalidate or a new issuance elsewhere, an eventually
       // consistent read could hand back the token that was just dropped.
-      new GetItemCommand({ TableName: this.tableName, Key: tokenKey(connection), ConsistentRead: true }),
+      new GetItemCommand({
+        TableName: this.tableName,
+        Key: tokenKey(connection),
+        ConsistentRead: true,
+      }),
     );
     return fromItem(Item);
   }

@@ -36,7 +36,9 @@ export class SecretsManagerSecretSource implements SecretSource {
 export const parseCredentials = (raw: unknown, secretId: string): ClientCredentials => {
   const id = printable(secretId, 200);
   if (typeof raw !== 'string') {
-    throw new SecretUnavailableError(`Secret '${id}' has no SecretString`, { details: { secretId } });
+    throw new SecretUnavailableError(`Secret '${id}' has no SecretString`, {
+      details: { secretId },
+    });
   }
   let value: unknown;
   try {
@@ -47,7 +49,10 @@ export const parseCredentials = (raw: unknown, secretId: string): ClientCredenti
       { details: { secretId } },
     );
   }
-  const record = (typeof value === 'object' && value !== null ? value : {}) as Record<string, unknown>;
+  const record = (typeof value === 'object' && value !== null ? value : {}) as Record<
+    string,
+    unknown
+  >;
   const bad = ['clientId', 'clientSecret'].filter(
     (field) => typeof record[field] !== 'string' || (record[field] as string).length === 0,
   );

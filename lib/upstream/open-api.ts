@@ -63,7 +63,10 @@ const upstreamErrorFields = (body: unknown, sensitive: Sensitive) => {
   const code = body.code ?? body.error ?? body.errorCode;
   const message = body.message ?? body.error_description ?? body.msg;
   return {
-    code: typeof code === 'string' || typeof code === 'number' ? redact(String(code), sensitive) : undefined,
+    code:
+      typeof code === 'string' || typeof code === 'number'
+        ? redact(String(code), sensitive)
+        : undefined,
     message: typeof message === 'string' ? redact(message, sensitive) : undefined,
   };
 };
@@ -188,7 +191,11 @@ interface VariantProtocol {
   readonly prefix: string;
   parseAuthorize(body: unknown, connection: ConnectionConfig, sensitive: Sensitive): string;
   tokenBody(credentials: ClientCredentials, code: string): Json;
-  parseToken(body: unknown, limits: TokenLimits, sensitive: Sensitive): Omit<IssuedToken, 'requestedAt'>;
+  parseToken(
+    body: unknown,
+    limits: TokenLimits,
+    sensitive: Sensitive,
+  ): Omit<IssuedToken, 'requestedAt'>;
 }
 
 const v3: VariantProtocol = {
@@ -222,7 +229,9 @@ const PROTOCOLS: Readonly<Record<Variant, VariantProtocol>> = { v3, legacy };
 
 /** Builds the authorize request (GET with `clientId` in the query). */
 export const authorizeRequest = (connection: ConnectionConfig, clientId: string): Request => {
-  const url = new URL(`${connection.baseUrl}${PROTOCOLS[connection.variant].prefix}/oauth/authorize`);
+  const url = new URL(
+    `${connection.baseUrl}${PROTOCOLS[connection.variant].prefix}/oauth/authorize`,
+  );
   url.searchParams.set('clientId', clientId);
   return new Request(url, {
     method: 'GET',
@@ -310,9 +319,13 @@ export class OpenApiClient implements TokenIssuer {
       }
       if (error instanceof UpstreamUnavailableError) throw error;
       if (signal.aborted) {
-        throw new UpstreamUnavailableError(`Open API ${step} request timed out after ${budget} ms`, 1, {
-          cause: error,
-        });
+        throw new UpstreamUnavailableError(
+          `Open API ${step} request timed out after ${budget} ms`,
+          1,
+          {
+            cause: error,
+          },
+        );
       }
       throw new UpstreamUnavailableError(
         `Open API ${step} request failed: ${networkReason(error)}`,

@@ -1,0 +1,50 @@
+/** DynamoDB for local runs and tests: dynalite in this process, plus the broker's table. */
+import type { AddressInfo } from 'node:net';
+import {
+  CreateTableCommand,
+  DynamoDBClient,
+  ResourceInUseException,
+} from '@aws-sdk/client-dynamodb';
+import dynalite from 'dynalite';
+
+export interface LocalDynamoDB {
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+export const startDynalite = async ({
+  host = '127.0.0.1',
+  port = 0,
+} = {}): Promise<LocalDynamoDB> => {
+  const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
+  await new Promise<void>((resolve) => server.listen(port, host, resolve));
+  const address = server.address() as AddressInfo;
+  return {
+    url: `http://${host}:${address.port}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+};
+
+/** Creates the broker's table as infra/ declares it (key `pk`), if it does not exist. */
+export const ensureTable = async (client: DynamoDBClient, tableName: string): Promise<void> => {
+  try {
+    await client.send(
+      new CreateTableCommand({
+        TableName: tableName,
+        AttributeDefinitions: [{ AttributeName: 'pk', AttributeType: 'S' }],
+        KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
+        BillingMode: 'PAY_PER_REQUEST',
+      }),
+    );
+  } catch (error) {
+    if (!(error instanceof ResourceInUseException)) throw error;
+  }
+};
+
+/** A client for a local endpoint, with the dummy credentials local endpoints accept. */
+export const localDynamoDBClient = (endpoint: string) =>
+  new DynamoDBClient({
+    endpoint,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+  });

@@ -1,0 +1,101 @@
+/**
+ * A loopback endpoint that speaks the Secrets Manager JSON protocol for GetSecretValue, so the
+ * real `@aws-sdk/client-secrets-manager` (through AWS_ENDPOINT_URL_SECRETS_MANAGER) can be used
+ * in local runs and tests. Signatures are not checked.
+ */
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface SecretsEmulator {
+  readonly url: string;
+  setSecret(name: string, secretString: string): void;
+  deleteSecret(name: string): void;
+  /** GetSecretValue calls served so far. */
+  calls(): number;
+  /** Answers the next `times` calls with this AWS error (e.g. ThrottlingException). */
+  failNext(times: number, errorType: string, status?: number): void;
+  close(): Promise<void>;
+}
+
+const REGION = 'us-east-1';
+const ACCOUNT = '000000000000';
+
+export const secretArn = (name: string) =>
+  `arn:aws:secretsmanager:${REGION}:${ACCOUNT}:secret:${name}`;
+
+export const startSecretsEmulator = async (
+  initial: Record<string, string> = {},
+  { host = '127.0.0.1', port = 0 } = {},
+): Promise<SecretsEmulator> => {
+  const secrets = new Map(Object.entries(initial));
+  const failures: { left: number; errorType: string; status: number }[] = [];
+  let calls = 0;
+
+  const reply = (res: ServerResponse, status: number, body: unknown) => {
+    res.writeHead(status, {
+      'content-type': 'application/x-amz-json-1.1',
+      'x-amzn-requestid': randomUUID(),
+    });
+    res.end(JSON.stringify(body));
+  };
+  const error = (res: ServerResponse, status: number, type: string, message: string) =>
+    reply(res, status, { __type: `com.amazonaws.secretsmanager#${type}`, message });
+
+  const handle = async (req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const target = String(req.headers['x-amz-target'] ?? '');
+    if (target !== 'secretsmanager.GetSecretValue') {
+      return error(res, 400, 'InvalidRequestException', `Unsupported operation ${target}`);
+    }
+    calls += 1;
+    const failure = failures.find((f) => f.left > 0);
+    if (failure) {
+      failure.left -= 1;
+      return error(res, failure.status, failure.errorType, 'Injected failure');
+    }
+    let secretId = '';
+    try {
+      secretId = String(JSON.parse(Buffer.concat(chunks).toString('utf8')).SecretId ?? '');
+    } catch {
+      return error(res, 400, 'InvalidRequestException', 'Body is not JSON');
+    }
+    const name = secretId.startsWith('arn:') ? (secretId.split(':secret:')[1] ?? '') : secretId;
+    const value = secrets.get(name);
+    if (value === undefined) {
+      return error(
+        res,
+        400,
+        'ResourceNotFoundException',
+        "Secrets Manager can't find the specified secret.",
+      );
+    }
+    return reply(res, 200, {
+      ARN: secretArn(name),
+      Name: name,
+      SecretString: value,
+      VersionId: randomUUID(),
+      VersionStages: ['AWSCURRENT'],
+      CreatedDate: Math.floor(Date.now() / 1000),
+    });
+  };
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch(() => error(res, 500, 'InternalServiceError', 'emulator error'));
+  });
+  await new Promise<void>((resolve) => server.listen(port, host, resolve));
+  const address = server.address() as AddressInfo;
+  return {
+    url: `http://${host}:${address.port}`,
+    setSecret: (name, secretString) => secrets.set(name, secretString),
+    deleteSecret: (name) => secrets.delete(name),
+    calls: () => calls,
+    failNext: (times, errorType, status = 400) => failures.push({ left: times, errorType, status }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+};

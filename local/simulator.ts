@@ -1,0 +1,322 @@
+/**
+ * A simulator of the Open API token flow, both variants, for local runs, tests and benchmarks.
+ *
+ * - `/open-api/v3/oauth/authorize` + `/open-api/v3/oauth/access-token` (envelope, no secret)
+ * - `/open-api/oauth/authorize` + `/open-api/oauth/access-token` (flat bodies, secret required)
+ * - `/open-api/v3/ping` and `/open-api/ping`: a protected call that checks `x-access-token`
+ *
+ * Authorization codes are single-use and short-lived; issuing a token revokes the client's
+ * earlier ones (configurable), as many APIs of this kind do. Faults can be injected. The
+ * admin endpoints under `/__simulator/` report counts only, never credential values.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import {
+  createServer as createHttpServer,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
+
+export interface SimulatorClient {
+  readonly clientId: string;
+  readonly clientSecret: string;
+}
+
+export interface SimulatorSettings {
+  /** Token lifetime handed out, in seconds. */
+  expiresIn: number;
+  /** Delay added before every answer. */
+  latencyMs: number;
+  /** Issuing a new token revokes the client's earlier tokens. */
+  revokeOnReissue: boolean;
+  /** Field of the v3 authorize `data` that carries the code. */
+  codeField: string;
+}
+
+export interface SimulatorOptions extends Partial<SimulatorSettings> {
+  readonly clients: readonly SimulatorClient[];
+  /** Serve HTTPS with this key pair instead of plain HTTP. */
+  readonly tls?: { readonly key: string | Buffer; readonly cert: string | Buffer };
+  readonly host?: string;
+  readonly port?: number;
+}
+
+/** A fault served instead of the normal answer, `times` times, to requests whose path matches. */
+export interface Fault {
+  readonly times: number;
+  readonly pathIncludes?: string;
+  readonly status?: number;
+  readonly body?: string;
+  readonly headers?: Record<string, string>;
+  /** Delay before answering (a hung upstream when larger than the caller's timeout). */
+  readonly delayMs?: number;
+  /** Destroy the socket without answering. */
+  readonly reset?: boolean;
+}
+
+export interface RecordedRequest {
+  readonly method: string;
+  readonly path: string;
+  /** Top-level keys of the JSON body, never their values. */
+  readonly bodyKeys: readonly string[];
+  readonly headers: Readonly<Record<string, string | undefined>>;
+}
+
+export interface SimulatorStats {
+  readonly issuances: number;
+  readonly issuancesByClient: Readonly<Record<string, number>>;
+  readonly authorizations: number;
+  readonly pings: number;
+  readonly rejectedPings: number;
+}
+
+export interface Simulator {
+  readonly url: string;
+  readonly settings: SimulatorSettings;
+  stats(): SimulatorStats;
+  requests(): readonly RecordedRequest[];
+  /** Every credential value the simulator handed out or was given: for leak scans. */
+  handedOut(): readonly string[];
+  /** Whether the Open API would accept this token now. */
+  isValid(accessToken: string): boolean;
+  injectFault(fault: Fault): void;
+  close(): Promise<void>;
+}
+
+interface IssuedCode {
+  readonly clientId: string;
+  readonly expiresAt: number;
+  used: boolean;
+}
+
+interface IssuedToken {
+  readonly clientId: string;
+  readonly expiresAt: number;
+  revoked: boolean;
+}
+
+const CODE_LIFETIME_MS = 60_000;
+
+export const startSimulator = async (options: SimulatorOptions): Promise<Simulator> => {
+  const settings: SimulatorSettings = {
+    expiresIn: options.expiresIn ?? 86_400,
+    latencyMs: options.latencyMs ?? 0,
+    revokeOnReissue: options.revokeOnReissue ?? true,
+    codeField: options.codeField ?? 'code',
+  };
+  const clients = new Map(options.clients.map((c) => [c.clientId, c]));
+  const codes = new Map<string, IssuedCode>();
+  const tokens = new Map<string, IssuedToken>();
+  const handedOut: string[] = options.clients.map((c) => c.clientSecret);
+  const recorded: RecordedRequest[] = [];
+  const faults: { fault: Fault; left: number }[] = [];
+  const issuancesByClient: Record<string, number> = Object.create(null);
+  const counters = { issuances: 0, authorizations: 0, pings: 0, rejectedPings: 0 };
+
+  const send = (
+    res: ServerResponse,
+    status: number,
+    body: unknown,
+    headers: Record<string, string> = {},
+  ) => {
+    res.writeHead(status, { 'content-type': 'application/json', ...headers });
+    res.end(JSON.stringify(body));
+  };
+  const envelope = (res: ServerResponse, code: string, message: string, data: unknown = null) =>
+    send(res, 200, { code, message, data });
+
+  const isValid = (accessToken: string) => {
+    const token = tokens.get(accessToken);
+    return token !== undefined && !token.revoked && token.expiresAt > Date.now();
+  };
+
+  const authorize = (res: ServerResponse, url: URL, v3: boolean) => {
+    counters.authorizations += 1;
+    const clientId = url.searchParams.get('clientId') ?? '';
+    if (!clients.has(clientId)) {
+      return v3
+        ? envelope(res, '100001', 'invalid clientId')
+        : send(res, 401, { code: 'invalid_client', message: 'unknown clientId' });
+    }
+    const code = randomBytes(12).toString('hex');
+    handedOut.push(code);
+    codes.set(code, { clientId, expiresAt: Date.now() + CODE_LIFETIME_MS, used: false });
+    const timestamp = Math.floor(Date.now() / 1000);
+    if (!v3) return send(res, 200, { timestamp, code });
+    return envelope(res, '000000', 'success', {
+      timestamp,
+      eventType: 'oauth.authorize',
+      orderId: randomUUID(),
+      [settings.codeField]: code,
+    });
+  };
+
+  const accessToken = (res: ServerResponse, body: Record<string, unknown>, v3: boolean) => {
+    const fail = (code: string, message: string, status = 400) =>
+      v3 ? envelope(res, code, message) : send(res, status, { code, message });
+    const clientId = typeof body.clientId === 'string' ? body.clientId : '';
+    const client = clients.get(clientId);
+    if (!client) return fail('100001', 'invalid clientId', 401);
+    // The current variant must never receive the secret; the earlier one requires it.
+    if (v3 && 'clientSecret' in body) return fail('100400', 'clientSecret is not accepted by v3');
+    if (!v3 && body.clientSecret !== client.clientSecret) {
+      return fail('invalid_client', 'client authentication failed', 401);
+    }
+    const issuedCode = typeof body.code === 'string' ? codes.get(body.code) : undefined;
+    if (
+      !issuedCode ||
+      issuedCode.used ||
+      issuedCode.clientId !== clientId ||
+      issuedCode.expiresAt < Date.now()
+    ) {
+      return fail('100002', 'invalid or expired authorization code');
+    }
+    issuedCode.used = true;
+    if (settings.revokeOnReissue) {
+      for (const token of tokens.values()) if (token.clientId === clientId) token.revoked = true;
+    }
+    const token = `at_${randomBytes(24).toString('base64url')}`;
+    const refreshToken = `rt_${randomBytes(24).toString('base64url')}`;
+    handedOut.push(token, refreshToken);
+    tokens.set(token, {
+      clientId,
+      expiresAt: Date.now() + settings.expiresIn * 1000,
+      revoked: false,
+    });
+    counters.issuances += 1;
+    issuancesByClient[clientId] = (issuancesByClient[clientId] ?? 0) + 1;
+    const payload = {
+      accessToken: token,
+      refreshToken,
+      expiresIn: settings.expiresIn,
+      timestamp: Math.floor(Date.now() / 1000),
+    };
+    return v3 ? envelope(res, '000000', 'success', payload) : send(res, 200, payload);
+  };
+
+  const ping = (res: ServerResponse, req: IncomingMessage) => {
+    counters.pings += 1;
+    const header = req.headers['x-access-token'];
+    if (typeof header !== 'string' || !isValid(header)) {
+      counters.rejectedPings += 1;
+      return send(res, 401, { code: '100401', message: 'invalid or missing x-access-token' });
+    }
+    return send(res, 200, { code: '000000', message: 'success', data: { pong: true } });
+  };
+
+  const readBody = async (req: IncomingMessage): Promise<string> => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks).toString('utf8');
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse) => {
+    const url = new URL(req.url ?? '/', 'http://simulator');
+    const raw = await readBody(req);
+    let body: Record<string, unknown> = {};
+    try {
+      const parsed: unknown = raw ? JSON.parse(raw) : {};
+      if (typeof parsed === 'object' && parsed !== null) body = parsed as Record<string, unknown>;
+    } catch {
+      body = {};
+    }
+    if (url.pathname.startsWith('/__simulator/')) {
+      if (req.method === 'GET' && url.pathname === '/__simulator/stats') {
+        return send(res, 200, { ...counters, issuancesByClient, settings });
+      }
+      if (req.method === 'POST' && url.pathname === '/__simulator/faults') {
+        simulator.injectFault(body as unknown as Fault);
+        return send(res, 200, { ok: true });
+      }
+      if (req.method === 'POST' && url.pathname === '/__simulator/settings') {
+        Object.assign(settings, pickSettings(body));
+        return send(res, 200, { settings });
+      }
+      return send(res, 404, { code: 'not_found', message: 'no such admin route' });
+    }
+    recorded.push({
+      method: req.method ?? '',
+      path: url.pathname,
+      bodyKeys: Object.keys(body),
+      headers: { accept: req.headers.accept, 'content-type': req.headers['content-type'] },
+    });
+    if (settings.latencyMs > 0) await sleep(settings.latencyMs);
+    const fault = faults.find(
+      (f) => f.left > 0 && (!f.fault.pathIncludes || url.pathname.includes(f.fault.pathIncludes)),
+    );
+    if (fault) {
+      fault.left -= 1;
+      if (fault.fault.delayMs) await sleep(fault.fault.delayMs);
+      if (fault.fault.reset) return req.socket.destroy();
+      res.writeHead(fault.fault.status ?? 500, {
+        'content-type': 'application/json',
+        ...fault.fault.headers,
+      });
+      return res.end(fault.fault.body ?? '{"code":"999999","message":"injected fault"}');
+    }
+    const route = `${req.method} ${url.pathname}`;
+    switch (route) {
+      case 'GET /open-api/v3/oauth/authorize':
+        return authorize(res, url, true);
+      case 'GET /open-api/oauth/authorize':
+        return authorize(res, url, false);
+      case 'POST /open-api/v3/oauth/access-token':
+        return accessToken(res, body, true);
+      case 'POST /open-api/oauth/access-token':
+        return accessToken(res, body, false);
+      case 'GET /open-api/v3/ping':
+      case 'GET /open-api/ping':
+        return ping(res, req);
+      default:
+        return send(res, 404, { code: '100404', message: 'not found' });
+    }
+  };
+
+  const listener = (req: IncomingMessage, res: ServerResponse) => {
+    handle(req, res).catch(() => {
+      if (!res.headersSent) send(res, 500, { code: '999999', message: 'simulator error' });
+    });
+  };
+  const server: Server = options.tls
+    ? createHttpsServer({ key: options.tls.key, cert: options.tls.cert }, listener)
+    : createHttpServer(listener);
+  server.keepAliveTimeout = 1000;
+  const host = options.host ?? '127.0.0.1';
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, host, resolve));
+  const { port } = server.address() as AddressInfo;
+
+  const simulator: Simulator = {
+    url: `${options.tls ? 'https' : 'http'}://${host === '127.0.0.1' && options.tls ? 'localhost' : host}:${port}`,
+    settings,
+    stats: () => ({ ...counters, issuancesByClient: { ...issuancesByClient } }),
+    requests: () => [...recorded],
+    handedOut: () => [...handedOut],
+    isValid,
+    injectFault: (fault) => faults.push({ fault, left: Math.max(1, Math.floor(fault.times)) }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+  return simulator;
+};
+
+const pickSettings = (body: Record<string, unknown>): Partial<SimulatorSettings> => {
+  const out: Partial<SimulatorSettings> = {};
+  if (typeof body.expiresIn === 'number') out.expiresIn = body.expiresIn;
+  if (typeof body.latencyMs === 'number') out.latencyMs = body.latencyMs;
+  if (typeof body.revokeOnReissue === 'boolean') out.revokeOnReissue = body.revokeOnReissue;
+  if (typeof body.codeField === 'string') out.codeField = body.codeField;
+  return out;
+};
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Demo credentials, generated anew for every local run. */
+export const generateClient = (label: string): SimulatorClient => ({
+  clientId: `${label}-${randomBytes(4).toString('hex')}`,
+  clientSecret: randomBytes(24).toString('base64url'),
+});
