@@ -1,0 +1,134 @@
+import { describe, expect, it } from 'vitest';
+import { loadConfig } from '../../lib/config.js';
+import { ConfigError } from '../../lib/errors.js';
+
+const good = {
+  BROKER_TABLE_NAME: 'tokens',
+  BROKER_CONNECTIONS: JSON.stringify({
+    sandbox: { variant: 'v3', baseUrl: 'https://sandbox.example.com/', secretId: 'open-api/sandbox' },
+    production: {
+      variant: 'legacy',
+      baseUrl: 'https://api.example.com/gateway',
+      secretId: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:open-api/prod-AbCdEf',
+      callers: ['arn:aws:sts::123456789012:assumed-role/orders-*/*'],
+    },
+  }),
+};
+
+const withConnection = (settings: unknown) => ({
+  BROKER_TABLE_NAME: 'tokens',
+  BROKER_CONNECTIONS: JSON.stringify({ sandbox: settings }),
+});
+
+const failure = (env: Record<string, string | undefined>) => {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).code).toBe('CONFIG_INVALID');
+    return (error as Error).message;
+  }
+  throw new Error('expected loadConfig to throw');
+};
+
+describe('Function: loadConfig', () => {
+  it('returns a frozen config with normalised connections and defaults', () => {
+    const config = loadConfig(good);
+    expect(Object.isFrozen(config)).toBe(true);
+    expect(config.tableName).toBe('tokens');
+    expect(config.connections.get('sandbox')).toEqual({
+      name: 'sandbox',
+      variant: 'v3',
+      baseUrl: 'https://sandbox.example.com',
+      secretId: 'open-api/sandbox',
+      callers: undefined,
+      codeField: 'code',
+    });
+    expect(config.connections.get('production')?.baseUrl).toBe('https://api.example.com/gateway');
+    expect(config.connections.get('production')?.callers).toEqual([
+      'arn:aws:sts::123456789012:assumed-role/orders-*/*',
+    ]);
+    expect(config.refreshWindowSeconds).toBe(600);
+    expect(config.defaultMinValiditySeconds).toBe(60);
+    expect(config.maxTokenLifetimeSeconds).toBe(30 * 86_400);
+  });
+
+  it('reads the tuning variables', () => {
+    const config = loadConfig({
+      ...good,
+      BROKER_REFRESH_WINDOW_SECONDS: '120',
+      BROKER_MEMORY_RECHECK_SECONDS: '0',
+      BROKER_UPSTREAM_TIMEOUT_MS: '2500',
+      BROKER_CODE_FIELD: 'ignored',
+    });
+    expect(config.refreshWindowSeconds).toBe(120);
+    expect(config.memoryRecheckSeconds).toBe(0);
+    expect(config.upstreamTimeoutMs).toBe(2500);
+  });
+
+  it('accepts a custom v3 code field', () => {
+    const config = loadConfig(
+      withConnection({ variant: 'v3', baseUrl: 'https://a.example', secretId: 's', codeField: 'authCode' }),
+    );
+    expect(config.connections.get('sandbox')?.codeField).toBe('authCode');
+  });
+
+  it.each([
+    ['http://127.0.0.1:8080', 'http://127.0.0.1:8080'],
+    ['http://localhost:3000/', 'http://localhost:3000'],
+    ['http://[::1]:9000', 'http://[::1]:9000'],
+  ])('accepts plain http for the loopback host %s', (baseUrl, expected) => {
+    const config = loadConfig(withConnection({ variant: 'v3', baseUrl, secretId: 's' }));
+    expect(config.connections.get('sandbox')?.baseUrl).toBe(expected);
+  });
+
+  it.each([
+    [{}, 'BROKER_TABLE_NAME is required'],
+    [{ BROKER_TABLE_NAME: 'x' }, 'BROKER_TABLE_NAME is not a valid DynamoDB table name'],
+    [{ BROKER_TABLE_NAME: 'tokens' }, 'BROKER_CONNECTIONS is required'],
+    [{ BROKER_TABLE_NAME: 'tokens', BROKER_CONNECTIONS: '{"a":' }, 'BROKER_CONNECTIONS is not valid JSON'],
+    [{ BROKER_TABLE_NAME: 'tokens', BROKER_CONNECTIONS: '[]' }, 'BROKER_CONNECTIONS must be a JSON object'],
+    [{ BROKER_TABLE_NAME: 'tokens', BROKER_CONNECTIONS: '{}' }, 'at least one connection'],
+  ])('rejects %j with a message naming the variable', (env, message) => {
+    expect(failure(env)).toContain(message);
+  });
+
+  it.each([
+    [{ variant: 'v2', baseUrl: 'https://a.example', secretId: 's' }, 'field "variant"'],
+    [{ variant: 'v3', baseUrl: 'http://api.example.com', secretId: 's' }, 'field "baseUrl": must use https://'],
+    [{ variant: 'v3', baseUrl: 'http://10.0.0.1', secretId: 's' }, 'field "baseUrl": must use https://'],
+    [{ variant: 'v3', baseUrl: 'not a url', secretId: 's' }, 'field "baseUrl": must be an absolute URL'],
+    [{ variant: 'v3', baseUrl: 'https://u:p@a.example', secretId: 's' }, 'field "baseUrl": must not carry credentials'],
+    [{ variant: 'v3', baseUrl: 'https://a.example' }, 'field "secretId"'],
+    [{ variant: 'v3', baseUrl: 'https://a.example', secretId: '  ' }, 'field "secretId"'],
+    [{ variant: 'v3', baseUrl: 'https://a.example', secretId: 's', callers: [] }, 'field "callers"'],
+    [{ variant: 'v3', baseUrl: 'https://a.example', secretId: 's', callers: [''] }, 'field "callers.0"'],
+    [{ variant: 'legacy', baseUrl: 'https://a.example', secretId: 's', codeField: 'x' }, 'field "codeField": only applies to variant "v3"'],
+    [{ variant: 'v3', baseUrl: 'https://a.example', secretId: 's', secretID: 'typo' }, 'secretID'],
+  ])('rejects connection settings %j, naming the connection and the field', (settings, message) => {
+    const text = failure(withConnection(settings));
+    expect(text).toContain('BROKER_CONNECTIONS: connection "sandbox"');
+    expect(text).toContain(message);
+  });
+
+  it('rejects a connection name that cannot be a URL path segment', () => {
+    const env = {
+      BROKER_TABLE_NAME: 'tokens',
+      BROKER_CONNECTIONS: JSON.stringify({ 'a/b': { variant: 'v3', baseUrl: 'https://a.example', secretId: 's' } }),
+    };
+    expect(failure(env)).toContain('connection "a/b": the name must be');
+  });
+
+  it.each([
+    ['BROKER_REFRESH_WINDOW_SECONDS', '-1'],
+    ['BROKER_UPSTREAM_TIMEOUT_MS', 'fast'],
+    ['BROKER_MEMORY_RECHECK_SECONDS', '1.5'],
+  ])('rejects %s=%s', (variable, value) => {
+    expect(failure({ ...good, [variable]: value })).toContain(`${variable} must be a whole number`);
+  });
+
+  it('refuses a refresh window that is not shorter than the maximum lifetime', () => {
+    const env = { ...good, BROKER_REFRESH_WINDOW_SECONDS: '3600', BROKER_MAX_TOKEN_LIFETIME_SECONDS: '3600' };
+    expect(failure(env)).toContain('BROKER_REFRESH_WINDOW_SECONDS must be shorter');
+  });
+});

@@ -1,0 +1,234 @@
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ConnectionConfig } from '../../../lib/config.js';
+import {
+  BrokerError,
+  UpstreamBadResponseError,
+  UpstreamRejectedError,
+  UpstreamUnavailableError,
+} from '../../../lib/errors.js';
+import { OpenApiClient, readJsonBody, tokenFromPayload, unwrapV3Envelope } from '../../../lib/upstream/open-api.js';
+import { generateClient, type Simulator, startSimulator } from '../../../local/simulator.js';
+import { connection } from '../../support/fakes.js';
+
+const limits = { maxLifetimeSeconds: 30 * 86_400 };
+const jsonResponse = (body: unknown, status = 200, headers: Record<string, string> = {}) =>
+  new Response(typeof body === 'string' ? body : JSON.stringify(body), {
+    status,
+    headers: { 'content-type': 'application/json', ...headers },
+  });
+
+describe('Function: readJsonBody', () => {
+  it('returns the parsed body of a 2xx JSON response', async () => {
+    await expect(readJsonBody(jsonResponse({ a: 1 }), 'authorize')).resolves.toEqual({ a: 1 });
+  });
+
+  it.each([500, 502, 503, 429])('treats HTTP %i as unavailable', async (status) => {
+    const error = await readJsonBody(jsonResponse({}, status, { 'retry-after': '7' }), 'authorize').catch((e) => e);
+    expect(error).toBeInstanceOf(UpstreamUnavailableError);
+    expect(error.code).toBe('UPSTREAM_UNAVAILABLE');
+    expect(error.retryAfterSeconds).toBe(7);
+  });
+
+  it('treats a 4xx as a rejection carrying the upstream code and message', async () => {
+    const error = await readJsonBody(
+      jsonResponse({ code: 'invalid_client', message: 'client authentication failed' }, 401),
+      'access-token',
+    ).catch((e) => e);
+    expect(error).toBeInstanceOf(UpstreamRejectedError);
+    expect(error.message).toBe(
+      'Open API rejected the access-token request: HTTP 401, code invalid_client: client authentication failed',
+    );
+    expect(error.upstreamCode).toBe('invalid_client');
+  });
+
+  it('says a 200 body is not JSON without quoting it', async () => {
+    const error = await readJsonBody(
+      new Response('<html>at_secret_token_value</html>', { headers: { 'content-type': 'text/html' } }),
+      'access-token',
+    ).catch((e) => e);
+    expect(error).toBeInstanceOf(UpstreamBadResponseError);
+    expect(error.message).toContain('is not JSON (HTTP 200, content-type text/html');
+    expect(error.message).not.toContain('at_secret_token_value');
+  });
+
+  it('redacts sensitive values the upstream echoes in an error message', async () => {
+    const error = await readJsonBody(
+      jsonResponse({ code: 'E1', message: 'code abcd1234 was already used' }, 400),
+      'access-token',
+      ['abcd1234'],
+    ).catch((e) => e);
+    expect(error.message).toContain('code [redacted] was already used');
+    expect(error.message).not.toContain('abcd1234');
+  });
+});
+
+describe('Function: unwrapV3Envelope', () => {
+  it('returns data on code 000000', () => {
+    expect(unwrapV3Envelope({ code: '000000', message: 'success', data: { x: 1 } }, 'authorize', [])).toEqual({ x: 1 });
+  });
+
+  it('rejects any other envelope code with the upstream code and message', () => {
+    const error = (() => {
+      try {
+        unwrapV3Envelope({ code: '100001', message: 'invalid clientId', data: null }, 'authorize', []);
+      } catch (e) {
+        return e as UpstreamRejectedError;
+      }
+    })();
+    expect(error).toBeInstanceOf(UpstreamRejectedError);
+    expect(error?.message).toBe('Open API rejected the authorize request: code 100001: invalid clientId');
+    expect(error?.upstreamMessage).toBe('invalid clientId');
+  });
+
+  it('reports a body that is not an envelope by its fields', () => {
+    expect(() => unwrapV3Envelope({ accessToken: 'x' }, 'access-token', [])).toThrow(
+      /not a v3 envelope: expected a string "code" \(fields present: accessToken\)/,
+    );
+  });
+});
+
+describe('Function: tokenFromPayload', () => {
+  it('reads accessToken, expiresIn and timestamp', () => {
+    expect(tokenFromPayload({ accessToken: 'a', refreshToken: 'r', expiresIn: 86400, timestamp: 1700000000 }, limits)).toEqual({
+      accessToken: 'a',
+      expiresIn: 86400,
+      upstreamTimestamp: 1700000000,
+    });
+  });
+
+  it.each([
+    [{ expiresIn: 10 }, 'no string "accessToken" (fields present: expiresIn)'],
+    [{ accessToken: 'a' }, 'no positive whole "expiresIn" (got undefined)'],
+    [{ accessToken: 'a', expiresIn: 0 }, 'no positive whole "expiresIn" (got 0)'],
+    [{ accessToken: 'a', expiresIn: -5 }, 'no positive whole "expiresIn" (got -5)'],
+    [{ accessToken: 'a', expiresIn: '86400' }, 'no positive whole "expiresIn" (got string)'],
+    [{ accessToken: 'a', expiresIn: 1.5 }, 'no positive whole "expiresIn" (got 1.5)'],
+    [{ accessToken: 'a', expiresIn: 40 * 86400 }, 'above the accepted maximum of 2592000s'],
+  ])('rejects %j', (payload, message) => {
+    expect(() => tokenFromPayload(payload, limits)).toThrow(message);
+  });
+
+  it('never throws anything but a BrokerError, and never echoes a string value, for any payload', () => {
+    fc.assert(
+      fc.property(fc.dictionary(fc.string(), fc.jsonValue()), (payload) => {
+        try {
+          tokenFromPayload(payload, limits);
+        } catch (error) {
+          expect(error).toBeInstanceOf(BrokerError);
+          const token = payload.accessToken;
+          if (typeof token === 'string' && token.length > 3) expect((error as Error).message).not.toContain(token);
+        }
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
+
+describe('Class: OpenApiClient against the simulator', () => {
+  const client = generateClient('flow');
+  let simulator: Simulator;
+  let v3: ConnectionConfig;
+  let legacy: ConnectionConfig;
+  const openApi = (timeoutMs = 5000) => new OpenApiClient({ timeoutMs, limits });
+  const deadline = () => Date.now() + 10_000;
+
+  beforeAll(async () => {
+    simulator = await startSimulator({ clients: [client], expiresIn: 86400 });
+    v3 = connection({ variant: 'v3', baseUrl: simulator.url });
+    legacy = connection({ name: 'legacy', variant: 'legacy', baseUrl: simulator.url });
+  });
+  afterAll(() => simulator.close());
+
+  it('runs the v3 flow and never sends the client secret', async () => {
+    const before = Date.now();
+    const token = await openApi().issue(v3, client, { deadline: deadline() });
+    expect(simulator.isValid(token.accessToken)).toBe(true);
+    expect(token.expiresIn).toBe(86400);
+    expect(token.requestedAt).toBeGreaterThanOrEqual(before);
+    const requests = simulator.requests().slice(-2);
+    expect(requests.map((r) => `${r.method} ${r.path}`)).toEqual([
+      'GET /open-api/v3/oauth/authorize',
+      'POST /open-api/v3/oauth/access-token',
+    ]);
+    expect(requests[1]?.bodyKeys.sort()).toEqual(['clientId', 'code']);
+    expect(requests.every((r) => r.headers.accept === 'application/json')).toBe(true);
+    expect(requests[1]?.headers['content-type']).toBe('application/json');
+  });
+
+  it('runs the legacy flow with the client secret in the token request', async () => {
+    const token = await openApi().issue(legacy, client, { deadline: deadline() });
+    expect(simulator.isValid(token.accessToken)).toBe(true);
+    const requests = simulator.requests().slice(-2);
+    expect(requests.map((r) => `${r.method} ${r.path}`)).toEqual([
+      'GET /open-api/oauth/authorize',
+      'POST /open-api/oauth/access-token',
+    ]);
+    expect(requests[1]?.bodyKeys.sort()).toEqual(['clientId', 'clientSecret', 'code']);
+  });
+
+  it('reads the v3 code from a configured field, and lists the fields when it is absent', async () => {
+    simulator.settings.codeField = 'authCode';
+    try {
+      const error = await openApi().issue(v3, client, { deadline: deadline() }).catch((e) => e);
+      expect(error).toBeInstanceOf(UpstreamBadResponseError);
+      expect(error.message).toContain('no authorization code in data.code (fields present: timestamp, eventType, orderId, authCode)');
+      const token = await openApi().issue({ ...v3, codeField: 'authCode' }, client, { deadline: deadline() });
+      expect(simulator.isValid(token.accessToken)).toBe(true);
+    } finally {
+      simulator.settings.codeField = 'code';
+    }
+  });
+
+  it('reports a v3 rejection with the upstream code and message', async () => {
+    const error = await openApi()
+      .issue(v3, { clientId: 'unknown', clientSecret: 'x' }, { deadline: deadline() })
+      .catch((e) => e);
+    expect(error).toBeInstanceOf(UpstreamRejectedError);
+    expect(error.message).toBe('Open API rejected the authorize request: code 100001: invalid clientId');
+  });
+
+  it('reports a legacy rejection of a wrong secret without echoing it', async () => {
+    const wrong = { clientId: client.clientId, clientSecret: 'wrong-secret-value' };
+    const error = await openApi().issue(legacy, wrong, { deadline: deadline() }).catch((e) => e);
+    expect(error).toBeInstanceOf(UpstreamRejectedError);
+    expect(error.message).toContain('HTTP 401, code invalid_client');
+    expect(error.message).not.toContain('wrong-secret-value');
+  });
+
+  it('times out a hung upstream within its budget', async () => {
+    simulator.injectFault({ times: 1, delayMs: 2000, pathIncludes: 'authorize' });
+    const error = await openApi(200).issue(v3, client, { deadline: deadline() }).catch((e) => e);
+    expect(error).toBeInstanceOf(UpstreamUnavailableError);
+    expect(error.message).toBe('Open API authorize request timed out after 200 ms');
+  });
+
+  it('never starts a request past the deadline', async () => {
+    const error = await openApi().issue(v3, client, { deadline: Date.now() - 1 }).catch((e) => e);
+    expect(error).toBeInstanceOf(UpstreamUnavailableError);
+  });
+
+  it('reports a refused connection as unavailable', async () => {
+    const closed = await startSimulator({ clients: [client] });
+    await closed.close();
+    const error = await openApi()
+      .issue({ ...v3, baseUrl: closed.url }, client, { deadline: deadline() })
+      .catch((e) => e);
+    expect(error).toBeInstanceOf(UpstreamUnavailableError);
+    expect(error.message).toBe('Open API authorize request failed: ECONNREFUSED');
+  });
+
+  it('reports a 5xx from the token endpoint as unavailable and an envelope error as rejected', async () => {
+    simulator.injectFault({ times: 1, status: 503, pathIncludes: 'access-token' });
+    await expect(openApi().issue(v3, client, { deadline: deadline() })).rejects.toBeInstanceOf(UpstreamUnavailableError);
+    simulator.injectFault({
+      times: 1,
+      status: 200,
+      pathIncludes: 'access-token',
+      body: '{"code":"200001","message":"rate limited","data":null}',
+    });
+    const error = await openApi().issue(v3, client, { deadline: deadline() }).catch((e) => e);
+    expect(error).toBeInstanceOf(UpstreamRejectedError);
+    expect(error.message).toBe('Open API rejected the access-token request: code 200001: rate limited');
+  });
+});

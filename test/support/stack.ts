@@ -1,0 +1,79 @@
+/**
+ * The real things a test can run here: dynalite, the Open API simulator over HTTP(S) and a
+ * loopback Secrets Manager endpoint reached by the real SDK clients through
+ * AWS_ENDPOINT_URL_<SERVICE>. Everything listens on 127.0.0.1, port 0, and `close()` stops it.
+ */
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { ensureTable, type LocalDynamoDB, startDynalite } from '../../local/dynamodb-local.js';
+import { type SecretsEmulator, startSecretsEmulator } from '../../local/secrets-manager-emulator.js';
+import { generateClient, type Simulator, type SimulatorClient, type SimulatorOptions, startSimulator } from '../../local/simulator.js';
+
+export interface Stack {
+  readonly dynamodb: LocalDynamoDB;
+  readonly simulator: Simulator;
+  readonly secrets: SecretsEmulator;
+  readonly v3Client: SimulatorClient;
+  readonly legacyClient: SimulatorClient;
+  readonly tableName: string;
+  /** Environment for a broker (in this process or a child) wired to this stack. */
+  readonly env: Record<string, string>;
+  close(): Promise<void>;
+}
+
+let tables = 0;
+
+export const startStack = async (
+  simulatorOptions: Partial<SimulatorOptions> = {},
+  connectionsOverride?: Record<string, unknown>,
+): Promise<Stack> => {
+  const v3Client = generateClient('v3');
+  const legacyClient = generateClient('legacy');
+  const [dynamodb, simulator, secrets] = await Promise.all([
+    startDynalite(),
+    startSimulator({ clients: [v3Client, legacyClient], ...simulatorOptions }),
+    startSecretsEmulator({
+      'open-api/v3': JSON.stringify(v3Client),
+      'open-api/legacy': JSON.stringify(legacyClient),
+    }),
+  ]);
+  tables += 1;
+  const tableName = `token-broker-test-${process.pid}-${tables}`;
+  const env: Record<string, string> = {
+    AWS_REGION: 'us-east-1',
+    AWS_ACCESS_KEY_ID: 'test',
+    AWS_SECRET_ACCESS_KEY: 'test',
+    AWS_ENDPOINT_URL_DYNAMODB: dynamodb.url,
+    AWS_ENDPOINT_URL_SECRETS_MANAGER: secrets.url,
+    BROKER_TABLE_NAME: tableName,
+    BROKER_CONNECTIONS: JSON.stringify(
+      connectionsOverride ?? {
+        sandbox: { variant: 'v3', baseUrl: simulator.url, secretId: 'open-api/v3' },
+        legacy: { variant: 'legacy', baseUrl: simulator.url, secretId: 'open-api/legacy' },
+      },
+    ),
+  };
+  const client = new DynamoDBClient({
+    endpoint: dynamodb.url,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+  });
+  await ensureTable(client, tableName);
+  client.destroy();
+  return {
+    dynamodb,
+    simulator,
+    secrets,
+    v3Client,
+    legacyClient,
+    tableName,
+    env,
+    close: async () => {
+      await Promise.all([dynamodb.close(), simulator.close(), secrets.close()]);
+    },
+  };
+};
+
+/** Sets variables on process.env for the test file (each test file runs in its own process). */
+export const applyEnv = (env: Record<string, string>) => {
+  for (const [key, value] of Object.entries(env)) process.env[key] = value;
+};

@@ -1,0 +1,17 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    pool: 'forks',
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+    // Benchmarks are run by `npm run bench`, never as tests.
+    exclude: ['bench/**', 'node_modules/**', 'dist/**'],
+    coverage: {
+      provider: 'v8',
+      include: ['lib/**', 'functions/**'],
+      reporter: ['text-summary', 'json-summary'],
+    },
+  },
+});
