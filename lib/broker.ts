@@ -88,7 +88,7 @@ export class TokenBroker {
   readonly #now: () => number;
 
   constructor(private readonly deps: TokenBrokerDeps) {
-    this.#now = deps.now ?? Date.now;
+    this.#now = deps.now ?? (() => Date.now());
   }
 
   /** Names of every configured connection. */

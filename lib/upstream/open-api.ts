@@ -273,7 +273,7 @@ export class OpenApiClient implements TokenIssuer {
 
   constructor(private readonly options: OpenApiClientOptions) {
     this.#fetch = options.fetch ?? globalThis.fetch;
-    this.#now = options.now ?? Date.now;
+    this.#now = options.now ?? (() => Date.now());
   }
 
   async issue(

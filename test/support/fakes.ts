@@ -45,7 +45,7 @@ export class FakeIssuer implements TokenIssuer {
   expiresIn = 3600;
   delayMs = 0;
   failWith: Error | undefined;
-  constructor(private readonly now: () => number = Date.now) {}
+  constructor(private readonly now: () => number = () => Date.now()) {}
 
   async issue(_connection: ConnectionConfig, _credentials: ClientCredentials): Promise<IssuedToken> {
     const requestedAt = this.now();

@@ -1,0 +1,307 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { TokenBroker, tokenDigest } from '../../lib/broker.js';
+import type { ConnectionConfig } from '../../lib/config.js';
+import {
+  BadRequestError,
+  MinValidityUnsatisfiableError,
+  StoreUnavailableError,
+  UnknownConnectionError,
+  UpstreamRejectedError,
+  UpstreamUnavailableError,
+} from '../../lib/errors.js';
+import { captureLogger, connection, FakeIssuer, FakeSecretSource, InMemoryTokenStore } from '../support/fakes.js';
+
+const T0 = new Date('2026-11-21T12:00:00Z').getTime();
+
+const setup = (overrides: { connections?: ConnectionConfig[]; recheck?: number; window?: number } = {}) => {
+  const connections = overrides.connections ?? [connection(), connection({ name: 'legacy', variant: 'legacy' })];
+  const store = new InMemoryTokenStore();
+  const secrets = new FakeSecretSource();
+  const issuer = new FakeIssuer();
+  const logger = captureLogger();
+  const broker = new TokenBroker({
+    config: {
+      connections: new Map(connections.map((c) => [c.name, c])),
+      defaultMinValiditySeconds: 60,
+      refreshWindowSeconds: overrides.window ?? 600,
+      memoryRecheckSeconds: overrides.recheck ?? 5,
+      maxTokenLifetimeSeconds: 30 * 86_400,
+    },
+    store,
+    secrets,
+    issuer,
+    logger,
+  });
+  return { broker, store, secrets, issuer, logger };
+};
+
+const deadline = () => Date.now() + 10_000;
+
+describe('Class: TokenBroker', () => {
+  beforeEach(() => {
+    vi.useFakeTimers().setSystemTime(T0);
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  describe('Method: getToken', () => {
+    it('issues once, then serves from memory without touching the store or upstream', async () => {
+      const { broker, store, issuer } = setup();
+      const first = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(first.source).toBe('upstream');
+      expect(first.record).toMatchObject({
+        connection: 'sandbox',
+        accessToken: 'token-1',
+        issuedAt: T0,
+        expiresAt: T0 + 3600_000,
+        tokenDigest: tokenDigest('token-1'),
+      });
+      const reads = store.calls.get;
+      const second = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(second).toEqual({ record: first.record, source: 'memory' });
+      expect(store.calls.get).toBe(reads);
+      expect(issuer.issued).toBe(1);
+    });
+
+    it('serves a token another container stored, without calling the upstream', async () => {
+      const { broker, store, issuer, secrets } = setup();
+      const record = {
+        connection: 'sandbox',
+        accessToken: 'from-elsewhere',
+        tokenDigest: tokenDigest('from-elsewhere'),
+        issuedAt: T0 - 1000,
+        expiresAt: T0 + 3600_000,
+      };
+      store.items.set('sandbox', record);
+      const served = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(served).toEqual({ record, source: 'dynamodb' });
+      expect(issuer.issued).toBe(0);
+      expect(secrets.calls).toBe(0);
+    });
+
+    it('checks expiry itself: a stored token past its expiry is never served', async () => {
+      const { broker, store, issuer } = setup();
+      store.items.set('sandbox', {
+        connection: 'sandbox',
+        accessToken: 'stale',
+        tokenDigest: tokenDigest('stale'),
+        issuedAt: T0 - 7200_000,
+        expiresAt: T0 - 1,
+      });
+      const served = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(served.record.accessToken).toBe('token-1');
+      expect(issuer.issued).toBe(1);
+      expect(store.items.get('sandbox')?.accessToken).toBe('token-1');
+    });
+
+    it('re-reads the store once the memory re-check interval has passed', async () => {
+      const { broker, store } = setup({ recheck: 5 });
+      await broker.getToken('sandbox', { deadline: deadline() });
+      const reads = store.calls.get;
+      vi.advanceTimersByTime(4_000);
+      expect((await broker.getToken('sandbox', { deadline: deadline() })).source).toBe('memory');
+      vi.advanceTimersByTime(1_001);
+      expect((await broker.getToken('sandbox', { deadline: deadline() })).source).toBe('dynamodb');
+      expect(store.calls.get).toBe(reads + 1);
+    });
+
+    it('stops serving a token from memory within the re-check interval once it was dropped elsewhere', async () => {
+      const { broker, store, issuer } = setup({ recheck: 5 });
+      await broker.getToken('sandbox', { deadline: deadline() });
+      store.items.delete('sandbox'); // another container invalidated it
+      vi.advanceTimersByTime(5_001);
+      const served = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(served.record.accessToken).toBe('token-2');
+      expect(issuer.issued).toBe(2);
+    });
+
+    it('honours minValidity exactly', async () => {
+      const { broker, issuer } = setup();
+      await broker.getToken('sandbox', { deadline: deadline() });
+      vi.advanceTimersByTime(3000_000); // 600 s left
+      expect((await broker.getToken('sandbox', { minValiditySeconds: 599, deadline: deadline() })).record.accessToken).toBe('token-1');
+      const fresh = await broker.getToken('sandbox', { minValiditySeconds: 600, deadline: deadline() });
+      expect(fresh.record.accessToken).toBe('token-2');
+      expect(fresh.source).toBe('upstream');
+      expect(issuer.issued).toBe(2);
+    });
+
+    it('answers a minValidity the upstream lifetime cannot satisfy with a clear error, not a loop', async () => {
+      const { broker, issuer } = setup();
+      const error = await broker.getToken('sandbox', { minValiditySeconds: 7200, deadline: deadline() }).catch((e) => e);
+      expect(error).toBeInstanceOf(MinValidityUnsatisfiableError);
+      expect(error.message).toBe('The Open API issues tokens valid for 3600s, which cannot satisfy a validity of 7200s');
+      expect(issuer.issued).toBe(1);
+    });
+
+    it.each([-1, 1.5, 30 * 86_400])('rejects minValidity %s', async (minValiditySeconds) => {
+      const { broker } = setup();
+      await expect(broker.getToken('sandbox', { minValiditySeconds, deadline: deadline() })).rejects.toBeInstanceOf(BadRequestError);
+    });
+
+    it('rejects an unknown connection, including prototype member names', async () => {
+      const { broker } = setup();
+      for (const name of ['nope', '__proto__', 'constructor', 'toString']) {
+        const error = await broker.getToken(name, { deadline: deadline() }).catch((e) => e);
+        expect(error).toBeInstanceOf(UnknownConnectionError);
+        expect(error.code).toBe('UNKNOWN_CONNECTION');
+      }
+    });
+
+    it('shares one issuance between concurrent misses in a container', async () => {
+      const { broker, issuer } = setup();
+      vi.useRealTimers();
+      issuer.delayMs = 20;
+      const served = await Promise.all(Array.from({ length: 25 }, () => broker.getToken('sandbox', { deadline: deadline() })));
+      expect(issuer.issued).toBe(1);
+      expect(new Set(served.map((s) => s.record.accessToken))).toEqual(new Set(['token-1']));
+    });
+
+    it('answers a caller who joined a slow issuance when its own deadline comes', async () => {
+      const { broker, issuer } = setup();
+      vi.useRealTimers();
+      issuer.delayMs = 300;
+      const leader = broker.getToken('sandbox', { deadline: Date.now() + 5000 });
+      const follower = broker.getToken('sandbox', { deadline: Date.now() + 50 });
+      await expect(follower).rejects.toBeInstanceOf(UpstreamUnavailableError);
+      await expect(leader).resolves.toMatchObject({ source: 'upstream' });
+    });
+
+    it('caches nothing when the upstream fails, and says what it said', async () => {
+      const { broker, issuer, store } = setup();
+      issuer.failWith = new UpstreamRejectedError('Open API rejected the authorize request: code 100001: invalid clientId', '100001', 'invalid clientId');
+      await expect(broker.getToken('sandbox', { deadline: deadline() })).rejects.toThrow('code 100001: invalid clientId');
+      expect(store.items.size).toBe(0);
+      issuer.failWith = undefined;
+      await expect(broker.getToken('sandbox', { deadline: deadline() })).resolves.toMatchObject({ source: 'upstream' });
+    });
+
+    it('keeps serving a valid token from memory while the store is unreadable', async () => {
+      const { broker, store } = setup({ recheck: 0 });
+      await broker.getToken('sandbox', { deadline: deadline() });
+      store.failing = true;
+      const served = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(served).toMatchObject({ source: 'memory', record: { accessToken: 'token-1' } });
+    });
+
+    it('fails with STORE_UNAVAILABLE when the store is unreadable and nothing is in memory', async () => {
+      const { broker, store, issuer } = setup();
+      store.failing = true;
+      const error = await broker.getToken('sandbox', { deadline: deadline() }).catch((e) => e);
+      expect(error).toBeInstanceOf(StoreUnavailableError);
+      expect(issuer.issued).toBe(0);
+    });
+
+    it('serves the longer-lived token the store already holds when its own write loses the race', async () => {
+      const { broker, store } = setup();
+      const newer = {
+        connection: 'sandbox',
+        accessToken: 'newer',
+        tokenDigest: tokenDigest('newer'),
+        issuedAt: T0,
+        expiresAt: T0 + 7200_000,
+      };
+      const put = store.put.bind(store);
+      store.put = async (record) => {
+        store.items.set('sandbox', newer); // written by another container meanwhile
+        return put(record);
+      };
+      const served = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(served).toEqual({ record: newer, source: 'dynamodb' });
+    });
+
+    it('warns about upstream clock skew but counts expiry from the local clock', async () => {
+      const { broker, issuer, logger } = setup();
+      const issue = issuer.issue.bind(issuer);
+      issuer.issue = async (...args) => ({ ...(await issue(...args)), upstreamTimestamp: T0 / 1000 + 3600 });
+      const served = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(served.record.expiresAt).toBe(T0 + 3600_000);
+      expect(logger.lines).toContainEqual(
+        expect.objectContaining({ level: 'warn', attributes: [expect.objectContaining({ skewSeconds: 3600 })] }),
+      );
+    });
+  });
+
+  describe('Method: invalidate', () => {
+    it('drops the cached token when it is the one reported, and the next call re-issues once', async () => {
+      const { broker, store, issuer } = setup();
+      await broker.getToken('sandbox', { deadline: deadline() });
+      expect(await broker.invalidate('sandbox', 'token-1')).toBe(true);
+      expect(store.items.has('sandbox')).toBe(false);
+      const next = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(next).toMatchObject({ source: 'upstream', record: { accessToken: 'token-2' } });
+      expect(issuer.issued).toBe(2);
+    });
+
+    it('ignores a report about a token that is no longer the cached one', async () => {
+      const { broker, store, issuer } = setup();
+      await broker.getToken('sandbox', { deadline: deadline() });
+      await broker.invalidate('sandbox', 'token-1');
+      await broker.getToken('sandbox', { deadline: deadline() });
+      expect(await broker.invalidate('sandbox', 'token-1')).toBe(false);
+      expect(store.items.get('sandbox')?.accessToken).toBe('token-2');
+      expect((await broker.getToken('sandbox', { deadline: deadline() })).source).toBe('memory');
+      expect(issuer.issued).toBe(2);
+    });
+
+    it('logs the digest of the reported token, never the token', async () => {
+      const { broker, logger } = setup();
+      await broker.getToken('sandbox', { deadline: deadline() });
+      await broker.invalidate('sandbox', 'token-1');
+      expect(JSON.stringify(logger.lines)).not.toContain('"token-1"');
+      expect(JSON.stringify(logger.lines)).toContain(tokenDigest('token-1'));
+    });
+  });
+
+  describe('Method: warmUp', () => {
+    it('issues where a token is missing or inside the refresh window, and leaves fresh ones alone', async () => {
+      const { broker, issuer, store } = setup({ window: 600 });
+      store.items.set('legacy', {
+        connection: 'legacy',
+        accessToken: 'still-fresh',
+        tokenDigest: tokenDigest('still-fresh'),
+        issuedAt: T0,
+        expiresAt: T0 + 3600_000,
+      });
+      const first = await broker.warmUp(deadline());
+      expect(first.connections).toEqual({
+        sandbox: { status: 'issued', expiresAt: new Date(T0 + 3600_000).toISOString(), expiresIn: 3600 },
+        legacy: { status: 'fresh', expiresAt: new Date(T0 + 3600_000).toISOString(), expiresIn: 3600 },
+      });
+      expect(issuer.issued).toBe(1);
+      vi.advanceTimersByTime(3000_000); // both now have 600 s left: inside the window
+      const second = await broker.warmUp(deadline());
+      expect(second.issued).toBe(2);
+      expect(second.connections.sandbox?.status).toBe('issued');
+      const third = await broker.warmUp(deadline());
+      expect(third.issued).toBe(0);
+    });
+
+    it('reports a failing connection without stopping the others', async () => {
+      const { broker, issuer } = setup();
+      const issue = issuer.issue.bind(issuer);
+      issuer.issue = async (conn, creds) => {
+        if (conn.name === 'legacy') throw new UpstreamUnavailableError('Open API authorize request failed: ECONNREFUSED', 1);
+        return issue(conn, creds);
+      };
+      const report = await broker.warmUp(deadline());
+      expect(report.failed).toBe(1);
+      expect(report.connections.sandbox?.status).toBe('issued');
+      expect(report.connections.legacy).toEqual({
+        status: 'failed',
+        error: { code: 'UPSTREAM_UNAVAILABLE', message: 'Open API authorize request failed: ECONNREFUSED' },
+      });
+    });
+
+    it('says so when tokens do not outlive the refresh window, instead of re-issuing forever', async () => {
+      const { broker, issuer } = setup({ window: 600 });
+      issuer.expiresIn = 300;
+      const report = await broker.warmUp(deadline());
+      expect(report.connections.sandbox).toMatchObject({
+        status: 'failed',
+        error: { code: 'MIN_VALIDITY_UNSATISFIABLE', message: expect.stringContaining('BROKER_REFRESH_WINDOW_SECONDS') },
+      });
+    });
+  });
+});
