@@ -9,12 +9,24 @@ import {
   UpstreamRejectedError,
   UpstreamUnavailableError,
 } from '../../lib/errors.js';
-import { captureLogger, connection, FakeIssuer, FakeSecretSource, InMemoryTokenStore } from '../support/fakes.js';
+import { caught, unexpected } from '../support/errors.js';
+import {
+  captureLogger,
+  connection,
+  FakeIssuer,
+  FakeSecretSource,
+  InMemoryTokenStore,
+} from '../support/fakes.js';
 
 const T0 = new Date('2026-11-21T12:00:00Z').getTime();
 
-const setup = (overrides: { connections?: ConnectionConfig[]; recheck?: number; window?: number } = {}) => {
-  const connections = overrides.connections ?? [connection(), connection({ name: 'legacy', variant: 'legacy' })];
+const setup = (
+  overrides: { connections?: ConnectionConfig[]; recheck?: number; window?: number } = {},
+) => {
+  const connections = overrides.connections ?? [
+    connection(),
+    connection({ name: 'legacy', variant: 'legacy' }),
+  ];
   const store = new InMemoryTokenStore();
   const secrets = new FakeSecretSource();
   const issuer = new FakeIssuer();
@@ -120,8 +132,14 @@ describe('Class: TokenBroker', () => {
       const { broker, issuer } = setup();
       await broker.getToken('sandbox', { deadline: deadline() });
       vi.advanceTimersByTime(3000_000); // 600 s left
-      expect((await broker.getToken('sandbox', { minValiditySeconds: 599, deadline: deadline() })).record.accessToken).toBe('token-1');
-      const fresh = await broker.getToken('sandbox', { minValiditySeconds: 600, deadline: deadline() });
+      expect(
+        (await broker.getToken('sandbox', { minValiditySeconds: 599, deadline: deadline() })).record
+          .accessToken,
+      ).toBe('token-1');
+      const fresh = await broker.getToken('sandbox', {
+        minValiditySeconds: 600,
+        deadline: deadline(),
+      });
       expect(fresh.record.accessToken).toBe('token-2');
       expect(fresh.source).toBe('upstream');
       expect(issuer.issued).toBe(2);
@@ -129,21 +147,29 @@ describe('Class: TokenBroker', () => {
 
     it('answers a minValidity the upstream lifetime cannot satisfy with a clear error, not a loop', async () => {
       const { broker, issuer } = setup();
-      const error = await broker.getToken('sandbox', { minValiditySeconds: 7200, deadline: deadline() }).catch((e) => e);
+      const error = await broker
+        .getToken('sandbox', { minValiditySeconds: 7200, deadline: deadline() })
+        .then(unexpected, caught);
       expect(error).toBeInstanceOf(MinValidityUnsatisfiableError);
-      expect(error.message).toBe('The Open API issues tokens valid for 3600s, which cannot satisfy a validity of 7200s');
+      expect(error.message).toBe(
+        'The Open API issues tokens valid for 3600s, which cannot satisfy a validity of 7200s',
+      );
       expect(issuer.issued).toBe(1);
     });
 
     it.each([-1, 1.5, 30 * 86_400])('rejects minValidity %s', async (minValiditySeconds) => {
       const { broker } = setup();
-      await expect(broker.getToken('sandbox', { minValiditySeconds, deadline: deadline() })).rejects.toBeInstanceOf(BadRequestError);
+      await expect(
+        broker.getToken('sandbox', { minValiditySeconds, deadline: deadline() }),
+      ).rejects.toBeInstanceOf(BadRequestError);
     });
 
     it('rejects an unknown connection, including prototype member names', async () => {
       const { broker } = setup();
       for (const name of ['nope', '__proto__', 'constructor', 'toString']) {
-        const error = await broker.getToken(name, { deadline: deadline() }).catch((e) => e);
+        const error = await broker
+          .getToken(name, { deadline: deadline() })
+          .then(unexpected, caught);
         expect(error).toBeInstanceOf(UnknownConnectionError);
         expect(error.code).toBe('UNKNOWN_CONNECTION');
       }
@@ -153,7 +179,9 @@ describe('Class: TokenBroker', () => {
       const { broker, issuer } = setup();
       vi.useRealTimers();
       issuer.delayMs = 20;
-      const served = await Promise.all(Array.from({ length: 25 }, () => broker.getToken('sandbox', { deadline: deadline() })));
+      const served = await Promise.all(
+        Array.from({ length: 25 }, () => broker.getToken('sandbox', { deadline: deadline() })),
+      );
       expect(issuer.issued).toBe(1);
       expect(new Set(served.map((s) => s.record.accessToken))).toEqual(new Set(['token-1']));
     });
@@ -170,11 +198,19 @@ describe('Class: TokenBroker', () => {
 
     it('caches nothing when the upstream fails, and says what it said', async () => {
       const { broker, issuer, store } = setup();
-      issuer.failWith = new UpstreamRejectedError('Open API rejected the authorize request: code 100001: invalid clientId', '100001', 'invalid clientId');
-      await expect(broker.getToken('sandbox', { deadline: deadline() })).rejects.toThrow('code 100001: invalid clientId');
+      issuer.failWith = new UpstreamRejectedError(
+        'Open API rejected the authorize request: code 100001: invalid clientId',
+        '100001',
+        'invalid clientId',
+      );
+      await expect(broker.getToken('sandbox', { deadline: deadline() })).rejects.toThrow(
+        'code 100001: invalid clientId',
+      );
       expect(store.items.size).toBe(0);
       issuer.failWith = undefined;
-      await expect(broker.getToken('sandbox', { deadline: deadline() })).resolves.toMatchObject({ source: 'upstream' });
+      await expect(broker.getToken('sandbox', { deadline: deadline() })).resolves.toMatchObject({
+        source: 'upstream',
+      });
     });
 
     it('keeps serving a valid token from memory while the store is unreadable', async () => {
@@ -188,7 +224,9 @@ describe('Class: TokenBroker', () => {
     it('fails with STORE_UNAVAILABLE when the store is unreadable and nothing is in memory', async () => {
       const { broker, store, issuer } = setup();
       store.failing = true;
-      const error = await broker.getToken('sandbox', { deadline: deadline() }).catch((e) => e);
+      const error = await broker
+        .getToken('sandbox', { deadline: deadline() })
+        .then(unexpected, caught);
       expect(error).toBeInstanceOf(StoreUnavailableError);
       expect(issuer.issued).toBe(0);
     });
@@ -214,11 +252,17 @@ describe('Class: TokenBroker', () => {
     it('warns about upstream clock skew but counts expiry from the local clock', async () => {
       const { broker, issuer, logger } = setup();
       const issue = issuer.issue.bind(issuer);
-      issuer.issue = async (...args) => ({ ...(await issue(...args)), upstreamTimestamp: T0 / 1000 + 3600 });
+      issuer.issue = async (...args) => ({
+        ...(await issue(...args)),
+        upstreamTimestamp: T0 / 1000 + 3600,
+      });
       const served = await broker.getToken('sandbox', { deadline: deadline() });
       expect(served.record.expiresAt).toBe(T0 + 3600_000);
       expect(logger.lines).toContainEqual(
-        expect.objectContaining({ level: 'warn', attributes: [expect.objectContaining({ skewSeconds: 3600 })] }),
+        expect.objectContaining({
+          level: 'warn',
+          attributes: [expect.objectContaining({ skewSeconds: 3600 })],
+        }),
       );
     });
   });
@@ -266,8 +310,16 @@ describe('Class: TokenBroker', () => {
       });
       const first = await broker.warmUp(deadline());
       expect(first.connections).toEqual({
-        sandbox: { status: 'issued', expiresAt: new Date(T0 + 3600_000).toISOString(), expiresIn: 3600 },
-        legacy: { status: 'fresh', expiresAt: new Date(T0 + 3600_000).toISOString(), expiresIn: 3600 },
+        sandbox: {
+          status: 'issued',
+          expiresAt: new Date(T0 + 3600_000).toISOString(),
+          expiresIn: 3600,
+        },
+        legacy: {
+          status: 'fresh',
+          expiresAt: new Date(T0 + 3600_000).toISOString(),
+          expiresIn: 3600,
+        },
       });
       expect(issuer.issued).toBe(1);
       vi.advanceTimersByTime(3000_000); // both now have 600 s left: inside the window
@@ -282,7 +334,8 @@ describe('Class: TokenBroker', () => {
       const { broker, issuer } = setup();
       const issue = issuer.issue.bind(issuer);
       issuer.issue = async (conn, creds) => {
-        if (conn.name === 'legacy') throw new UpstreamUnavailableError('Open API authorize request failed: ECONNREFUSED', 1);
+        if (conn.name === 'legacy')
+          throw new UpstreamUnavailableError('Open API authorize request failed: ECONNREFUSED', 1);
         return issue(conn, creds);
       };
       const report = await broker.warmUp(deadline());
@@ -290,7 +343,10 @@ describe('Class: TokenBroker', () => {
       expect(report.connections.sandbox?.status).toBe('issued');
       expect(report.connections.legacy).toEqual({
         status: 'failed',
-        error: { code: 'UPSTREAM_UNAVAILABLE', message: 'Open API authorize request failed: ECONNREFUSED' },
+        error: {
+          code: 'UPSTREAM_UNAVAILABLE',
+          message: 'Open API authorize request failed: ECONNREFUSED',
+        },
       });
     });
 
@@ -300,7 +356,10 @@ describe('Class: TokenBroker', () => {
       const report = await broker.warmUp(deadline());
       expect(report.connections.sandbox).toMatchObject({
         status: 'failed',
-        error: { code: 'MIN_VALIDITY_UNSATISFIABLE', message: expect.stringContaining('BROKER_REFRESH_WINDOW_SECONDS') },
+        error: {
+          code: 'MIN_VALIDITY_UNSATISFIABLE',
+          message: expect.stringContaining('BROKER_REFRESH_WINDOW_SECONDS'),
+        },
       });
     });
   });

@@ -11,15 +11,23 @@ describe('Function: allowsCaller', () => {
   });
 
   it('matches assumed-role ARNs with IAM-style globs', () => {
-    expect(allowsCaller(['arn:aws:sts::123456789012:assumed-role/orders-service/*'], role)).toBe(true);
+    expect(allowsCaller(['arn:aws:sts::123456789012:assumed-role/orders-service/*'], role)).toBe(
+      true,
+    );
     expect(allowsCaller(['arn:aws:sts::123456789012:assumed-role/orders-*/*'], role)).toBe(true);
     expect(allowsCaller(['arn:aws:sts::123456789012:assumed-role/billing/*'], role)).toBe(false);
-    expect(allowsCaller(['arn:aws:sts::12345678901?:assumed-role/orders-service/i-0ab?'], role)).toBe(true);
+    expect(
+      allowsCaller(['arn:aws:sts::12345678901?:assumed-role/orders-service/i-0ab?'], role),
+    ).toBe(true);
   });
 
   it('matches the whole ARN, not a prefix, and treats regex characters literally', () => {
-    expect(allowsCaller(['arn:aws:sts::123456789012:assumed-role/orders-service'], role)).toBe(false);
-    expect(allowsCaller(['arn:aws:sts::123456789012:assumed-role/orders.service/*'], role)).toBe(false);
+    expect(allowsCaller(['arn:aws:sts::123456789012:assumed-role/orders-service'], role)).toBe(
+      false,
+    );
+    expect(allowsCaller(['arn:aws:sts::123456789012:assumed-role/orders.service/*'], role)).toBe(
+      false,
+    );
   });
 
   it('refuses a caller without identity when an allowlist exists', () => {
@@ -29,8 +37,9 @@ describe('Function: allowsCaller', () => {
 
   it('a pattern equal to the ARN always matches, whatever characters it holds', () => {
     fc.assert(
-      fc.property(fc.string({ minLength: 1 }).filter((s) => !s.includes('*') && !s.includes('?')), (arn) =>
-        allowsCaller([arn], arn),
+      fc.property(
+        fc.string({ minLength: 1 }).filter((s) => !s.includes('*') && !s.includes('?')),
+        (arn) => allowsCaller([arn], arn),
       ),
     );
   });

@@ -5,7 +5,11 @@ import { ConfigError } from '../../lib/errors.js';
 const good = {
   BROKER_TABLE_NAME: 'tokens',
   BROKER_CONNECTIONS: JSON.stringify({
-    sandbox: { variant: 'v3', baseUrl: 'https://sandbox.example.com/', secretId: 'open-api/sandbox' },
+    sandbox: {
+      variant: 'v3',
+      baseUrl: 'https://sandbox.example.com/',
+      secretId: 'open-api/sandbox',
+    },
     production: {
       variant: 'legacy',
       baseUrl: 'https://api.example.com/gateway',
@@ -68,7 +72,12 @@ describe('Function: loadConfig', () => {
 
   it('accepts a custom v3 code field', () => {
     const config = loadConfig(
-      withConnection({ variant: 'v3', baseUrl: 'https://a.example', secretId: 's', codeField: 'authCode' }),
+      withConnection({
+        variant: 'v3',
+        baseUrl: 'https://a.example',
+        secretId: 's',
+        codeField: 'authCode',
+      }),
     );
     expect(config.connections.get('sandbox')?.codeField).toBe('authCode');
   });
@@ -86,8 +95,14 @@ describe('Function: loadConfig', () => {
     [{}, 'BROKER_TABLE_NAME is required'],
     [{ BROKER_TABLE_NAME: 'x' }, 'BROKER_TABLE_NAME is not a valid DynamoDB table name'],
     [{ BROKER_TABLE_NAME: 'tokens' }, 'BROKER_CONNECTIONS is required'],
-    [{ BROKER_TABLE_NAME: 'tokens', BROKER_CONNECTIONS: '{"a":' }, 'BROKER_CONNECTIONS is not valid JSON'],
-    [{ BROKER_TABLE_NAME: 'tokens', BROKER_CONNECTIONS: '[]' }, 'BROKER_CONNECTIONS must be a JSON object'],
+    [
+      { BROKER_TABLE_NAME: 'tokens', BROKER_CONNECTIONS: '{"a":' },
+      'BROKER_CONNECTIONS is not valid JSON',
+    ],
+    [
+      { BROKER_TABLE_NAME: 'tokens', BROKER_CONNECTIONS: '[]' },
+      'BROKER_CONNECTIONS must be a JSON object',
+    ],
     [{ BROKER_TABLE_NAME: 'tokens', BROKER_CONNECTIONS: '{}' }, 'at least one connection'],
   ])('rejects %j with a message naming the variable', (env, message) => {
     expect(failure(env)).toContain(message);
@@ -95,15 +110,36 @@ describe('Function: loadConfig', () => {
 
   it.each([
     [{ variant: 'v2', baseUrl: 'https://a.example', secretId: 's' }, 'field "variant"'],
-    [{ variant: 'v3', baseUrl: 'http://api.example.com', secretId: 's' }, 'field "baseUrl": must use https://'],
-    [{ variant: 'v3', baseUrl: 'http://10.0.0.1', secretId: 's' }, 'field "baseUrl": must use https://'],
-    [{ variant: 'v3', baseUrl: 'not a url', secretId: 's' }, 'field "baseUrl": must be an absolute URL'],
-    [{ variant: 'v3', baseUrl: 'https://u:p@a.example', secretId: 's' }, 'field "baseUrl": must not carry credentials'],
+    [
+      { variant: 'v3', baseUrl: 'http://api.example.com', secretId: 's' },
+      'field "baseUrl": must use https://',
+    ],
+    [
+      { variant: 'v3', baseUrl: 'http://10.0.0.1', secretId: 's' },
+      'field "baseUrl": must use https://',
+    ],
+    [
+      { variant: 'v3', baseUrl: 'not a url', secretId: 's' },
+      'field "baseUrl": must be an absolute URL',
+    ],
+    [
+      { variant: 'v3', baseUrl: 'https://u:p@a.example', secretId: 's' },
+      'field "baseUrl": must not carry credentials',
+    ],
     [{ variant: 'v3', baseUrl: 'https://a.example' }, 'field "secretId"'],
     [{ variant: 'v3', baseUrl: 'https://a.example', secretId: '  ' }, 'field "secretId"'],
-    [{ variant: 'v3', baseUrl: 'https://a.example', secretId: 's', callers: [] }, 'field "callers"'],
-    [{ variant: 'v3', baseUrl: 'https://a.example', secretId: 's', callers: [''] }, 'field "callers.0"'],
-    [{ variant: 'legacy', baseUrl: 'https://a.example', secretId: 's', codeField: 'x' }, 'field "codeField": only applies to variant "v3"'],
+    [
+      { variant: 'v3', baseUrl: 'https://a.example', secretId: 's', callers: [] },
+      'field "callers"',
+    ],
+    [
+      { variant: 'v3', baseUrl: 'https://a.example', secretId: 's', callers: [''] },
+      'field "callers.0"',
+    ],
+    [
+      { variant: 'legacy', baseUrl: 'https://a.example', secretId: 's', codeField: 'x' },
+      'field "codeField": only applies to variant "v3"',
+    ],
     [{ variant: 'v3', baseUrl: 'https://a.example', secretId: 's', secretID: 'typo' }, 'secretID'],
   ])('rejects connection settings %j, naming the connection and the field', (settings, message) => {
     const text = failure(withConnection(settings));
@@ -114,7 +150,9 @@ describe('Function: loadConfig', () => {
   it('rejects a connection name that cannot be a URL path segment', () => {
     const env = {
       BROKER_TABLE_NAME: 'tokens',
-      BROKER_CONNECTIONS: JSON.stringify({ 'a/b': { variant: 'v3', baseUrl: 'https://a.example', secretId: 's' } }),
+      BROKER_CONNECTIONS: JSON.stringify({
+        'a/b': { variant: 'v3', baseUrl: 'https://a.example', secretId: 's' },
+      }),
     };
     expect(failure(env)).toContain('connection "a/b": the name must be');
   });
@@ -128,7 +166,11 @@ describe('Function: loadConfig', () => {
   });
 
   it('refuses a refresh window that is not shorter than the maximum lifetime', () => {
-    const env = { ...good, BROKER_REFRESH_WINDOW_SECONDS: '3600', BROKER_MAX_TOKEN_LIFETIME_SECONDS: '3600' };
+    const env = {
+      ...good,
+      BROKER_REFRESH_WINDOW_SECONDS: '3600',
+      BROKER_MAX_TOKEN_LIFETIME_SECONDS: '3600',
+    };
     expect(failure(env)).toContain('BROKER_REFRESH_WINDOW_SECONDS must be shorter');
   });
 });

@@ -1,7 +1,14 @@
 /** In-memory implementations of the ports, for unit tests of the core. */
 import type { BrokerLogger } from '../../lib/broker.js';
 import type { ConnectionConfig } from '../../lib/config.js';
-import type { ClientCredentials, IssuedToken, SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../../lib/ports.js';
+import type {
+  ClientCredentials,
+  IssuedToken,
+  SecretSource,
+  TokenIssuer,
+  TokenRecord,
+  TokenStore,
+} from '../../lib/ports.js';
 
 export class InMemoryTokenStore implements TokenStore {
   readonly items = new Map<string, TokenRecord>();
@@ -32,7 +39,9 @@ export class InMemoryTokenStore implements TokenStore {
 
 export class FakeSecretSource implements SecretSource {
   calls = 0;
-  constructor(readonly credentials: ClientCredentials = { clientId: 'client-1', clientSecret: 'secret-1' }) {}
+  constructor(
+    readonly credentials: ClientCredentials = { clientId: 'client-1', clientSecret: 'secret-1' },
+  ) {}
   async getCredentials(_secretId: string) {
     this.calls += 1;
     return this.credentials;
@@ -47,7 +56,10 @@ export class FakeIssuer implements TokenIssuer {
   failWith: Error | undefined;
   constructor(private readonly now: () => number = () => Date.now()) {}
 
-  async issue(_connection: ConnectionConfig, _credentials: ClientCredentials): Promise<IssuedToken> {
+  async issue(
+    _connection: ConnectionConfig,
+    _credentials: ClientCredentials,
+  ): Promise<IssuedToken> {
     const requestedAt = this.now();
     if (this.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.delayMs));
     if (this.failWith) throw this.failWith;

@@ -5,8 +5,17 @@
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { ensureTable, type LocalDynamoDB, startDynalite } from '../../local/dynamodb-local.js';
-import { type SecretsEmulator, startSecretsEmulator } from '../../local/secrets-manager-emulator.js';
-import { generateClient, type Simulator, type SimulatorClient, type SimulatorOptions, startSimulator } from '../../local/simulator.js';
+import {
+  type SecretsEmulator,
+  startSecretsEmulator,
+} from '../../local/secrets-manager-emulator.js';
+import {
+  generateClient,
+  type Simulator,
+  type SimulatorClient,
+  type SimulatorOptions,
+  startSimulator,
+} from '../../local/simulator.js';
 
 export interface Stack {
   readonly dynamodb: LocalDynamoDB;

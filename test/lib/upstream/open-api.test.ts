@@ -7,8 +7,14 @@ import {
   UpstreamRejectedError,
   UpstreamUnavailableError,
 } from '../../../lib/errors.js';
-import { OpenApiClient, readJsonBody, tokenFromPayload, unwrapV3Envelope } from '../../../lib/upstream/open-api.js';
+import {
+  OpenApiClient,
+  readJsonBody,
+  tokenFromPayload,
+  unwrapV3Envelope,
+} from '../../../lib/upstream/open-api.js';
 import { generateClient, type Simulator, startSimulator } from '../../../local/simulator.js';
+import { caught, unexpected } from '../../support/errors.js';
 import { connection } from '../../support/fakes.js';
 
 const limits = { maxLifetimeSeconds: 30 * 86_400 };
@@ -24,7 +30,10 @@ describe('Function: readJsonBody', () => {
   });
 
   it.each([500, 502, 503, 429])('treats HTTP %i as unavailable', async (status) => {
-    const error = await readJsonBody(jsonResponse({}, status, { 'retry-after': '7' }), 'authorize').catch((e) => e);
+    const error = await readJsonBody(
+      jsonResponse({}, status, { 'retry-after': '7' }),
+      'authorize',
+    ).then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
     expect(error.code).toBe('UPSTREAM_UNAVAILABLE');
     expect(error.retryAfterSeconds).toBe(7);
@@ -34,7 +43,7 @@ describe('Function: readJsonBody', () => {
     const error = await readJsonBody(
       jsonResponse({ code: 'invalid_client', message: 'client authentication failed' }, 401),
       'access-token',
-    ).catch((e) => e);
+    ).then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamRejectedError);
     expect(error.message).toBe(
       'Open API rejected the access-token request: HTTP 401, code invalid_client: client authentication failed',
@@ -44,9 +53,11 @@ describe('Function: readJsonBody', () => {
 
   it('says a 200 body is not JSON without quoting it', async () => {
     const error = await readJsonBody(
-      new Response('<html>at_secret_token_value</html>', { headers: { 'content-type': 'text/html' } }),
+      new Response('<html>at_secret_token_value</html>', {
+        headers: { 'content-type': 'text/html' },
+      }),
       'access-token',
-    ).catch((e) => e);
+    ).then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamBadResponseError);
     expect(error.message).toContain('is not JSON (HTTP 200, content-type text/html');
     expect(error.message).not.toContain('at_secret_token_value');
@@ -57,7 +68,7 @@ describe('Function: readJsonBody', () => {
       jsonResponse({ code: 'E1', message: 'code abcd1234 was already used' }, 400),
       'access-token',
       ['abcd1234'],
-    ).catch((e) => e);
+    ).then(unexpected, caught);
     expect(error.message).toContain('code [redacted] was already used');
     expect(error.message).not.toContain('abcd1234');
   });
@@ -65,19 +76,26 @@ describe('Function: readJsonBody', () => {
 
 describe('Function: unwrapV3Envelope', () => {
   it('returns data on code 000000', () => {
-    expect(unwrapV3Envelope({ code: '000000', message: 'success', data: { x: 1 } }, 'authorize', [])).toEqual({ x: 1 });
+    expect(
+      unwrapV3Envelope({ code: '000000', message: 'success', data: { x: 1 } }, 'authorize', []),
+    ).toEqual({ x: 1 });
   });
 
   it('rejects any other envelope code with the upstream code and message', () => {
-    const error = (() => {
-      try {
-        unwrapV3Envelope({ code: '100001', message: 'invalid clientId', data: null }, 'authorize', []);
-      } catch (e) {
-        return e as UpstreamRejectedError;
-      }
-    })();
+    let error: UpstreamRejectedError | undefined;
+    try {
+      unwrapV3Envelope(
+        { code: '100001', message: 'invalid clientId', data: null },
+        'authorize',
+        [],
+      );
+    } catch (e) {
+      error = e as UpstreamRejectedError;
+    }
     expect(error).toBeInstanceOf(UpstreamRejectedError);
-    expect(error?.message).toBe('Open API rejected the authorize request: code 100001: invalid clientId');
+    expect(error?.message).toBe(
+      'Open API rejected the authorize request: code 100001: invalid clientId',
+    );
     expect(error?.upstreamMessage).toBe('invalid clientId');
   });
 
@@ -90,7 +108,12 @@ describe('Function: unwrapV3Envelope', () => {
 
 describe('Function: tokenFromPayload', () => {
   it('reads accessToken, expiresIn and timestamp', () => {
-    expect(tokenFromPayload({ accessToken: 'a', refreshToken: 'r', expiresIn: 86400, timestamp: 1700000000 }, limits)).toEqual({
+    expect(
+      tokenFromPayload(
+        { accessToken: 'a', refreshToken: 'r', expiresIn: 86400, timestamp: 1700000000 },
+        limits,
+      ),
+    ).toEqual({
       accessToken: 'a',
       expiresIn: 86400,
       upstreamTimestamp: 1700000000,
@@ -117,7 +140,8 @@ describe('Function: tokenFromPayload', () => {
         } catch (error) {
           expect(error).toBeInstanceOf(BrokerError);
           const token = payload.accessToken;
-          if (typeof token === 'string' && token.length > 3) expect((error as Error).message).not.toContain(token);
+          if (typeof token === 'string' && token.length > 3)
+            expect((error as Error).message).not.toContain(token);
         }
       }),
       { numRuns: 2000 },
@@ -151,7 +175,7 @@ describe('Class: OpenApiClient against the simulator', () => {
       'GET /open-api/v3/oauth/authorize',
       'POST /open-api/v3/oauth/access-token',
     ]);
-    expect(requests[1]?.bodyKeys.sort()).toEqual(['clientId', 'code']);
+    expect(requests[1]?.bodyKeys.toSorted()).toEqual(['clientId', 'code']);
     expect(requests.every((r) => r.headers.accept === 'application/json')).toBe(true);
     expect(requests[1]?.headers['content-type']).toBe('application/json');
   });
@@ -164,16 +188,22 @@ describe('Class: OpenApiClient against the simulator', () => {
       'GET /open-api/oauth/authorize',
       'POST /open-api/oauth/access-token',
     ]);
-    expect(requests[1]?.bodyKeys.sort()).toEqual(['clientId', 'clientSecret', 'code']);
+    expect(requests[1]?.bodyKeys.toSorted()).toEqual(['clientId', 'clientSecret', 'code']);
   });
 
   it('reads the v3 code from a configured field, and lists the fields when it is absent', async () => {
     simulator.settings.codeField = 'authCode';
     try {
-      const error = await openApi().issue(v3, client, { deadline: deadline() }).catch((e) => e);
+      const error = await openApi()
+        .issue(v3, client, { deadline: deadline() })
+        .then(unexpected, caught);
       expect(error).toBeInstanceOf(UpstreamBadResponseError);
-      expect(error.message).toContain('no authorization code in data.code (fields present: timestamp, eventType, orderId, authCode)');
-      const token = await openApi().issue({ ...v3, codeField: 'authCode' }, client, { deadline: deadline() });
+      expect(error.message).toContain(
+        'no authorization code in data.code (fields present: timestamp, eventType, orderId, authCode)',
+      );
+      const token = await openApi().issue({ ...v3, codeField: 'authCode' }, client, {
+        deadline: deadline(),
+      });
       expect(simulator.isValid(token.accessToken)).toBe(true);
     } finally {
       simulator.settings.codeField = 'code';
@@ -183,14 +213,18 @@ describe('Class: OpenApiClient against the simulator', () => {
   it('reports a v3 rejection with the upstream code and message', async () => {
     const error = await openApi()
       .issue(v3, { clientId: 'unknown', clientSecret: 'x' }, { deadline: deadline() })
-      .catch((e) => e);
+      .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamRejectedError);
-    expect(error.message).toBe('Open API rejected the authorize request: code 100001: invalid clientId');
+    expect(error.message).toBe(
+      'Open API rejected the authorize request: code 100001: invalid clientId',
+    );
   });
 
   it('reports a legacy rejection of a wrong secret without echoing it', async () => {
     const wrong = { clientId: client.clientId, clientSecret: 'wrong-secret-value' };
-    const error = await openApi().issue(legacy, wrong, { deadline: deadline() }).catch((e) => e);
+    const error = await openApi()
+      .issue(legacy, wrong, { deadline: deadline() })
+      .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamRejectedError);
     expect(error.message).toContain('HTTP 401, code invalid_client');
     expect(error.message).not.toContain('wrong-secret-value');
@@ -198,13 +232,17 @@ describe('Class: OpenApiClient against the simulator', () => {
 
   it('times out a hung upstream within its budget', async () => {
     simulator.injectFault({ times: 1, delayMs: 2000, pathIncludes: 'authorize' });
-    const error = await openApi(200).issue(v3, client, { deadline: deadline() }).catch((e) => e);
+    const error = await openApi(200)
+      .issue(v3, client, { deadline: deadline() })
+      .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
     expect(error.message).toBe('Open API authorize request timed out after 200 ms');
   });
 
   it('never starts a request past the deadline', async () => {
-    const error = await openApi().issue(v3, client, { deadline: Date.now() - 1 }).catch((e) => e);
+    const error = await openApi()
+      .issue(v3, client, { deadline: Date.now() - 1 })
+      .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
   });
 
@@ -213,22 +251,28 @@ describe('Class: OpenApiClient against the simulator', () => {
     await closed.close();
     const error = await openApi()
       .issue({ ...v3, baseUrl: closed.url }, client, { deadline: deadline() })
-      .catch((e) => e);
+      .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
     expect(error.message).toBe('Open API authorize request failed: ECONNREFUSED');
   });
 
   it('reports a 5xx from the token endpoint as unavailable and an envelope error as rejected', async () => {
     simulator.injectFault({ times: 1, status: 503, pathIncludes: 'access-token' });
-    await expect(openApi().issue(v3, client, { deadline: deadline() })).rejects.toBeInstanceOf(UpstreamUnavailableError);
+    await expect(openApi().issue(v3, client, { deadline: deadline() })).rejects.toBeInstanceOf(
+      UpstreamUnavailableError,
+    );
     simulator.injectFault({
       times: 1,
       status: 200,
       pathIncludes: 'access-token',
       body: '{"code":"200001","message":"rate limited","data":null}',
     });
-    const error = await openApi().issue(v3, client, { deadline: deadline() }).catch((e) => e);
+    const error = await openApi()
+      .issue(v3, client, { deadline: deadline() })
+      .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamRejectedError);
-    expect(error.message).toBe('Open API rejected the access-token request: code 200001: rate limited');
+    expect(error.message).toBe(
+      'Open API rejected the access-token request: code 200001: rate limited',
+    );
   });
 });

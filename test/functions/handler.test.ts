@@ -1,0 +1,438 @@
+/**
+ * The whole Lambda handler, wired to AWS SDK clients that reach dynalite and the loopback
+ * Secrets Manager through AWS_ENDPOINT_URL_*, and to the simulator over real HTTP. Every line
+ * the broker logs is captured; the last test searches them for every credential handed out.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createHandler } from '../../functions/broker/handler.js';
+import { createAwsBroker, createLogger } from '../../lib/adapters/aws.js';
+import { loadConfig } from '../../lib/config.js';
+import {
+  httpEvent,
+  httpResponse,
+  invokeHandler,
+  type LambdaHandler,
+  scheduledEvent,
+} from '../../local/lambda-emulator.js';
+import { applyEnv, type Stack, startStack } from '../support/stack.js';
+
+const ORDERS_ROLE = 'arn:aws:sts::123456789012:assumed-role/orders-service/i-0abc';
+
+let stack: Stack;
+const output: string[] = [];
+const restore: (() => void)[] = [];
+
+const newContainer = (): LambdaHandler => {
+  const logger = createLogger();
+  return createHandler({
+    broker: createAwsBroker(loadConfig(process.env), logger),
+    logger,
+  }) as LambdaHandler;
+};
+
+beforeAll(async () => {
+  stack = await startStack();
+  const url = stack.simulator.url;
+  applyEnv({
+    ...stack.env,
+    BROKER_CONNECTIONS: JSON.stringify({
+      sandbox: { variant: 'v3', baseUrl: url, secretId: 'open-api/v3' },
+      legacy: { variant: 'legacy', baseUrl: url, secretId: 'open-api/legacy' },
+      restricted: {
+        variant: 'v3',
+        baseUrl: url,
+        secretId: 'open-api/v3',
+        callers: ['arn:aws:sts::123456789012:assumed-role/orders-*/*'],
+      },
+      broken: { variant: 'legacy', baseUrl: url, secretId: 'open-api/missing' },
+    }),
+    // As loud as an operator could make it: still nothing secret may come out.
+    POWERTOOLS_LOG_LEVEL: 'DEBUG',
+    POWERTOOLS_LOGGER_LOG_EVENT: 'true',
+    BROKER_UPSTREAM_TIMEOUT_MS: '1000',
+  });
+  for (const stream of [process.stdout, process.stderr]) {
+    const write = stream.write.bind(stream);
+    stream.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+      output.push(typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8'));
+      return (write as (...args: unknown[]) => boolean)(chunk, ...rest);
+    }) as typeof stream.write;
+    restore.push(() => {
+      stream.write = write as typeof stream.write;
+    });
+  }
+});
+afterAll(async () => {
+  for (const undo of restore) undo();
+  await stack.close();
+});
+
+const http = async (
+  handler: LambdaHandler,
+  method: string,
+  url: string,
+  options: { body?: string; callerArn?: string; headers?: Record<string, string> } = {},
+) => {
+  const response = httpResponse(
+    await invokeHandler(handler, httpEvent({ method, url, ...options })),
+  );
+  return { ...response, json: response.body ? JSON.parse(response.body) : undefined };
+};
+
+describe('Handler: HTTP callers (payload format 2.0)', () => {
+  let handler: LambdaHandler;
+  beforeAll(() => {
+    handler = newContainer();
+  });
+
+  it('GET /tokens/{connection} returns the token with no-store, for both variants', async () => {
+    for (const connection of ['sandbox', 'legacy']) {
+      const before = Date.now();
+      const response = await http(handler, 'GET', `/tokens/${connection}`);
+      expect(response.status).toBe(200);
+      expect(response.headers).toMatchObject({
+        'content-type': 'application/json',
+        'cache-control': 'no-store',
+      });
+      expect(Object.keys(response.json).sort()).toEqual([
+        'accessToken',
+        'connection',
+        'expiresAt',
+        'expiresIn',
+      ]);
+      expect(response.json.connection).toBe(connection);
+      expect(stack.simulator.isValid(response.json.accessToken)).toBe(true);
+      expect(response.json.expiresAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+      const expiresAt = Date.parse(response.json.expiresAt);
+      expect(expiresAt).toBeGreaterThanOrEqual(before + 86_400_000);
+      expect(response.json.expiresIn).toBeGreaterThan(86_390);
+      expect(response.json.expiresIn).toBeLessThanOrEqual(86_400);
+      expect(response.body).not.toContain('refreshToken');
+    }
+  });
+
+  it('serves repeat calls without reaching the upstream, and a new container from DynamoDB', async () => {
+    const issued = stack.simulator.stats().issuances;
+    const first = await http(handler, 'GET', '/tokens/sandbox');
+    const second = await http(handler, 'GET', '/tokens/sandbox');
+    const otherContainer = await http(newContainer(), 'GET', '/tokens/sandbox');
+    expect(second.json.accessToken).toBe(first.json.accessToken);
+    expect(otherContainer.json.accessToken).toBe(first.json.accessToken);
+    expect(stack.simulator.stats().issuances).toBe(issued);
+  });
+
+  it('honours ?minValidity and rejects malformed values', async () => {
+    expect((await http(handler, 'GET', '/tokens/sandbox?minValidity=3600')).status).toBe(200);
+    for (const value of ['abc', '-1', '1.5', '', '1e3']) {
+      const response = await http(handler, 'GET', `/tokens/sandbox?minValidity=${value}`);
+      expect(response.status).toBe(400);
+      expect(response.json.error.code).toBe('BAD_REQUEST');
+    }
+    const tooLong = await http(handler, 'GET', '/tokens/sandbox?minValidity=90000');
+    expect(tooLong.status).toBe(400);
+    expect(tooLong.json.error).toEqual({
+      code: 'MIN_VALIDITY_UNSATISFIABLE',
+      message:
+        'The Open API issues tokens valid for 86400s, which cannot satisfy a validity of 90000s',
+    });
+  });
+
+  it('answers 404 for unknown connections and routes, with the error JSON', async () => {
+    const unknown = await http(handler, 'GET', '/tokens/production');
+    expect(unknown.status).toBe(404);
+    expect(unknown.json).toEqual({
+      error: { code: 'UNKNOWN_CONNECTION', message: "Unknown connection 'production'" },
+    });
+    for (const [method, url] of [
+      ['GET', '/nope'],
+      ['DELETE', '/tokens/sandbox'],
+      ['GET', '/tokens/sandbox/extra'],
+      ['GET', '/tokens/%2E%2E%2Fhealth'],
+    ] as const) {
+      const response = await http(handler, method, url);
+      expect(response.status).toBe(404);
+      expect(['ROUTE_NOT_FOUND', 'UNKNOWN_CONNECTION']).toContain(response.json.error.code);
+    }
+  });
+
+  it('enforces the callers allowlist on the IAM principal', async () => {
+    const allowed = await http(handler, 'GET', '/tokens/restricted', { callerArn: ORDERS_ROLE });
+    expect(allowed.status).toBe(200);
+    const denied = await http(handler, 'GET', '/tokens/restricted', {
+      callerArn: 'arn:aws:sts::123456789012:assumed-role/billing/i-0abc',
+    });
+    expect(denied.status).toBe(403);
+    expect(denied.json.error.code).toBe('CALLER_NOT_ALLOWED');
+    const invalidate = await http(handler, 'POST', '/tokens/restricted/invalidate', {
+      callerArn: 'arn:aws:iam::123456789012:user/someone',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ accessToken: allowed.json.accessToken }),
+    });
+    expect(invalidate.status).toBe(403);
+  });
+
+  it('POST /tokens/{connection}/invalidate drops only the reported current token', async () => {
+    const current = await http(handler, 'GET', '/tokens/legacy');
+    const issued = stack.simulator.stats().issuances;
+    const post = (accessToken: string) =>
+      http(handler, 'POST', '/tokens/legacy/invalidate', {
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ accessToken }),
+      });
+    const stale = await post('at_some_older_token');
+    expect(stale).toMatchObject({ status: 200, json: { invalidated: false } });
+    const dropped = await post(current.json.accessToken);
+    expect(dropped).toMatchObject({ status: 200, json: { invalidated: true } });
+    const next = await http(handler, 'GET', '/tokens/legacy');
+    expect(next.json.accessToken).not.toBe(current.json.accessToken);
+    expect(stack.simulator.isValid(next.json.accessToken)).toBe(true);
+    expect(stack.simulator.stats().issuances).toBe(issued + 1);
+    expect((await post(current.json.accessToken)).json).toEqual({ invalidated: false });
+  });
+
+  it.each([
+    ['bad JSON', 'application/json', '{"accessToken":'],
+    ['no accessToken', 'application/json', '{"token":"x"}'],
+    ['empty accessToken', 'application/json', '{"accessToken":""}'],
+    ['a JSON array', 'application/json', '[1,2]'],
+    ['a text body', 'text/plain', 'accessToken=x'],
+    ['a body over 8 KiB', 'application/json', JSON.stringify({ accessToken: 'x'.repeat(9000) })],
+    ['a __proto__ key', 'application/json', '{"__proto__":{"x":1},"accessToken":"y"}'],
+  ])('invalidate answers 400 for %s', async (_label, contentType, body) => {
+    const response = await http(handler, 'POST', '/tokens/sandbox/invalidate', {
+      headers: { 'content-type': contentType },
+      body,
+    });
+    expect(response.status).toBe(400);
+    expect(response.json.error.code).toBe('BAD_REQUEST');
+  });
+
+  it('GET /health answers without touching the upstream', async () => {
+    const before = stack.simulator.requests().length;
+    const response = await http(handler, 'GET', '/health');
+    expect(response).toMatchObject({
+      status: 200,
+      json: { status: 'ok', connections: ['sandbox', 'legacy', 'restricted', 'broken'] },
+    });
+    expect(stack.simulator.requests().length).toBe(before);
+  });
+
+  it('answers 502 with the upstream code and message when the upstream rejects the flow', async () => {
+    const fresh = newContainer();
+    await http(fresh, 'POST', '/tokens/sandbox/invalidate', {
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        accessToken: (await http(fresh, 'GET', '/tokens/sandbox')).json.accessToken,
+      }),
+    });
+    stack.simulator.injectFault({
+      times: 1,
+      status: 200,
+      pathIncludes: 'v3/oauth/authorize',
+      body: '{"code":"100009","message":"account suspended","data":null}',
+    });
+    const response = await http(fresh, 'GET', '/tokens/sandbox');
+    expect(response.status).toBe(502);
+    expect(response.json.error).toEqual({
+      code: 'UPSTREAM_REJECTED',
+      message: 'Open API rejected the authorize request: code 100009: account suspended',
+    });
+  });
+
+  it('answers 503 with Retry-After when the upstream is down and nothing is cached', async () => {
+    const fresh = newContainer();
+    await http(fresh, 'POST', '/tokens/sandbox/invalidate', {
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        accessToken: (await http(fresh, 'GET', '/tokens/sandbox')).json.accessToken,
+      }),
+    });
+    stack.simulator.injectFault({
+      times: 1,
+      status: 503,
+      pathIncludes: 'v3/oauth/authorize',
+      headers: { 'retry-after': '30' },
+    });
+    const response = await http(fresh, 'GET', '/tokens/sandbox');
+    expect(response.status).toBe(503);
+    expect(response.headers['retry-after']).toBe('30');
+    expect(response.json.error.code).toBe('UPSTREAM_UNAVAILABLE');
+  });
+
+  it('answers a hung upstream with 503 before the Lambda deadline', async () => {
+    const fresh = newContainer();
+    await http(fresh, 'POST', '/tokens/sandbox/invalidate', {
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        accessToken: (await http(fresh, 'GET', '/tokens/sandbox')).json.accessToken,
+      }),
+    });
+    stack.simulator.injectFault({ times: 1, delayMs: 5000, pathIncludes: 'v3/oauth/authorize' });
+    const outcome = await invokeHandler(
+      fresh,
+      httpEvent({ method: 'GET', url: '/tokens/sandbox' }),
+      {
+        functionName: 'token-broker',
+        region: 'us-east-1',
+        accountId: '000000000000',
+        timeoutMs: 3000,
+      },
+    );
+    expect(outcome.ok).toBe(true);
+    expect(httpResponse(outcome).status).toBe(503);
+  });
+
+  it('answers 500 without internals when a secret is missing, and logs which one', async () => {
+    const response = await http(handler, 'GET', '/tokens/broken');
+    expect(response.status).toBe(500);
+    expect(response.json.error.code).toBe('INTERNAL_ERROR');
+    expect(response.json.error.message).toMatch(
+      /^Internal error; the broker logs have the details \(request id [0-9a-f-]{36}\)$/,
+    );
+    expect(response.body).not.toContain('open-api/missing');
+    expect(output.join('')).toContain("Secret 'open-api/missing' does not exist");
+  });
+});
+
+describe('Handler: direct invoke', () => {
+  let handler: LambdaHandler;
+  beforeAll(() => {
+    handler = newContainer();
+  });
+
+  it('getToken returns the same object as HTTP', async () => {
+    const outcome = await invokeHandler(handler, {
+      action: 'getToken',
+      connection: 'legacy',
+      minValidity: 60,
+    });
+    expect(outcome.ok).toBe(true);
+    const result = (outcome as { result: Record<string, unknown> }).result;
+    expect(Object.keys(result).sort()).toEqual([
+      'accessToken',
+      'connection',
+      'expiresAt',
+      'expiresIn',
+    ]);
+    const viaHttp = await http(handler, 'GET', '/tokens/legacy');
+    expect(viaHttp.json).toEqual({ ...result, expiresIn: viaHttp.json.expiresIn });
+  });
+
+  it('invalidate returns { invalidated }', async () => {
+    const token = await invokeHandler(handler, { action: 'getToken', connection: 'sandbox' });
+    const accessToken = (token as { result: { accessToken: string } }).result.accessToken;
+    expect(
+      await invokeHandler(handler, { action: 'invalidate', connection: 'sandbox', accessToken }),
+    ).toEqual({
+      ok: true,
+      result: { invalidated: true },
+    });
+    expect(
+      await invokeHandler(handler, { action: 'invalidate', connection: 'sandbox', accessToken }),
+    ).toEqual({
+      ok: true,
+      result: { invalidated: false },
+    });
+  });
+
+  it.each([
+    [{ action: 'getToken' }, 'BadRequestError', 'Invalid direct invoke: "connection"'],
+    [
+      { action: 'getToken', connection: 'sandbox', minValidity: '60' },
+      'BadRequestError',
+      '"minValidity"',
+    ],
+    [
+      { action: 'getToken', connection: 'sandbox', minvalidity: 60 },
+      'BadRequestError',
+      'minvalidity',
+    ],
+    [{ action: 'refresh', connection: 'sandbox' }, 'BadRequestError', '"action"'],
+    [{ action: 'invalidate', connection: 'sandbox' }, 'BadRequestError', '"accessToken"'],
+    [
+      { action: 'getToken', connection: 'production' },
+      'UnknownConnectionError',
+      "Unknown connection 'production'",
+    ],
+    [{ action: 'getToken', connection: 'broken' }, 'InternalError', 'Internal error'],
+  ])('%j fails with errorType %s', async (event, errorType, message) => {
+    const outcome = await invokeHandler(handler, event);
+    expect(outcome).toMatchObject({
+      ok: false,
+      errorType,
+      errorMessage: expect.stringContaining(message),
+    });
+  });
+
+  it('reports an upstream rejection as UpstreamRejectedError', async () => {
+    const fresh = newContainer();
+    const token = await invokeHandler(fresh, { action: 'getToken', connection: 'legacy' });
+    const accessToken = (token as { result: { accessToken: string } }).result.accessToken;
+    await invokeHandler(fresh, { action: 'invalidate', connection: 'legacy', accessToken });
+    stack.simulator.injectFault({
+      times: 1,
+      status: 401,
+      pathIncludes: 'open-api/oauth/access-token',
+      body: '{"code":"invalid_client","message":"client authentication failed"}',
+    });
+    const outcome = await invokeHandler(fresh, { action: 'getToken', connection: 'legacy' });
+    expect(outcome).toMatchObject({ ok: false, errorType: 'UpstreamRejectedError' });
+  });
+});
+
+describe('Handler: scheduled warm-up and other events', () => {
+  it('refreshes what needs it, and one failing connection does not stop the others', async () => {
+    const handler = newContainer();
+    const outcome = await invokeHandler(handler, scheduledEvent());
+    expect(outcome.ok).toBe(true);
+    const report = (
+      outcome as {
+        result: {
+          connections: Record<string, { status: string; error?: { code: string } }>;
+          failed: number;
+        };
+      }
+    ).result;
+    expect(report.connections.sandbox?.status).toMatch(/^(fresh|issued)$/);
+    expect(report.connections.legacy?.status).toMatch(/^(fresh|issued)$/);
+    expect(report.connections.broken).toMatchObject({
+      status: 'failed',
+      error: { code: 'SECRET_UNAVAILABLE' },
+    });
+    expect(report.failed).toBe(1);
+    const issued = stack.simulator.stats().issuances;
+    const again = await invokeHandler(handler, scheduledEvent());
+    expect(
+      (again as { result: { connections: Record<string, { status: string }> } }).result.connections
+        .sandbox?.status,
+    ).toBe('fresh');
+    expect(stack.simulator.stats().issuances).toBe(issued);
+  });
+
+  it.each([
+    [{}],
+    [null],
+    [[1, 2]],
+    ['getToken'],
+    [{ httpMethod: 'GET', path: '/tokens/sandbox', requestContext: {} }],
+    [{ source: 'aws.events', 'detail-type': 'Something Else' }],
+  ])('refuses the unrecognised event %j with BadRequestError', async (event) => {
+    const outcome = await invokeHandler(newContainer(), event);
+    expect(outcome).toMatchObject({ ok: false, errorType: 'BadRequestError' });
+  });
+});
+
+describe('Logs', () => {
+  it('hold no access token, refresh token, authorization code or client secret', () => {
+    const logs = output.join('');
+    const secrets = [
+      ...stack.simulator.handedOut(),
+      stack.v3Client.clientSecret,
+      stack.legacyClient.clientSecret,
+    ];
+    expect(logs.length).toBeGreaterThan(1000);
+    expect(secrets.length).toBeGreaterThan(20);
+    const leaked = secrets.filter((value) => logs.includes(value));
+    expect(leaked).toEqual([]);
+  });
+});
