@@ -19,18 +19,20 @@ const common = {
   logLevel: 'warning',
 };
 
-await rm('dist', { recursive: true, force: true });
+// BUILD_OUTDIR lets tests build a private copy without racing the one in dist/.
+const outdir = process.env.BUILD_OUTDIR ?? 'dist';
+await rm(outdir, { recursive: true, force: true });
 
 await build({
   ...common,
   entryPoints: ['functions/broker/index.ts'],
-  outfile: 'dist/broker/index.mjs',
+  outfile: `${outdir}/broker/index.mjs`,
   minify: true,
 });
 await build({
   ...common,
   entryPoints: ['local/start.ts'],
-  outfile: 'dist/local/start.mjs',
+  outfile: `${outdir}/local/start.mjs`,
   // dynalite loads its storage backends dynamically; it stays a regular dependency at run time.
   external: ['dynalite'],
 });

@@ -1,0 +1,219 @@
+/**
+ * The built artefacts as real processes: the Lambda bundle loaded like Lambda loads it, against
+ * an HTTPS upstream whose certificate is trusted only through NODE_EXTRA_CA_CERTS; and
+ * `npm start`'s local runtime serving both variants over HTTP and the Lambda Invoke API.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { httpEvent, scheduledEvent } from '../local/lambda-emulator.js';
+import { type Stack, startStack } from './support/stack.js';
+
+const root = resolve(import.meta.dirname, '..');
+const outdir = join(root, '.build-test', String(process.pid));
+
+beforeAll(() => {
+  mkdirSync(outdir, { recursive: true });
+  execFileSync(process.execPath, ['scripts/build.mjs'], {
+    cwd: root,
+    env: { ...process.env, BUILD_OUTDIR: outdir },
+  });
+});
+afterAll(() => rmSync(outdir, { recursive: true, force: true }));
+
+/** A self-signed certificate for localhost, made with the machine's openssl. */
+const selfSignedCertificate = (dir: string) => {
+  const key = join(dir, 'key.pem');
+  const cert = join(dir, 'cert.pem');
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:prime256v1',
+      '-nodes',
+      '-keyout',
+      key,
+      '-out',
+      cert,
+      '-days',
+      '1',
+      '-subj',
+      '/CN=localhost',
+      '-addext',
+      'subjectAltName=DNS:localhost,IP:127.0.0.1',
+    ],
+    { stdio: 'ignore' },
+  );
+  return { key: readFileSync(key), cert: readFileSync(cert), certPath: cert };
+};
+
+const runBundle = (env: Record<string, string>, events: unknown[]) =>
+  new Promise<{
+    results: { ok: boolean; result?: Record<string, unknown>; errorType?: string }[];
+    output: string;
+  }>((done, fail) => {
+    const eventsFile = join(outdir, `events-${Date.now()}.json`);
+    const resultsFile = join(outdir, `results-${Date.now()}.json`);
+    writeFileSync(eventsFile, JSON.stringify(events));
+    const child = spawn(
+      process.execPath,
+      [
+        join(root, 'test/support/lambda-runner.mjs'),
+        join(outdir, 'broker/index.mjs'),
+        eventsFile,
+        resultsFile,
+      ],
+      // Only what Lambda would have: no inherited AWS or broker settings from this process.
+      { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let output = '';
+    child.stdout.on('data', (chunk) => (output += chunk));
+    child.stderr.on('data', (chunk) => (output += chunk));
+    child.on('error', fail);
+    child.on('exit', (code) => {
+      if (code !== 0) return fail(new Error(`runner exited ${code}: ${output.slice(-2000)}`));
+      done({ results: JSON.parse(readFileSync(resultsFile, 'utf8')), output });
+    });
+  });
+
+describe('Bundle: dist/broker/index.mjs loaded like Lambda loads it', () => {
+  let stack: Stack;
+  let certPath: string;
+
+  beforeAll(async () => {
+    const tls = selfSignedCertificate(outdir);
+    certPath = tls.certPath;
+    stack = await startStack({ tls: { key: tls.key, cert: tls.cert } });
+  });
+  afterAll(() => stack.close());
+
+  it('serves all three kinds of caller for both variants over HTTPS, and logs no credential', async () => {
+    expect(stack.simulator.url).toMatch(/^https:\/\/localhost:\d+$/);
+    const env = { ...stack.env, NODE_EXTRA_CA_CERTS: certPath, POWERTOOLS_LOG_LEVEL: 'DEBUG' };
+    const { results, output } = await runBundle(env, [
+      scheduledEvent(),
+      httpEvent({ method: 'GET', url: '/tokens/sandbox?minValidity=60' }),
+      httpEvent({ method: 'GET', url: '/tokens/legacy' }),
+      { action: 'getToken', connection: 'sandbox' },
+      { action: 'getToken', connection: 'legacy', minValidity: 3600 },
+      { action: 'getToken', connection: 'nope' },
+      { unexpected: true },
+    ]);
+    const [warm, httpV3, httpLegacy, invokeV3, invokeLegacy, unknown, bad] = results;
+    expect(warm?.result).toMatchObject({ issued: 2, failed: 0 });
+    const v3Body = JSON.parse(String(httpV3?.result?.body));
+    const legacyBody = JSON.parse(String(httpLegacy?.result?.body));
+    expect(httpV3?.result?.statusCode).toBe(200);
+    expect(stack.simulator.isValid(v3Body.accessToken)).toBe(true);
+    expect(stack.simulator.isValid(legacyBody.accessToken)).toBe(true);
+    expect(invokeV3?.result?.accessToken).toBe(v3Body.accessToken);
+    expect(invokeLegacy?.result?.accessToken).toBe(legacyBody.accessToken);
+    expect(unknown).toMatchObject({ ok: false, errorType: 'UnknownConnectionError' });
+    expect(bad).toMatchObject({ ok: false, errorType: 'BadRequestError' });
+    expect(stack.simulator.stats().issuances).toBe(2);
+
+    const secrets = [
+      ...stack.simulator.handedOut(),
+      stack.v3Client.clientSecret,
+      stack.legacyClient.clientSecret,
+    ];
+    expect(output).toContain('"message":"Token served"');
+    expect(secrets.filter((value) => output.includes(value))).toEqual([]);
+  });
+
+  it('refuses the HTTPS upstream when its certificate is not trusted', async () => {
+    const fresh = await startStack({ tls: selfSignedCertificate(outdir) });
+    try {
+      const { results } = await runBundle(fresh.env, [
+        { action: 'getToken', connection: 'sandbox' },
+      ]);
+      expect(results[0]).toMatchObject({ ok: false, errorType: 'UpstreamUnavailableError' });
+      expect(fresh.simulator.stats().issuances).toBe(0);
+    } finally {
+      await fresh.close();
+    }
+  });
+
+  it('fails at cold start with a message naming the bad variable, connection and field', async () => {
+    const env = {
+      BROKER_TABLE_NAME: 'tokens',
+      BROKER_CONNECTIONS: JSON.stringify({
+        production: { variant: 'v3', baseUrl: 'http://api.example.com', secretId: 's' },
+      }),
+    };
+    await expect(runBundle(env, [])).rejects.toThrow(
+      'BROKER_CONNECTIONS: connection "production", field "baseUrl": must use https://',
+    );
+  });
+});
+
+describe('Local runtime: npm start', () => {
+  let child: ChildProcess;
+  let url = '';
+  let output = '';
+
+  beforeAll(async () => {
+    child = spawn(process.execPath, [join(outdir, 'local/start.mjs')], {
+      cwd: root,
+      env: { PATH: process.env.PATH ?? '', PORT: '0', BROKER_LOCAL_SCHEDULE_SECONDS: '0' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stderr?.on('data', (chunk) => (output += chunk));
+    url = await new Promise<string>((done, fail) => {
+      child.stdout?.on('data', (chunk) => {
+        output += chunk;
+        const match = /Token broker\s+(http:\/\/127\.0\.0\.1:\d+)/.exec(output);
+        if (match?.[1]) done(match[1]);
+      });
+      child.on('exit', (code) => fail(new Error(`npm start exited ${code}: ${output}`)));
+    });
+  });
+  afterAll(async () => {
+    if (child.exitCode === null) {
+      const exited = new Promise((done) => child.once('exit', done));
+      child.kill('SIGTERM');
+      await exited;
+    }
+  });
+
+  it('serves tokens for both variants over HTTP and the Lambda Invoke API', async () => {
+    const v3 = await fetch(`${url}/tokens/demo-v3`);
+    expect(v3.status).toBe(200);
+    expect(v3.headers.get('cache-control')).toBe('no-store');
+    const v3Body = (await v3.json()) as { accessToken: string };
+    const legacy = (await (await fetch(`${url}/tokens/demo-legacy`)).json()) as {
+      accessToken: string;
+    };
+    expect(v3Body.accessToken).toMatch(/^at_/);
+    expect(legacy.accessToken).toMatch(/^at_/);
+    expect(legacy.accessToken).not.toBe(v3Body.accessToken);
+
+    const invoke = await fetch(`${url}/2015-03-31/functions/token-broker/invocations`, {
+      method: 'POST',
+      body: JSON.stringify({ action: 'getToken', connection: 'demo-v3' }),
+    });
+    expect(invoke.status).toBe(200);
+    expect(((await invoke.json()) as { accessToken: string }).accessToken).toBe(v3Body.accessToken);
+
+    const failed = await fetch(`${url}/2015-03-31/functions/token-broker/invocations`, {
+      method: 'POST',
+      body: JSON.stringify({ action: 'getToken', connection: 'nope' }),
+    });
+    expect(failed.headers.get('x-amz-function-error')).toBe('Unhandled');
+    expect(await failed.json()).toEqual({
+      errorType: 'UnknownConnectionError',
+      errorMessage: "Unknown connection 'nope'",
+    });
+  });
+
+  it('stops cleanly on SIGTERM', async () => {
+    const exited = new Promise<number | null>((done) => child.once('exit', done));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+  });
+});
