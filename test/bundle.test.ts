@@ -72,8 +72,12 @@ const runBundle = (env: Record<string, string>, events: unknown[]) =>
       { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let output = '';
-    child.stdout.on('data', (chunk) => (output += chunk));
-    child.stderr.on('data', (chunk) => (output += chunk));
+    child.stdout.on('data', (chunk) => {
+      output += chunk;
+    });
+    child.stderr.on('data', (chunk) => {
+      output += chunk;
+    });
     child.on('error', fail);
     child.on('exit', (code) => {
       if (code !== 0) return fail(new Error(`runner exited ${code}: ${output.slice(-2000)}`));
@@ -163,7 +167,9 @@ describe('Local runtime: npm start', () => {
       env: { PATH: process.env.PATH ?? '', PORT: '0', BROKER_LOCAL_SCHEDULE_SECONDS: '0' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    child.stderr?.on('data', (chunk) => (output += chunk));
+    child.stderr?.on('data', (chunk) => {
+      output += chunk;
+    });
     url = await new Promise<string>((done, fail) => {
       child.stdout?.on('data', (chunk) => {
         output += chunk;
