@@ -79,6 +79,17 @@ const http = async (
   return { ...response, json: response.body ? JSON.parse(response.body) : undefined };
 };
 
+/** A new container for which the connection has no cached token anywhere (memory or table). */
+const containerWithEmptyCache = async (connection: string): Promise<LambdaHandler> => {
+  const handler = newContainer();
+  const { accessToken } = (await http(handler, 'GET', `/tokens/${connection}`)).json;
+  await http(handler, 'POST', `/tokens/${connection}/invalidate`, {
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ accessToken }),
+  });
+  return handler;
+};
+
 describe('Handler: HTTP callers (payload format 2.0)', () => {
   let handler: LambdaHandler;
   beforeAll(() => {
@@ -218,13 +229,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
   });
 
   it('answers 502 with the upstream code and message when the upstream rejects the flow', async () => {
-    const fresh = newContainer();
-    await http(fresh, 'POST', '/tokens/sandbox/invalidate', {
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        accessToken: (await http(fresh, 'GET', '/tokens/sandbox')).json.accessToken,
-      }),
-    });
+    const fresh = await containerWithEmptyCache('sandbox');
     stack.simulator.injectFault({
       times: 1,
       status: 200,
@@ -240,13 +245,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
   });
 
   it('answers 503 with Retry-After when the upstream is down and nothing is cached', async () => {
-    const fresh = newContainer();
-    await http(fresh, 'POST', '/tokens/sandbox/invalidate', {
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        accessToken: (await http(fresh, 'GET', '/tokens/sandbox')).json.accessToken,
-      }),
-    });
+    const fresh = await containerWithEmptyCache('sandbox');
     stack.simulator.injectFault({
       times: 1,
       status: 503,
@@ -260,13 +259,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
   });
 
   it('answers a hung upstream with 503 before the Lambda deadline', async () => {
-    const fresh = newContainer();
-    await http(fresh, 'POST', '/tokens/sandbox/invalidate', {
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        accessToken: (await http(fresh, 'GET', '/tokens/sandbox')).json.accessToken,
-      }),
-    });
+    const fresh = await containerWithEmptyCache('sandbox');
     stack.simulator.injectFault({ times: 1, delayMs: 5000, pathIncludes: 'v3/oauth/authorize' });
     const outcome = await invokeHandler(
       fresh,
@@ -365,10 +358,7 @@ describe('Handler: direct invoke', () => {
   });
 
   it('reports an upstream rejection as UpstreamRejectedError', async () => {
-    const fresh = newContainer();
-    const token = await invokeHandler(fresh, { action: 'getToken', connection: 'legacy' });
-    const accessToken = (token as { result: { accessToken: string } }).result.accessToken;
-    await invokeHandler(fresh, { action: 'invalidate', connection: 'legacy', accessToken });
+    const fresh = await containerWithEmptyCache('legacy');
     stack.simulator.injectFault({
       times: 1,
       status: 401,
