@@ -1,9 +1,19 @@
 /**
  * The broker core: serves a valid token for a connection from memory, else from the shared
- * store, else by running the upstream flow once and storing the result. It knows nothing of
- * AWS or of event shapes; adapters and handlers plug into its ports.
+ * store, else by running the upstream flow — once for the whole fleet, under a lease held in
+ * the store. It knows nothing of AWS or of event shapes; adapters and handlers plug into its
+ * ports.
+ *
+ * Lifecycle of one connection's token across a fleet:
+ * - a miss reads the store; a valid token there is served and kept in memory;
+ * - otherwise the container takes the lease (a conditional write) and runs the flow; others
+ *   wait for the token to appear, polling with backoff within their own deadline;
+ * - the warm-up refreshes tokens that enter the refresh window; on demand, XFetch decides when
+ *   a request tries for the lease early; whoever fails to get it keeps serving the current token;
+ * - memory is re-checked against the store every `memoryRecheckSeconds`, so an invalidation
+ *   anywhere stops every container serving the dropped token within that interval.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { BrokerConfig, ConnectionConfig } from './config.js';
 import {
   BadRequestError,
@@ -12,11 +22,14 @@ import {
   StoreUnavailableError,
   toBrokerError,
   UnknownConnectionError,
+  UpstreamBadResponseError,
+  UpstreamRejectedError,
   UpstreamUnavailableError,
 } from './errors.js';
-import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from './ports.js';
+import { type BrokerMetrics, MetricName, noMetrics } from './metrics.js';
+import type { SecretSource, TokenIssuer, TokenRecord, TokenState, TokenStore } from './ports.js';
 
-/** Where a served token came from: drives logs and, later, metrics. */
+/** Where a served token came from: drives logs and metrics. */
 export type TokenSource = 'memory' | 'dynamodb' | 'upstream';
 
 export interface ServedToken {
@@ -45,7 +58,11 @@ export interface TokenBrokerDeps {
   readonly secrets: SecretSource;
   readonly issuer: TokenIssuer;
   readonly logger: BrokerLogger;
+  readonly metrics?: BrokerMetrics;
   readonly now?: () => number;
+  /** Uniform in [0, 1): drives XFetch and backoff jitter. Injectable for tests. */
+  readonly random?: () => number;
+  readonly sleep?: (ms: number) => Promise<void>;
 }
 
 export interface GetTokenOptions {
@@ -57,10 +74,7 @@ export interface GetTokenOptions {
 
 export type WarmUpOutcome =
   | { readonly status: 'fresh' | 'issued'; readonly expiresAt: string; readonly expiresIn: number }
-  | {
-      readonly status: 'failed';
-      readonly error: { readonly code: string; readonly message: string };
-    };
+  | { readonly status: 'failed'; readonly error: { readonly code: string; readonly message: string } };
 
 export interface WarmUpReport {
   readonly connections: Readonly<Record<string, WarmUpOutcome>>;
@@ -76,19 +90,45 @@ interface MemoryEntry {
 
 /** Clock skew between us and the upstream beyond which a warning is logged. */
 const SKEW_WARNING_MS = 5 * 60_000;
+/** A lease never outlives this, whatever the caller's deadline: a dead holder frees it soon. */
+const MAX_LEASE_MS = 30_000;
+/** XFetch β: 1 is the value the paper shows optimal for a single recompute. */
+const XFETCH_BETA = 1;
+/** Issuance duration assumed before one was measured. */
+const DEFAULT_ISSUANCE_MS = 1_000;
+/** Polling a lease held elsewhere: first wait and cap (full jitter in between). */
+const POLL_BASE_MS = 25;
+const POLL_CAP_MS = 500;
 
 /** SHA-256 of an access token, base64url: what invalidate compares and logs may show. */
 export const tokenDigest = (accessToken: string): string =>
   createHash('sha256').update(accessToken).digest('base64url');
 
+const isUpstreamFailure = (error: unknown): boolean =>
+  error instanceof UpstreamUnavailableError ||
+  error instanceof UpstreamRejectedError ||
+  error instanceof UpstreamBadResponseError ||
+  error instanceof StoreUnavailableError;
+
 export class TokenBroker {
   // Maps, not objects: connection names come from callers and must not reach prototype members.
   readonly #memory = new Map<string, MemoryEntry>();
   readonly #inflight = new Map<string, Promise<ServedToken>>();
+  readonly #refreshing = new Set<string>();
+  /** Last measured issuance duration per connection: XFetch's δ. */
+  readonly #issuanceMs = new Map<string, number>();
+  readonly #containerId = randomUUID();
+  #attempts = 0;
   readonly #now: () => number;
+  readonly #random: () => number;
+  readonly #sleep: (ms: number) => Promise<void>;
+  readonly #metrics: BrokerMetrics;
 
   constructor(private readonly deps: TokenBrokerDeps) {
     this.#now = deps.now ?? (() => Date.now());
+    this.#random = deps.random ?? Math.random;
+    this.#sleep = deps.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
+    this.#metrics = deps.metrics ?? noMetrics;
   }
 
   /** Names of every configured connection. */
@@ -107,6 +147,7 @@ export class TokenBroker {
   async getToken(name: string, options: GetTokenOptions): Promise<ServedToken> {
     const connection = this.connection(name);
     const { config } = this.deps;
+    const explicit = options.minValiditySeconds !== undefined;
     const minValidity = options.minValiditySeconds ?? config.defaultMinValiditySeconds;
     if (!Number.isInteger(minValidity) || minValidity < 0) {
       throw new BadRequestError('minValidity must be a whole number of seconds, 0 or more');
@@ -117,18 +158,26 @@ export class TokenBroker {
       );
     }
     const needMs = minValidity * 1000;
-    const now = this.#now();
-    const cached = this.#memory.get(name);
-    // Why re-check after memoryRecheckSeconds: another container may have invalidated or
-    // replaced the shared token; a memory cache that never looks would keep serving it.
-    if (
-      cached &&
-      cached.record.expiresAt - now > needMs &&
-      now - cached.checkedAt < config.memoryRecheckSeconds * 1000
-    ) {
-      return { record: cached.record, source: 'memory' };
+    let served: ServedToken;
+    try {
+      served = this.#fromMemory(name, needMs) ?? (await this.#singleFlight(connection, needMs, options.deadline));
+    } catch (error) {
+      // Serve the last good token: a caller that asked for nothing special gets a token that
+      // is still valid rather than an error, while the failure is logged and counted.
+      const last = this.#memory.get(name)?.record;
+      if (explicit || !isUpstreamFailure(error) || !last || last.expiresAt <= this.#now()) throw error;
+      this.deps.logger.warn('Could not get a newer token; serving the last good one', {
+        connection: name,
+        error: { code: toBrokerError(error).code, message: toBrokerError(error).message },
+      });
+      this.#metrics.record(MetricName.LastGoodTokenServed, name);
+      served = { record: last, source: 'memory' };
     }
-    return this.#singleFlight(connection, needMs, options.deadline);
+    if (served.source !== 'upstream' && this.#dueForRefresh(served.record)) {
+      served = (await this.#refreshAhead(connection, served.record, options.deadline)) ?? served;
+    }
+    this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
+    return served;
   }
 
   /**
@@ -157,7 +206,7 @@ export class TokenBroker {
 
   /**
    * Makes sure every connection holds a token valid beyond the refresh window; issues only where
-   * one is missing or about to expire. A failing connection does not stop the others.
+   * one is missing or inside the window. A failing connection does not stop the others.
    */
   async warmUp(deadline: number): Promise<WarmUpReport> {
     const windowMs = this.deps.config.refreshWindowSeconds * 1000;
@@ -165,9 +214,7 @@ export class TokenBroker {
       [...this.deps.config.connections.values()].map(
         async (connection): Promise<[string, WarmUpOutcome]> => {
           try {
-            const { record, source } = await this.#singleFlight(connection, windowMs, deadline, {
-              bypassMemory: true,
-            });
+            const { record, source } = await this.#singleFlight(connection, windowMs, deadline, true);
             return [
               connection.name,
               {
@@ -178,21 +225,18 @@ export class TokenBroker {
             ];
           } catch (error) {
             const failure = this.#warmUpFailure(error);
+            this.#metrics.record(MetricName.RefreshFailures, connection.name);
             this.deps.logger.error('Warm-up failed for connection', {
               connection: connection.name,
               error: { name: failure.name, code: failure.code, message: failure.message },
             });
-            return [
-              connection.name,
-              { status: 'failed', error: { code: failure.code, message: failure.message } },
-            ];
+            return [connection.name, { status: 'failed', error: { code: failure.code, message: failure.message } }];
           }
         },
       ),
     );
-    const connections = Object.fromEntries(outcomes);
     return {
-      connections,
+      connections: Object.fromEntries(outcomes),
       issued: outcomes.filter(([, o]) => o.status === 'issued').length,
       failed: outcomes.filter(([, o]) => o.status === 'failed').length,
     };
@@ -207,16 +251,84 @@ export class TokenBroker {
     return toBrokerError(error);
   }
 
+  /** The memory entry, if valid for `needMs` and confirmed by the store recently enough. */
+  #fromMemory(name: string, needMs: number): ServedToken | undefined {
+    const cached = this.#memory.get(name);
+    const now = this.#now();
+    // Why re-check after memoryRecheckSeconds: another container may have invalidated or
+    // replaced the shared token; a memory cache that never looks would keep serving it.
+    if (
+      cached &&
+      cached.record.expiresAt - now > needMs &&
+      now - cached.checkedAt < this.deps.config.memoryRecheckSeconds * 1000
+    ) {
+      return { record: cached.record, source: 'memory' };
+    }
+    return undefined;
+  }
+
+  /**
+   * XFetch (Vattani et al., VLDB 2015), aimed at the start of the refresh window rather than
+   * at expiry: the closer the window, the likelier a request tries for the lease, so the fleet
+   * does not try in step. It decides when to *try*; the lease decides who mints.
+   */
+  #dueForRefresh(record: TokenRecord): boolean {
+    const lifetime = record.expiresAt - record.issuedAt;
+    // A window as long as the lifetime would refresh on every request, forever.
+    const windowMs = Math.min(this.deps.config.refreshWindowSeconds * 1000, lifetime / 2);
+    const delta = this.#issuanceMs.get(record.connection) ?? DEFAULT_ISSUANCE_MS;
+    const earliness = -delta * XFETCH_BETA * Math.log(1 - this.#random());
+    return this.#now() + earliness >= record.expiresAt - windowMs;
+  }
+
+  /**
+   * Tries once for the lease to replace a token that is still valid. Never waits for another
+   * holder and never fails the caller: on any problem the current token keeps being served.
+   */
+  async #refreshAhead(
+    connection: ConnectionConfig,
+    current: TokenRecord,
+    deadline: number,
+  ): Promise<ServedToken | undefined> {
+    const { name } = connection;
+    if (this.#refreshing.has(name) || this.#inflight.has(name)) return undefined;
+    this.#refreshing.add(name);
+    const now = this.#now();
+    const holder = this.#nextHolder();
+    try {
+      const attempt = await this.deps.store.acquireLease(name, {
+        holder,
+        leaseExpiresAt: Math.min(deadline, now + MAX_LEASE_MS),
+        now,
+        // Replace the token we saw, never a newer one another container wrote meanwhile.
+        replaceIfExpiresBefore: current.expiresAt + 1,
+      });
+      if (!attempt.acquired) return undefined;
+      this.deps.logger.info('Refreshing the token ahead of expiry', { connection: name });
+      return await this.#issueUnderLease(connection, holder, 0, deadline);
+    } catch (error) {
+      const failure = toBrokerError(error);
+      this.#metrics.record(MetricName.RefreshFailures, name);
+      this.deps.logger.warn('Refresh ahead of expiry failed; the current token is still served', {
+        connection: name,
+        error: { name: failure.name, code: failure.code, message: failure.message },
+      });
+      return undefined;
+    } finally {
+      this.#refreshing.delete(name);
+    }
+  }
+
   /** Concurrent misses for one connection in this container share one load. */
   async #singleFlight(
     connection: ConnectionConfig,
     needMs: number,
     deadline: number,
-    options: { bypassMemory?: boolean } = {},
+    bypassMemory = false,
   ): Promise<ServedToken> {
     const existing = this.#inflight.get(connection.name);
     if (!existing) {
-      const load = this.#load(connection, needMs, deadline, options).finally(() =>
+      const load = this.#obtain(connection, needMs, deadline, bypassMemory).finally(() =>
         this.#inflight.delete(connection.name),
       );
       this.#inflight.set(connection.name, load);
@@ -226,88 +338,161 @@ export class TokenBroker {
     if (shared.record.expiresAt - this.#now() > needMs) return shared;
     // The shared load asked for less validity than this caller needs.
     if (shared.source === 'upstream') throw this.#unsatisfiable(shared.record, needMs);
-    return this.#load(connection, needMs, deadline, options);
+    return this.#obtain(connection, needMs, deadline, bypassMemory);
   }
 
-  async #load(
+  /** Reads the store until it holds a token valid for `needMs`, issuing it under the lease. */
+  async #obtain(
     connection: ConnectionConfig,
     needMs: number,
     deadline: number,
-    { bypassMemory = false }: { bypassMemory?: boolean },
+    bypassMemory: boolean,
   ): Promise<ServedToken> {
     const { name } = connection;
-    let stored: TokenRecord | undefined;
+    let known: TokenState | undefined;
+    let waits = 0;
+    for (;;) {
+      const state = known ?? (await this.#read(name, needMs, bypassMemory));
+      known = undefined;
+      if ('source' in state) return state; // the store is down; memory had a usable token
+      const now = this.#now();
+      const { token, lease } = state;
+      // DynamoDB deletes expired items late (up to days): expiry is always checked here.
+      if (token && token.expiresAt > now) this.#memory.set(name, { record: token, checkedAt: now });
+      else this.#memory.delete(name);
+      if (token && token.expiresAt - now > needMs) return { record: token, source: 'dynamodb' };
+
+      if (!lease || lease.expiresAt < now) {
+        if (deadline <= now) throw new UpstreamUnavailableError('No time left to issue a token', 1);
+        const holder = this.#nextHolder();
+        const attempt = await this.#store('take the lease', () =>
+          this.deps.store.acquireLease(name, {
+            holder,
+            leaseExpiresAt: Math.min(deadline, now + MAX_LEASE_MS),
+            now,
+            replaceIfExpiresBefore: now + needMs + 1,
+          }),
+        );
+        if (attempt.acquired) {
+          const issued = await this.#issueUnderLease(connection, holder, needMs, deadline);
+          if (issued) return issued;
+          continue; // our lease was taken over while we ran: wait for the new holder's token
+        }
+        known = attempt.state;
+        continue;
+      }
+
+      // Another container holds a live lease: wait for its token, within our own deadline.
+      if (waits === 0) this.#metrics.record(MetricName.LeaseWaits, name);
+      const wait = Math.min(this.#random() * Math.min(POLL_CAP_MS, POLL_BASE_MS * 2 ** waits), deadline - now);
+      waits += 1;
+      if (wait <= 0) {
+        throw new UpstreamUnavailableError('Timed out waiting for another container to issue the token', 1);
+      }
+      await this.#sleep(wait);
+    }
+  }
+
+  /** Reads the store; when it is down, falls back to a usable token in memory. */
+  async #read(name: string, needMs: number, bypassMemory: boolean): Promise<TokenState | ServedToken> {
     try {
-      stored = await this.deps.store.get(name);
+      return await this.deps.store.read(name);
     } catch (error) {
       const cached = this.#memory.get(name);
       if (!bypassMemory && cached && cached.record.expiresAt - this.#now() > needMs) {
-        this.deps.logger.warn('Token store unreadable; serving the token held in memory', {
-          connection: name,
-        });
+        this.deps.logger.warn('Token store unreadable; serving the token held in memory', { connection: name });
         return { record: cached.record, source: 'memory' };
       }
-      throw new StoreUnavailableError('The token store could not be read; retry shortly', {
-        cause: error,
-      });
+      throw new StoreUnavailableError('The token store could not be read; retry shortly', { cause: error });
     }
-    const now = this.#now();
-    // DynamoDB deletes expired items late (up to days): expiry is always checked here.
-    if (stored && stored.expiresAt - now > needMs) {
-      this.#memory.set(name, { record: stored, checkedAt: now });
-      return { record: stored, source: 'dynamodb' };
-    }
-    if (!stored) this.#memory.delete(name);
-    return this.#issue(connection, needMs, deadline);
   }
 
-  async #issue(
+  async #store<T>(what: string, operation: () => Promise<T>): Promise<T> {
+    try {
+      return await operation();
+    } catch (error) {
+      throw new StoreUnavailableError(`The token store failed to ${what}; retry shortly`, { cause: error });
+    }
+  }
+
+  /**
+   * Runs the flow while holding the lease and writes the token, which releases the lease.
+   * Returns undefined when the lease was lost meanwhile (the new holder's token wins).
+   */
+  async #issueUnderLease(
     connection: ConnectionConfig,
+    holder: string,
     needMs: number,
     deadline: number,
-  ): Promise<ServedToken> {
+  ): Promise<ServedToken | undefined> {
     const { name } = connection;
-    const credentials = await this.deps.secrets.getCredentials(connection.secretId);
-    const issued = await this.deps.issuer.issue(connection, credentials, { deadline });
-    const record: TokenRecord = {
-      connection: name,
-      accessToken: issued.accessToken,
-      tokenDigest: tokenDigest(issued.accessToken),
-      issuedAt: issued.requestedAt,
-      expiresAt: issued.requestedAt + issued.expiresIn * 1000,
-    };
-    const skewMs =
-      issued.upstreamTimestamp === undefined
-        ? undefined
-        : issued.upstreamTimestamp * 1000 - issued.requestedAt;
-    if (skewMs !== undefined && Math.abs(skewMs) > SKEW_WARNING_MS) {
+    let record: TokenRecord;
+    try {
+      const credentials = await this.deps.secrets.getCredentials(connection.secretId);
+      const started = this.#now();
+      const issued = await this.deps.issuer.issue(connection, credentials, { deadline });
+      const took = this.#now() - started;
+      this.#issuanceMs.set(name, took);
+      this.#metrics.record(MetricName.UpstreamIssuances, name);
+      this.#metrics.record(MetricName.UpstreamLatency, name, took);
+      record = {
+        connection: name,
+        accessToken: issued.accessToken,
+        tokenDigest: tokenDigest(issued.accessToken),
+        issuedAt: issued.requestedAt,
+        expiresAt: issued.requestedAt + issued.expiresIn * 1000,
+      };
+      this.#checkSkew(name, issued.upstreamTimestamp, issued.requestedAt);
+      this.deps.logger.info('Token issued by the Open API', {
+        connection: name,
+        variant: connection.variant,
+        tokenDigest: record.tokenDigest,
+        expiresIn: issued.expiresIn,
+        issuanceMs: took,
+      });
+    } catch (error) {
+      // The flow failed: free the lease now rather than make others wait for it to expire.
+      await this.deps.store.releaseLease(name, holder).catch(() => undefined);
+      throw error;
+    }
+    let written: boolean;
+    try {
+      written = await this.deps.store.putToken(record, holder);
+    } catch (error) {
+      // The token is valid: serve it from memory rather than fail the caller. Other containers
+      // will wait out the lease, which costs at worst one more issuance.
+      this.deps.logger.error('Token store write failed; token kept in memory only', {
+        connection: name,
+        error: { name: (error as Error)?.name },
+      });
+      written = true;
+    }
+    if (!written) {
+      this.deps.logger.warn('Lease was taken over while issuing; using the new holder’s token', {
+        connection: name,
+        tokenDigest: record.tokenDigest,
+      });
+      return undefined;
+    }
+    this.#memory.set(name, { record, checkedAt: this.#now() });
+    if (record.expiresAt - this.#now() <= needMs) throw this.#unsatisfiable(record, needMs);
+    return { record, source: 'upstream' };
+  }
+
+  #checkSkew(name: string, upstreamTimestamp: number | undefined, requestedAt: number) {
+    if (upstreamTimestamp === undefined) return;
+    const skewMs = upstreamTimestamp * 1000 - requestedAt;
+    if (Math.abs(skewMs) > SKEW_WARNING_MS) {
       this.deps.logger.warn('Upstream clock differs from ours; expiry counts from our clock', {
         connection: name,
         skewSeconds: Math.round(skewMs / 1000),
       });
     }
-    let current: TokenRecord;
-    try {
-      current = await this.deps.store.put(record);
-    } catch (error) {
-      // The token is valid: serve it from memory rather than fail the caller. Other containers
-      // will not see it, which costs at worst one more issuance.
-      this.deps.logger.error('Token store write failed; token kept in memory only', {
-        connection: name,
-        error: { name: (error as Error)?.name },
-      });
-      current = record;
-    }
-    this.#memory.set(name, { record: current, checkedAt: this.#now() });
-    this.deps.logger.info('Token issued by the Open API', {
-      connection: name,
-      variant: connection.variant,
-      tokenDigest: record.tokenDigest,
-      expiresIn: issued.expiresIn,
-      keptExisting: current !== record,
-    });
-    if (current.expiresAt - this.#now() <= needMs) throw this.#unsatisfiable(current, needMs);
-    return { record: current, source: current === record ? 'upstream' : 'dynamodb' };
+  }
+
+  #nextHolder(): string {
+    this.#attempts += 1;
+    return `${this.#containerId}:${this.#attempts}`;
   }
 
   #unsatisfiable(record: TokenRecord, needMs: number): MinValidityUnsatisfiableError {
@@ -323,13 +508,7 @@ const withDeadline = <T>(promise: Promise<T>, wait: number): Promise<T> => {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(
-      () =>
-        reject(
-          new UpstreamUnavailableError(
-            'Timed out waiting for a token being issued concurrently',
-            1,
-          ),
-        ),
+      () => reject(new UpstreamUnavailableError('Timed out waiting for a token being issued concurrently', 1)),
       Math.max(0, wait),
     );
   });

@@ -22,16 +22,56 @@ export interface TokenRecord {
   readonly expiresAt: number;
 }
 
-/** Where tokens are shared between containers (DynamoDB in production). */
+/** A claim, held by one container at a time, to run the upstream flow for a connection. */
+export interface Lease {
+  /** Unique per attempt: `<container id>:<sequence>`. */
+  readonly holder: string;
+  /** Epoch ms after which anyone may take the lease over (the holder is presumed dead). */
+  readonly expiresAt: number;
+}
+
+/** What the shared store holds for one connection. */
+export interface TokenState {
+  readonly token: TokenRecord | undefined;
+  readonly lease: Lease | undefined;
+}
+
+export type LeaseAttempt =
+  | { readonly acquired: true }
+  | { readonly acquired: false; readonly state: TokenState | undefined };
+
+/**
+ * Where tokens are shared between containers (DynamoDB in production). Every write is
+ * conditional; the conditions are what makes one issuance per lifetime hold across a fleet.
+ */
 export interface TokenStore {
-  /** The stored token, expired or not: the caller checks expiry. */
-  get(connection: string): Promise<TokenRecord | undefined>;
+  /** The stored token (expired or not: the caller checks expiry) and the lease, if any. */
+  read(connection: string): Promise<TokenState>;
   /**
-   * Stores `record` unless the store already holds a token that lives longer. Returns the
-   * token that is current after the call (the given one, or the longer-lived one kept).
+   * Takes the lease for `holder` only if no live lease exists (none, or expired before `now`)
+   * AND the stored token does not outlive `replaceIfExpiresBefore` (so a token written by the
+   * previous holder a moment ago is not replaced). On failure, returns the state that won.
    */
-  put(record: TokenRecord): Promise<TokenRecord>;
-  /** Deletes the token only if its digest is `tokenDigest`. Returns whether it deleted. */
+  acquireLease(
+    connection: string,
+    request: {
+      readonly holder: string;
+      readonly leaseExpiresAt: number;
+      readonly now: number;
+      readonly replaceIfExpiresBefore: number;
+    },
+  ): Promise<LeaseAttempt>;
+  /**
+   * Writes `record` and releases the lease in one step, if `holder` still holds the lease (or
+   * no one does and the stored token is older). Returns whether it wrote.
+   */
+  putToken(record: TokenRecord, holder: string): Promise<boolean>;
+  /** Gives the lease up if `holder` still holds it (after a failed flow). */
+  releaseLease(connection: string, holder: string): Promise<void>;
+  /**
+   * Removes the token only if its digest is `tokenDigest` (compare-and-delete); a lease in
+   * progress is left alone. Returns whether it removed the token.
+   */
   deleteIfMatches(connection: string, tokenDigest: string): Promise<boolean>;
 }
 

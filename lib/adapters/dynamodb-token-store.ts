@@ -1,25 +1,29 @@
 /**
- * {@link TokenStore} on DynamoDB. The only file that knows the item layout:
+ * {@link TokenStore} on DynamoDB. One item per connection holds both the token and the lease,
+ * so that taking the lease can be conditioned on the token still needing replacement, and
+ * writing the token releases the lease in the same request.
  *
- * | attribute   | type | meaning                                                   |
- * |-------------|------|-----------------------------------------------------------|
- * | pk          | S    | `token#<connection>`                                      |
- * | connection  | S    | connection name                                           |
- * | accessToken | S    | the access token (the client secret is never stored)      |
- * | tokenDigest | S    | SHA-256 of the access token, base64url                    |
- * | issuedAt    | N    | epoch ms at which the token request was sent              |
- * | expiresAt   | N    | epoch ms after which the token must not be served         |
- * | ttl         | N    | epoch seconds = issuance + expiresIn (DynamoDB TTL)       |
+ * | attribute       | type | meaning                                                       |
+ * |-----------------|------|---------------------------------------------------------------|
+ * | pk              | S    | `token#<connection>`                                          |
+ * | connection      | S    | connection name                                               |
+ * | accessToken     | S    | the access token (the client secret is never stored)          |
+ * | tokenDigest     | S    | SHA-256 of the access token, base64url                        |
+ * | issuedAt        | N    | epoch ms at which the token request was sent                  |
+ * | expiresAt       | N    | epoch ms after which the token must not be served             |
+ * | ttl             | N    | epoch seconds = issuance + expiresIn (DynamoDB TTL)           |
+ * | leaseHolder     | S    | who is running the upstream flow now, if anyone               |
+ * | leaseExpiresAt  | N    | epoch ms after which the lease may be taken over              |
  */
 import {
   type AttributeValue,
   ConditionalCheckFailedException,
-  DeleteItemCommand,
   type DynamoDBClient,
   GetItemCommand,
   PutItemCommand,
+  UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
-import type { TokenRecord, TokenStore } from '../ports.js';
+import type { LeaseAttempt, TokenRecord, TokenState, TokenStore } from '../ports.js';
 
 type Item = Record<string, AttributeValue>;
 
@@ -36,16 +40,21 @@ const toItem = (record: TokenRecord): Item => ({
   ttl: { N: String(Math.floor(record.expiresAt / 1000)) },
 });
 
-/** Reads an item; anything malformed counts as absent so that the next issuance replaces it. */
-const fromItem = (item: Item | undefined): TokenRecord | undefined => {
+/** Reads an item; a malformed token counts as absent so that the next issuance replaces it. */
+const fromItem = (item: Item | undefined): TokenState => {
   const connection = item?.connection?.S;
   const accessToken = item?.accessToken?.S;
   const tokenDigest = item?.tokenDigest?.S;
   const issuedAt = Number(item?.issuedAt?.N);
   const expiresAt = Number(item?.expiresAt?.N);
-  if (!connection || !accessToken || !tokenDigest) return undefined;
-  if (!Number.isFinite(issuedAt) || !Number.isFinite(expiresAt)) return undefined;
-  return { connection, accessToken, tokenDigest, issuedAt, expiresAt };
+  const token =
+    connection && accessToken && tokenDigest && Number.isFinite(issuedAt) && Number.isFinite(expiresAt)
+      ? { connection, accessToken, tokenDigest, issuedAt, expiresAt }
+      : undefined;
+  const holder = item?.leaseHolder?.S;
+  const leaseExpiresAt = Number(item?.leaseExpiresAt?.N);
+  const lease = holder && Number.isFinite(leaseExpiresAt) ? { holder, expiresAt: leaseExpiresAt } : undefined;
+  return { token, lease };
 };
 
 export class DynamoDBTokenStore implements TokenStore {
@@ -54,52 +63,107 @@ export class DynamoDBTokenStore implements TokenStore {
     private readonly tableName: string,
   ) {}
 
-  async get(connection: string): Promise<TokenRecord | undefined> {
+  async read(connection: string): Promise<TokenState> {
     const { Item } = await this.client.send(
       // Strongly consistent: right after an invalidate or a new issuance elsewhere, an eventually
-      // consistent read could hand back the token that was just dropped.
-      new GetItemCommand({
-        TableName: this.tableName,
-        Key: tokenKey(connection),
-        ConsistentRead: true,
-      }),
+      // consistent read could hand back the token that was just dropped or the lease just freed.
+      new GetItemCommand({ TableName: this.tableName, Key: tokenKey(connection), ConsistentRead: true }),
     );
     return fromItem(Item);
   }
 
-  async put(record: TokenRecord): Promise<TokenRecord> {
+  async acquireLease(
+    connection: string,
+    request: { holder: string; leaseExpiresAt: number; now: number; replaceIfExpiresBefore: number },
+  ): Promise<LeaseAttempt> {
+    try {
+      await this.client.send(
+        new UpdateItemCommand({
+          TableName: this.tableName,
+          Key: tokenKey(connection),
+          UpdateExpression: 'SET leaseHolder = :holder, leaseExpiresAt = :leaseExpiresAt',
+          // Timeline of the race this prevents:
+          //   t0  A and B both read a token about to expire, no lease
+          //   t1  A takes the lease (condition holds), runs the flow
+          //   t2  B tries: the lease is live → fails, B waits for A's token
+          //   t3  A writes its token and the lease goes with it (putToken)
+          //   t4  a late C tries: no lease, but the token now outlives its need → fails,
+          //       C serves A's token. Without the token clause C would issue a second one.
+          // A holder that dies leaves a lease that expires at its own deadline; after that the
+          // first to try takes it over.
+          ConditionExpression:
+            '(attribute_not_exists(leaseExpiresAt) OR leaseExpiresAt < :now) AND (attribute_not_exists(expiresAt) OR expiresAt < :replaceIfExpiresBefore)',
+          ExpressionAttributeValues: {
+            ':holder': { S: request.holder },
+            ':leaseExpiresAt': { N: String(request.leaseExpiresAt) },
+            ':now': { N: String(request.now) },
+            ':replaceIfExpiresBefore': { N: String(request.replaceIfExpiresBefore) },
+          },
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return { acquired: true };
+    } catch (error) {
+      if (!(error instanceof ConditionalCheckFailedException)) throw error;
+      // DynamoDB returns the winning item; emulators may not (the caller then reads again).
+      return { acquired: false, state: error.Item ? fromItem(error.Item) : undefined };
+    }
+  }
+
+  async putToken(record: TokenRecord, holder: string): Promise<boolean> {
     try {
       await this.client.send(
         new PutItemCommand({
           TableName: this.tableName,
+          // The whole item is replaced: the lease attributes are not in it, so this releases
+          // the lease in the same write.
           Item: toItem(record),
-          // Never replace a longer-lived token with a shorter-lived one. Timeline:
-          //   t0  container A sends its token request
-          //   t1  container B sends its token request, gets token B (expires t1+L), writes it
-          //   t2  A gets token A (expires t0+L < t1+L) and tries to write: condition fails,
-          //       A serves B's token instead, so both containers hand out the same token.
+          // Only the lease holder writes. A holder whose lease expired and was taken over must
+          // not overwrite the new holder's work (the upstream may already have revoked its
+          // token). With no lease at all, a write that keeps the longer-lived token is allowed.
           ConditionExpression:
-            'attribute_not_exists(pk) OR attribute_not_exists(expiresAt) OR expiresAt < :expiresAt',
-          ExpressionAttributeValues: { ':expiresAt': { N: String(record.expiresAt) } },
-          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+            'leaseHolder = :holder OR (attribute_not_exists(leaseHolder) AND (attribute_not_exists(expiresAt) OR expiresAt < :expiresAt))',
+          ExpressionAttributeValues: {
+            ':holder': { S: holder },
+            ':expiresAt': { N: String(record.expiresAt) },
+          },
         }),
       );
-      return record;
+      return true;
+    } catch (error) {
+      if (error instanceof ConditionalCheckFailedException) return false;
+      throw error;
+    }
+  }
+
+  async releaseLease(connection: string, holder: string): Promise<void> {
+    try {
+      await this.client.send(
+        new UpdateItemCommand({
+          TableName: this.tableName,
+          Key: tokenKey(connection),
+          UpdateExpression: 'REMOVE leaseHolder, leaseExpiresAt',
+          ConditionExpression: 'leaseHolder = :holder',
+          ExpressionAttributeValues: { ':holder': { S: holder } },
+        }),
+      );
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException)) throw error;
-      // DynamoDB returns the kept item; emulators may not, so read it then.
-      return fromItem(error.Item) ?? (await this.get(record.connection)) ?? record;
     }
   }
 
   async deleteIfMatches(connection: string, tokenDigest: string): Promise<boolean> {
     try {
       await this.client.send(
-        new DeleteItemCommand({
+        new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
+          // Only the token goes; a lease in progress stays, so the refresh it guards is not
+          // started a second time by someone else.
+          UpdateExpression: 'REMOVE accessToken, tokenDigest, issuedAt, expiresAt, #ttl',
           // Compare-and-delete: a late report about an older token must not drop a newer one.
           ConditionExpression: 'tokenDigest = :digest',
+          ExpressionAttributeNames: { '#ttl': 'ttl' },
           ExpressionAttributeValues: { ':digest': { S: tokenDigest } },
         }),
       );

@@ -11,6 +11,7 @@ import {
 } from '../../lib/errors.js';
 import { caught, unexpected } from '../support/errors.js';
 import {
+  CountingMetrics,
   captureLogger,
   connection,
   FakeIssuer,
@@ -20,17 +21,27 @@ import {
 
 const T0 = new Date('2026-11-21T12:00:00Z').getTime();
 
-const setup = (
-  overrides: { connections?: ConnectionConfig[]; recheck?: number; window?: number } = {},
-) => {
+interface SetupOptions {
+  connections?: ConnectionConfig[];
+  recheck?: number;
+  window?: number;
+  /** Share a store between brokers: each broker is one container. */
+  store?: InMemoryTokenStore;
+  issuer?: FakeIssuer;
+  random?: () => number;
+  sleep?: (ms: number) => Promise<void>;
+}
+
+const setup = (overrides: SetupOptions = {}) => {
   const connections = overrides.connections ?? [
     connection(),
     connection({ name: 'legacy', variant: 'legacy' }),
   ];
-  const store = new InMemoryTokenStore();
+  const store = overrides.store ?? new InMemoryTokenStore();
   const secrets = new FakeSecretSource();
-  const issuer = new FakeIssuer();
+  const issuer = overrides.issuer ?? new FakeIssuer();
   const logger = captureLogger();
+  const metrics = new CountingMetrics();
   const broker = new TokenBroker({
     config: {
       connections: new Map(connections.map((c) => [c.name, c])),
@@ -43,8 +54,12 @@ const setup = (
     secrets,
     issuer,
     logger,
+    metrics,
+    // XFetch off unless a test turns it on: -log(1 - 0) = 0 means no earliness.
+    random: overrides.random ?? (() => 0),
+    ...(overrides.sleep ? { sleep: overrides.sleep } : {}),
   });
-  return { broker, store, secrets, issuer, logger };
+  return { broker, store, secrets, issuer, logger, metrics };
 };
 
 const deadline = () => Date.now() + 10_000;
@@ -69,10 +84,10 @@ describe('Class: TokenBroker', () => {
         expiresAt: T0 + 3600_000,
         tokenDigest: tokenDigest('token-1'),
       });
-      const reads = store.calls.get;
+      const reads = store.calls.read;
       const second = await broker.getToken('sandbox', { deadline: deadline() });
       expect(second).toEqual({ record: first.record, source: 'memory' });
-      expect(store.calls.get).toBe(reads);
+      expect(store.calls.read).toBe(reads);
       expect(issuer.issued).toBe(1);
     });
 
@@ -85,7 +100,7 @@ describe('Class: TokenBroker', () => {
         issuedAt: T0 - 1000,
         expiresAt: T0 + 3600_000,
       };
-      store.items.set('sandbox', record);
+      store.setToken(record);
       const served = await broker.getToken('sandbox', { deadline: deadline() });
       expect(served).toEqual({ record, source: 'dynamodb' });
       expect(issuer.issued).toBe(0);
@@ -94,7 +109,7 @@ describe('Class: TokenBroker', () => {
 
     it('checks expiry itself: a stored token past its expiry is never served', async () => {
       const { broker, store, issuer } = setup();
-      store.items.set('sandbox', {
+      store.setToken({
         connection: 'sandbox',
         accessToken: 'stale',
         tokenDigest: tokenDigest('stale'),
@@ -104,18 +119,18 @@ describe('Class: TokenBroker', () => {
       const served = await broker.getToken('sandbox', { deadline: deadline() });
       expect(served.record.accessToken).toBe('token-1');
       expect(issuer.issued).toBe(1);
-      expect(store.items.get('sandbox')?.accessToken).toBe('token-1');
+      expect(store.token('sandbox')?.accessToken).toBe('token-1');
     });
 
     it('re-reads the store once the memory re-check interval has passed', async () => {
       const { broker, store } = setup({ recheck: 5 });
       await broker.getToken('sandbox', { deadline: deadline() });
-      const reads = store.calls.get;
+      const reads = store.calls.read;
       vi.advanceTimersByTime(4_000);
       expect((await broker.getToken('sandbox', { deadline: deadline() })).source).toBe('memory');
       vi.advanceTimersByTime(1_001);
       expect((await broker.getToken('sandbox', { deadline: deadline() })).source).toBe('dynamodb');
-      expect(store.calls.get).toBe(reads + 1);
+      expect(store.calls.read).toBe(reads + 1);
     });
 
     it('stops serving a token from memory within the re-check interval once it was dropped elsewhere', async () => {
@@ -129,7 +144,7 @@ describe('Class: TokenBroker', () => {
     });
 
     it('honours minValidity exactly', async () => {
-      const { broker, issuer } = setup();
+      const { broker, issuer } = setup({ window: 60 });
       await broker.getToken('sandbox', { deadline: deadline() });
       vi.advanceTimersByTime(3000_000); // 600 s left
       expect(
@@ -206,7 +221,7 @@ describe('Class: TokenBroker', () => {
       await expect(broker.getToken('sandbox', { deadline: deadline() })).rejects.toThrow(
         'code 100001: invalid clientId',
       );
-      expect(store.items.size).toBe(0);
+      expect(store.token('sandbox')).toBeUndefined();
       issuer.failWith = undefined;
       await expect(broker.getToken('sandbox', { deadline: deadline() })).resolves.toMatchObject({
         source: 'upstream',
@@ -229,24 +244,6 @@ describe('Class: TokenBroker', () => {
         .then(unexpected, caught);
       expect(error).toBeInstanceOf(StoreUnavailableError);
       expect(issuer.issued).toBe(0);
-    });
-
-    it('serves the longer-lived token the store already holds when its own write loses the race', async () => {
-      const { broker, store } = setup();
-      const newer = {
-        connection: 'sandbox',
-        accessToken: 'newer',
-        tokenDigest: tokenDigest('newer'),
-        issuedAt: T0,
-        expiresAt: T0 + 7200_000,
-      };
-      const put = store.put.bind(store);
-      store.put = async (record) => {
-        store.items.set('sandbox', newer); // written by another container meanwhile
-        return put(record);
-      };
-      const served = await broker.getToken('sandbox', { deadline: deadline() });
-      expect(served).toEqual({ record: newer, source: 'dynamodb' });
     });
 
     it('warns about upstream clock skew but counts expiry from the local clock', async () => {
@@ -272,7 +269,7 @@ describe('Class: TokenBroker', () => {
       const { broker, store, issuer } = setup();
       await broker.getToken('sandbox', { deadline: deadline() });
       expect(await broker.invalidate('sandbox', 'token-1')).toBe(true);
-      expect(store.items.has('sandbox')).toBe(false);
+      expect(store.token('sandbox') !== undefined).toBe(false);
       const next = await broker.getToken('sandbox', { deadline: deadline() });
       expect(next).toMatchObject({ source: 'upstream', record: { accessToken: 'token-2' } });
       expect(issuer.issued).toBe(2);
@@ -284,7 +281,7 @@ describe('Class: TokenBroker', () => {
       await broker.invalidate('sandbox', 'token-1');
       await broker.getToken('sandbox', { deadline: deadline() });
       expect(await broker.invalidate('sandbox', 'token-1')).toBe(false);
-      expect(store.items.get('sandbox')?.accessToken).toBe('token-2');
+      expect(store.token('sandbox')?.accessToken).toBe('token-2');
       expect((await broker.getToken('sandbox', { deadline: deadline() })).source).toBe('memory');
       expect(issuer.issued).toBe(2);
     });
@@ -301,7 +298,7 @@ describe('Class: TokenBroker', () => {
   describe('Method: warmUp', () => {
     it('issues where a token is missing or inside the refresh window, and leaves fresh ones alone', async () => {
       const { broker, issuer, store } = setup({ window: 600 });
-      store.items.set('legacy', {
+      store.setToken({
         connection: 'legacy',
         accessToken: 'still-fresh',
         tokenDigest: tokenDigest('still-fresh'),
@@ -361,6 +358,226 @@ describe('Class: TokenBroker', () => {
           message: expect.stringContaining('BROKER_REFRESH_WINDOW_SECONDS'),
         },
       });
+    });
+  });
+
+  describe('Fleet: several containers sharing one store', () => {
+    const record = (accessToken: string, expiresAt: number, issuedAt = expiresAt - 3600_000) => ({
+      connection: 'sandbox',
+      accessToken,
+      tokenDigest: tokenDigest(accessToken),
+      issuedAt,
+      expiresAt,
+    });
+
+    it('lets only the lease holder issue; a container that finds a live lease waits for its token', async () => {
+      const store = new InMemoryTokenStore();
+      const issuer = new FakeIssuer();
+      const holder = setup({ store, issuer });
+      store.items.set('sandbox', {
+        lease: { holder: 'other-container:1', expiresAt: T0 + 10_000 },
+      });
+      let slept = 0;
+      const waiter = setup({
+        store,
+        issuer,
+        sleep: async (ms) => {
+          slept += ms;
+          // The other container finishes while we wait: its token replaces the lease.
+          store.items.set('sandbox', { token: record('from-holder', T0 + 3600_000) });
+        },
+        random: () => 0.5,
+      });
+      const served = await waiter.broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'from-holder' } });
+      expect(issuer.issued).toBe(0);
+      expect(slept).toBeGreaterThan(0);
+      expect(waiter.metrics.get('LeaseWaits')).toBe(1);
+      expect(
+        (await holder.broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken,
+      ).toBe('from-holder');
+    });
+
+    it('takes over a lease whose holder died once it expires, and issues exactly once', async () => {
+      const store = new InMemoryTokenStore();
+      const { broker, issuer } = setup({ store });
+      store.items.set('sandbox', { lease: { holder: 'dead-container:1', expiresAt: T0 - 1 } });
+      const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'token-1' } });
+      expect(issuer.issued).toBe(1);
+      expect(store.items.get('sandbox')).toEqual({ token: served.record });
+    });
+
+    it('answers 503 rather than wait past its own deadline for another holder', async () => {
+      const store = new InMemoryTokenStore();
+      store.items.set('sandbox', { lease: { holder: 'slow:1', expiresAt: T0 + 60_000 } });
+      const { broker, issuer } = setup({
+        store,
+        random: () => 0.99,
+        sleep: async (ms) => {
+          vi.advanceTimersByTime(ms);
+        },
+      });
+      const error = await broker
+        .getToken('sandbox', { deadline: T0 + 2_000 })
+        .then(unexpected, caught);
+      expect(error).toBeInstanceOf(UpstreamUnavailableError);
+      expect(error.message).toBe('Timed out waiting for another container to issue the token');
+      expect(issuer.issued).toBe(0);
+    });
+
+    it('frees the lease at once when the flow fails, so the next caller need not wait', async () => {
+      const { broker, issuer, store } = setup();
+      issuer.failWith = new UpstreamUnavailableError('down', 1);
+      await expect(broker.getToken('sandbox', { deadline: T0 + 5_000 })).rejects.toBeInstanceOf(
+        UpstreamUnavailableError,
+      );
+      expect(store.items.get('sandbox')?.lease).toBeUndefined();
+    });
+
+    it('drops its own token when its lease was taken over meanwhile, and serves the new holder’s', async () => {
+      const store = new InMemoryTokenStore();
+      const issuer = new FakeIssuer();
+      const { broker } = setup({ store, issuer });
+      const issue = issuer.issue.bind(issuer);
+      issuer.issue = async (...args) => {
+        const mine = await issue(...args);
+        // We overran our lease; another container took it and wrote its token.
+        store.items.set('sandbox', { token: record('new-holder', T0 + 3600_500) });
+        return mine;
+      };
+      const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(served.record.accessToken).toBe('new-holder');
+    });
+
+    it('invalidate leaves a lease in progress alone', async () => {
+      const store = new InMemoryTokenStore();
+      const { broker } = setup({ store });
+      store.items.set('sandbox', {
+        token: record('current', T0 + 3600_000),
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000 },
+      });
+      expect(await broker.invalidate('sandbox', 'current')).toBe(true);
+      expect(store.items.get('sandbox')).toEqual({
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000 },
+      });
+    });
+  });
+
+  describe('Refresh ahead of expiry', () => {
+    const inWindow = (store: InMemoryTokenStore, remainingMs: number) =>
+      store.setToken({
+        connection: 'sandbox',
+        accessToken: 'current',
+        tokenDigest: tokenDigest('current'),
+        issuedAt: T0 + remainingMs - 3600_000,
+        expiresAt: T0 + remainingMs,
+      });
+
+    it('does not refresh before the window starts (XFetch earliness 0)', async () => {
+      const { broker, store, issuer } = setup({ window: 600 });
+      inWindow(store, 601_000);
+      expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
+        'current',
+      );
+      expect(issuer.issued).toBe(0);
+    });
+
+    it('refreshes once inside the window, in the request that wins the lease', async () => {
+      const { broker, store, issuer } = setup({ window: 600 });
+      inWindow(store, 599_000);
+      const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'token-1' } });
+      expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).source).toBe('memory');
+      expect(issuer.issued).toBe(1);
+    });
+
+    it('serves the current token at once while another container holds the lease', async () => {
+      const { broker, store, issuer } = setup({ window: 600 });
+      inWindow(store, 300_000);
+      store.items.set('sandbox', {
+        ...store.items.get('sandbox'),
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000 },
+      });
+      const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'current' } });
+      expect(issuer.issued).toBe(0);
+    });
+
+    it('keeps serving the current token when the refresh fails, and counts the failure', async () => {
+      const { broker, store, issuer, metrics, logger } = setup({ window: 600 });
+      inWindow(store, 300_000);
+      issuer.failWith = new UpstreamUnavailableError(
+        'Open API authorize request failed: ECONNREFUSED',
+        1,
+      );
+      const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(served.record.accessToken).toBe('current');
+      expect(metrics.get('RefreshFailures')).toBe(1);
+      expect(
+        logger.lines.some(
+          (l) => l.level === 'warn' && l.message.startsWith('Refresh ahead of expiry failed'),
+        ),
+      ).toBe(true);
+      expect(store.items.get('sandbox')?.lease).toBeUndefined();
+    });
+
+    it('tries earlier with XFetch as expiry nears, with a probability that grows towards the window', async () => {
+      // δ (last issuance) 1 s by default; earliness = -δ·ln(1 - u). At 5 s before the window,
+      // u must exceed 1 - e^-5 ≈ 0.9933 for a request to try.
+      const tries = (u: number) => {
+        const { broker, store, issuer } = setup({ window: 600, random: () => u });
+        inWindow(store, 605_000);
+        return broker.getToken('sandbox', { deadline: T0 + 5_000 }).then(() => issuer.issued);
+      };
+      expect(await tries(0.5)).toBe(0);
+      expect(await tries(0.99)).toBe(0);
+      expect(await tries(0.995)).toBe(1);
+    });
+
+    it('clamps the window to half the token lifetime, so a short-lived token is not refreshed on every request', async () => {
+      const issuer = new FakeIssuer();
+      issuer.expiresIn = 300; // shorter than the 600 s window
+      const { broker } = setup({ window: 600, issuer });
+      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      vi.advanceTimersByTime(100_000); // 200 s left: outside the clamped 150 s window
+      await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+      expect(issuer.issued).toBe(1);
+      vi.advanceTimersByTime(60_000); // 140 s left: inside it
+      await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+      expect(issuer.issued).toBe(2);
+    });
+  });
+
+  describe('Last good token', () => {
+    it('is served when a newer token cannot be had and the caller gave no minValidity', async () => {
+      const { broker, issuer, metrics } = setup({ recheck: 0 });
+      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      vi.advanceTimersByTime(3570_000); // 30 s left, below the 60 s default validity
+      issuer.failWith = new UpstreamUnavailableError('down', 1);
+      const served = await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+      expect(served).toMatchObject({ source: 'memory', record: { accessToken: 'token-1' } });
+      expect(metrics.get('LastGoodTokenServed')).toBe(1);
+    });
+
+    it('is not served to a caller who asked for a validity it does not have', async () => {
+      const { broker, issuer } = setup({ recheck: 0 });
+      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      vi.advanceTimersByTime(3570_000);
+      issuer.failWith = new UpstreamUnavailableError('down', 1);
+      await expect(
+        broker.getToken('sandbox', { minValiditySeconds: 60, deadline: Date.now() + 5_000 }),
+      ).rejects.toBeInstanceOf(UpstreamUnavailableError);
+    });
+
+    it('is never served once expired', async () => {
+      const { broker, issuer } = setup({ recheck: 0 });
+      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      vi.advanceTimersByTime(3600_001);
+      issuer.failWith = new UpstreamUnavailableError('down', 1);
+      await expect(
+        broker.getToken('sandbox', { deadline: Date.now() + 5_000 }),
+      ).rejects.toBeInstanceOf(UpstreamUnavailableError);
     });
   });
 });

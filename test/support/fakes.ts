@@ -1,38 +1,85 @@
 /** In-memory implementations of the ports, for unit tests of the core. */
 import type { BrokerLogger } from '../../lib/broker.js';
 import type { ConnectionConfig } from '../../lib/config.js';
+import type { BrokerMetrics, MetricName } from '../../lib/metrics.js';
 import type {
   ClientCredentials,
   IssuedToken,
+  Lease,
+  LeaseAttempt,
   SecretSource,
   TokenIssuer,
   TokenRecord,
+  TokenState,
   TokenStore,
 } from '../../lib/ports.js';
 
+/** The store port in memory, with the same conditions as the DynamoDB adapter. */
 export class InMemoryTokenStore implements TokenStore {
-  readonly items = new Map<string, TokenRecord>();
-  calls = { get: 0, put: 0, delete: 0 };
+  readonly items = new Map<string, { token?: TokenRecord; lease?: Lease }>();
+  calls = { read: 0, acquire: 0, put: 0, release: 0, delete: 0 };
   failing = false;
 
-  async get(connection: string) {
-    this.calls.get += 1;
+  #check() {
     if (this.failing) throw new Error('store down');
-    return this.items.get(connection);
   }
-  async put(record: TokenRecord) {
+  token(connection: string) {
+    return this.items.get(connection)?.token;
+  }
+  setToken(record: TokenRecord) {
+    this.items.set(record.connection, { ...this.items.get(record.connection), token: record });
+  }
+  async read(connection: string): Promise<TokenState> {
+    this.calls.read += 1;
+    this.#check();
+    const item = this.items.get(connection);
+    return { token: item?.token, lease: item?.lease };
+  }
+  async acquireLease(
+    connection: string,
+    request: {
+      holder: string;
+      leaseExpiresAt: number;
+      now: number;
+      replaceIfExpiresBefore: number;
+    },
+  ): Promise<LeaseAttempt> {
+    this.calls.acquire += 1;
+    this.#check();
+    const item = this.items.get(connection) ?? {};
+    const leaseFree = !item.lease || item.lease.expiresAt < request.now;
+    const tokenReplaceable = !item.token || item.token.expiresAt < request.replaceIfExpiresBefore;
+    if (!leaseFree || !tokenReplaceable)
+      return { acquired: false, state: { token: item.token, lease: item.lease } };
+    this.items.set(connection, {
+      ...item,
+      lease: { holder: request.holder, expiresAt: request.leaseExpiresAt },
+    });
+    return { acquired: true };
+  }
+  async putToken(record: TokenRecord, holder: string): Promise<boolean> {
     this.calls.put += 1;
-    if (this.failing) throw new Error('store down');
-    const current = this.items.get(record.connection);
-    if (current && current.expiresAt >= record.expiresAt) return current;
-    this.items.set(record.connection, record);
-    return record;
+    this.#check();
+    const item = this.items.get(record.connection) ?? {};
+    const holds = item.lease?.holder === holder;
+    const free = !item.lease && (!item.token || item.token.expiresAt < record.expiresAt);
+    if (!holds && !free) return false;
+    this.items.set(record.connection, { token: record });
+    return true;
   }
-  async deleteIfMatches(connection: string, tokenDigest: string) {
+  async releaseLease(connection: string, holder: string): Promise<void> {
+    this.calls.release += 1;
+    this.#check();
+    const item = this.items.get(connection);
+    if (item?.lease?.holder === holder)
+      this.items.set(connection, { ...(item.token ? { token: item.token } : {}) });
+  }
+  async deleteIfMatches(connection: string, tokenDigest: string): Promise<boolean> {
     this.calls.delete += 1;
-    if (this.failing) throw new Error('store down');
-    if (this.items.get(connection)?.tokenDigest !== tokenDigest) return false;
-    this.items.delete(connection);
+    this.#check();
+    const item = this.items.get(connection);
+    if (item?.token?.tokenDigest !== tokenDigest) return false;
+    this.items.set(connection, { ...(item.lease ? { lease: item.lease } : {}) });
     return true;
   }
 }
@@ -97,3 +144,15 @@ export const connection = (overrides: Partial<ConnectionConfig> = {}): Connectio
   codeField: 'code',
   ...overrides,
 });
+
+/** Sums every metric by name (and `name:source` for served tokens). */
+export class CountingMetrics implements BrokerMetrics {
+  readonly totals = new Map<string, number>();
+  record(name: MetricName, _connection: string, value = 1, source?: string) {
+    const key = source ? `${name}:${source}` : name;
+    this.totals.set(key, (this.totals.get(key) ?? 0) + value);
+  }
+  get(key: string) {
+    return this.totals.get(key) ?? 0;
+  }
+}

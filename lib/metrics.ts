@@ -1,0 +1,26 @@
+/**
+ * What the broker counts. The core reports through this port; the Lambda wiring sends the
+ * figures to CloudWatch as EMF (Powertools Metrics). Names are part of the operator contract.
+ */
+export const MetricName = {
+  /** A token handed to a caller; dimension `source`: memory, dynamodb or upstream. */
+  TokensServed: 'TokensServed',
+  /** A token issued by the Open API (one full two-step flow). */
+  UpstreamIssuances: 'UpstreamIssuances',
+  /** Duration of one issuance, in milliseconds. */
+  UpstreamLatency: 'UpstreamLatency',
+  /** A refresh (ahead of expiry, or by the warm-up) that failed. */
+  RefreshFailures: 'RefreshFailures',
+  /** A request that waited for another container's lease. */
+  LeaseWaits: 'LeaseWaits',
+  /** A still-valid token served because getting a newer one failed. */
+  LastGoodTokenServed: 'LastGoodTokenServed',
+} as const;
+export type MetricName = (typeof MetricName)[keyof typeof MetricName];
+
+export interface BrokerMetrics {
+  /** Adds `value` (a count, or milliseconds for latencies) under `name` for `connection`. */
+  record(name: MetricName, connection: string, value?: number, source?: string): void;
+}
+
+export const noMetrics: BrokerMetrics = { record: () => undefined };
