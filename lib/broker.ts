@@ -383,7 +383,13 @@ export class TokenBroker {
       }
 
       // Another container holds a live lease: wait for its token, within our own deadline.
-      if (waits === 0) this.#metrics.record(MetricName.LeaseWaits, name);
+      if (waits === 0) {
+        this.#metrics.record(MetricName.LeaseWaits, name);
+        this.deps.logger.info('Waiting for another container to issue the token', {
+          connection: name,
+          leaseExpiresInMs: lease.expiresAt - now,
+        });
+      }
       const wait = Math.min(this.#random() * Math.min(POLL_CAP_MS, POLL_BASE_MS * 2 ** waits), deadline - now);
       waits += 1;
       if (wait <= 0) {

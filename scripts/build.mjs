@@ -31,8 +31,9 @@ await build({
 });
 await build({
   ...common,
-  entryPoints: ['local/start.ts'],
-  outfile: `${outdir}/local/start.mjs`,
+  entryPoints: ['local/start.ts', 'local/container.ts'],
+  outdir: `${outdir}/local`,
+  outExtension: { '.js': '.mjs' },
   // dynalite loads its storage backends dynamically; it stays a regular dependency at run time.
   external: ['dynalite'],
 });

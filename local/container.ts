@@ -1,0 +1,25 @@
+/**
+ * One emulated Lambda container as its own process: loads a bundle (cold start) and serves it
+ * over the Lambda Invoke API and the HTTP routes on 127.0.0.1, port 0. Prints `READY <url>`
+ * once it listens. Used by the fleet tests and the benchmark.
+ *
+ *   node dist/local/container.mjs <bundle.mjs>
+ *
+ * Broker settings come from the environment, as in Lambda; BROKER_LOCAL_TIMEOUT_MS sets the
+ * emulated function timeout.
+ */
+import { pathToFileURL } from 'node:url';
+import { DEFAULT_LAMBDA, type LambdaHandler, startLambdaServer } from './lambda-emulator.js';
+
+const bundle = process.argv[2];
+if (!bundle) {
+  process.stderr.write('usage: container.mjs <bundle.mjs>\n');
+  process.exit(2);
+}
+const timeoutMs = Number(process.env.BROKER_LOCAL_TIMEOUT_MS ?? DEFAULT_LAMBDA.timeoutMs);
+const { handler } = (await import(pathToFileURL(bundle).href)) as { handler: LambdaHandler };
+const server = await startLambdaServer(handler, { settings: { ...DEFAULT_LAMBDA, timeoutMs } });
+process.stdout.write(`READY ${server.url}\n`);
+const stop = () => server.close().then(() => process.exit(0));
+process.once('SIGTERM', stop);
+process.once('SIGINT', stop);

@@ -1,0 +1,121 @@
+/**
+ * Fleet behaviour with real processes: several containers, each a Node process running the
+ * built bundle, sharing dynalite, the loopback Secrets Manager and the simulator (which revokes
+ * a client's earlier tokens whenever it issues a new one).
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import {
+  buildPrivate,
+  type Container,
+  removeBuild,
+  startContainer,
+  tokenOf,
+} from './support/fleet.js';
+import { type Stack, startStack } from './support/stack.js';
+
+let outdir: string;
+beforeAll(() => {
+  outdir = buildPrivate('fleet');
+});
+afterAll(() => removeBuild(outdir));
+
+describe('Fleet of container processes', () => {
+  let stack: Stack;
+  let containers: Container[] = [];
+  const start = async (count: number, extra: Record<string, string> = {}) => {
+    const started = await Promise.all(
+      Array.from({ length: count }, () =>
+        startContainer(outdir, { ...stack.env, BROKER_MEMORY_RECHECK_SECONDS: '1', ...extra }),
+      ),
+    );
+    containers.push(...started);
+    return started;
+  };
+  const getToken = { action: 'getToken', connection: 'sandbox' };
+
+  beforeAll(async () => {
+    stack = await startStack({ latencyMs: 50 });
+  });
+  afterEach(async () => {
+    await Promise.all(containers.map((c) => c.kill('SIGKILL')));
+    containers = [];
+  });
+  afterAll(() => stack.close());
+
+  it('N containers racing a cold cache cause exactly one issuance and hold one token', async () => {
+    const fleet = await start(6);
+    const before = stack.simulator.stats().issuances;
+    const outcomes = await Promise.all(
+      fleet.flatMap((c) => [c.invoke(getToken), c.invoke(getToken)]),
+    );
+    const tokens = new Set(outcomes.map(tokenOf));
+    expect(tokens.size).toBe(1);
+    expect(stack.simulator.stats().issuances - before).toBe(1);
+    expect(stack.simulator.isValid([...tokens][0] ?? '')).toBe(true);
+  });
+
+  it('a container killed while holding the lease is replaced by another shortly after the lease expires', async () => {
+    // Start from an empty cache for the legacy connection.
+    const [dying] = await start(1, { BROKER_LOCAL_TIMEOUT_MS: '1500' });
+    const [survivor] = await start(1);
+    if (!dying || !survivor) throw new Error('containers did not start');
+    const before = stack.simulator.stats();
+    const requestsBefore = stack.simulator.requests().length;
+    stack.simulator.injectFault({
+      times: 1,
+      delayMs: 5_000,
+      pathIncludes: 'open-api/oauth/authorize',
+    });
+    const pending = dying
+      .invoke({ action: 'getToken', connection: 'legacy' })
+      .catch(() => undefined);
+    // Wait until the dying container is inside the flow, i.e. holds the lease.
+    while (stack.simulator.requests().length === requestsBefore) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    await dying.kill('SIGKILL');
+    await pending;
+    const outcome = await survivor.invoke({ action: 'getToken', connection: 'legacy' });
+    const token = tokenOf(outcome);
+    expect(stack.simulator.isValid(token)).toBe(true);
+    expect(stack.simulator.stats().issuances - before.issuances).toBe(1);
+    // The survivor found the dead container's lease, waited for it to expire, then took over.
+    const output = survivor.output();
+    expect(output).toMatch(/"message":"Waiting for another container to issue the token"/);
+    expect(output.indexOf('Waiting for another container')).toBeLessThan(output.indexOf('Token issued by the Open API'));
+  });
+
+  it('invalidate with a stale token changes nothing; with the current one, the fleet re-issues exactly once', async () => {
+    const fleet = await start(4);
+    const [first, second] = fleet;
+    if (!first || !second) throw new Error('containers did not start');
+    const current = tokenOf(await first.invoke(getToken));
+    await Promise.all(fleet.map((c) => c.invoke(getToken)));
+    const before = stack.simulator.stats().issuances;
+
+    const stale = await second.invoke({
+      action: 'invalidate',
+      connection: 'sandbox',
+      accessToken: 'at_stale',
+    });
+    expect(stale).toEqual({ ok: true, result: { invalidated: false } });
+    const unchanged = await Promise.all(fleet.map((c) => c.invoke(getToken)));
+    expect(new Set(unchanged.map(tokenOf))).toEqual(new Set([current]));
+    expect(stack.simulator.stats().issuances).toBe(before);
+
+    const dropped = await second.invoke({
+      action: 'invalidate',
+      connection: 'sandbox',
+      accessToken: current,
+    });
+    expect(dropped).toEqual({ ok: true, result: { invalidated: true } });
+    // Every container re-checks its memory against the table within BROKER_MEMORY_RECHECK_SECONDS.
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    const after = await Promise.all(fleet.flatMap((c) => [c.invoke(getToken), c.invoke(getToken)]));
+    const tokens = new Set(after.map(tokenOf));
+    expect(tokens.size).toBe(1);
+    expect(tokens.has(current)).toBe(false);
+    expect(stack.simulator.isValid([...tokens][0] ?? '')).toBe(true);
+    expect(stack.simulator.stats().issuances - before).toBe(1);
+  });
+});

@@ -1,0 +1,84 @@
+/** Real container processes running the built bundle, for fleet tests and the benchmark. */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { InvokeOutcome } from '../../local/lambda-emulator.js';
+
+export const root = resolve(import.meta.dirname, '../..');
+
+/** Builds a private copy of dist/ (tests must not race on the shared one). */
+export const buildPrivate = (name: string): string => {
+  const outdir = join(root, '.build-test', `${name}-${process.pid}`);
+  mkdirSync(outdir, { recursive: true });
+  execFileSync(process.execPath, ['scripts/build.mjs'], {
+    cwd: root,
+    env: { ...process.env, BUILD_OUTDIR: outdir },
+  });
+  return outdir;
+};
+
+export const removeBuild = (outdir: string) => rmSync(outdir, { recursive: true, force: true });
+
+export interface Container {
+  readonly url: string;
+  readonly process: ChildProcess;
+  /** Everything the container printed (its log lines). */
+  output(): string;
+  /** Lambda Invoke API; a function error comes back as `{ ok: false, errorType }`. */
+  invoke(event: unknown): Promise<InvokeOutcome>;
+  kill(signal?: NodeJS.Signals): Promise<void>;
+}
+
+export const startContainer = (outdir: string, env: Record<string, string>): Promise<Container> =>
+  new Promise((done, fail) => {
+    const child = spawn(
+      process.execPath,
+      [join(outdir, 'local/container.mjs'), join(outdir, 'broker/index.mjs')],
+      { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let output = '';
+    let ready = false;
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    child.stderr.on('data', (chunk) => {
+      output += chunk;
+    });
+    child.stdout.on('data', (chunk) => {
+      output += chunk;
+      const match = !ready && /READY (http:\/\/\S+)/.exec(output);
+      if (!match || !match[1]) return;
+      ready = true;
+      const url = match[1];
+      done({
+        url,
+        process: child,
+        output: () => output,
+        invoke: async (event) => {
+          const response = await fetch(`${url}/2015-03-31/functions/token-broker/invocations`, {
+            method: 'POST',
+            body: JSON.stringify(event),
+          });
+          const body = (await response.json()) as Record<string, unknown>;
+          return response.headers.get('x-amz-function-error')
+            ? {
+                ok: false,
+                errorType: String(body.errorType),
+                errorMessage: String(body.errorMessage),
+              }
+            : { ok: true, result: body };
+        },
+        kill: async (signal = 'SIGTERM') => {
+          if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+          await exited;
+        },
+      });
+    });
+    child.once('exit', (code) => {
+      if (!ready)
+        fail(new Error(`container exited ${code} before it was ready: ${output.slice(-2000)}`));
+    });
+  });
+
+export const tokenOf = (outcome: InvokeOutcome): string => {
+  if (!outcome.ok) throw new Error(`${outcome.errorType}: ${outcome.errorMessage}`);
+  return String((outcome.result as { accessToken: unknown }).accessToken);
+};
