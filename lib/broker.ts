@@ -74,7 +74,10 @@ export interface GetTokenOptions {
 
 export type WarmUpOutcome =
   | { readonly status: 'fresh' | 'issued'; readonly expiresAt: string; readonly expiresIn: number }
-  | { readonly status: 'failed'; readonly error: { readonly code: string; readonly message: string } };
+  | {
+      readonly status: 'failed';
+      readonly error: { readonly code: string; readonly message: string };
+    };
 
 export interface WarmUpReport {
   readonly connections: Readonly<Record<string, WarmUpOutcome>>;
@@ -160,12 +163,15 @@ export class TokenBroker {
     const needMs = minValidity * 1000;
     let served: ServedToken;
     try {
-      served = this.#fromMemory(name, needMs) ?? (await this.#singleFlight(connection, needMs, options.deadline));
+      served =
+        this.#fromMemory(name, needMs) ??
+        (await this.#singleFlight(connection, needMs, options.deadline));
     } catch (error) {
       // Serve the last good token: a caller that asked for nothing special gets a token that
       // is still valid rather than an error, while the failure is logged and counted.
       const last = this.#memory.get(name)?.record;
-      if (explicit || !isUpstreamFailure(error) || !last || last.expiresAt <= this.#now()) throw error;
+      if (explicit || !isUpstreamFailure(error) || !last || last.expiresAt <= this.#now())
+        throw error;
       this.deps.logger.warn('Could not get a newer token; serving the last good one', {
         connection: name,
         error: { code: toBrokerError(error).code, message: toBrokerError(error).message },
@@ -214,7 +220,12 @@ export class TokenBroker {
       [...this.deps.config.connections.values()].map(
         async (connection): Promise<[string, WarmUpOutcome]> => {
           try {
-            const { record, source } = await this.#singleFlight(connection, windowMs, deadline, true);
+            const { record, source } = await this.#singleFlight(
+              connection,
+              windowMs,
+              deadline,
+              true,
+            );
             return [
               connection.name,
               {
@@ -230,7 +241,10 @@ export class TokenBroker {
               connection: connection.name,
               error: { name: failure.name, code: failure.code, message: failure.message },
             });
-            return [connection.name, { status: 'failed', error: { code: failure.code, message: failure.message } }];
+            return [
+              connection.name,
+              { status: 'failed', error: { code: failure.code, message: failure.message } },
+            ];
           }
         },
       ),
@@ -390,26 +404,40 @@ export class TokenBroker {
           leaseExpiresInMs: lease.expiresAt - now,
         });
       }
-      const wait = Math.min(this.#random() * Math.min(POLL_CAP_MS, POLL_BASE_MS * 2 ** waits), deadline - now);
+      const wait = Math.min(
+        this.#random() * Math.min(POLL_CAP_MS, POLL_BASE_MS * 2 ** waits),
+        deadline - now,
+      );
       waits += 1;
       if (wait <= 0) {
-        throw new UpstreamUnavailableError('Timed out waiting for another container to issue the token', 1);
+        throw new UpstreamUnavailableError(
+          'Timed out waiting for another container to issue the token',
+          1,
+        );
       }
       await this.#sleep(wait);
     }
   }
 
   /** Reads the store; when it is down, falls back to a usable token in memory. */
-  async #read(name: string, needMs: number, bypassMemory: boolean): Promise<TokenState | ServedToken> {
+  async #read(
+    name: string,
+    needMs: number,
+    bypassMemory: boolean,
+  ): Promise<TokenState | ServedToken> {
     try {
       return await this.deps.store.read(name);
     } catch (error) {
       const cached = this.#memory.get(name);
       if (!bypassMemory && cached && cached.record.expiresAt - this.#now() > needMs) {
-        this.deps.logger.warn('Token store unreadable; serving the token held in memory', { connection: name });
+        this.deps.logger.warn('Token store unreadable; serving the token held in memory', {
+          connection: name,
+        });
         return { record: cached.record, source: 'memory' };
       }
-      throw new StoreUnavailableError('The token store could not be read; retry shortly', { cause: error });
+      throw new StoreUnavailableError('The token store could not be read; retry shortly', {
+        cause: error,
+      });
     }
   }
 
@@ -417,7 +445,9 @@ export class TokenBroker {
     try {
       return await operation();
     } catch (error) {
-      throw new StoreUnavailableError(`The token store failed to ${what}; retry shortly`, { cause: error });
+      throw new StoreUnavailableError(`The token store failed to ${what}; retry shortly`, {
+        cause: error,
+      });
     }
   }
 
@@ -514,7 +544,13 @@ const withDeadline = <T>(promise: Promise<T>, wait: number): Promise<T> => {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(
-      () => reject(new UpstreamUnavailableError('Timed out waiting for a token being issued concurrently', 1)),
+      () =>
+        reject(
+          new UpstreamUnavailableError(
+            'Timed out waiting for a token being issued concurrently',
+            1,
+          ),
+        ),
       Math.max(0, wait),
     );
   });

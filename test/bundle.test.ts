@@ -4,23 +4,20 @@
  * `npm start`'s local runtime serving both variants over HTTP and the Lambda Invoke API.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { httpEvent, scheduledEvent } from '../local/lambda-emulator.js';
-import { type Stack, startStack } from './support/stack.js';
+import { type Stack, startStack } from '../local/stack.js';
+import { buildPrivate, type PrivateBuild, root } from './support/build.js';
 
-const root = resolve(import.meta.dirname, '..');
-const outdir = join(root, '.build-test', String(process.pid));
-
+let build: PrivateBuild;
+let outdir = '';
 beforeAll(() => {
-  mkdirSync(outdir, { recursive: true });
-  execFileSync(process.execPath, ['scripts/build.mjs'], {
-    cwd: root,
-    env: { ...process.env, BUILD_OUTDIR: outdir },
-  });
+  build = buildPrivate('bundle');
+  outdir = build.outdir;
 });
-afterAll(() => rmSync(outdir, { recursive: true, force: true }));
+afterAll(() => build.remove());
 
 /** A self-signed certificate for localhost, made with the machine's openssl. */
 const selfSignedCertificate = (dir: string) => {
@@ -62,12 +59,7 @@ const runBundle = (env: Record<string, string>, events: unknown[]) =>
     writeFileSync(eventsFile, JSON.stringify(events));
     const child = spawn(
       process.execPath,
-      [
-        join(root, 'test/support/lambda-runner.mjs'),
-        join(outdir, 'broker/index.mjs'),
-        eventsFile,
-        resultsFile,
-      ],
+      [join(root, 'test/support/lambda-runner.mjs'), build.bundle, eventsFile, resultsFile],
       // Only what Lambda would have: no inherited AWS or broker settings from this process.
       { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
     );
@@ -162,7 +154,7 @@ describe('Local runtime: npm start', () => {
   let output = '';
 
   beforeAll(async () => {
-    child = spawn(process.execPath, [join(outdir, 'local/start.mjs')], {
+    child = spawn(process.execPath, [build.start], {
       cwd: root,
       env: { PATH: process.env.PATH ?? '', PORT: '0', BROKER_LOCAL_SCHEDULE_SECONDS: '0' },
       stdio: ['ignore', 'pipe', 'pipe'],

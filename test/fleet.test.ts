@@ -4,20 +4,15 @@
  * a client's earlier tokens whenever it issues a new one).
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import {
-  buildPrivate,
-  type Container,
-  removeBuild,
-  startContainer,
-  tokenOf,
-} from './support/fleet.js';
-import { type Stack, startStack } from './support/stack.js';
+import { type Container, startContainer, tokenOf } from '../local/fleet.js';
+import { type Stack, startStack } from '../local/stack.js';
+import { buildPrivate, type PrivateBuild } from './support/build.js';
 
-let outdir: string;
+let build: PrivateBuild;
 beforeAll(() => {
-  outdir = buildPrivate('fleet');
+  build = buildPrivate('fleet');
 });
-afterAll(() => removeBuild(outdir));
+afterAll(() => build.remove());
 
 describe('Fleet of container processes', () => {
   let stack: Stack;
@@ -25,7 +20,11 @@ describe('Fleet of container processes', () => {
   const start = async (count: number, extra: Record<string, string> = {}) => {
     const started = await Promise.all(
       Array.from({ length: count }, () =>
-        startContainer(outdir, { ...stack.env, BROKER_MEMORY_RECHECK_SECONDS: '1', ...extra }),
+        startContainer({
+          runner: build.container,
+          bundle: build.bundle,
+          env: { ...stack.env, BROKER_MEMORY_RECHECK_SECONDS: '1', ...extra },
+        }),
       ),
     );
     containers.push(...started);
@@ -82,7 +81,9 @@ describe('Fleet of container processes', () => {
     // The survivor found the dead container's lease, waited for it to expire, then took over.
     const output = survivor.output();
     expect(output).toMatch(/"message":"Waiting for another container to issue the token"/);
-    expect(output.indexOf('Waiting for another container')).toBeLessThan(output.indexOf('Token issued by the Open API'));
+    expect(output.indexOf('Waiting for another container')).toBeLessThan(
+      output.indexOf('Token issued by the Open API'),
+    );
   });
 
   it('invalidate with a stale token changes nothing; with the current one, the fleet re-issues exactly once', async () => {

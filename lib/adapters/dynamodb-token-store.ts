@@ -48,12 +48,17 @@ const fromItem = (item: Item | undefined): TokenState => {
   const issuedAt = Number(item?.issuedAt?.N);
   const expiresAt = Number(item?.expiresAt?.N);
   const token =
-    connection && accessToken && tokenDigest && Number.isFinite(issuedAt) && Number.isFinite(expiresAt)
+    connection &&
+    accessToken &&
+    tokenDigest &&
+    Number.isFinite(issuedAt) &&
+    Number.isFinite(expiresAt)
       ? { connection, accessToken, tokenDigest, issuedAt, expiresAt }
       : undefined;
   const holder = item?.leaseHolder?.S;
   const leaseExpiresAt = Number(item?.leaseExpiresAt?.N);
-  const lease = holder && Number.isFinite(leaseExpiresAt) ? { holder, expiresAt: leaseExpiresAt } : undefined;
+  const lease =
+    holder && Number.isFinite(leaseExpiresAt) ? { holder, expiresAt: leaseExpiresAt } : undefined;
   return { token, lease };
 };
 
@@ -67,14 +72,23 @@ export class DynamoDBTokenStore implements TokenStore {
     const { Item } = await this.client.send(
       // Strongly consistent: right after an invalidate or a new issuance elsewhere, an eventually
       // consistent read could hand back the token that was just dropped or the lease just freed.
-      new GetItemCommand({ TableName: this.tableName, Key: tokenKey(connection), ConsistentRead: true }),
+      new GetItemCommand({
+        TableName: this.tableName,
+        Key: tokenKey(connection),
+        ConsistentRead: true,
+      }),
     );
     return fromItem(Item);
   }
 
   async acquireLease(
     connection: string,
-    request: { holder: string; leaseExpiresAt: number; now: number; replaceIfExpiresBefore: number },
+    request: {
+      holder: string;
+      leaseExpiresAt: number;
+      now: number;
+      replaceIfExpiresBefore: number;
+    },
   ): Promise<LeaseAttempt> {
     try {
       await this.client.send(

@@ -14,7 +14,7 @@ import {
   type LambdaHandler,
   scheduledEvent,
 } from '../../local/lambda-emulator.js';
-import { applyEnv, type Stack, startStack } from '../support/stack.js';
+import { applyEnv, type Stack, startStack } from '../../local/stack.js';
 
 const ORDERS_ROLE = 'arn:aws:sts::123456789012:assumed-role/orders-service/i-0abc';
 

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DynamoDBTokenStore, tokenKey } from '../../../lib/adapters/dynamodb-token-store.js';
 import { tokenDigest } from '../../../lib/broker.js';
 import type { TokenRecord } from '../../../lib/ports.js';
-import { applyEnv, type Stack, startStack } from '../../support/stack.js';
+import { applyEnv, type Stack, startStack } from '../../../local/stack.js';
 
 const record = (accessToken: string, expiresAt: number, connection: string): TokenRecord => ({
   connection,

@@ -4,8 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SecretsManagerSecretSource } from '../../../lib/adapters/secrets-manager-secret-source.js';
 import { SecretUnavailableError } from '../../../lib/errors.js';
 import { secretArn } from '../../../local/secrets-manager-emulator.js';
+import { applyEnv, type Stack, startStack } from '../../../local/stack.js';
 import { caught, unexpected } from '../../support/errors.js';
-import { applyEnv, type Stack, startStack } from '../../support/stack.js';
 
 describe('Class: SecretsManagerSecretSource (loopback Secrets Manager, real SDK client)', () => {
   let stack: Stack;

@@ -4,18 +4,15 @@
  * AWS_ENDPOINT_URL_<SERVICE>. Everything listens on 127.0.0.1, port 0, and `close()` stops it.
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { ensureTable, type LocalDynamoDB, startDynalite } from '../../local/dynamodb-local.js';
-import {
-  type SecretsEmulator,
-  startSecretsEmulator,
-} from '../../local/secrets-manager-emulator.js';
+import { ensureTable, type LocalDynamoDB, startDynalite } from './dynamodb-local.js';
+import { type SecretsEmulator, startSecretsEmulator } from './secrets-manager-emulator.js';
 import {
   generateClient,
   type Simulator,
   type SimulatorClient,
   type SimulatorOptions,
   startSimulator,
-} from '../../local/simulator.js';
+} from './simulator.js';
 
 export interface Stack {
   readonly dynamodb: LocalDynamoDB;

@@ -1,23 +1,6 @@
-/** Real container processes running the built bundle, for fleet tests and the benchmark. */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, rmSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import type { InvokeOutcome } from '../../local/lambda-emulator.js';
-
-export const root = resolve(import.meta.dirname, '../..');
-
-/** Builds a private copy of dist/ (tests must not race on the shared one). */
-export const buildPrivate = (name: string): string => {
-  const outdir = join(root, '.build-test', `${name}-${process.pid}`);
-  mkdirSync(outdir, { recursive: true });
-  execFileSync(process.execPath, ['scripts/build.mjs'], {
-    cwd: root,
-    env: { ...process.env, BUILD_OUTDIR: outdir },
-  });
-  return outdir;
-};
-
-export const removeBuild = (outdir: string) => rmSync(outdir, { recursive: true, force: true });
+/** Emulated Lambda containers as real processes running a built bundle: for fleet tests and the benchmark. */
+import { type ChildProcess, spawn } from 'node:child_process';
+import type { InvokeOutcome } from './lambda-emulator.js';
 
 export interface Container {
   readonly url: string;
@@ -29,13 +12,21 @@ export interface Container {
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
-export const startContainer = (outdir: string, env: Record<string, string>): Promise<Container> =>
+export interface ContainerSpec {
+  /** Path of the built `local/container.mjs`. */
+  readonly runner: string;
+  /** Path of the Lambda bundle the container loads. */
+  readonly bundle: string;
+  /** The function's environment: nothing else of this process's is passed on. */
+  readonly env: Record<string, string>;
+}
+
+export const startContainer = ({ runner, bundle, env }: ContainerSpec): Promise<Container> =>
   new Promise((done, fail) => {
-    const child = spawn(
-      process.execPath,
-      [join(outdir, 'local/container.mjs'), join(outdir, 'broker/index.mjs')],
-      { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
+    const child = spawn(process.execPath, [runner, bundle], {
+      env: { PATH: process.env.PATH ?? '', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     let ready = false;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
