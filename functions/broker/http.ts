@@ -19,7 +19,7 @@ import type { TokenBroker } from '../../lib/broker.js';
 import { allowsCaller } from '../../lib/callers.js';
 import { BadRequestError, CallerNotAllowedError, RouteNotFoundError } from '../../lib/errors.js';
 import { logError, publicError, retryAfter } from './errors.js';
-import { deadlineOf, tokenResponse } from './shared.js';
+import { deadlineOf, logServed, tokenResponse } from './shared.js';
 
 export type HttpEvent = APIGatewayProxyEventV2WithIAMAuthorizer;
 type HttpResult = APIGatewayProxyStructuredResultV2;
@@ -76,7 +76,7 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger) => {
       minValiditySeconds,
       deadline: deadlineOf(context),
     });
-    logger.info('Token served', { source: served.source, tokenDigest: served.record.tokenDigest });
+    logServed(logger, served);
     return json(200, tokenResponse(connection.name, served.record));
   };
 

@@ -10,7 +10,7 @@ import { z } from 'zod';
 import type { TokenBroker } from '../../lib/broker.js';
 import { BadRequestError } from '../../lib/errors.js';
 import { logError, publicError } from './errors.js';
-import { deadlineOf, tokenResponse } from './shared.js';
+import { deadlineOf, logServed, tokenResponse } from './shared.js';
 
 const connection = z.string().min(1).max(200);
 
@@ -53,10 +53,7 @@ export const createInvokeHandler =
         minValiditySeconds: request.minValidity,
         deadline: deadlineOf(context),
       });
-      logger.info('Token served', {
-        source: served.source,
-        tokenDigest: served.record.tokenDigest,
-      });
+      logServed(logger, served);
       return tokenResponse(request.connection, served.record);
     } catch (error) {
       logError(logger, error);

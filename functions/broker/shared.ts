@@ -1,4 +1,6 @@
+import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
+import type { ServedToken } from '../../lib/broker.js';
 import type { TokenRecord } from '../../lib/ports.js';
 
 /** Kept free before the Lambda deadline to serialise and return the answer. */
@@ -22,3 +24,13 @@ export const tokenResponse = (connection: string, record: TokenRecord, now = Dat
   expiresAt: new Date(record.expiresAt).toISOString(),
   expiresIn: Math.max(0, Math.floor((record.expiresAt - now) / 1000)),
 });
+
+/**
+ * One line per served token. Memory hits are the hot path and are counted by the TokensServed
+ * metric, so they log at DEBUG; tokens read from DynamoDB or issued upstream log at INFO.
+ */
+export const logServed = (logger: Logger, served: ServedToken) => {
+  const fields = { source: served.source, tokenDigest: served.record.tokenDigest };
+  if (served.source === 'memory') logger.debug('Token served', fields);
+  else logger.info('Token served', fields);
+};
