@@ -97,8 +97,14 @@ const SKEW_WARNING_MS = 5 * 60_000;
 const MAX_LEASE_MS = 30_000;
 /** XFetch β: 1 is the value the paper shows optimal for a single recompute. */
 const XFETCH_BETA = 1;
-/** Issuance duration assumed before one was measured. */
-const DEFAULT_ISSUANCE_MS = 1_000;
+/** Issuance duration assumed before one was measured (two loopback-to-internet round trips). */
+const DEFAULT_ISSUANCE_MS = 300;
+/**
+ * Inside the refresh window, memory is re-checked at least this often: a refresh elsewhere
+ * (which may revoke the token in memory, if the upstream revokes on re-issue) is picked up
+ * within this interval instead of `memoryRecheckSeconds`.
+ */
+const WINDOW_RECHECK_MS = 250;
 /** Polling a lease held elsewhere: first wait and cap (full jitter in between). */
 const POLL_BASE_MS = 25;
 const POLL_CAP_MS = 500;
@@ -271,27 +277,37 @@ export class TokenBroker {
     const now = this.#now();
     // Why re-check after memoryRecheckSeconds: another container may have invalidated or
     // replaced the shared token; a memory cache that never looks would keep serving it.
-    if (
-      cached &&
-      cached.record.expiresAt - now > needMs &&
-      now - cached.checkedAt < this.deps.config.memoryRecheckSeconds * 1000
-    ) {
-      return { record: cached.record, source: 'memory' };
-    }
-    return undefined;
+    if (!cached || cached.record.expiresAt - now <= needMs) return undefined;
+    const recheckMs =
+      cached.record.expiresAt - now <= this.#windowMs(cached.record)
+        ? Math.min(WINDOW_RECHECK_MS, this.deps.config.memoryRecheckSeconds * 1000)
+        : this.deps.config.memoryRecheckSeconds * 1000;
+    return now - cached.checkedAt < recheckMs
+      ? { record: cached.record, source: 'memory' }
+      : undefined;
+  }
+
+  /** The refresh window of a token: configured, but never more than half its lifetime. */
+  #windowMs(record: TokenRecord): number {
+    // A window as long as the lifetime would refresh on every request, forever.
+    return Math.min(
+      this.deps.config.refreshWindowSeconds * 1000,
+      (record.expiresAt - record.issuedAt) / 2,
+    );
   }
 
   /**
    * XFetch (Vattani et al., VLDB 2015), aimed at the start of the refresh window rather than
    * at expiry: the closer the window, the likelier a request tries for the lease, so the fleet
-   * does not try in step. It decides when to *try*; the lease decides who mints.
+   * does not try in step. It decides when to *try*; the lease decides who mints. Earliness is
+   * capped at one window: XFetch's exponential tail would otherwise let a busy fleet (many
+   * draws per second) refresh long before the window, and with an upstream that revokes on
+   * re-issue, every early refresh is a revocation.
    */
   #dueForRefresh(record: TokenRecord): boolean {
-    const lifetime = record.expiresAt - record.issuedAt;
-    // A window as long as the lifetime would refresh on every request, forever.
-    const windowMs = Math.min(this.deps.config.refreshWindowSeconds * 1000, lifetime / 2);
+    const windowMs = this.#windowMs(record);
     const delta = this.#issuanceMs.get(record.connection) ?? DEFAULT_ISSUANCE_MS;
-    const earliness = -delta * XFETCH_BETA * Math.log(1 - this.#random());
+    const earliness = Math.min(windowMs, -delta * XFETCH_BETA * Math.log(1 - this.#random()));
     return this.#now() + earliness >= record.expiresAt - windowMs;
   }
 

@@ -1,5 +1,5 @@
-import { z } from 'zod';
 import { ConfigError } from './errors.js';
+import { z } from './schema.js';
 
 /** Which path variant of the Open API a connection speaks. */
 export type Variant = 'v3' | 'legacy';
@@ -45,37 +45,46 @@ const FIELD_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
 const isLoopbackHost = (hostname: string): boolean =>
   hostname === 'localhost' || hostname === '[::1]' || /^127(\.\d{1,3}){3}$/.test(hostname);
 
-const baseUrlSchema = z.string().transform((value, ctx) => {
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    ctx.addIssue({ code: 'custom', message: 'must be an absolute URL' });
-    return z.NEVER;
-  }
-  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && isLoopbackHost(url.hostname))) {
-    ctx.addIssue({
-      code: 'custom',
-      message: 'must use https:// (plain http:// is accepted only for loopback hosts)',
-    });
-    return z.NEVER;
-  }
-  if (url.search || url.hash || url.username || url.password) {
-    ctx.addIssue({ code: 'custom', message: 'must not carry credentials, a query or a fragment' });
-    return z.NEVER;
-  }
-  return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
-});
+const baseUrlSchema = z.pipe(
+  z.string(),
+  z.transform((value: string, ctx) => {
+    const fail = (message: string) => {
+      ctx.issues.push({ code: 'custom', message, input: value });
+      return z.NEVER;
+    };
+    let url: URL;
+    try {
+      url = new URL(value);
+    } catch {
+      return fail('must be an absolute URL');
+    }
+    if (url.protocol !== 'https:' && !(url.protocol === 'http:' && isLoopbackHost(url.hostname))) {
+      return fail('must use https:// (plain http:// is accepted only for loopback hosts)');
+    }
+    if (url.search || url.hash || url.username || url.password) {
+      return fail('must not carry credentials, a query or a fragment');
+    }
+    return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
+  }),
+);
+
+const nonEmpty = (message: string) => z.string().check(z.trim(), z.minLength(1, message));
 
 const connectionSchema = z.strictObject({
   variant: z.enum(['v3', 'legacy']),
   baseUrl: baseUrlSchema,
-  secretId: z.string().trim().min(1, 'must be a non-empty Secrets Manager id or ARN'),
-  callers: z
-    .array(z.string().trim().min(1, 'must be a non-empty IAM ARN pattern'))
-    .min(1, 'must list at least one IAM ARN pattern (omit the field to allow every caller)')
-    .optional(),
-  codeField: z.string().regex(FIELD_NAME, 'must be a plain JSON field name').optional(),
+  secretId: nonEmpty('must be a non-empty Secrets Manager id or ARN'),
+  callers: z.optional(
+    z
+      .array(nonEmpty('must be a non-empty IAM ARN pattern'))
+      .check(
+        z.minLength(
+          1,
+          'must list at least one IAM ARN pattern (omit the field to allow every caller)',
+        ),
+      ),
+  ),
+  codeField: z.optional(z.string().check(z.regex(FIELD_NAME, 'must be a plain JSON field name'))),
 });
 
 const describePath = (path: readonly PropertyKey[]): string => {

@@ -9,6 +9,8 @@ import dynalite from 'dynalite';
 
 export interface LocalDynamoDB {
   readonly url: string;
+  /** HTTP requests served so far (one per DynamoDB API call). */
+  requests(): number;
   close(): Promise<void>;
 }
 
@@ -17,10 +19,15 @@ export const startDynalite = async ({
   port = 0,
 } = {}): Promise<LocalDynamoDB> => {
   const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
+  let requests = 0;
+  server.on('request', () => {
+    requests += 1;
+  });
   await new Promise<void>((resolve) => server.listen(port, host, resolve));
   const address = server.address() as AddressInfo;
   return {
     url: `http://${host}:${address.port}`,
+    requests: () => requests,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
 };

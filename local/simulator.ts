@@ -79,6 +79,8 @@ export interface Simulator {
   requests(): readonly RecordedRequest[];
   /** Every credential value the simulator handed out or was given: for leak scans. */
   handedOut(): readonly string[];
+  /** Epoch ms of every issuance, in order. */
+  issuanceTimes(): readonly number[];
   /** Whether the Open API would accept this token now. */
   isValid(accessToken: string): boolean;
   injectFault(fault: Fault): void;
@@ -113,6 +115,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
   const recorded: RecordedRequest[] = [];
   const faults: { fault: Fault; left: number }[] = [];
   const issuancesByClient: Record<string, number> = Object.create(null);
+  const issuanceTimes: number[] = [];
   const counters = { issuances: 0, authorizations: 0, pings: 0, rejectedPings: 0 };
 
   const send = (
@@ -186,6 +189,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
       revoked: false,
     });
     counters.issuances += 1;
+    issuanceTimes.push(Date.now());
     issuancesByClient[clientId] = (issuancesByClient[clientId] ?? 0) + 1;
     const payload = {
       accessToken: token,
@@ -293,6 +297,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     stats: () => ({ ...counters, issuancesByClient: { ...issuancesByClient } }),
     requests: () => [...recorded],
     handedOut: () => [...handedOut],
+    issuanceTimes: () => [...issuanceTimes],
     isValid,
     injectFault: (fault) => faults.push({ fault, left: Math.max(1, Math.floor(fault.times)) }),
     close: () =>

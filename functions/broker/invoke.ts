@@ -6,24 +6,24 @@
  */
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
-import { z } from 'zod';
 import type { TokenBroker } from '../../lib/broker.js';
 import { BadRequestError } from '../../lib/errors.js';
+import { z } from '../../lib/schema.js';
 import { logError, publicError } from './errors.js';
 import { deadlineOf, logServed, tokenResponse } from './shared.js';
 
-const connection = z.string().min(1).max(200);
+const connection = z.string().check(z.minLength(1), z.maxLength(200));
 
 const invokeSchema = z.discriminatedUnion('action', [
   z.strictObject({
     action: z.literal('getToken'),
     connection,
-    minValidity: z.number().int().min(0).max(1e9).optional(),
+    minValidity: z.optional(z.number().check(z.int(), z.minimum(0), z.maximum(1e9))),
   }),
   z.strictObject({
     action: z.literal('invalidate'),
     connection,
-    accessToken: z.string().min(1).max(8192),
+    accessToken: z.string().check(z.minLength(1), z.maxLength(8192)),
   }),
 ]);
 

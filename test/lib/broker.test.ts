@@ -523,16 +523,50 @@ describe('Class: TokenBroker', () => {
     });
 
     it('tries earlier with XFetch as expiry nears, with a probability that grows towards the window', async () => {
-      // δ (last issuance) 1 s by default; earliness = -δ·ln(1 - u). At 5 s before the window,
-      // u must exceed 1 - e^-5 ≈ 0.9933 for a request to try.
-      const tries = (u: number) => {
+      // δ (last issuance) 0.3 s by default; earliness = -δ·ln(1 - u). At 1 s before the window,
+      // u must exceed 1 - e^(-1/0.3) ≈ 0.9643 for a request to try.
+      const tries = async (u: number, remainingMs: number) => {
         const { broker, store, issuer } = setup({ window: 600, random: () => u });
-        inWindow(store, 605_000);
-        return broker.getToken('sandbox', { deadline: T0 + 5_000 }).then(() => issuer.issued);
+        inWindow(store, remainingMs);
+        await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+        return issuer.issued;
       };
-      expect(await tries(0.5)).toBe(0);
-      expect(await tries(0.99)).toBe(0);
-      expect(await tries(0.995)).toBe(1);
+      expect(await tries(0.5, 601_000)).toBe(0);
+      expect(await tries(0.95, 601_000)).toBe(0);
+      expect(await tries(0.97, 601_000)).toBe(1);
+    });
+
+    it('never tries earlier than one window before the window, however the draw falls', async () => {
+      const { broker, store, issuer } = setup({ window: 600, random: () => 1 - 1e-15 });
+      inWindow(store, 1_201_000);
+      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(issuer.issued).toBe(0);
+    });
+
+    it('re-checks memory against the store every 250 ms inside the window, to pick up a refresh elsewhere', async () => {
+      const { broker, store } = setup({ window: 600, recheck: 5 });
+      inWindow(store, 300_000);
+      // Another container holds the lease: this one serves the current token and keeps it.
+      store.items.set('sandbox', {
+        ...store.items.get('sandbox'),
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000 },
+      });
+      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      store.setToken({
+        connection: 'sandbox',
+        accessToken: 'refreshed',
+        tokenDigest: tokenDigest('refreshed'),
+        issuedAt: T0,
+        expiresAt: T0 + 3600_000,
+      });
+      vi.advanceTimersByTime(200);
+      expect(
+        (await broker.getToken('sandbox', { deadline: Date.now() + 5_000 })).record.accessToken,
+      ).toBe('current');
+      vi.advanceTimersByTime(100);
+      expect(
+        (await broker.getToken('sandbox', { deadline: Date.now() + 5_000 })).record.accessToken,
+      ).toBe('refreshed');
     });
 
     it('clamps the window to half the token lifetime, so a short-lived token is not refreshed on every request', async () => {

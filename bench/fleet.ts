@@ -1,0 +1,250 @@
+/**
+ * Fleet simulation: up to `maxContainers` emulated Lambda containers (separate processes running
+ * a real bundle), each serving one invocation at a time as Lambda does: a request that finds no
+ * idle container starts a new one (a cold start) while below the cap, else queues. Containers
+ * are killed at random during the run. `callers` loops ask for a token, check at receipt whether
+ * the upstream still accepts it, and report it with `invalidate` when not, as callers do on a 401.
+ * In broker mode the scheduled warm-up runs on the fleet like any invocation.
+ */
+import { performance } from 'node:perf_hooks';
+import { type Container, startContainer, tokenOf } from '../local/fleet.js';
+import type { InvokeOutcome } from '../local/lambda-emulator.js';
+import { scheduledEvent } from '../local/lambda-emulator.js';
+import type { Stack } from '../local/stack.js';
+
+export interface FleetSettings {
+  readonly mode: 'broker' | 'baseline';
+  readonly bundle: string;
+  readonly runner: string;
+  readonly env: Record<string, string>;
+  readonly durationMs: number;
+  readonly lifetimeSeconds: number;
+  readonly maxContainers: number;
+  readonly callers: number;
+  readonly thinkMs: number;
+  readonly killEveryMs: number;
+  readonly scheduleEveryMs: number;
+  readonly bucketMs: number;
+}
+
+export interface Bucket {
+  readonly t: number;
+  issuances: number;
+  served: number;
+  revoked: number;
+  latencies: number[];
+}
+
+export interface FleetResult {
+  readonly mode: 'broker' | 'baseline';
+  readonly durationMs: number;
+  readonly issuances: number;
+  readonly issuancesPerLifetime: number;
+  readonly served: number;
+  readonly revokedReceived: number;
+  readonly errors: number;
+  readonly latencyMs: { readonly p50: number; readonly p99: number; readonly max: number };
+  readonly dynamodbRequests: number;
+  readonly dynamodbRequestsPerServedToken: number;
+  readonly containersStarted: number;
+  readonly containersKilled: number;
+  readonly timeline: readonly {
+    t: number;
+    issuances: number;
+    served: number;
+    revoked: number;
+    p50: number;
+    p99: number;
+  }[];
+}
+
+export const percentile = (values: readonly number[], p: number): number => {
+  if (values.length === 0) return 0;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? 0;
+};
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+class Fleet {
+  readonly idle: Container[] = [];
+  readonly busy = new Set<Container>();
+  readonly waiters: ((container: Container) => void)[] = [];
+  starting = 0;
+  started = 0;
+  killed = 0;
+  constructor(private readonly settings: FleetSettings) {}
+
+  get live() {
+    return this.idle.length + this.busy.size + this.starting;
+  }
+
+  async acquire(): Promise<Container> {
+    const idle = this.idle.pop();
+    if (idle) {
+      this.busy.add(idle);
+      return idle;
+    }
+    if (this.live < this.settings.maxContainers) {
+      this.starting += 1;
+      try {
+        const container = await startContainer({
+          runner: this.settings.runner,
+          bundle: this.settings.bundle,
+          env: this.settings.env,
+        });
+        this.started += 1;
+        this.busy.add(container);
+        return container;
+      } finally {
+        this.starting -= 1;
+      }
+    }
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  release(container: Container) {
+    if (!this.busy.delete(container)) return; // killed meanwhile
+    const waiter = this.waiters.shift();
+    if (waiter) {
+      this.busy.add(container);
+      waiter(container);
+    } else {
+      this.idle.push(container);
+    }
+  }
+
+  /** Lambda recycles or loses containers at any time, busy or not. */
+  killOne() {
+    const all = [...this.idle, ...this.busy];
+    const victim = all[Math.floor(Math.random() * all.length)];
+    if (!victim) return;
+    const index = this.idle.indexOf(victim);
+    if (index >= 0) this.idle.splice(index, 1);
+    this.busy.delete(victim);
+    this.killed += 1;
+    void victim.kill('SIGKILL');
+    // A queued request would otherwise wait for a release that may never come: start a
+    // replacement for it, as Lambda would.
+    const waiter = this.waiters.shift();
+    if (waiter) void this.acquire().then(waiter);
+  }
+
+  async invoke(event: unknown): Promise<InvokeOutcome> {
+    const container = await this.acquire();
+    try {
+      return await container.invoke(event);
+    } finally {
+      this.release(container);
+    }
+  }
+
+  async close() {
+    await Promise.all([...this.idle, ...this.busy].map((c) => c.kill('SIGKILL')));
+  }
+}
+
+export const runFleet = async (stack: Stack, settings: FleetSettings): Promise<FleetResult> => {
+  const fleet = new Fleet(settings);
+  const start = Date.now();
+  const end = start + settings.durationMs;
+  const issuedBefore = stack.simulator.issuanceTimes().length;
+  const dynamodbBefore = stack.dynamodb.requests();
+  const buckets: Bucket[] = Array.from(
+    { length: Math.ceil(settings.durationMs / settings.bucketMs) },
+    (_, i) => ({
+      t: (i * settings.bucketMs) / 1000,
+      issuances: 0,
+      served: 0,
+      revoked: 0,
+      latencies: [],
+    }),
+  );
+  const bucketAt = (time: number) =>
+    buckets[Math.min(buckets.length - 1, Math.floor((time - start) / settings.bucketMs))];
+  const latencies: number[] = [];
+  let served = 0;
+  let revoked = 0;
+  let errors = 0;
+
+  const caller = async () => {
+    while (Date.now() < end) {
+      const asked = performance.now();
+      let outcome: InvokeOutcome;
+      try {
+        outcome = await fleet.invoke({ action: 'getToken', connection: 'sandbox' });
+      } catch {
+        errors += 1; // the container died under the request
+        continue;
+      }
+      const took = performance.now() - asked;
+      const bucket = bucketAt(Date.now());
+      if (!outcome.ok) {
+        errors += 1;
+      } else {
+        const token = tokenOf(outcome);
+        served += 1;
+        latencies.push(took);
+        bucket?.latencies.push(took);
+        if (bucket) bucket.served += 1;
+        if (!stack.simulator.isValid(token)) {
+          revoked += 1;
+          if (bucket) bucket.revoked += 1;
+          await fleet
+            .invoke({ action: 'invalidate', connection: 'sandbox', accessToken: token })
+            .catch(() => undefined);
+        }
+      }
+      await sleep(settings.thinkMs * (0.5 + Math.random()));
+    }
+  };
+
+  const timers = [
+    setInterval(() => fleet.killOne(), settings.killEveryMs),
+    ...(settings.mode === 'broker'
+      ? [
+          setInterval(
+            () => void fleet.invoke(scheduledEvent()).catch(() => undefined),
+            settings.scheduleEveryMs,
+          ),
+        ]
+      : []),
+  ];
+  await Promise.all(Array.from({ length: settings.callers }, caller));
+  for (const timer of timers) clearInterval(timer);
+  await fleet.close();
+
+  const issuanceTimes = stack.simulator.issuanceTimes().slice(issuedBefore);
+  for (const time of issuanceTimes) {
+    const bucket = bucketAt(time);
+    if (bucket) bucket.issuances += 1;
+  }
+  const durationMs = Date.now() - start;
+  const dynamodbRequests = stack.dynamodb.requests() - dynamodbBefore;
+  return {
+    mode: settings.mode,
+    durationMs,
+    issuances: issuanceTimes.length,
+    issuancesPerLifetime: issuanceTimes.length / (durationMs / 1000 / settings.lifetimeSeconds),
+    served,
+    revokedReceived: revoked,
+    errors,
+    latencyMs: {
+      p50: percentile(latencies, 50),
+      p99: percentile(latencies, 99),
+      max: percentile(latencies, 100),
+    },
+    dynamodbRequests,
+    dynamodbRequestsPerServedToken: served === 0 ? 0 : dynamodbRequests / served,
+    containersStarted: fleet.started,
+    containersKilled: fleet.killed,
+    timeline: buckets.map((b) => ({
+      t: b.t,
+      issuances: b.issuances,
+      served: b.served,
+      revoked: b.revoked,
+      p50: percentile(b.latencies, 50),
+      p99: percentile(b.latencies, 99),
+    })),
+  };
+};

@@ -1,0 +1,180 @@
+/**
+ * `npm run bench`: the fleet simulation (broker and baseline, same settings, one run) and the
+ * warm/cold cost ratios. Prints a table and writes bench/results/{fleet.json,fleet.svg,results.md}.
+ * Every figure comes from this run.
+ */
+import { statSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { join } from 'node:path';
+import { startStack } from '../local/stack.js';
+import { fleetChart } from './chart.js';
+import { type ColdCost, measureCold, measureWarm, type WarmCost } from './costs.js';
+import { type FleetResult, runFleet } from './fleet.js';
+
+const [buildDir = '.bench', resultsDir = 'bench/results'] = process.argv.slice(2);
+const paths = {
+  broker: join(buildDir, 'dist/broker/index.mjs'),
+  container: join(buildDir, 'dist/local/container.mjs'),
+  baseline: join(buildDir, 'baseline.mjs'),
+  bare: join(buildDir, 'bare-getitem.mjs'),
+  coldRunner: join(buildDir, 'cold-runner.mjs'),
+};
+
+const quick = process.env.BENCH_QUICK === '1';
+const lifetimeSeconds = 10;
+const fleetSettings = {
+  durationMs: quick ? 8_000 : 30_000,
+  lifetimeSeconds,
+  maxContainers: 6,
+  callers: 12,
+  thinkMs: 40,
+  killEveryMs: 2_500,
+  scheduleEveryMs: 1_000,
+  bucketMs: 1_000,
+};
+// Compressed time: a 10 s token, refreshed in its last 2 s, served with at least 1 s left.
+const brokerEnv = {
+  BROKER_REFRESH_WINDOW_SECONDS: '2',
+  BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '1',
+  BROKER_MEMORY_RECHECK_SECONDS: '1',
+  POWERTOOLS_LOG_LEVEL: 'WARN',
+};
+const upstreamLatencyMs = 100;
+
+const log = (line = '') => process.stdout.write(`${line}\n`);
+
+const fleets: FleetResult[] = [];
+for (const mode of ['broker', 'baseline'] as const) {
+  const stack = await startStack({
+    expiresIn: lifetimeSeconds,
+    latencyMs: upstreamLatencyMs,
+    revokeOnReissue: true,
+  });
+  try {
+    log(`fleet: ${mode} for ${fleetSettings.durationMs / 1000}s …`);
+    fleets.push(
+      await runFleet(stack, {
+        mode,
+        bundle: mode === 'broker' ? paths.broker : paths.baseline,
+        runner: paths.container,
+        env: { ...stack.env, ...brokerEnv },
+        ...fleetSettings,
+      }),
+    );
+  } finally {
+    await stack.close();
+  }
+}
+
+let warm: WarmCost;
+let cold: ColdCost;
+{
+  const stack = await startStack();
+  try {
+    log('warm path: memory hits vs loopback GetItem …');
+    warm = await measureWarm(
+      stack,
+      paths.broker,
+      quick ? { memoryHits: 2_000, getItems: 200 } : {},
+    );
+    log('cold start: broker vs bare GetItem bundle …');
+    cold = await measureCold(
+      stack,
+      {
+        runner: paths.coldRunner,
+        broker: paths.broker,
+        bare: paths.bare,
+        brokerBytes: statSync(paths.broker).size,
+        bareBytes: statSync(paths.bare).size,
+      },
+      quick ? 5 : 15,
+    );
+  } finally {
+    await stack.close();
+  }
+}
+
+const [broker, baseline] = fleets as [FleetResult, FleetResult];
+const ideal = lifetimeSeconds / (lifetimeSeconds - Number(brokerEnv.BROKER_REFRESH_WINDOW_SECONDS));
+const pct = (n: number, of: number) => (of === 0 ? '0' : ((100 * n) / of).toFixed(2));
+const rows: [string, string, string][] = [
+  ['upstream issuances', String(broker.issuances), String(baseline.issuances)],
+  [
+    `issuances per token lifetime (${lifetimeSeconds}s; ideal with refresh-ahead ${ideal.toFixed(2)})`,
+    broker.issuancesPerLifetime.toFixed(2),
+    baseline.issuancesPerLifetime.toFixed(2),
+  ],
+  ['tokens served', String(broker.served), String(baseline.served)],
+  [
+    'callers that received an already-revoked token',
+    `${broker.revokedReceived} (${pct(broker.revokedReceived, broker.served)}%)`,
+    `${baseline.revokedReceived} (${pct(baseline.revokedReceived, baseline.served)}%)`,
+  ],
+  ['caller latency p50 (ms)', broker.latencyMs.p50.toFixed(1), baseline.latencyMs.p50.toFixed(1)],
+  ['caller latency p99 (ms)', broker.latencyMs.p99.toFixed(1), baseline.latencyMs.p99.toFixed(1)],
+  [
+    'DynamoDB requests per served token',
+    broker.dynamodbRequestsPerServedToken.toFixed(3),
+    baseline.dynamodbRequestsPerServedToken.toFixed(3),
+  ],
+  ['requests lost to killed containers', String(broker.errors), String(baseline.errors)],
+  [
+    'containers started / killed',
+    `${broker.containersStarted} / ${broker.containersKilled}`,
+    `${baseline.containersStarted} / ${baseline.containersKilled}`,
+  ],
+];
+const costRows: [string, string, string][] = [
+  [
+    'warm: memory hit through the handler vs one loopback GetItem',
+    `${warm.memoryHitMeanUs.toFixed(1)} µs vs ${warm.getItemMeanUs.toFixed(1)} µs`,
+    `${warm.ratio.toFixed(3)}× (target ≤ 0.1×)`,
+  ],
+  [
+    'cold: import + first token from DynamoDB vs bare GetItem bundle (median)',
+    `${cold.brokerMedianMs.toFixed(1)} ms vs ${cold.bareMedianMs.toFixed(1)} ms`,
+    `${cold.ratio.toFixed(2)}× (target ≤ 1.3×)`,
+  ],
+  [
+    'cold: init (import) alone, median',
+    `${cold.brokerInitMedianMs.toFixed(1)} ms vs ${cold.bareInitMedianMs.toFixed(1)} ms`,
+    `${(cold.brokerInitMedianMs / cold.bareInitMedianMs).toFixed(2)}×`,
+  ],
+  [
+    'bundle size',
+    `${(cold.brokerBundleBytes / 1024).toFixed(0)} KiB vs ${(cold.bareBundleBytes / 1024).toFixed(0)} KiB`,
+    `${(cold.brokerBundleBytes / cold.bareBundleBytes).toFixed(2)}×`,
+  ],
+];
+
+const machine = `${cpus().length} cores, Node ${process.versions.node}`;
+const settingsLine = `${fleetSettings.durationMs / 1000}s per mode, ≤${fleetSettings.maxContainers} containers, ${fleetSettings.callers} callers, a container killed every ${fleetSettings.killEveryMs / 1000}s, upstream latency ${upstreamLatencyMs} ms per request, token lifetime ${lifetimeSeconds}s, old tokens revoked on re-issue, warm-up every ${fleetSettings.scheduleEveryMs / 1000}s (broker)`;
+const table = (head: [string, string, string], body: [string, string, string][]) =>
+  [`| ${head.join(' | ')} |`, '|---|---|---|', ...body.map((r) => `| ${r.join(' | ')} |`)].join(
+    '\n',
+  );
+const markdown = [
+  '# Benchmark results',
+  '',
+  `Generated by \`npm run bench\` on ${new Date().toISOString().slice(0, 10)} (${machine}${quick ? ', quick mode' : ''}). Every figure below comes from that one run.`,
+  '',
+  `Fleet: ${settingsLine}.`,
+  '',
+  table(['', 'broker', 'baseline (each container for itself)'], rows),
+  '',
+  '![Issuances and latency over time](fleet.svg)',
+  '',
+  table(['cost', 'measured', 'ratio'], costRows),
+  '',
+].join('\n');
+
+log();
+log(markdown);
+writeFileSync(
+  join(resultsDir, 'fleet.json'),
+  `${JSON.stringify({ settings: { ...fleetSettings, upstreamLatencyMs, brokerEnv, machine }, fleets, warm, cold }, null, 2)}\n`,
+);
+writeFileSync(join(resultsDir, 'fleet.svg'), `${fleetChart(fleets, settingsLine)}\n`);
+writeFileSync(join(resultsDir, 'results.md'), markdown);
+log(`written: ${resultsDir}/fleet.json, fleet.svg, results.md`);
+process.exit(0);

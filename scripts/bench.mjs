@@ -1,0 +1,34 @@
+// `npm run bench`: builds the broker and the benchmark's own bundles into .bench/, then runs it.
+import { execFileSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { build } from 'esbuild';
+
+const out = '.bench';
+mkdirSync(out, { recursive: true });
+mkdirSync('bench/results', { recursive: true });
+execFileSync(process.execPath, ['scripts/build.mjs'], {
+  stdio: 'inherit',
+  env: { ...process.env, BUILD_OUTDIR: `${out}/dist` },
+});
+await build({
+  entryPoints: [
+    'bench/run.ts',
+    'bench/baseline.ts',
+    'bench/bare-getitem.ts',
+    'bench/cold-runner.ts',
+  ],
+  outdir: out,
+  outExtension: { '.js': '.mjs' },
+  bundle: true,
+  platform: 'node',
+  target: 'node24',
+  format: 'esm',
+  // The reference bundles are built exactly like the broker's: minified ESM with the same banner.
+  minify: true,
+  banner: {
+    js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
+  },
+  external: ['dynalite'],
+  logLevel: 'warning',
+});
+execFileSync(process.execPath, [`${out}/run.mjs`, out, 'bench/results'], { stdio: 'inherit' });
