@@ -6,6 +6,8 @@
  * the upstream still accepts it, and report it with `invalidate` when not, as callers do on a 401.
  * In broker mode the scheduled warm-up runs on the fleet like any invocation.
  */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
 import type { InvokeOutcome } from '../local/lambda-emulator.js';
@@ -94,6 +96,7 @@ class Fleet {
           env: this.settings.env,
         });
         this.started += 1;
+        this.all.push(container);
         this.busy.add(container);
         return container;
       } finally {
@@ -138,6 +141,8 @@ class Fleet {
       this.release(container);
     }
   }
+
+  readonly all: Container[] = [];
 
   async close() {
     await Promise.all([...this.idle, ...this.busy].map((c) => c.kill('SIGKILL')));
@@ -213,6 +218,14 @@ export const runFleet = async (stack: Stack, settings: FleetSettings): Promise<F
   await Promise.all(Array.from({ length: settings.callers }, caller));
   for (const timer of timers) clearInterval(timer);
   await fleet.close();
+  // BENCH_LOG_DIR keeps every container's log, to see why any issuance happened.
+  const logDir = process.env.BENCH_LOG_DIR;
+  if (logDir) {
+    mkdirSync(logDir, { recursive: true });
+    fleet.all.forEach((c, i) => {
+      writeFileSync(join(logDir, `${settings.mode}-${i}.log`), c.output());
+    });
+  }
 
   const issuanceTimes = stack.simulator.issuanceTimes().slice(issuedBefore);
   for (const time of issuanceTimes) {

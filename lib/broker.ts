@@ -105,6 +105,13 @@ const DEFAULT_ISSUANCE_MS = 300;
  * within this interval instead of `memoryRecheckSeconds`.
  */
 const WINDOW_RECHECK_MS = 250;
+/**
+ * A refresher that replaces a still-valid token waits this long after taking the lease before
+ * it calls the upstream. Every container serving that token from memory re-reads the store
+ * within WINDOW_RECHECK_MS, sees the lease, and stops serving the token before the upstream can
+ * revoke it (as many APIs do on re-issue; this one's behaviour is unknown, so assume it).
+ */
+const DRAIN_MS = WINDOW_RECHECK_MS + 100;
 /** Polling a lease held elsewhere: first wait and cap (full jitter in between). */
 const POLL_BASE_MS = 25;
 const POLL_CAP_MS = 500;
@@ -297,18 +304,18 @@ export class TokenBroker {
   }
 
   /**
-   * XFetch (Vattani et al., VLDB 2015), aimed at the start of the refresh window rather than
-   * at expiry: the closer the window, the likelier a request tries for the lease, so the fleet
-   * does not try in step. It decides when to *try*; the lease decides who mints. Earliness is
-   * capped at one window: XFetch's exponential tail would otherwise let a busy fleet (many
-   * draws per second) refresh long before the window, and with an upstream that revokes on
-   * re-issue, every early refresh is a revocation.
+   * XFetch (Vattani et al., VLDB 2015), aimed at the middle of the refresh window with its
+   * earliness capped at half a window: the closer the middle, the likelier a request tries for
+   * the lease, so the fleet does not try in step, and every try falls inside the window, where
+   * all containers re-check their memory fast (a refresh may revoke what they hold). XFetch's
+   * exponential tail is capped because a busy fleet draws it hundreds of times a second. It
+   * decides when to *try*; the lease decides who mints.
    */
   #dueForRefresh(record: TokenRecord): boolean {
-    const windowMs = this.#windowMs(record);
+    const half = this.#windowMs(record) / 2;
     const delta = this.#issuanceMs.get(record.connection) ?? DEFAULT_ISSUANCE_MS;
-    const earliness = Math.min(windowMs, -delta * XFETCH_BETA * Math.log(1 - this.#random()));
-    return this.#now() + earliness >= record.expiresAt - windowMs;
+    const earliness = Math.min(half, -delta * XFETCH_BETA * Math.log(1 - this.#random()));
+    return this.#now() + earliness >= record.expiresAt - half;
   }
 
   /**
@@ -335,7 +342,7 @@ export class TokenBroker {
       });
       if (!attempt.acquired) return undefined;
       this.deps.logger.info('Refreshing the token ahead of expiry', { connection: name });
-      return await this.#issueUnderLease(connection, holder, 0, deadline);
+      return await this.#issueUnderLease(connection, holder, 0, deadline, true);
     } catch (error) {
       const failure = toBrokerError(error);
       this.#metrics.record(MetricName.RefreshFailures, name);
@@ -390,9 +397,13 @@ export class TokenBroker {
       // DynamoDB deletes expired items late (up to days): expiry is always checked here.
       if (token && token.expiresAt > now) this.#memory.set(name, { record: token, checkedAt: now });
       else this.#memory.delete(name);
-      if (token && token.expiresAt - now > needMs) return { record: token, source: 'dynamodb' };
+      const leaseLive = lease !== undefined && lease.expiresAt >= now;
+      // A live lease on a token inside its window is a refresh in progress: the token may be
+      // revoked upstream at any moment, so wait for its successor instead of serving it.
+      const refreshing = leaseLive && token !== undefined && token.expiresAt - now <= this.#windowMs(token);
+      if (token && token.expiresAt - now > needMs && !refreshing) return { record: token, source: 'dynamodb' };
 
-      if (!lease || lease.expiresAt < now) {
+      if (!leaseLive) {
         if (deadline <= now) throw new UpstreamUnavailableError('No time left to issue a token', 1);
         const holder = this.#nextHolder();
         const attempt = await this.#store('take the lease', () =>
@@ -404,7 +415,8 @@ export class TokenBroker {
           }),
         );
         if (attempt.acquired) {
-          const issued = await this.#issueUnderLease(connection, holder, needMs, deadline);
+          const replacing = token !== undefined && token.expiresAt > now;
+          const issued = await this.#issueUnderLease(connection, holder, needMs, deadline, replacing);
           if (issued) return issued;
           continue; // our lease was taken over while we ran: wait for the new holder's token
         }
@@ -476,10 +488,12 @@ export class TokenBroker {
     holder: string,
     needMs: number,
     deadline: number,
+    replacingValidToken: boolean,
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
     let record: TokenRecord;
     try {
+      if (replacingValidToken) await this.#sleep(DRAIN_MS);
       const credentials = await this.deps.secrets.getCredentials(connection.secretId);
       const started = this.#now();
       const issued = await this.deps.issuer.issue(connection, credentials, { deadline });

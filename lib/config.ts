@@ -1,5 +1,6 @@
+import * as z from 'zod/mini';
 import { ConfigError } from './errors.js';
-import { z } from './schema.js';
+import './schema.js';
 
 /** Which path variant of the Open API a connection speaks. */
 export type Variant = 'v3' | 'legacy';

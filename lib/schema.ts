@@ -1,11 +1,11 @@
 /**
- * The schema library, configured once: zod/mini, the tree-shakable form of zod (28 KiB in the
+ * Configures the schema library once: zod/mini, the tree-shakable form of zod (28 KiB in the
  * bundle instead of 445, which keeps the cold start close to a bare bundle's), with English
- * messages for the built-in checks. Import `z` from here, never from 'zod' directly.
+ * messages for its built-in checks. Modules that validate import this file for its effect and
+ * `* as z from 'zod/mini'` themselves: re-exporting the namespace from here would make the
+ * bundler keep all of zod, every locale included.
  */
 import { en } from 'zod/locales';
-import * as z from 'zod/mini';
+import { config } from 'zod/mini';
 
-z.config(en());
-
-export { z };
+config(en());

@@ -30,7 +30,8 @@ let tables = 0;
 
 export const startStack = async (
   simulatorOptions: Partial<SimulatorOptions> = {},
-  connectionsOverride?: Record<string, unknown>,
+  /** Which connections BROKER_CONNECTIONS configures: `sandbox` (v3) and/or `legacy`. */
+  connections: readonly ('sandbox' | 'legacy')[] = ['sandbox', 'legacy'],
 ): Promise<Stack> => {
   const v3Client = generateClient('v3');
   const legacyClient = generateClient('legacy');
@@ -52,10 +53,14 @@ export const startStack = async (
     AWS_ENDPOINT_URL_SECRETS_MANAGER: secrets.url,
     BROKER_TABLE_NAME: tableName,
     BROKER_CONNECTIONS: JSON.stringify(
-      connectionsOverride ?? {
-        sandbox: { variant: 'v3', baseUrl: simulator.url, secretId: 'open-api/v3' },
-        legacy: { variant: 'legacy', baseUrl: simulator.url, secretId: 'open-api/legacy' },
-      },
+      Object.fromEntries(
+        connections.map((name) => [
+          name,
+          name === 'sandbox'
+            ? { variant: 'v3', baseUrl: simulator.url, secretId: 'open-api/v3' }
+            : { variant: 'legacy', baseUrl: simulator.url, secretId: 'open-api/legacy' },
+        ]),
+      ),
     ),
   };
   const client = new DynamoDBClient({

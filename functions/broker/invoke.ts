@@ -6,9 +6,10 @@
  */
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
+import * as z from 'zod/mini';
 import type { TokenBroker } from '../../lib/broker.js';
 import { BadRequestError } from '../../lib/errors.js';
-import { z } from '../../lib/schema.js';
+import '../../lib/schema.js';
 import { logError, publicError } from './errors.js';
 import { deadlineOf, logServed, tokenResponse } from './shared.js';
 

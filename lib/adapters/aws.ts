@@ -3,14 +3,13 @@
  * AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL_SECRETS_MANAGER variables redirect them.
  */
 import { Logger } from '@aws-lambda-powertools/logger';
-import { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { TokenBroker } from '../broker.js';
 import type { BrokerConfig } from '../config.js';
+import type { SecretSource } from '../ports.js';
 import { OpenApiClient } from '../upstream/open-api.js';
 import { DynamoDBTokenStore } from './dynamodb-token-store.js';
-import { SecretsManagerSecretSource } from './secrets-manager-secret-source.js';
 
 /** Structured JSON logs; level from POWERTOOLS_LOG_LEVEL, service from POWERTOOLS_SERVICE_NAME. */
 export const createLogger = (): Logger => new Logger({ serviceName: 'token-broker' });
@@ -26,18 +25,41 @@ export const createAwsBroker = (
   logger: Logger,
   clients: AwsClients = {},
 ): TokenBroker => {
-  const secretsProvider = new SecretsProvider({
-    awsSdkV3Client: clients.secretsManager ?? new SecretsManagerClient({}),
+  // Secrets are needed only to issue a token, never to serve one from DynamoDB: the Secrets
+  // Manager client is loaded on the first issuance, keeping it out of the cold start. In the
+  // single-file bundle, esbuild turns these dynamic imports into lazily-initialised modules.
+  const secrets = lazySecretSource(async () => {
+    const [{ SecretsProvider }, { SecretsManagerClient }, { SecretsManagerSecretSource }] =
+      await Promise.all([
+        import('@aws-lambda-powertools/parameters/secrets'),
+        import('@aws-sdk/client-secrets-manager'),
+        import('./secrets-manager-secret-source.js'),
+      ]);
+    const provider = new SecretsProvider({
+      awsSdkV3Client: clients.secretsManager ?? new SecretsManagerClient({}),
+    });
+    return new SecretsManagerSecretSource(provider, config.secretMaxAgeSeconds);
   });
   return new TokenBroker({
     config,
     logger,
     store: new DynamoDBTokenStore(clients.dynamodb ?? new DynamoDBClient({}), config.tableName),
-    secrets: new SecretsManagerSecretSource(secretsProvider, config.secretMaxAgeSeconds),
+    secrets,
     issuer: new OpenApiClient({
       timeoutMs: config.upstreamTimeoutMs,
       limits: { maxLifetimeSeconds: config.maxTokenLifetimeSeconds },
       ...(clients.fetch ? { fetch: clients.fetch } : {}),
     }),
   });
+};
+
+/** A secret source built on first use. */
+const lazySecretSource = (load: () => Promise<SecretSource>): SecretSource => {
+  let source: Promise<SecretSource> | undefined;
+  return {
+    getCredentials: async (secretId) => {
+      source ??= load();
+      return (await source).getCredentials(secretId);
+    },
+  };
 };

@@ -57,7 +57,12 @@ const setup = (overrides: SetupOptions = {}) => {
     metrics,
     // XFetch off unless a test turns it on: -log(1 - 0) = 0 means no earliness.
     random: overrides.random ?? (() => 0),
-    ...(overrides.sleep ? { sleep: overrides.sleep } : {}),
+    // Waits advance the fake clock, so drains and backoff cost no real time.
+    sleep:
+      overrides.sleep ??
+      (async (ms: number) => {
+        vi.advanceTimersByTime(ms);
+      }),
   });
   return { broker, store, secrets, issuer, logger, metrics };
 };
@@ -474,7 +479,7 @@ describe('Class: TokenBroker', () => {
         expiresAt: T0 + remainingMs,
       });
 
-    it('does not refresh before the window starts (XFetch earliness 0)', async () => {
+    it('does not refresh before the middle of the window without XFetch earliness', async () => {
       const { broker, store, issuer } = setup({ window: 600 });
       inWindow(store, 601_000);
       expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
@@ -485,23 +490,54 @@ describe('Class: TokenBroker', () => {
 
     it('refreshes once inside the window, in the request that wins the lease', async () => {
       const { broker, store, issuer } = setup({ window: 600 });
-      inWindow(store, 599_000);
+      inWindow(store, 299_000);
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'token-1' } });
       expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).source).toBe('memory');
       expect(issuer.issued).toBe(1);
     });
 
-    it('serves the current token at once while another container holds the lease', async () => {
-      const { broker, store, issuer } = setup({ window: 600 });
+    it('waits for the successor while another container refreshes a token inside its window', async () => {
+      const { broker, store, issuer } = setup({
+        window: 600,
+        random: () => 0.5,
+        sleep: async (ms) => {
+          vi.advanceTimersByTime(ms);
+          // The refresher finishes: its token replaces the item, lease included.
+          store.items.set('sandbox', {
+            token: {
+              connection: 'sandbox',
+              accessToken: 'successor',
+              tokenDigest: tokenDigest('successor'),
+              issuedAt: Date.now(),
+              expiresAt: Date.now() + 3600_000,
+            },
+          });
+        },
+      });
       inWindow(store, 300_000);
       store.items.set('sandbox', {
         ...store.items.get('sandbox'),
         lease: { holder: 'refresher:1', expiresAt: T0 + 10_000 },
       });
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
-      expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'current' } });
+      expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'successor' } });
       expect(issuer.issued).toBe(0);
+    });
+
+    it('drains before replacing a valid token: the upstream is called only after every container re-checked', async () => {
+      const { broker, store, issuer } = setup({ window: 600 });
+      inWindow(store, 300_000);
+      let calledAt = 0;
+      const issue = issuer.issue.bind(issuer);
+      issuer.issue = async (...args) => {
+        calledAt = Date.now();
+        return issue(...args);
+      };
+      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(issuer.issued).toBe(1);
+      expect(calledAt - T0).toBeGreaterThan(250);
+      expect(store.items.get('sandbox')?.lease).toBeUndefined();
     });
 
     it('keeps serving the current token when the refresh fails, and counts the failure', async () => {
@@ -523,35 +559,34 @@ describe('Class: TokenBroker', () => {
     });
 
     it('tries earlier with XFetch as expiry nears, with a probability that grows towards the window', async () => {
-      // δ (last issuance) 0.3 s by default; earliness = -δ·ln(1 - u). At 1 s before the window,
-      // u must exceed 1 - e^(-1/0.3) ≈ 0.9643 for a request to try.
+      // δ (last issuance) 0.3 s by default; earliness = -δ·ln(1 - u). At 1 s before the middle
+      // of the window, u must exceed 1 - e^(-1/0.3) ≈ 0.9643 for a request to try.
       const tries = async (u: number, remainingMs: number) => {
         const { broker, store, issuer } = setup({ window: 600, random: () => u });
         inWindow(store, remainingMs);
         await broker.getToken('sandbox', { deadline: T0 + 5_000 });
         return issuer.issued;
       };
-      expect(await tries(0.5, 601_000)).toBe(0);
-      expect(await tries(0.95, 601_000)).toBe(0);
-      expect(await tries(0.97, 601_000)).toBe(1);
+      expect(await tries(0.5, 301_000)).toBe(0);
+      expect(await tries(0.95, 301_000)).toBe(0);
+      expect(await tries(0.97, 301_000)).toBe(1);
     });
 
-    it('never tries earlier than one window before the window, however the draw falls', async () => {
+    it('never tries before the window starts, however the draw falls', async () => {
       const { broker, store, issuer } = setup({ window: 600, random: () => 1 - 1e-15 });
-      inWindow(store, 1_201_000);
+      inWindow(store, 601_000);
       await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(issuer.issued).toBe(0);
     });
 
     it('re-checks memory against the store every 250 ms inside the window, to pick up a refresh elsewhere', async () => {
-      const { broker, store } = setup({ window: 600, recheck: 5 });
+      const { broker, store, issuer } = setup({ window: 600, recheck: 5 });
       inWindow(store, 300_000);
-      // Another container holds the lease: this one serves the current token and keeps it.
-      store.items.set('sandbox', {
-        ...store.items.get('sandbox'),
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000 },
-      });
-      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      // Another container wins every lease: this one only ever serves what the store holds.
+      store.acquireLease = async () => ({ acquired: false, state: undefined });
+      expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
+        'current',
+      );
       store.setToken({
         connection: 'sandbox',
         accessToken: 'refreshed',
@@ -567,6 +602,7 @@ describe('Class: TokenBroker', () => {
       expect(
         (await broker.getToken('sandbox', { deadline: Date.now() + 5_000 })).record.accessToken,
       ).toBe('refreshed');
+      expect(issuer.issued).toBe(0);
     });
 
     it('clamps the window to half the token lifetime, so a short-lived token is not refreshed on every request', async () => {
@@ -577,7 +613,7 @@ describe('Class: TokenBroker', () => {
       vi.advanceTimersByTime(100_000); // 200 s left: outside the clamped 150 s window
       await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
       expect(issuer.issued).toBe(1);
-      vi.advanceTimersByTime(60_000); // 140 s left: inside it
+      vi.advanceTimersByTime(130_000); // 70 s left: past the middle of that window
       await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
       expect(issuer.issued).toBe(2);
     });
