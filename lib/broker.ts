@@ -400,8 +400,10 @@ export class TokenBroker {
       const leaseLive = lease !== undefined && lease.expiresAt >= now;
       // A live lease on a token inside its window is a refresh in progress: the token may be
       // revoked upstream at any moment, so wait for its successor instead of serving it.
-      const refreshing = leaseLive && token !== undefined && token.expiresAt - now <= this.#windowMs(token);
-      if (token && token.expiresAt - now > needMs && !refreshing) return { record: token, source: 'dynamodb' };
+      const refreshing =
+        leaseLive && token !== undefined && token.expiresAt - now <= this.#windowMs(token);
+      if (token && token.expiresAt - now > needMs && !refreshing)
+        return { record: token, source: 'dynamodb' };
 
       if (!leaseLive) {
         if (deadline <= now) throw new UpstreamUnavailableError('No time left to issue a token', 1);
@@ -416,7 +418,13 @@ export class TokenBroker {
         );
         if (attempt.acquired) {
           const replacing = token !== undefined && token.expiresAt > now;
-          const issued = await this.#issueUnderLease(connection, holder, needMs, deadline, replacing);
+          const issued = await this.#issueUnderLease(
+            connection,
+            holder,
+            needMs,
+            deadline,
+            replacing,
+          );
           if (issued) return issued;
           continue; // our lease was taken over while we ran: wait for the new holder's token
         }

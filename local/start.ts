@@ -48,6 +48,8 @@ if (!env.AWS_ENDPOINT_URL_DYNAMODB) {
 }
 env.BROKER_TABLE_NAME ??= 'token-broker-local';
 env.AWS_REGION ??= 'us-east-1';
+// EMF metric lines are noise on a laptop; POWERTOOLS_METRICS_DISABLED=false shows them.
+env.POWERTOOLS_METRICS_DISABLED ??= 'true';
 env.AWS_ACCESS_KEY_ID ??= 'local';
 env.AWS_SECRET_ACCESS_KEY ??= 'local';
 await ensureTable(localDynamoDBClient(env.AWS_ENDPOINT_URL_DYNAMODB), env.BROKER_TABLE_NAME);

@@ -16,9 +16,11 @@ import { createScheduleHandler, isScheduledEvent } from './schedule.js';
 export interface HandlerDeps {
   readonly broker: TokenBroker;
   readonly logger: Logger;
+  /** Publishes what an invocation recorded; called at the end of every invocation. */
+  readonly metrics?: { flush(): void };
 }
 
-export const createHandler = ({ broker, logger }: HandlerDeps) => {
+export const createHandler = ({ broker, logger, metrics }: HandlerDeps) => {
   const http = createHttpHandler(broker, logger);
   const invoke = createInvokeHandler(broker, logger);
   const schedule = createScheduleHandler(broker, logger);
@@ -27,6 +29,7 @@ export const createHandler = ({ broker, logger }: HandlerDeps) => {
     middy<unknown, unknown>()
       // logEvent is pinned off: an invalidate request carries an access token in its body.
       .use(injectLambdaContext(logger, { resetKeys: true, logEvent: false }))
+      .use({ after: () => metrics?.flush(), onError: () => metrics?.flush() })
       .handler(async (event: unknown, context: Context) => {
         if (isHttpEvent(event)) return http(event, context);
         if (isScheduledEvent(event)) return schedule(event, context);

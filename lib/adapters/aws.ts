@@ -3,16 +3,23 @@
  * AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL_SECRETS_MANAGER variables redirect them.
  */
 import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics } from '@aws-lambda-powertools/metrics';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { TokenBroker } from '../broker.js';
 import type { BrokerConfig } from '../config.js';
+import type { BrokerMetrics } from '../metrics.js';
 import type { SecretSource } from '../ports.js';
 import { OpenApiClient } from '../upstream/open-api.js';
 import { DynamoDBTokenStore } from './dynamodb-token-store.js';
+import { EmfMetrics } from './emf-metrics.js';
 
 /** Structured JSON logs; level from POWERTOOLS_LOG_LEVEL, service from POWERTOOLS_SERVICE_NAME. */
 export const createLogger = (): Logger => new Logger({ serviceName: 'token-broker' });
+
+/** CloudWatch metrics as EMF; namespace from POWERTOOLS_METRICS_NAMESPACE (default TokenBroker). */
+export const createMetrics = (): EmfMetrics =>
+  new EmfMetrics(new Metrics({ namespace: 'TokenBroker', serviceName: 'token-broker' }));
 
 export interface AwsClients {
   readonly dynamodb?: DynamoDBClient;
@@ -23,6 +30,7 @@ export interface AwsClients {
 export const createAwsBroker = (
   config: BrokerConfig,
   logger: Logger,
+  metrics?: BrokerMetrics,
   clients: AwsClients = {},
 ): TokenBroker => {
   // Secrets are needed only to issue a token, never to serve one from DynamoDB: the Secrets
@@ -43,6 +51,7 @@ export const createAwsBroker = (
   return new TokenBroker({
     config,
     logger,
+    ...(metrics ? { metrics } : {}),
     store: new DynamoDBTokenStore(clients.dynamodb ?? new DynamoDBClient({}), config.tableName),
     secrets,
     issuer: new OpenApiClient({

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHandler } from '../../functions/broker/handler.js';
-import { createAwsBroker, createLogger } from '../../lib/adapters/aws.js';
+import { createAwsBroker, createLogger, createMetrics } from '../../lib/adapters/aws.js';
 import { loadConfig } from '../../lib/config.js';
 import {
   httpEvent,
@@ -24,9 +24,11 @@ const restore: (() => void)[] = [];
 
 const newContainer = (): LambdaHandler => {
   const logger = createLogger();
+  const metrics = createMetrics();
   return createHandler({
-    broker: createAwsBroker(loadConfig(process.env), logger),
+    broker: createAwsBroker(loadConfig(process.env), logger, metrics),
     logger,
+    metrics,
   }) as LambdaHandler;
 };
 
@@ -409,6 +411,41 @@ describe('Handler: scheduled warm-up and other events', () => {
   ])('refuses the unrecognised event %j with BadRequestError', async (event) => {
     const outcome = await invokeHandler(newContainer(), event);
     expect(outcome).toMatchObject({ ok: false, errorType: 'BadRequestError' });
+  });
+});
+
+describe('Metrics', () => {
+  it('are published as EMF, one line per connection and invocation, with the connection as dimension', () => {
+    const emf = output
+      .join('')
+      .split('\n')
+      .filter((line) => line.includes('"_aws"'))
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(emf.length).toBeGreaterThan(5);
+    const names = (line: Record<string, unknown>) =>
+      (
+        line._aws as {
+          CloudWatchMetrics: {
+            Namespace: string;
+            Dimensions: string[][];
+            Metrics: { Name: string }[];
+          }[];
+        }
+      ).CloudWatchMetrics[0];
+    expect(emf.every((line) => names(line)?.Namespace === 'TokenBroker')).toBe(true);
+    expect(emf.every((line) => names(line)?.Dimensions[0]?.includes('connection'))).toBe(true);
+    const all = new Set(emf.flatMap((line) => names(line)?.Metrics.map((m) => m.Name) ?? []));
+    for (const name of [
+      'TokensServedFromMemory',
+      'TokensServedFromDynamoDB',
+      'UpstreamIssuances',
+      'UpstreamLatency',
+      'RefreshFailures',
+    ]) {
+      expect(all).toContain(name);
+    }
+    const issuance = emf.find((line) => 'UpstreamIssuances' in line);
+    expect(issuance?.connection).toEqual(expect.any(String));
   });
 });
 
