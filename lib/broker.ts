@@ -93,8 +93,13 @@ interface MemoryEntry {
 
 /** Clock skew between us and the upstream beyond which a warning is logged. */
 const SKEW_WARNING_MS = 5 * 60_000;
-/** A lease never outlives this, whatever the caller's deadline: a dead holder frees it soon. */
-const MAX_LEASE_MS = 30_000;
+/**
+ * A lease lasts this long and its holder renews it every LEASE_HEARTBEAT_MS while it works
+ * (the pattern of the DynamoDB Lock Client): a holder that dies — a crash, a killed container
+ * — frees the connection within LEASE_MS, instead of blocking it for a whole Lambda timeout.
+ */
+const LEASE_MS = 3_000;
+const LEASE_HEARTBEAT_MS = 1_000;
 /** XFetch β: 1 is the value the paper shows optimal for a single recompute. */
 const XFETCH_BETA = 1;
 /** Issuance duration assumed before one was measured (two loopback-to-internet round trips). */
@@ -335,7 +340,7 @@ export class TokenBroker {
     try {
       const attempt = await this.deps.store.acquireLease(name, {
         holder,
-        leaseExpiresAt: Math.min(deadline, now + MAX_LEASE_MS),
+        leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
         now,
         // Replace the token we saw, never a newer one another container wrote meanwhile.
         replaceIfExpiresBefore: current.expiresAt + 1,
@@ -411,7 +416,7 @@ export class TokenBroker {
         const attempt = await this.#store('take the lease', () =>
           this.deps.store.acquireLease(name, {
             holder,
-            leaseExpiresAt: Math.min(deadline, now + MAX_LEASE_MS),
+            leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
             now,
             replaceIfExpiresBefore: now + needMs + 1,
           }),
@@ -492,6 +497,25 @@ export class TokenBroker {
    * Returns undefined when the lease was lost meanwhile (the new holder's token wins).
    */
   async #issueUnderLease(
+    connection: ConnectionConfig,
+    holder: string,
+    needMs: number,
+    deadline: number,
+    replacingValidToken: boolean,
+  ): Promise<ServedToken | undefined> {
+    const { name } = connection;
+    const heartbeat = setInterval(() => {
+      const leaseExpiresAt = Math.min(deadline, this.#now() + LEASE_MS);
+      this.deps.store.renewLease(name, holder, leaseExpiresAt).catch(() => undefined);
+    }, LEASE_HEARTBEAT_MS);
+    try {
+      return await this.#runUnderLease(connection, holder, needMs, deadline, replacingValidToken);
+    } finally {
+      clearInterval(heartbeat);
+    }
+  }
+
+  async #runUnderLease(
     connection: ConnectionConfig,
     holder: string,
     needMs: number,

@@ -66,6 +66,8 @@ export interface TokenStore {
    * no one does and the stored token is older). Returns whether it wrote.
    */
   putToken(record: TokenRecord, holder: string): Promise<boolean>;
+  /** Extends the lease to `leaseExpiresAt` if `holder` still holds it (a heartbeat). */
+  renewLease(connection: string, holder: string, leaseExpiresAt: number): Promise<boolean>;
   /** Gives the lease up if `holder` still holds it (after a failed flow). */
   releaseLease(connection: string, holder: string): Promise<void>;
   /**

@@ -55,7 +55,8 @@ describe('Fleet of container processes', () => {
 
   it('a container killed while holding the lease is replaced by another shortly after the lease expires', async () => {
     // Start from an empty cache for the legacy connection.
-    const [dying] = await start(1, { BROKER_LOCAL_TIMEOUT_MS: '1500' });
+    // The default 10 s Lambda timeout: the heartbeat lease, not the deadline, bounds the wait.
+    const [dying] = await start(1);
     const [survivor] = await start(1);
     if (!dying || !survivor) throw new Error('containers did not start');
     const before = stack.simulator.stats();
@@ -84,6 +85,10 @@ describe('Fleet of container processes', () => {
     expect(output.indexOf('Waiting for another container')).toBeLessThan(
       output.indexOf('Token issued by the Open API'),
     );
+    const waiting = JSON.parse(
+      output.split('\n').find((line) => line.includes('Waiting for another container')) ?? '{}',
+    ) as { leaseExpiresInMs: number };
+    expect(waiting.leaseExpiresInMs).toBeLessThanOrEqual(3_000);
   });
 
   it('invalidate with a stale token changes nothing; with the current one, the fleet re-issues exactly once', async () => {

@@ -150,6 +150,27 @@ export class DynamoDBTokenStore implements TokenStore {
     }
   }
 
+  async renewLease(connection: string, holder: string, leaseExpiresAt: number): Promise<boolean> {
+    try {
+      await this.client.send(
+        new UpdateItemCommand({
+          TableName: this.tableName,
+          Key: tokenKey(connection),
+          UpdateExpression: 'SET leaseExpiresAt = :leaseExpiresAt',
+          ConditionExpression: 'leaseHolder = :holder',
+          ExpressionAttributeValues: {
+            ':holder': { S: holder },
+            ':leaseExpiresAt': { N: String(leaseExpiresAt) },
+          },
+        }),
+      );
+      return true;
+    } catch (error) {
+      if (error instanceof ConditionalCheckFailedException) return false;
+      throw error;
+    }
+  }
+
   async releaseLease(connection: string, holder: string): Promise<void> {
     try {
       await this.client.send(

@@ -431,6 +431,19 @@ describe('Class: TokenBroker', () => {
       expect(issuer.issued).toBe(0);
     });
 
+    it('keeps its lease alive with heartbeats while a slow flow runs, and lets it lapse soon after dying', async () => {
+      const { broker, issuer, store } = setup();
+      issuer.delayMs = 5_000; // longer than the 3 s lease
+      const pending = broker.getToken('sandbox', { deadline: T0 + 9_000 });
+      await vi.advanceTimersByTimeAsync(4_000);
+      const lease = store.items.get('sandbox')?.lease;
+      expect(lease?.expiresAt).toBeGreaterThan(T0 + 4_000);
+      expect(lease?.expiresAt).toBeLessThanOrEqual(T0 + 4_000 + 3_000);
+      await vi.advanceTimersByTimeAsync(2_000);
+      await expect(pending).resolves.toMatchObject({ source: 'upstream' });
+      expect(store.items.get('sandbox')?.lease).toBeUndefined();
+    });
+
     it('frees the lease at once when the flow fails, so the next caller need not wait', async () => {
       const { broker, issuer, store } = setup();
       issuer.failWith = new UpstreamUnavailableError('down', 1);

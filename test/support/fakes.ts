@@ -67,6 +67,13 @@ export class InMemoryTokenStore implements TokenStore {
     this.items.set(record.connection, { token: record });
     return true;
   }
+  async renewLease(connection: string, holder: string, leaseExpiresAt: number): Promise<boolean> {
+    this.#check();
+    const item = this.items.get(connection);
+    if (item?.lease?.holder !== holder) return false;
+    this.items.set(connection, { ...item, lease: { holder, expiresAt: leaseExpiresAt } });
+    return true;
+  }
   async releaseLease(connection: string, holder: string): Promise<void> {
     this.calls.release += 1;
     this.#check();

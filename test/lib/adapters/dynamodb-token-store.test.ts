@@ -107,6 +107,13 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     expect((await store.read('overrun')).token?.accessToken).toBe('current');
   });
 
+  it('renews a lease only for its holder', async () => {
+    await store.acquireLease('renew', lease('a:1'));
+    expect(await store.renewLease('renew', 'b:1', now + 99_000)).toBe(false);
+    expect(await store.renewLease('renew', 'a:1', now + 20_000)).toBe(true);
+    expect((await store.read('renew')).lease).toEqual({ holder: 'a:1', expiresAt: now + 20_000 });
+  });
+
   it('releases a lease only for its holder', async () => {
     await store.acquireLease('release', lease('a:1'));
     await store.releaseLease('release', 'b:1');
