@@ -1,8 +1,8 @@
-/** Draws the fleet timelines as one SVG: issuances per second (top) and caller p99 (bottom). */
+/** Draws the fleet timelines as one SVG: issuances, revoked tokens received and caller p99, per second. */
 import type { FleetResult } from './fleet.js';
 
 const WIDTH = 900;
-const PANEL = 210;
+const PANEL = 170;
 const MARGIN = { left: 70, right: 20, top: 40, gap: 70 };
 const COLORS: Record<FleetResult['mode'], string> = { broker: '#1f77b4', baseline: '#d62728' };
 
@@ -55,27 +55,30 @@ const panel = (
 };
 
 export const fleetChart = (results: readonly FleetResult[], caption: string): string => {
-  const height = MARGIN.top + 2 * PANEL + MARGIN.gap + 60;
+  const panels = 3;
+  const height = MARGIN.top + panels * PANEL + (panels - 1) * MARGIN.gap + 80;
   const legend = results
     .map(
       (r, i) =>
-        `<rect x="${MARGIN.left + i * 160}" y="${height - 22}" width="14" height="14" fill="${COLORS[r.mode]}"/>` +
-        `<text x="${MARGIN.left + 20 + i * 160}" y="${height - 10}" font-size="12">${r.mode}</text>`,
+        `<rect x="${MARGIN.left + i * 200}" y="${height - 24}" width="14" height="14" fill="${COLORS[r.mode]}"/>` +
+        `<text x="${MARGIN.left + 20 + i * 200}" y="${height - 12}" font-size="12">${r.mode === 'baseline' ? 'baseline (each container for itself)' : 'broker'}</text>`,
     )
     .join('\n');
+  const top = (i: number) => MARGIN.top + i * (PANEL + MARGIN.gap);
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${height}" viewBox="0 0 ${WIDTH} ${height}" font-family="sans-serif">`,
     `<rect width="100%" height="100%" fill="white"/>`,
-    panel(results, MARGIN.top, 'Upstream issuances per second', (p) => p.issuances, ''),
+    panel(results, top(0), 'Upstream issuances per second', (p) => p.issuances, ''),
     panel(
       results,
-      MARGIN.top + PANEL + MARGIN.gap,
-      'Caller latency p99 per second (ms)',
-      (p) => p.p99,
+      top(1),
+      'Callers that received an already-revoked token, per second',
+      (p) => p.revoked,
       '',
     ),
+    panel(results, top(2), 'Caller latency p99 per second (ms)', (p) => p.p99, ''),
+    `<text x="${MARGIN.left}" y="${height - 44}" font-size="9.5" fill="#555">${escape(caption)}</text>`,
     legend,
-    `<text x="${WIDTH - MARGIN.right}" y="${height - 10}" font-size="11" text-anchor="end" fill="#555">${escape(caption)}</text>`,
     '</svg>',
   ].join('\n');
 };

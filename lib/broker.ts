@@ -525,7 +525,7 @@ export class TokenBroker {
     const { name } = connection;
     let record: TokenRecord;
     try {
-      if (replacingValidToken) await this.#sleep(DRAIN_MS);
+      if (replacingValidToken && connection.revokesOnReissue) await this.#sleep(DRAIN_MS);
       const credentials = await this.deps.secrets.getCredentials(connection.secretId);
       const started = this.#now();
       const issued = await this.deps.issuer.issue(connection, credentials, { deadline });

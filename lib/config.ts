@@ -17,6 +17,12 @@ export interface ConnectionConfig {
   readonly callers: readonly string[] | undefined;
   /** v3 only: the field of the authorize response's `data` that holds the authorization code. */
   readonly codeField: string;
+  /**
+   * Whether the upstream revokes earlier tokens when it issues a new one. When true (the
+   * default: the spec does not say), a refresh drains and callers wait through the cut-over
+   * rather than receive a token that may already be revoked.
+   */
+  readonly revokesOnReissue: boolean;
 }
 
 /** The whole, validated, frozen configuration. Built once per container by {@link loadConfig}. */
@@ -86,6 +92,7 @@ const connectionSchema = z.strictObject({
       ),
   ),
   codeField: z.optional(z.string().check(z.regex(FIELD_NAME, 'must be a plain JSON field name'))),
+  revokesOnReissue: z.optional(z.boolean()),
 });
 
 const describePath = (path: readonly PropertyKey[]): string => {
@@ -127,7 +134,7 @@ const parseConnections = (raw: string | undefined): Map<string, ConnectionConfig
       const where = describePath([name, ...(issue?.path ?? [])]);
       throw new ConfigError(`${variable}: ${where}${issue?.message ?? 'invalid'}`);
     }
-    const { variant, baseUrl, secretId, callers, codeField } = result.data;
+    const { variant, baseUrl, secretId, callers, codeField, revokesOnReissue } = result.data;
     if (codeField !== undefined && variant !== 'v3') {
       throw new ConfigError(
         `${variable}: connection "${name}", field "codeField": only applies to variant "v3"`,
@@ -142,6 +149,7 @@ const parseConnections = (raw: string | undefined): Map<string, ConnectionConfig
         secretId,
         callers: callers ? Object.freeze([...callers]) : undefined,
         codeField: codeField ?? 'code',
+        revokesOnReissue: revokesOnReissue ?? true,
       }),
     );
   }

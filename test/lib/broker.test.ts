@@ -538,6 +538,29 @@ describe('Class: TokenBroker', () => {
       expect(issuer.issued).toBe(0);
     });
 
+    it('neither drains nor makes callers wait when the upstream does not revoke on re-issue', async () => {
+      const { broker, store, issuer } = setup({
+        window: 600,
+        connections: [connection({ revokesOnReissue: false })],
+        sleep: async () => {
+          throw new Error('nothing should wait');
+        },
+      });
+      inWindow(store, 299_000);
+      store.items.set('sandbox', {
+        ...store.items.get('sandbox'),
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000 },
+      });
+      // A refresh elsewhere is in progress: the current token is served at once.
+      expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
+        'current',
+      );
+      store.items.set('sandbox', { token: store.token('sandbox') });
+      const refreshed = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(refreshed.source).toBe('upstream');
+      expect(issuer.issued).toBe(1);
+    });
+
     it('drains before replacing a valid token: the upstream is called only after every container re-checked', async () => {
       const { broker, store, issuer } = setup({ window: 600 });
       inWindow(store, 300_000);

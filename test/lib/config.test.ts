@@ -47,6 +47,7 @@ describe('Function: loadConfig', () => {
       secretId: 'open-api/sandbox',
       callers: undefined,
       codeField: 'code',
+      revokesOnReissue: true,
     });
     expect(config.connections.get('production')?.baseUrl).toBe('https://api.example.com/gateway');
     expect(config.connections.get('production')?.callers).toEqual([
@@ -68,6 +69,28 @@ describe('Function: loadConfig', () => {
     expect(config.refreshWindowSeconds).toBe(120);
     expect(config.memoryRecheckSeconds).toBe(0);
     expect(config.upstreamTimeoutMs).toBe(2500);
+  });
+
+  it('reads revokesOnReissue, and refuses a non-boolean', () => {
+    const config = loadConfig(
+      withConnection({
+        variant: 'v3',
+        baseUrl: 'https://a.example',
+        secretId: 's',
+        revokesOnReissue: false,
+      }),
+    );
+    expect(config.connections.get('sandbox')?.revokesOnReissue).toBe(false);
+    expect(
+      failure(
+        withConnection({
+          variant: 'v3',
+          baseUrl: 'https://a.example',
+          secretId: 's',
+          revokesOnReissue: 'no',
+        }),
+      ),
+    ).toContain('field "revokesOnReissue"');
   });
 
   it('accepts a custom v3 code field', () => {

@@ -149,6 +149,7 @@ export const connection = (overrides: Partial<ConnectionConfig> = {}): Connectio
   secretId: 'open-api/sandbox',
   callers: undefined,
   codeField: 'code',
+  revokesOnReissue: true,
   ...overrides,
 });
 
