@@ -6,7 +6,7 @@ const PANEL = 170;
 const MARGIN = { left: 70, right: 20, top: 40, gap: 70 };
 const COLORS: Record<FleetResult['mode'], string> = { broker: '#1f77b4', baseline: '#d62728' };
 
-const escape = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+const escapeXml = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;');
 
 const niceMax = (value: number) => {
   if (value <= 0) return 1;
@@ -27,7 +27,7 @@ const panel = (
   const x = (t: number) => MARGIN.left + (t / tMax) * plotWidth;
   const y = (v: number) => top + PANEL - (v / yMax) * PANEL;
   const parts = [
-    `<text x="${MARGIN.left}" y="${top - 12}" font-size="14" font-weight="bold">${escape(title)}</text>`,
+    `<text x="${MARGIN.left}" y="${top - 12}" font-size="14" font-weight="bold">${escapeXml(title)}</text>`,
     `<line x1="${MARGIN.left}" y1="${top + PANEL}" x2="${WIDTH - MARGIN.right}" y2="${top + PANEL}" stroke="#333"/>`,
     `<line x1="${MARGIN.left}" y1="${top}" x2="${MARGIN.left}" y2="${top + PANEL}" stroke="#333"/>`,
   ];
@@ -77,7 +77,7 @@ export const fleetChart = (results: readonly FleetResult[], caption: string): st
       '',
     ),
     panel(results, top(2), 'Caller latency p99 per second (ms)', (p) => p.p99, ''),
-    `<text x="${MARGIN.left}" y="${height - 44}" font-size="9.5" fill="#555">${escape(caption)}</text>`,
+    `<text x="${MARGIN.left}" y="${height - 44}" font-size="9.5" fill="#555">${escapeXml(caption)}</text>`,
     legend,
     '</svg>',
   ].join('\n');
