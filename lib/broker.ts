@@ -85,6 +85,16 @@ export interface WarmUpReport {
   readonly failed: number;
 }
 
+/** One run of the upstream flow under a lease. */
+interface LeasedFlow {
+  readonly holder: string;
+  /** Validity (ms) the caller needs from the new token. */
+  readonly needMs: number;
+  readonly deadline: number;
+  /** A valid token is being replaced: drain first if the upstream may revoke it. */
+  readonly replacingValidToken: boolean;
+}
+
 interface MemoryEntry {
   readonly record: TokenRecord;
   /** When the shared store last confirmed this token (local epoch ms). */
@@ -347,7 +357,12 @@ export class TokenBroker {
       });
       if (!attempt.acquired) return undefined;
       this.deps.logger.info('Refreshing the token ahead of expiry', { connection: name });
-      return await this.#issueUnderLease(connection, holder, 0, deadline, true);
+      return await this.#issueUnderLease(connection, {
+        holder,
+        needMs: 0,
+        deadline,
+        replacingValidToken: true,
+      });
     } catch (error) {
       const failure = toBrokerError(error);
       this.#metrics.record(MetricName.RefreshFailures, name);
@@ -422,14 +437,12 @@ export class TokenBroker {
           }),
         );
         if (attempt.acquired) {
-          const replacing = token !== undefined && token.expiresAt > now;
-          const issued = await this.#issueUnderLease(
-            connection,
+          const issued = await this.#issueUnderLease(connection, {
             holder,
             needMs,
             deadline,
-            replacing,
-          );
+            replacingValidToken: token !== undefined && token.expiresAt > now,
+          });
           if (issued) return issued;
           continue; // our lease was taken over while we ran: wait for the new holder's token
         }
@@ -498,18 +511,16 @@ export class TokenBroker {
    */
   async #issueUnderLease(
     connection: ConnectionConfig,
-    holder: string,
-    needMs: number,
-    deadline: number,
-    replacingValidToken: boolean,
+    flow: LeasedFlow,
   ): Promise<ServedToken | undefined> {
-    const { name } = connection;
     const heartbeat = setInterval(() => {
-      const leaseExpiresAt = Math.min(deadline, this.#now() + LEASE_MS);
-      this.deps.store.renewLease(name, holder, leaseExpiresAt).catch(() => undefined);
+      const leaseExpiresAt = Math.min(flow.deadline, this.#now() + LEASE_MS);
+      this.deps.store
+        .renewLease(connection.name, flow.holder, leaseExpiresAt)
+        .catch(() => undefined);
     }, LEASE_HEARTBEAT_MS);
     try {
-      return await this.#runUnderLease(connection, holder, needMs, deadline, replacingValidToken);
+      return await this.#runUnderLease(connection, flow);
     } finally {
       clearInterval(heartbeat);
     }
@@ -517,10 +528,7 @@ export class TokenBroker {
 
   async #runUnderLease(
     connection: ConnectionConfig,
-    holder: string,
-    needMs: number,
-    deadline: number,
-    replacingValidToken: boolean,
+    { holder, needMs, deadline, replacingValidToken }: LeasedFlow,
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
     let record: TokenRecord;

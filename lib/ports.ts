@@ -36,6 +36,15 @@ export interface TokenState {
   readonly lease: Lease | undefined;
 }
 
+/** Who asks for the lease, until when, and which stored token it may replace. */
+export interface LeaseRequest {
+  readonly holder: string;
+  readonly leaseExpiresAt: number;
+  readonly now: number;
+  /** The lease is granted only if the stored token expires before this (epoch ms). */
+  readonly replaceIfExpiresBefore: number;
+}
+
 export type LeaseAttempt =
   | { readonly acquired: true }
   | { readonly acquired: false; readonly state: TokenState | undefined };
@@ -52,15 +61,7 @@ export interface TokenStore {
    * AND the stored token does not outlive `replaceIfExpiresBefore` (so a token written by the
    * previous holder a moment ago is not replaced). On failure, returns the state that won.
    */
-  acquireLease(
-    connection: string,
-    request: {
-      readonly holder: string;
-      readonly leaseExpiresAt: number;
-      readonly now: number;
-      readonly replaceIfExpiresBefore: number;
-    },
-  ): Promise<LeaseAttempt>;
+  acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt>;
   /**
    * Writes `record` and releases the lease in one step, if `holder` still holds the lease (or
    * no one does and the stored token is older). Returns whether it wrote.

@@ -23,7 +23,7 @@ import {
   PutItemCommand,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
-import type { LeaseAttempt, TokenRecord, TokenState, TokenStore } from '../ports.js';
+import type { LeaseAttempt, LeaseRequest, TokenRecord, TokenState, TokenStore } from '../ports.js';
 
 type Item = Record<string, AttributeValue>;
 
@@ -81,15 +81,7 @@ export class DynamoDBTokenStore implements TokenStore {
     return fromItem(Item);
   }
 
-  async acquireLease(
-    connection: string,
-    request: {
-      holder: string;
-      leaseExpiresAt: number;
-      now: number;
-      replaceIfExpiresBefore: number;
-    },
-  ): Promise<LeaseAttempt> {
+  async acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt> {
     try {
       await this.client.send(
         new UpdateItemCommand({

@@ -7,6 +7,7 @@ import type {
   IssuedToken,
   Lease,
   LeaseAttempt,
+  LeaseRequest,
   SecretSource,
   TokenIssuer,
   TokenRecord,
@@ -35,15 +36,7 @@ export class InMemoryTokenStore implements TokenStore {
     const item = this.items.get(connection);
     return { token: item?.token, lease: item?.lease };
   }
-  async acquireLease(
-    connection: string,
-    request: {
-      holder: string;
-      leaseExpiresAt: number;
-      now: number;
-      replaceIfExpiresBefore: number;
-    },
-  ): Promise<LeaseAttempt> {
+  async acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt> {
     this.calls.acquire += 1;
     this.#check();
     const item = this.items.get(connection) ?? {};
