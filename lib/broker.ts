@@ -167,6 +167,11 @@ export class TokenBroker {
     return this.deps.config.connections.keys();
   }
 
+  /** Whether `name` is a configured connection (metrics only carry configured names). */
+  hasConnection(name: string): boolean {
+    return this.deps.config.connections.has(name);
+  }
+
   /** @throws {UnknownConnectionError} */
   connection(name: string): ConnectionConfig {
     const connection = this.deps.config.connections.get(name);

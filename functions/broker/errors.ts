@@ -11,6 +11,7 @@ import {
   toBrokerError,
   UpstreamUnavailableError,
 } from '../../lib/errors.js';
+import { type BrokerMetrics, MetricName } from '../../lib/metrics.js';
 
 /** middy's http errors (body parser, router) carry `statusCode` and `expose`. */
 const isMiddyClientError = (error: unknown): error is Error & { statusCode: number } =>
@@ -33,6 +34,15 @@ export const publicError = (error: unknown, requestId: string): BrokerError => {
     );
   }
   return brokerError;
+};
+
+/** Counts a failure the broker answered with a server-side error (not a caller mistake). */
+export const countError = (
+  metrics: BrokerMetrics,
+  error: BrokerError,
+  connection: string | undefined,
+) => {
+  if (error.httpStatus >= 500) metrics.record(MetricName.RequestErrors, connection ?? 'none');
 };
 
 /** Logs an error by its safe fields only: never the error object, its cause or the request. */

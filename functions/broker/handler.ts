@@ -8,6 +8,7 @@ import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import type { TokenBroker } from '../../lib/broker.js';
 import { BadRequestError } from '../../lib/errors.js';
+import { type BrokerMetrics, noMetrics } from '../../lib/metrics.js';
 import { logError } from './errors.js';
 import { createHttpHandler, isHttpEvent } from './http.js';
 import { createInvokeHandler, isInvokeEvent } from './invoke.js';
@@ -16,13 +17,13 @@ import { createScheduleHandler, isScheduledEvent } from './schedule.js';
 export interface HandlerDeps {
   readonly broker: TokenBroker;
   readonly logger: Logger;
-  /** Publishes what an invocation recorded; called at the end of every invocation. */
-  readonly metrics?: { flush(): void };
+  /** Counts request errors; `flush` publishes what an invocation recorded, at its end. */
+  readonly metrics?: BrokerMetrics & { flush(): void };
 }
 
 export const createHandler = ({ broker, logger, metrics }: HandlerDeps) => {
-  const http = createHttpHandler(broker, logger);
-  const invoke = createInvokeHandler(broker, logger);
+  const http = createHttpHandler(broker, logger, metrics ?? noMetrics);
+  const invoke = createInvokeHandler(broker, logger, metrics ?? noMetrics);
   const schedule = createScheduleHandler(broker, logger);
 
   return (

@@ -18,7 +18,8 @@ import type {
 import type { TokenBroker } from '../../lib/broker.js';
 import { allowsCaller } from '../../lib/callers.js';
 import { BadRequestError, CallerNotAllowedError, RouteNotFoundError } from '../../lib/errors.js';
-import { logError, publicError, retryAfter } from './errors.js';
+import type { BrokerMetrics } from '../../lib/metrics.js';
+import { countError, logError, publicError, retryAfter } from './errors.js';
 import { deadlineOf, logServed, tokenResponse } from './shared.js';
 
 export type HttpEvent = APIGatewayProxyEventV2WithIAMAuthorizer;
@@ -56,7 +57,7 @@ const parseMinValidity = (event: HttpEvent): number | undefined => {
   return Number(raw);
 };
 
-export const createHttpHandler = (broker: TokenBroker, logger: Logger) => {
+export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: BrokerMetrics) => {
   const connectionFor = (event: HttpEvent) => {
     const connection = broker.connection(event.pathParameters?.connection ?? '');
     const callerArn = event.requestContext.authorizer?.iam?.userArn;
@@ -126,6 +127,12 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger) => {
     .use({
       onError: (request) => {
         const error = publicError(request.error, request.context.awsRequestId);
+        const connection = request.event.pathParameters?.connection;
+        countError(
+          metrics,
+          error,
+          connection && broker.hasConnection(connection) ? connection : undefined,
+        );
         logError(logger, request.error, {
           route: `${request.event.requestContext?.http?.method} ${request.event.requestContext?.http?.path?.slice(0, 100)}`,
         });

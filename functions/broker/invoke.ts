@@ -9,8 +9,9 @@ import type { Context } from 'aws-lambda';
 import * as z from 'zod/mini';
 import type { TokenBroker } from '../../lib/broker.js';
 import { BadRequestError } from '../../lib/errors.js';
+import type { BrokerMetrics } from '../../lib/metrics.js';
 import '../../lib/schema.js';
-import { logError, publicError } from './errors.js';
+import { countError, logError, publicError } from './errors.js';
 import { deadlineOf, logServed, tokenResponse } from './shared.js';
 
 const connection = z.string().check(z.minLength(1), z.maxLength(200));
@@ -43,7 +44,8 @@ const parseInvoke = (event: unknown): InvokeRequest => {
 };
 
 export const createInvokeHandler =
-  (broker: TokenBroker, logger: Logger) => async (event: unknown, context: Context) => {
+  (broker: TokenBroker, logger: Logger, metrics: BrokerMetrics) =>
+  async (event: unknown, context: Context) => {
     try {
       const request = parseInvoke(event);
       logger.appendKeys({ connection: request.connection, action: request.action });
@@ -58,6 +60,13 @@ export const createInvokeHandler =
       return tokenResponse(request.connection, served.record);
     } catch (error) {
       logError(logger, error);
-      throw publicError(error, context.awsRequestId);
+      const failure = publicError(error, context.awsRequestId);
+      const connection = (event as { connection?: unknown }).connection;
+      countError(
+        metrics,
+        failure,
+        typeof connection === 'string' && broker.hasConnection(connection) ? connection : undefined,
+      );
+      throw failure;
     }
   };

@@ -1,7 +1,9 @@
 /**
  * {@link BrokerMetrics} as CloudWatch metrics through Powertools Metrics (Embedded Metric
  * Format: one JSON log line, no API call). Values are buffered during an invocation and
- * published at its end, one EMF line per connection with a `connection` dimension.
+ * published at its end, one EMF line per connection. Each metric is published under two
+ * dimension sets: [service, connection] for dashboards, and [service] alone so that one alarm
+ * covers every connection (CloudWatch alarms need exact dimensions and cannot search).
  *
  * Metric names (namespace POWERTOOLS_METRICS_NAMESPACE, default `TokenBroker`):
  * TokensServedFromMemory, TokensServedFromDynamoDB, TokensServedFromUpstream, UpstreamIssuances,
@@ -39,6 +41,7 @@ export class EmfMetrics implements BrokerMetrics {
   flush(): void {
     for (const [connection, byName] of this.#pending) {
       this.metrics.addDimension('connection', connection);
+      this.metrics.addDimensions({});
       for (const [name, values] of byName) {
         const unit =
           name === MetricName.UpstreamLatency ? MetricUnit.Milliseconds : MetricUnit.Count;

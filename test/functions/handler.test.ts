@@ -434,6 +434,10 @@ describe('Metrics', () => {
       ).CloudWatchMetrics[0];
     expect(emf.every((line) => names(line)?.Namespace === 'TokenBroker')).toBe(true);
     expect(emf.every((line) => names(line)?.Dimensions[0]?.includes('connection'))).toBe(true);
+    // The service-wide set the alarms use.
+    expect(
+      emf.every((line) => names(line)?.Dimensions.some((set) => set.join() === 'service')),
+    ).toBe(true);
     const all = new Set(emf.flatMap((line) => names(line)?.Metrics.map((m) => m.Name) ?? []));
     for (const name of [
       'TokensServedFromMemory',
@@ -441,6 +445,7 @@ describe('Metrics', () => {
       'UpstreamIssuances',
       'UpstreamLatency',
       'RefreshFailures',
+      'RequestErrors',
     ]) {
       expect(all).toContain(name);
     }
