@@ -1,0 +1,191 @@
+/**
+ * The deployable template, as a reviewer would check it: `serverless package` (osls, offline, no
+ * AWS credentials) for a dev and a prod stage, then the generated CloudFormation is read.
+ */
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadConfig } from '../lib/config.js';
+import { root } from './support/build.js';
+
+const run = promisify(execFile);
+type Json = Record<string, unknown>;
+type Template = {
+  // biome-ignore lint/suspicious/noExplicitAny: CloudFormation templates are untyped JSON.
+  Resources: Record<string, { Type: string; Properties: any; Condition?: string }>;
+};
+
+const dir = mkdtempSync(join(tmpdir(), 'token-broker-package-'));
+const templates: Record<string, Template> = {};
+
+const packageStage = async (stage: string) => {
+  const out = join(dir, stage);
+  const env: Record<string, string> = {
+    PATH: process.env.PATH ?? '',
+    HOME: process.env.HOME ?? dir,
+  };
+  await run(
+    join(root, 'node_modules/.bin/serverless'),
+    ['package', '--stage', stage, '--package', out],
+    {
+      cwd: root,
+      env, // no AWS credentials: packaging must work offline
+    },
+  );
+  templates[stage] = JSON.parse(
+    readFileSync(join(out, 'cloudformation-template-update-stack.json'), 'utf8'),
+  );
+  return out;
+};
+
+const resourcesOfType = (template: Template, type: string) =>
+  Object.entries(template.Resources).filter(([, r]) => r.Type === type);
+
+beforeAll(async () => {
+  // The package ships the prebuilt bundle.
+  if (!existsSync(join(root, 'dist/broker/index.mjs'))) {
+    await run(process.execPath, ['scripts/build.mjs'], { cwd: root });
+  }
+  // One after the other: osls keeps working state in the service directory.
+  await packageStage('dev');
+  await packageStage('prod');
+}, 120_000);
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
+  const template = () => templates[stage] as Template;
+  const fn = () => template().Resources.BrokerLambdaFunction?.Properties;
+
+  it('has one function on nodejs24.x, arm64, explicit memory and timeout, running the bundle', () => {
+    expect(resourcesOfType(template(), 'AWS::Lambda::Function')).toHaveLength(1);
+    expect(fn()).toMatchObject({
+      Runtime: 'nodejs24.x',
+      Architectures: ['arm64'],
+      Handler: 'dist/broker/index.handler',
+      MemorySize: expect.any(Number),
+      Timeout: expect.any(Number),
+    });
+    expect(fn().Timeout).toBeLessThanOrEqual(30);
+  });
+
+  it('ships only the bundle', () => {
+    const zip = readFileSync(join(dir, stage, 'token-broker.zip'));
+    expect(zip.includes(Buffer.from('dist/broker/index.mjs'))).toBe(true);
+    expect(zip.includes(Buffer.from('node_modules/'))).toBe(false);
+    expect(zip.includes(Buffer.from('index.mjs.map'))).toBe(false);
+  });
+
+  it('configures connections that pass the broker’s own config loader', () => {
+    const env = fn().Environment.Variables as Record<string, unknown>;
+    expect(env.BROKER_TABLE_NAME).toEqual({ Ref: 'TokenTable' });
+    const config = loadConfig({ ...(env as Record<string, string>), BROKER_TABLE_NAME: 'tokens' });
+    expect(config.connections.size).toBeGreaterThan(0);
+  });
+
+  it('keeps its logs for a set time', () => {
+    const [[, group] = []] = resourcesOfType(template(), 'AWS::Logs::LogGroup');
+    expect(group?.Properties.RetentionInDays).toBe(stage === 'prod' ? 90 : 30);
+  });
+
+  it('has the token table: key pk, TTL on ttl, on-demand, encrypted with its own KMS key', () => {
+    const table = template().Resources.TokenTable?.Properties;
+    expect(table.KeySchema).toEqual([{ AttributeName: 'pk', KeyType: 'HASH' }]);
+    expect(table.AttributeDefinitions).toEqual([{ AttributeName: 'pk', AttributeType: 'S' }]);
+    expect(table.TimeToLiveSpecification).toEqual({ AttributeName: 'ttl', Enabled: true });
+    expect(table.BillingMode).toBe('PAY_PER_REQUEST');
+    expect(table.SSESpecification).toEqual({
+      SSEEnabled: true,
+      SSEType: 'KMS',
+      KMSMasterKeyId: { Ref: 'TokenKey' },
+    });
+    expect(template().Resources.TokenKey?.Properties.EnableKeyRotation).toBe(true);
+    expect(table.DeletionProtectionEnabled).toBe(stage === 'prod');
+  });
+
+  it('grants least privilege: no wildcard action, no wildcard resource, only this table, these secrets, this key', () => {
+    const role = template().Resources.IamRoleLambdaExecution?.Properties;
+    const statements = role.Policies.flatMap(
+      (p: Json) => (p.PolicyDocument as { Statement: Json[] }).Statement,
+    );
+    const list = (value: unknown) => (Array.isArray(value) ? value : [value]);
+    for (const statement of statements) {
+      for (const action of list(statement.Action)) expect(String(action)).not.toContain('*');
+      for (const resource of list(statement.Resource)) expect(resource).not.toBe('*');
+    }
+    const bySid = (sid: string) => statements.find((s: Json) => s.Sid === sid);
+    expect(bySid('TokenTable')).toMatchObject({
+      Action: [
+        'dynamodb:GetItem',
+        'dynamodb:PutItem',
+        'dynamodb:UpdateItem',
+        'dynamodb:DeleteItem',
+      ],
+      Resource: { 'Fn::GetAtt': ['TokenTable', 'Arn'] },
+    });
+    const secretIds = [
+      ...loadConfig({
+        ...fn().Environment.Variables,
+        BROKER_TABLE_NAME: 'tokens',
+      }).connections.values(),
+    ].map((c) => c.secretId);
+    expect(list(bySid('ConnectionSecrets')?.Resource).sort()).toEqual(secretIds.sort());
+    expect(bySid('ConnectionSecrets')?.Action).toEqual(['secretsmanager:GetSecretValue']);
+    expect(bySid('TableKey')?.Resource).toEqual({ 'Fn::GetAtt': ['TokenKey', 'Arn'] });
+    // Only the logs statements osls writes carry a wildcard, and only for this function's log streams.
+    const wildcards = statements
+      .flatMap((s: Json) => list(s.Resource))
+      .filter((r: unknown) => JSON.stringify(r).includes('*'));
+    for (const resource of wildcards)
+      expect(JSON.stringify(resource)).toContain(':log-group:/aws/lambda/token-broker-');
+  });
+
+  it('serves HTTP through a Function URL with AWS_IAM auth', () => {
+    const [[, url] = []] = resourcesOfType(template(), 'AWS::Lambda::Url');
+    expect(url?.Properties.AuthType).toBe('AWS_IAM');
+  });
+
+  it('runs the warm-up more often than the refresh window', () => {
+    const [[, rule] = []] = resourcesOfType(template(), 'AWS::Events::Rule');
+    const match = /^rate\((\d+) (minute|minutes|hour|hours)\)$/.exec(
+      rule?.Properties.ScheduleExpression,
+    );
+    expect(match).not.toBeNull();
+    const seconds = Number(match?.[1]) * (match?.[2]?.startsWith('hour') ? 3600 : 60);
+    const window = Number(fn().Environment.Variables.BROKER_REFRESH_WINDOW_SECONDS);
+    expect(seconds).toBeLessThan(window);
+    expect(rule?.Properties.Targets[0].Input).toBeUndefined();
+  });
+
+  it('alarms on refresh failures, request errors and function errors, to an SNS topic', () => {
+    const alarms = Object.fromEntries(
+      resourcesOfType(template(), 'AWS::CloudWatch::Alarm').map(([, a]) => [
+        a.Properties.MetricName,
+        a.Properties,
+      ]),
+    );
+    expect(Object.keys(alarms).sort()).toEqual(['Errors', 'RefreshFailures', 'RequestErrors']);
+    expect(alarms.RefreshFailures).toMatchObject({
+      Namespace: 'TokenBroker',
+      Dimensions: [{ Name: 'service', Value: 'token-broker' }],
+    });
+    expect(alarms.Errors).toMatchObject({ Namespace: 'AWS/Lambda' });
+    for (const alarm of Object.values(alarms) as { AlarmActions: unknown[] }[]) {
+      expect(alarm.AlarmActions).toHaveLength(1);
+    }
+    expect(template().Resources.AlarmTopic?.Type).toBe('AWS::SNS::Topic');
+  });
+
+  it('attaches a VPC only where the stage asks for one', () => {
+    const role = template().Resources.IamRoleLambdaExecution?.Properties;
+    if (stage === 'prod') {
+      expect(fn().VpcConfig.SubnetIds.length).toBeGreaterThan(0);
+      expect(JSON.stringify(role.ManagedPolicyArns)).toContain('AWSLambdaVPCAccessExecutionRole');
+    } else {
+      expect(fn().VpcConfig).toBeUndefined();
+      expect(role.ManagedPolicyArns).toBeUndefined();
+    }
+  });
+});
