@@ -4,6 +4,9 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     pool: 'forks',
+    // The JSON report lets CI print a plain "N passed, N failed" closing line.
+    reporters: ['default', 'json'],
+    outputFile: { json: '.vitest/results.json' },
     testTimeout: 30_000,
     hookTimeout: 60_000,
     // Benchmarks are run by `npm run bench`, never as tests.
