@@ -135,6 +135,20 @@ const POLL_CAP_MS = 500;
 export const tokenDigest = (accessToken: string): string =>
   createHash('sha256').update(accessToken).digest('base64url');
 
+/**
+ * The upstream refused the client's credentials (rather than the request): HTTP 401/403, or a
+ * code or message that says so. The spec does not list failure codes, hence the patterns.
+ */
+export const isCredentialRejection = (error: unknown): boolean => {
+  if (!(error instanceof UpstreamRejectedError)) return false;
+  const status = Number(error.details.upstreamStatus);
+  if (status === 401 || status === 403) return true;
+  const said = `${error.upstreamCode ?? ''} ${error.upstreamMessage ?? ''}`;
+  return /(invalid|unknown|bad)[ _-]?(client|credential|secret)|unauthori[sz]ed|authentication failed/i.test(
+    said,
+  );
+};
+
 const isUpstreamFailure = (error: unknown): boolean =>
   error instanceof UpstreamUnavailableError ||
   error instanceof UpstreamRejectedError ||
@@ -539,9 +553,8 @@ export class TokenBroker {
     let record: TokenRecord;
     try {
       if (replacingValidToken && connection.revokesOnReissue) await this.#sleep(DRAIN_MS);
-      const credentials = await this.deps.secrets.getCredentials(connection.secretId);
       const started = this.#now();
-      const issued = await this.deps.issuer.issue(connection, credentials, { deadline });
+      const issued = await this.#issueWithCurrentCredentials(connection, deadline);
       const took = this.#now() - started;
       this.#issuanceMs.set(name, took);
       this.#metrics.record(MetricName.UpstreamIssuances, name);
@@ -588,6 +601,34 @@ export class TokenBroker {
     this.#memory.set(name, { record, checkedAt: this.#now() });
     if (record.expiresAt - this.#now() <= needMs) throw this.#unsatisfiable(record, needMs);
     return { record, source: 'upstream' };
+  }
+
+  /**
+   * Runs the flow; if the upstream rejects the credentials, reads the secret again bypassing
+   * every cache and, if it changed (a rotation), tries once more with the new one.
+   */
+  async #issueWithCurrentCredentials(connection: ConnectionConfig, deadline: number) {
+    const credentials = await this.deps.secrets.getCredentials(connection.secretId);
+    try {
+      return await this.deps.issuer.issue(connection, credentials, { deadline });
+    } catch (error) {
+      if (!isCredentialRejection(error)) throw error;
+      const fresh = await this.deps.secrets.getCredentials(connection.secretId, {
+        forceFetch: true,
+      });
+      if (
+        fresh.clientId === credentials.clientId &&
+        fresh.clientSecret === credentials.clientSecret
+      )
+        throw error;
+      this.deps.logger.warn(
+        'Credentials rejected; the secret changed, retrying once with the new one',
+        {
+          connection: connection.name,
+        },
+      );
+      return await this.deps.issuer.issue(connection, fresh, { deadline });
+    }
   }
 
   #checkSkew(name: string, upstreamTimestamp: number | undefined, requestedAt: number) {

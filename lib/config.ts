@@ -41,6 +41,8 @@ export interface BrokerConfig {
   readonly upstreamTimeoutMs: number;
   /** How long a secret read from Secrets Manager is reused. */
   readonly secretMaxAgeSeconds: number;
+  /** While Secrets Manager fails, the last secret read is used for at most this long. */
+  readonly secretStaleMaxSeconds: number;
 }
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -204,5 +206,6 @@ export const loadConfig = (env: Env): BrokerConfig => {
     maxTokenLifetimeSeconds,
     upstreamTimeoutMs: integer(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 5000, 100, 60_000),
     secretMaxAgeSeconds: integer(env, 'BROKER_SECRET_MAX_AGE_SECONDS', 300, 0, day),
+    secretStaleMaxSeconds: integer(env, 'BROKER_SECRET_STALE_MAX_SECONDS', 3600, 0, 7 * day),
   });
 };

@@ -15,6 +15,8 @@ export const MetricName = {
   LeaseWaits: 'LeaseWaits',
   /** A still-valid token served because getting a newer one failed. */
   LastGoodTokenServed: 'LastGoodTokenServed',
+  /** A connection's circuit breaker opened: the upstream failed repeatedly, calls pause. */
+  CircuitOpened: 'CircuitOpened',
   /** A request answered with a server-side failure (HTTP 5xx, or a thrown non-input error). */
   RequestErrors: 'RequestErrors',
 } as const;

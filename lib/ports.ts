@@ -80,8 +80,15 @@ export interface TokenStore {
 
 /** Where connection credentials come from (Secrets Manager in production). */
 export interface SecretSource {
-  /** @throws {SecretUnavailableError} when the secret is missing, unreadable or malformed. */
-  getCredentials(secretId: string): Promise<ClientCredentials>;
+  /**
+   * @param options.forceFetch read the store now, bypassing every cache (after the upstream
+   *   rejected the credentials: they may have been rotated).
+   * @throws {SecretUnavailableError} when the secret is missing, unreadable or malformed.
+   */
+  getCredentials(
+    secretId: string,
+    options?: { readonly forceFetch?: boolean },
+  ): Promise<ClientCredentials>;
 }
 
 /** What the upstream returned for a successful flow. */

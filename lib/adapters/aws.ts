@@ -8,9 +8,10 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { TokenBroker } from '../broker.js';
 import type { BrokerConfig } from '../config.js';
-import type { BrokerMetrics } from '../metrics.js';
+import { type BrokerMetrics, MetricName } from '../metrics.js';
 import type { SecretSource } from '../ports.js';
 import { OpenApiClient } from '../upstream/open-api.js';
+import { DEFAULT_RESILIENCE, UpstreamResilience } from '../upstream/resilience.js';
 import { DynamoDBTokenStore } from './dynamodb-token-store.js';
 import { EmfMetrics } from './emf-metrics.js';
 
@@ -46,7 +47,14 @@ export const createAwsBroker = (
     const provider = new SecretsProvider({
       awsSdkV3Client: clients.secretsManager ?? new SecretsManagerClient({}),
     });
-    return new SecretsManagerSecretSource(provider, config.secretMaxAgeSeconds);
+    return new SecretsManagerSecretSource(provider, config.secretMaxAgeSeconds, {
+      staleMaxSeconds: config.secretStaleMaxSeconds,
+      onStale: (secretId, reason) =>
+        logger.warn('Secrets Manager unavailable; using the last secret read', {
+          secretId,
+          reason,
+        }),
+    });
   });
   return new TokenBroker({
     config,
@@ -57,6 +65,19 @@ export const createAwsBroker = (
     issuer: new OpenApiClient({
       timeoutMs: config.upstreamTimeoutMs,
       limits: { maxLifetimeSeconds: config.maxTokenLifetimeSeconds },
+      resilience: new UpstreamResilience({
+        ...DEFAULT_RESILIENCE,
+        onCircuitChange: (connection, state) => {
+          if (state === 'open') {
+            metrics?.record(MetricName.CircuitOpened, connection);
+            logger.error('Open API circuit opened: calls pause, cached tokens are still served', {
+              connection,
+            });
+          } else {
+            logger.info(`Open API circuit ${state}`, { connection });
+          }
+        },
+      }),
       ...(clients.fetch ? { fetch: clients.fetch } : {}),
     }),
   });
@@ -66,9 +87,9 @@ export const createAwsBroker = (
 const lazySecretSource = (load: () => Promise<SecretSource>): SecretSource => {
   let source: Promise<SecretSource> | undefined;
   return {
-    getCredentials: async (secretId) => {
+    getCredentials: async (secretId, options) => {
       source ??= load();
-      return (await source).getCredentials(secretId);
+      return (await source).getCredentials(secretId, options);
     },
   };
 };

@@ -6,21 +6,48 @@ import type { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets'
 import { printable, SecretUnavailableError } from '../errors.js';
 import type { ClientCredentials, SecretSource } from '../ports.js';
 
+export interface StaleSecretOptions {
+  /** While Secrets Manager fails, the last secret read is used for at most this long. */
+  readonly staleMaxSeconds: number;
+  readonly onStale?: (secretId: string, reason: string) => void;
+  readonly now?: () => number;
+}
+
 export class SecretsManagerSecretSource implements SecretSource {
+  // The last good value of each secret, for when Secrets Manager is throttled or down.
+  readonly #lastGood = new Map<string, { credentials: ClientCredentials; readAt: number }>();
+  readonly #now: () => number;
+
   constructor(
     private readonly provider: Pick<SecretsProvider, 'get'>,
     private readonly maxAgeSeconds: number,
-  ) {}
+    private readonly stale: StaleSecretOptions = { staleMaxSeconds: 0 },
+  ) {
+    this.#now = stale.now ?? (() => Date.now());
+  }
 
-  async getCredentials(secretId: string): Promise<ClientCredentials> {
+  async getCredentials(
+    secretId: string,
+    options: { forceFetch?: boolean } = {},
+  ): Promise<ClientCredentials> {
     let raw: unknown;
     try {
       // No `transform: 'json'`: its error message quotes the secret text. Parsed below instead.
-      raw = await this.provider.get(secretId, { maxAge: this.maxAgeSeconds });
+      // The SDK client retries throttling and 5xx itself (standard retry mode).
+      raw = await this.provider.get(secretId, {
+        maxAge: this.maxAgeSeconds,
+        ...(options.forceFetch ? { forceFetch: true } : {}),
+      });
     } catch (error) {
       const cause = (error as { cause?: { name?: string } }).cause;
       const reason = printable(cause?.name ?? (error as Error).name ?? 'unknown', 60);
       const missing = reason === 'ResourceNotFoundException';
+      const last = this.#lastGood.get(secretId);
+      // A deleted secret is never papered over; an unreachable service is, for a bounded time.
+      if (!missing && last && this.#now() - last.readAt <= this.stale.staleMaxSeconds * 1000) {
+        this.stale.onStale?.(secretId, reason);
+        return last.credentials;
+      }
       throw new SecretUnavailableError(
         missing
           ? `Secret '${printable(secretId, 200)}' does not exist`
@@ -28,7 +55,9 @@ export class SecretsManagerSecretSource implements SecretSource {
         { cause: error, details: { secretId, reason } },
       );
     }
-    return parseCredentials(raw, secretId);
+    const credentials = parseCredentials(raw, secretId);
+    this.#lastGood.set(secretId, { credentials, readAt: this.#now() });
+    return credentials;
   }
 }
 

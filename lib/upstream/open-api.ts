@@ -14,6 +14,7 @@ import {
   UpstreamUnavailableError,
 } from '../errors.js';
 import type { ClientCredentials, IssuedToken, TokenIssuer } from '../ports.js';
+import { DEFAULT_RESILIENCE, UpstreamResilience } from './resilience.js';
 
 export const V3_SUCCESS_CODE = '000000';
 const USER_AGENT = 'open-api-token-broker/0.1';
@@ -83,11 +84,10 @@ export const readJsonBody = async (
   const { status } = response;
   if (status === 429 || status >= 500) {
     await response.body?.cancel();
-    throw new UpstreamUnavailableError(
-      `Open API ${step} answered HTTP ${status}`,
-      retryAfterSeconds(response),
-      { details: { upstreamStatus: status } },
-    );
+    const retryAfter = retryAfterSeconds(response);
+    throw new UpstreamUnavailableError(`Open API ${step} answered HTTP ${status}`, retryAfter, {
+      details: { upstreamStatus: status, upstreamRetryAfter: retryAfter },
+    });
   }
   const declared = Number(response.headers.get('content-length') ?? '0');
   if (declared > MAX_BODY_BYTES) {
@@ -258,8 +258,10 @@ export const accessTokenRequest = (
 };
 
 export interface OpenApiClientOptions {
-  /** Time limit of each upstream request; the caller's deadline may shorten it. */
+  /** Time limit of each upstream request (connecting included); the caller's deadline may shorten it. */
   readonly timeoutMs: number;
+  /** Retries and circuit breaking; defaults to {@link DEFAULT_RESILIENCE}. */
+  readonly resilience?: UpstreamResilience;
   readonly limits: TokenLimits;
   /** Injectable for tests; defaults to the platform fetch (honours NODE_EXTRA_CA_CERTS). */
   readonly fetch?: typeof fetch;
@@ -270,10 +272,12 @@ export interface OpenApiClientOptions {
 export class OpenApiClient implements TokenIssuer {
   readonly #fetch: typeof fetch;
   readonly #now: () => number;
+  readonly #resilience: UpstreamResilience;
 
   constructor(private readonly options: OpenApiClientOptions) {
     this.#fetch = options.fetch ?? globalThis.fetch;
     this.#now = options.now ?? (() => Date.now());
+    this.#resilience = options.resilience ?? new UpstreamResilience(DEFAULT_RESILIENCE, this.#now);
   }
 
   async issue(
@@ -285,7 +289,8 @@ export class OpenApiClient implements TokenIssuer {
     const sensitive = [credentials.clientSecret];
 
     const authorizeBody = await this.#send(
-      authorizeRequest(connection, credentials.clientId),
+      connection,
+      () => authorizeRequest(connection, credentials.clientId),
       'authorize',
       deadline,
       sensitive,
@@ -295,8 +300,10 @@ export class OpenApiClient implements TokenIssuer {
 
     // Expiry counts from the moment the token request leaves, never from the upstream clock.
     const requestedAt = this.#now();
+    // The code is single-use: a retry of this step may be refused, which is then reported.
     const tokenBody = await this.#send(
-      accessTokenRequest(connection, credentials, code),
+      connection,
+      () => accessTokenRequest(connection, credentials, code),
       'access-token',
       deadline,
       withCode,
@@ -304,7 +311,20 @@ export class OpenApiClient implements TokenIssuer {
     return { ...protocol.parseToken(tokenBody, this.options.limits, withCode), requestedAt };
   }
 
-  async #send(request: Request, step: Step, deadline: number, sensitive: Sensitive) {
+  /** One upstream request under the connection's retry and circuit-breaker policies. */
+  #send(
+    connection: ConnectionConfig,
+    request: () => Request,
+    step: Step,
+    deadline: number,
+    sensitive: Sensitive,
+  ) {
+    return this.#resilience.execute(connection.name, deadline, () =>
+      this.#attempt(request(), step, deadline, sensitive),
+    );
+  }
+
+  async #attempt(request: Request, step: Step, deadline: number, sensitive: Sensitive) {
     const budget = Math.min(this.options.timeoutMs, deadline - this.#now());
     if (budget <= 0) {
       throw new UpstreamUnavailableError(`No time left to call the Open API ${step} endpoint`, 1);

@@ -262,7 +262,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
 
   it('answers a hung upstream with 503 before the Lambda deadline', async () => {
     const fresh = await containerWithEmptyCache('sandbox');
-    stack.simulator.injectFault({ times: 1, delayMs: 5000, pathIncludes: 'v3/oauth/authorize' });
+    stack.simulator.injectFault({ times: 3, delayMs: 5000, pathIncludes: 'v3/oauth/authorize' });
     const outcome = await invokeHandler(
       fresh,
       httpEvent({ method: 'GET', url: '/tokens/sandbox' }),

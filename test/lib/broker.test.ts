@@ -655,6 +655,54 @@ describe('Class: TokenBroker', () => {
     });
   });
 
+  describe('Rotated credentials', () => {
+    const rejected = () =>
+      new UpstreamRejectedError(
+        'Open API rejected the access-token request: HTTP 401, code invalid_client',
+        'invalid_client',
+        'client authentication failed',
+        {
+          details: { upstreamStatus: 401 },
+        },
+      );
+
+    it('re-reads the secret bypassing the cache when the upstream rejects the credentials, and retries once', async () => {
+      const { broker, issuer, secrets } = setup();
+      secrets.stored = { clientId: 'client-1', clientSecret: 'rotated' };
+      const issue = issuer.issue.bind(issuer);
+      issuer.issue = async (conn, credentials) => {
+        if (credentials.clientSecret !== 'rotated') throw rejected();
+        return issue(conn, credentials);
+      };
+      const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(served.source).toBe('upstream');
+      expect(secrets.forcedFetches).toBe(1);
+    });
+
+    it('does not retry when the secret did not change, and reports the rejection', async () => {
+      const { broker, issuer, secrets } = setup();
+      issuer.failWith = rejected();
+      await expect(broker.getToken('sandbox', { deadline: T0 + 5_000 })).rejects.toBeInstanceOf(
+        UpstreamRejectedError,
+      );
+      expect(secrets.forcedFetches).toBe(1);
+      expect(issuer.issued).toBe(0);
+    });
+
+    it('does not re-read the secret for other rejections', async () => {
+      const { broker, issuer, secrets } = setup();
+      issuer.failWith = new UpstreamRejectedError(
+        'code 200001: rate limited',
+        '200001',
+        'rate limited',
+      );
+      await expect(broker.getToken('sandbox', { deadline: T0 + 5_000 })).rejects.toBeInstanceOf(
+        UpstreamRejectedError,
+      );
+      expect(secrets.forcedFetches).toBe(0);
+    });
+  });
+
   describe('Last good token', () => {
     it('is served when a newer token cannot be had and the caller gave no minValidity', async () => {
       const { broker, issuer, metrics } = setup({ recheck: 0 });

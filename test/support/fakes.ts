@@ -86,11 +86,19 @@ export class InMemoryTokenStore implements TokenStore {
 
 export class FakeSecretSource implements SecretSource {
   calls = 0;
+  forcedFetches = 0;
+  /** What the store holds now; a forced fetch returns it, a normal one the cached value. */
+  stored: ClientCredentials;
   constructor(
-    readonly credentials: ClientCredentials = { clientId: 'client-1', clientSecret: 'secret-1' },
-  ) {}
-  async getCredentials(_secretId: string) {
+    public credentials: ClientCredentials = { clientId: 'client-1', clientSecret: 'secret-1' },
+  ) {
+    this.stored = credentials;
+  }
+  async getCredentials(_secretId: string, options: { forceFetch?: boolean } = {}) {
     this.calls += 1;
+    if (!options.forceFetch) return this.credentials;
+    this.forcedFetches += 1;
+    this.credentials = this.stored;
     return this.credentials;
   }
 }

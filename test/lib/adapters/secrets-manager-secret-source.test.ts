@@ -46,6 +46,45 @@ describe('Class: SecretsManagerSecretSource (loopback Secrets Manager, real SDK 
     expect(error.message).toBe("Secret 'open-api/missing' does not exist");
   });
 
+  it('serves the last secret read while Secrets Manager fails, for a bounded time only', async () => {
+    let now = Date.now();
+    const stale: string[] = [];
+    const source = new SecretsManagerSecretSource(
+      new SecretsProvider({ awsSdkV3Client: client }),
+      0,
+      {
+        staleMaxSeconds: 60,
+        onStale: (_id, reason) => stale.push(reason),
+        now: () => now,
+      },
+    );
+    await source.getCredentials('open-api/v3');
+    stack.secrets.failNext(2, 'ThrottlingException');
+    await expect(source.getCredentials('open-api/v3')).resolves.toEqual(stack.v3Client);
+    expect(stale).toEqual(['ThrottlingException']);
+    now += 61_000;
+    await expect(source.getCredentials('open-api/v3')).rejects.toBeInstanceOf(
+      SecretUnavailableError,
+    );
+  });
+
+  it('bypasses its cache on a forced fetch (after a rotation)', async () => {
+    const cached = source(300);
+    stack.secrets.setSecret(
+      'open-api/rotating',
+      JSON.stringify({ clientId: 'a', clientSecret: 'old-value' }),
+    );
+    await cached.getCredentials('open-api/rotating');
+    stack.secrets.setSecret(
+      'open-api/rotating',
+      JSON.stringify({ clientId: 'a', clientSecret: 'new-value' }),
+    );
+    expect((await cached.getCredentials('open-api/rotating')).clientSecret).toBe('old-value');
+    expect(
+      (await cached.getCredentials('open-api/rotating', { forceFetch: true })).clientSecret,
+    ).toBe('new-value');
+  });
+
   it('says why it could not read a secret', async () => {
     stack.secrets.failNext(1, 'ThrottlingException');
     const error = await source(0).getCredentials('open-api/v3').then(unexpected, caught);

@@ -13,6 +13,11 @@ import {
   tokenFromPayload,
   unwrapV3Envelope,
 } from '../../../lib/upstream/open-api.js';
+import {
+  DEFAULT_RESILIENCE,
+  RetryAfterBackoff,
+  UpstreamResilience,
+} from '../../../lib/upstream/resilience.js';
 import { generateClient, type Simulator, startSimulator } from '../../../local/simulator.js';
 import { caught, unexpected } from '../../support/errors.js';
 import { connection } from '../../support/fakes.js';
@@ -231,7 +236,7 @@ describe('Class: OpenApiClient against the simulator', () => {
   });
 
   it('times out a hung upstream within its budget', async () => {
-    simulator.injectFault({ times: 1, delayMs: 2000, pathIncludes: 'authorize' });
+    simulator.injectFault({ times: 3, delayMs: 2000, pathIncludes: 'authorize' });
     const error = await openApi(200)
       .issue(v3, client, { deadline: deadline() })
       .then(unexpected, caught);
@@ -257,10 +262,11 @@ describe('Class: OpenApiClient against the simulator', () => {
   });
 
   it('reports a 5xx from the token endpoint as unavailable and an envelope error as rejected', async () => {
-    simulator.injectFault({ times: 1, status: 503, pathIncludes: 'access-token' });
+    simulator.injectFault({ times: 3, status: 503, pathIncludes: 'access-token' });
     await expect(openApi().issue(v3, client, { deadline: deadline() })).rejects.toBeInstanceOf(
       UpstreamUnavailableError,
     );
+    const before = simulator.requests().length;
     simulator.injectFault({
       times: 1,
       status: 200,
@@ -274,5 +280,81 @@ describe('Class: OpenApiClient against the simulator', () => {
     expect(error.message).toBe(
       'Open API rejected the access-token request: code 200001: rate limited',
     );
+    // A rejection is not retried: one authorize and one access-token request.
+    expect(simulator.requests().length - before).toBe(2);
+  });
+
+  it('retries transient failures (reset, 5xx, 429) and succeeds', async () => {
+    simulator.injectFault({ times: 1, reset: true, pathIncludes: 'v3/oauth/authorize' });
+    simulator.injectFault({ times: 1, status: 429, pathIncludes: 'v3/oauth/access-token' });
+    const before = simulator.stats().issuances;
+    const token = await openApi().issue(v3, client, { deadline: deadline() });
+    expect(simulator.isValid(token.accessToken)).toBe(true);
+    expect(simulator.stats().issuances - before).toBe(1);
+  });
+
+  it('opens the connection’s circuit after repeated transient failures, and then fails fast', async () => {
+    const resilience = new UpstreamResilience({
+      ...DEFAULT_RESILIENCE,
+      maxAttempts: 1,
+      circuitThreshold: 2,
+    });
+    const states: string[] = [];
+    const breaking = new UpstreamResilience({
+      ...DEFAULT_RESILIENCE,
+      maxAttempts: 1,
+      circuitThreshold: 2,
+      onCircuitChange: (_c: string, s: string) => states.push(s),
+    });
+    const fragile = new OpenApiClient({ timeoutMs: 5000, limits, resilience: breaking });
+    simulator.injectFault({ times: 2, status: 503, pathIncludes: 'v3/oauth/authorize' });
+    for (let i = 0; i < 2; i += 1) {
+      await expect(fragile.issue(v3, client, { deadline: deadline() })).rejects.toThrow('HTTP 503');
+    }
+    const before = simulator.requests().length;
+    const error = await fragile
+      .issue(v3, client, { deadline: deadline() })
+      .then(unexpected, caught);
+    expect(error).toBeInstanceOf(UpstreamUnavailableError);
+    expect(error.message).toContain('failed repeatedly');
+    expect(simulator.requests().length).toBe(before);
+    expect(states).toEqual(['open']);
+    // Other connections are not affected.
+    const other = new OpenApiClient({ timeoutMs: 5000, limits, resilience });
+    await expect(other.issue(legacy, client, { deadline: deadline() })).resolves.toMatchObject({
+      expiresIn: 86400,
+    });
+  });
+});
+
+describe('Class: RetryAfterBackoff', () => {
+  const context = (error: unknown, attempt = 1) => ({
+    attempt,
+    result: { error },
+    signal: new AbortController().signal,
+  });
+
+  it('waits with full jitter below an exponential ceiling', () => {
+    const backoff = new RetryAfterBackoff(
+      { baseDelayMs: 100, maxDelayMs: 2000, random: () => 0.5 },
+      () => 10_000,
+    );
+    expect(backoff.next(context(new UpstreamUnavailableError('x'), 1)).duration).toBe(50);
+    expect(backoff.next(context(new UpstreamUnavailableError('x'), 3)).duration).toBe(200);
+    expect(backoff.next(context(new UpstreamUnavailableError('x'), 10)).duration).toBe(1000);
+  });
+
+  it('waits at least as long as the upstream’s Retry-After, but never past the budget', () => {
+    const error = new UpstreamUnavailableError('429', 2, { details: { upstreamRetryAfter: 2 } });
+    const generous = new RetryAfterBackoff(
+      { baseDelayMs: 100, maxDelayMs: 2000, random: () => 0 },
+      () => 10_000,
+    );
+    expect(generous.next(context(error)).duration).toBe(2000);
+    const tight = new RetryAfterBackoff(
+      { baseDelayMs: 100, maxDelayMs: 2000, random: () => 0 },
+      () => 700,
+    );
+    expect(tight.next(context(error)).duration).toBe(700);
   });
 });
