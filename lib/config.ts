@@ -43,6 +43,8 @@ export interface BrokerConfig {
   readonly secretMaxAgeSeconds: number;
   /** While Secrets Manager fails, the last secret read is used for at most this long. */
   readonly secretStaleMaxSeconds: number;
+  /** KMS key (id, ARN or alias) for application-level token encryption; undefined: none. */
+  readonly kmsKeyId: string | undefined;
 }
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -168,6 +170,21 @@ const integer = (env: Env, variable: string, fallback: number, min: number, max:
   return value;
 };
 
+const kmsKeyId = (raw: string | undefined): string | undefined => {
+  const value = raw?.trim();
+  if (!value) return undefined;
+  if (
+    !/^(arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(key|alias)\/[A-Za-z0-9/_+=,.@-]+|alias\/[A-Za-z0-9/_-]+|[0-9a-f-]{36}|mrk-[0-9a-f]{32})$/.test(
+      value,
+    )
+  ) {
+    throw new ConfigError(
+      'BROKER_KMS_KEY_ID must be a KMS key id, key ARN, alias name or alias ARN',
+    );
+  }
+  return value;
+};
+
 /**
  * Reads and validates the broker's configuration from the environment, once, at cold start.
  *
@@ -207,5 +224,6 @@ export const loadConfig = (env: Env): BrokerConfig => {
     upstreamTimeoutMs: integer(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 5000, 100, 60_000),
     secretMaxAgeSeconds: integer(env, 'BROKER_SECRET_MAX_AGE_SECONDS', 300, 0, day),
     secretStaleMaxSeconds: integer(env, 'BROKER_SECRET_STALE_MAX_SECONDS', 3600, 0, 7 * day),
+    kmsKeyId: kmsKeyId(env.BROKER_KMS_KEY_ID),
   });
 };

@@ -110,3 +110,22 @@ export interface TokenIssuer {
     options: { readonly deadline: number },
   ): Promise<IssuedToken>;
 }
+
+/** An access token encrypted by the application, with the data key that encrypted it. */
+export interface SealedToken {
+  /** IV (12 bytes) | AES-256-GCM ciphertext | tag (16 bytes). */
+  readonly ciphertext: Uint8Array;
+  /** The data key, encrypted by KMS. */
+  readonly encryptedKey: Uint8Array;
+}
+
+/** Application-level encryption of stored tokens, bound to the connection name. */
+export interface TokenCipher {
+  seal(connection: string, accessToken: string): Promise<SealedToken>;
+  /**
+   * @returns the token, or undefined when the ciphertext does not authenticate (tampered with,
+   *   or moved from another connection's item).
+   * @throws when the key service cannot be reached (a fault, not a forgery).
+   */
+  open(connection: string, sealed: SealedToken): Promise<string | undefined>;
+}

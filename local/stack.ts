@@ -5,6 +5,7 @@
  */
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { ensureTable, type LocalDynamoDB, startDynalite } from './dynamodb-local.js';
+import { type KmsEmulator, startKmsEmulator } from './kms-emulator.js';
 import { type SecretsEmulator, startSecretsEmulator } from './secrets-manager-emulator.js';
 import {
   generateClient,
@@ -18,6 +19,7 @@ export interface Stack {
   readonly dynamodb: LocalDynamoDB;
   readonly simulator: Simulator;
   readonly secrets: SecretsEmulator;
+  readonly kms: KmsEmulator;
   readonly v3Client: SimulatorClient;
   readonly legacyClient: SimulatorClient;
   readonly tableName: string;
@@ -32,16 +34,19 @@ export const startStack = async (
   simulatorOptions: Partial<SimulatorOptions> = {},
   /** Which connections BROKER_CONNECTIONS configures: `sandbox` (v3) and/or `legacy`. */
   connections: readonly ('sandbox' | 'legacy')[] = ['sandbox', 'legacy'],
+  /** Encrypt stored tokens with a key of the loopback KMS (BROKER_KMS_KEY_ID). */
+  { encrypt = false }: { encrypt?: boolean } = {},
 ): Promise<Stack> => {
   const v3Client = generateClient('v3');
   const legacyClient = generateClient('legacy');
-  const [dynamodb, simulator, secrets] = await Promise.all([
+  const [dynamodb, simulator, secrets, kms] = await Promise.all([
     startDynalite(),
     startSimulator({ clients: [v3Client, legacyClient], ...simulatorOptions }),
     startSecretsEmulator({
       'open-api/v3': JSON.stringify(v3Client),
       'open-api/legacy': JSON.stringify(legacyClient),
     }),
+    startKmsEmulator(),
   ]);
   tables += 1;
   const tableName = `token-broker-test-${process.pid}-${tables}`;
@@ -51,6 +56,8 @@ export const startStack = async (
     AWS_SECRET_ACCESS_KEY: 'test',
     AWS_ENDPOINT_URL_DYNAMODB: dynamodb.url,
     AWS_ENDPOINT_URL_SECRETS_MANAGER: secrets.url,
+    AWS_ENDPOINT_URL_KMS: kms.url,
+    ...(encrypt ? { BROKER_KMS_KEY_ID: kms.keyArn } : {}),
     BROKER_TABLE_NAME: tableName,
     BROKER_CONNECTIONS: JSON.stringify(
       Object.fromEntries(
@@ -74,12 +81,13 @@ export const startStack = async (
     dynamodb,
     simulator,
     secrets,
+    kms,
     v3Client,
     legacyClient,
     tableName,
     env,
     close: async () => {
-      await Promise.all([dynamodb.close(), simulator.close(), secrets.close()]);
+      await Promise.all([dynamodb.close(), simulator.close(), secrets.close(), kms.close()]);
     },
   };
 };

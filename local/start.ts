@@ -11,6 +11,7 @@
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { ensureTable, localDynamoDBClient, startDynalite } from './dynamodb-local.js';
+import { startKmsEmulator } from './kms-emulator.js';
 import {
   DEFAULT_LAMBDA,
   invokeHandler,
@@ -91,6 +92,14 @@ if (!env.AWS_ENDPOINT_URL_SECRETS_MANAGER) {
   env.AWS_ENDPOINT_URL_SECRETS_MANAGER = emulator.url;
 }
 
+// KMS: a loopback key encrypts stored tokens, unless a key or an endpoint is given.
+if (!env.BROKER_KMS_KEY_ID && !env.AWS_ENDPOINT_URL_KMS) {
+  const kms = await startKmsEmulator();
+  closers.push(kms.close);
+  env.AWS_ENDPOINT_URL_KMS = kms.url;
+  env.BROKER_KMS_KEY_ID = kms.keyArn;
+}
+
 // Loaded only now: the bundle reads its configuration at import, like a Lambda cold start.
 const bundle = new URL('../broker/index.mjs', import.meta.url);
 const { handler } = (await import(pathToFileURL(bundle.pathname).href)) as {
@@ -116,6 +125,9 @@ const schedule =
 const names = Object.keys(JSON.parse(env.BROKER_CONNECTIONS));
 log(`DynamoDB             ${env.AWS_ENDPOINT_URL_DYNAMODB}  (table ${env.BROKER_TABLE_NAME})`);
 log(`Secrets Manager      ${env.AWS_ENDPOINT_URL_SECRETS_MANAGER}`);
+log(
+  `KMS                  ${env.AWS_ENDPOINT_URL_KMS ?? 'AWS'}  (tokens encrypted with ${env.BROKER_KMS_KEY_ID})`,
+);
 log(`Token broker         ${server.url}  (connections: ${names.join(', ')})`);
 log('');
 log(`  curl -s ${server.url}/tokens/${names[0]}`);

@@ -84,7 +84,9 @@ describe('Bundle: dist/broker/index.mjs loaded like Lambda loads it', () => {
   beforeAll(async () => {
     const tls = selfSignedCertificate(outdir);
     certPath = tls.certPath;
-    stack = await startStack({ tls: { key: tls.key, cert: tls.cert } });
+    stack = await startStack({ tls: { key: tls.key, cert: tls.cert } }, ['sandbox', 'legacy'], {
+      encrypt: true,
+    });
   });
   afterAll(() => stack.close());
 

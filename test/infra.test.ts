@@ -41,6 +41,13 @@ const packageStage = async (stage: string) => {
   return out;
 };
 
+/** The function's environment with CloudFormation references replaced by sample values. */
+const resolvedEnv = (variables: Record<string, unknown>) => ({
+  ...(variables as Record<string, string>),
+  BROKER_TABLE_NAME: 'tokens',
+  BROKER_KMS_KEY_ID: 'arn:aws:kms:eu-west-1:123456789012:key/0f0e0d0c-0b0a-0908-0706-050403020100',
+});
+
 const resourcesOfType = (template: Template, type: string) =>
   Object.entries(template.Resources).filter(([, r]) => r.Type === type);
 
@@ -81,7 +88,9 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
   it('configures connections that pass the broker’s own config loader', () => {
     const env = fn().Environment.Variables as Record<string, unknown>;
     expect(env.BROKER_TABLE_NAME).toEqual({ Ref: 'TokenTable' });
-    const config = loadConfig({ ...(env as Record<string, string>), BROKER_TABLE_NAME: 'tokens' });
+    // Tokens are encrypted by the application with the table's own key.
+    expect(env.BROKER_KMS_KEY_ID).toEqual({ 'Fn::GetAtt': ['TokenKey', 'Arn'] });
+    const config = loadConfig(resolvedEnv(env));
     expect(config.connections.size).toBeGreaterThan(0);
   });
 
@@ -126,10 +135,7 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
       Resource: { 'Fn::GetAtt': ['TokenTable', 'Arn'] },
     });
     const secretIds = [
-      ...loadConfig({
-        ...fn().Environment.Variables,
-        BROKER_TABLE_NAME: 'tokens',
-      }).connections.values(),
+      ...loadConfig(resolvedEnv(fn().Environment.Variables)).connections.values(),
     ].map((c) => c.secretId);
     expect(list(bySid('ConnectionSecrets')?.Resource).sort()).toEqual(secretIds.sort());
     expect(bySid('ConnectionSecrets')?.Action).toEqual(['secretsmanager:GetSecretValue']);

@@ -9,7 +9,7 @@ import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { TokenBroker } from '../broker.js';
 import type { BrokerConfig } from '../config.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { SecretSource } from '../ports.js';
+import type { SecretSource, TokenCipher } from '../ports.js';
 import { OpenApiClient } from '../upstream/open-api.js';
 import { DEFAULT_RESILIENCE, UpstreamResilience } from '../upstream/resilience.js';
 import { DynamoDBTokenStore } from './dynamodb-token-store.js';
@@ -56,11 +56,31 @@ export const createAwsBroker = (
         }),
     });
   });
+  const { kmsKeyId } = config;
+  if (!kmsKeyId) {
+    logger.warn(
+      'BROKER_KMS_KEY_ID is not set: tokens are stored without application-level encryption (the table encryption still applies)',
+    );
+  }
+  // Loaded on the first read or write of a token, not at cold start.
+  const cipher = kmsKeyId
+    ? lazyCipher(async () => {
+        const [{ KMSClient }, { KmsTokenCipher }] = await Promise.all([
+          import('@aws-sdk/client-kms'),
+          import('./kms-token-cipher.js'),
+        ]);
+        return new KmsTokenCipher(new KMSClient({}), kmsKeyId);
+      })
+    : undefined;
   return new TokenBroker({
     config,
     logger,
     ...(metrics ? { metrics } : {}),
-    store: new DynamoDBTokenStore(clients.dynamodb ?? new DynamoDBClient({}), config.tableName),
+    store: new DynamoDBTokenStore(
+      clients.dynamodb ?? new DynamoDBClient({}),
+      config.tableName,
+      cipher,
+    ),
     secrets,
     issuer: new OpenApiClient({
       timeoutMs: config.upstreamTimeoutMs,
@@ -81,6 +101,19 @@ export const createAwsBroker = (
       ...(clients.fetch ? { fetch: clients.fetch } : {}),
     }),
   });
+};
+
+/** A token cipher built on first use. */
+const lazyCipher = (load: () => Promise<TokenCipher>): TokenCipher => {
+  let cipher: Promise<TokenCipher> | undefined;
+  const get = () => {
+    cipher ??= load();
+    return cipher;
+  };
+  return {
+    seal: async (connection, accessToken) => (await get()).seal(connection, accessToken),
+    open: async (connection, sealed) => (await get()).open(connection, sealed),
+  };
 };
 
 /** A secret source built on first use. */

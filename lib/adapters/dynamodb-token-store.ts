@@ -7,7 +7,9 @@
  * |-----------------|------|---------------------------------------------------------------|
  * | pk              | S    | `token#<connection>`                                          |
  * | connection      | S    | connection name                                               |
- * | accessToken     | S    | the access token (the client secret is never stored)          |
+ * | accessToken     | S    | the access token, when no KMS key is configured               |
+ * | tokenCiphertext | B    | the access token encrypted by the application (KMS key set)   |
+ * | tokenDataKey    | B    | the KMS-encrypted data key of tokenCiphertext                 |
  * | tokenDigest     | S    | SHA-256 of the access token, base64url                        |
  * | issuedAt        | N    | epoch ms at which the token request was sent                  |
  * | expiresAt       | N    | epoch ms after which the token must not be served             |
@@ -23,16 +25,23 @@ import {
   PutItemCommand,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
-import type { LeaseAttempt, LeaseRequest, TokenRecord, TokenState, TokenStore } from '../ports.js';
+import type {
+  LeaseAttempt,
+  LeaseRequest,
+  TokenCipher,
+  TokenRecord,
+  TokenState,
+  TokenStore,
+} from '../ports.js';
 
 type Item = Record<string, AttributeValue>;
 
 export const tokenKey = (connection: string): Item => ({ pk: { S: `token#${connection}` } });
 
-const toItem = (record: TokenRecord): Item => ({
+const toItem = async (record: TokenRecord, cipher: TokenCipher | undefined): Promise<Item> => ({
   ...tokenKey(record.connection),
   connection: { S: record.connection },
-  accessToken: { S: record.accessToken },
+  ...(cipher ? await sealed(record, cipher) : { accessToken: { S: record.accessToken } }),
   tokenDigest: { S: record.tokenDigest },
   issuedAt: { N: String(record.issuedAt) },
   expiresAt: { N: String(record.expiresAt) },
@@ -40,10 +49,31 @@ const toItem = (record: TokenRecord): Item => ({
   ttl: { N: String(Math.floor(record.expiresAt / 1000)) },
 });
 
-/** Reads an item; a malformed token counts as absent so that the next issuance replaces it. */
-const fromItem = (item: Item | undefined): TokenState => {
+const sealed = async (record: TokenRecord, cipher: TokenCipher): Promise<Item> => {
+  const { ciphertext, encryptedKey } = await cipher.seal(record.connection, record.accessToken);
+  return { tokenCiphertext: { B: ciphertext }, tokenDataKey: { B: encryptedKey } };
+};
+
+/** The token of an item: decrypted when sealed, undefined when it does not authenticate. */
+const accessTokenOf = async (item: Item | undefined, cipher: TokenCipher | undefined) => {
+  const ciphertext = item?.tokenCiphertext?.B;
+  const encryptedKey = item?.tokenDataKey?.B;
   const connection = item?.connection?.S;
-  const accessToken = item?.accessToken?.S;
+  if (ciphertext && encryptedKey && connection) {
+    // Sealed by a deployment with a key: without one now, it cannot be read (a new one is issued).
+    return cipher ? cipher.open(connection, { ciphertext, encryptedKey }) : undefined;
+  }
+  // Written before a key was configured: still readable, replaced at the next issuance.
+  return item?.accessToken?.S;
+};
+
+/** Reads an item; a malformed token counts as absent so that the next issuance replaces it. */
+const fromItem = async (
+  item: Item | undefined,
+  cipher: TokenCipher | undefined,
+): Promise<TokenState> => {
+  const connection = item?.connection?.S;
+  const accessToken = await accessTokenOf(item, cipher);
   const tokenDigest = item?.tokenDigest?.S;
   const issuedAt = Number(item?.issuedAt?.N);
   const expiresAt = Number(item?.expiresAt?.N);
@@ -66,6 +96,8 @@ export class DynamoDBTokenStore implements TokenStore {
   constructor(
     private readonly client: DynamoDBClient,
     private readonly tableName: string,
+    /** Application-level encryption of the token; without one, the table's encryption only. */
+    private readonly cipher?: TokenCipher,
   ) {}
 
   async read(connection: string): Promise<TokenState> {
@@ -78,7 +110,7 @@ export class DynamoDBTokenStore implements TokenStore {
         ConsistentRead: true,
       }),
     );
-    return fromItem(Item);
+    return fromItem(Item, this.cipher);
   }
 
   async acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt> {
@@ -112,7 +144,10 @@ export class DynamoDBTokenStore implements TokenStore {
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException)) throw error;
       // DynamoDB returns the winning item; emulators may not (the caller then reads again).
-      return { acquired: false, state: error.Item ? fromItem(error.Item) : undefined };
+      return {
+        acquired: false,
+        state: error.Item ? await fromItem(error.Item, this.cipher) : undefined,
+      };
     }
   }
 
@@ -123,7 +158,7 @@ export class DynamoDBTokenStore implements TokenStore {
           TableName: this.tableName,
           // The whole item is replaced: the lease attributes are not in it, so this releases
           // the lease in the same write.
-          Item: toItem(record),
+          Item: await toItem(record, this.cipher),
           // Only the lease holder writes. A holder whose lease expired and was taken over must
           // not overwrite the new holder's work (the upstream may already have revoked its
           // token). With no lease at all, a write that keeps the longer-lived token is allowed.
@@ -187,7 +222,8 @@ export class DynamoDBTokenStore implements TokenStore {
           Key: tokenKey(connection),
           // Only the token goes; a lease in progress stays, so the refresh it guards is not
           // started a second time by someone else.
-          UpdateExpression: 'REMOVE accessToken, tokenDigest, issuedAt, expiresAt, #ttl',
+          UpdateExpression:
+            'REMOVE accessToken, tokenCiphertext, tokenDataKey, tokenDigest, issuedAt, expiresAt, #ttl',
           // Compare-and-delete: a late report about an older token must not drop a newer one.
           ConditionExpression: 'tokenDigest = :digest',
           ExpressionAttributeNames: { '#ttl': 'ttl' },

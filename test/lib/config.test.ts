@@ -188,6 +188,21 @@ describe('Function: loadConfig', () => {
     expect(failure({ ...good, [variable]: value })).toContain(`${variable} must be a whole number`);
   });
 
+  it('reads BROKER_KMS_KEY_ID as a key id, key ARN or alias, and refuses anything else', () => {
+    expect(loadConfig(good).kmsKeyId).toBeUndefined();
+    for (const id of [
+      '1234abcd-12ab-34cd-56ef-1234567890ab',
+      'arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab',
+      'alias/token-broker',
+      'arn:aws:kms:eu-west-1:123456789012:alias/token-broker',
+    ]) {
+      expect(loadConfig({ ...good, BROKER_KMS_KEY_ID: id }).kmsKeyId).toBe(id);
+    }
+    expect(failure({ ...good, BROKER_KMS_KEY_ID: 'my key' })).toContain(
+      'BROKER_KMS_KEY_ID must be',
+    );
+  });
+
   it('refuses a refresh window that is not shorter than the maximum lifetime', () => {
     const env = {
       ...good,
