@@ -14,6 +14,8 @@ export interface KmsEmulator {
   /** Calls served, by operation. */
   calls(): Readonly<Record<string, number>>;
   failNext(times: number, errorType: string): void;
+  /** Drops failures queued by failNext that were not used. */
+  clearFailures(): void;
   close(): Promise<void>;
 }
 
@@ -108,6 +110,9 @@ export const startKmsEmulator = async ({
     url: `http://${host}:${address.port}`,
     keyArn,
     calls: () => ({ ...counts }),
+    clearFailures: () => {
+      failures.length = 0;
+    },
     failNext: (times, errorType) => failures.push({ left: times, errorType }),
     close: () =>
       new Promise<void>((resolve) => {

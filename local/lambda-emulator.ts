@@ -75,7 +75,9 @@ export const invokeHandler = async (
       settings.timeoutMs,
     );
   });
-  const run = handler(JSON.parse(JSON.stringify(event)), context).then(
+  // What Lambda delivers: the JSON payload, or null for an empty one.
+  const payload = event === undefined ? null : JSON.parse(JSON.stringify(event));
+  const run = handler(payload, context).then(
     (result): InvokeOutcome => ({ ok: true, result }),
     (error: unknown): InvokeOutcome => ({
       ok: false,
@@ -118,14 +120,17 @@ export const httpEvent = (
   request: HttpRequestShape,
   settings: LambdaSettings = DEFAULT_LAMBDA,
 ): APIGatewayProxyEventV2WithIAMAuthorizer => {
-  const url = new URL(request.url, 'http://localhost');
+  // Split by hand: `new URL` would read a path such as `//x` as a host, which API Gateway does not.
+  const queryAt = request.url.indexOf('?');
+  const rawPath = (queryAt < 0 ? request.url : request.url.slice(0, queryAt)) || '/';
+  const rawQuery = queryAt < 0 ? '' : request.url.slice(queryAt + 1);
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(request.headers ?? {})) {
     if (value !== undefined)
       headers[name.toLowerCase()] = Array.isArray(value) ? value.join(',') : value;
   }
   const query: Record<string, string> = {};
-  for (const [name, value] of url.searchParams) {
+  for (const [name, value] of new URLSearchParams(rawQuery)) {
     query[name] = query[name] === undefined ? value : `${query[name]},${value}`;
   }
   const callerArn = request.callerArn ?? `arn:aws:iam::${settings.accountId}:user/local-developer`;
@@ -133,8 +138,8 @@ export const httpEvent = (
   return {
     version: '2.0',
     routeKey: '$default',
-    rawPath: url.pathname,
-    rawQueryString: url.search.slice(1),
+    rawPath,
+    rawQueryString: rawQuery,
     headers,
     ...(Object.keys(query).length > 0 ? { queryStringParameters: query } : {}),
     requestContext: {
@@ -144,7 +149,7 @@ export const httpEvent = (
       domainPrefix: 'local',
       http: {
         method: request.method.toUpperCase(),
-        path: url.pathname,
+        path: rawPath,
         protocol: 'HTTP/1.1',
         sourceIp: request.sourceIp ?? '127.0.0.1',
         userAgent: headers['user-agent'] ?? '',

@@ -15,6 +15,8 @@ export interface SecretsEmulator {
   calls(): number;
   /** Answers the next `times` calls with this AWS error (e.g. ThrottlingException). */
   failNext(times: number, errorType: string, status?: number): void;
+  /** Drops failures queued by failNext that were not used. */
+  clearFailures(): void;
   close(): Promise<void>;
 }
 
@@ -91,6 +93,9 @@ export const startSecretsEmulator = async (
     setSecret: (name, secretString) => secrets.set(name, secretString),
     deleteSecret: (name) => secrets.delete(name),
     calls: () => calls,
+    clearFailures: () => {
+      failures.length = 0;
+    },
     failNext: (times, errorType, status = 400) => failures.push({ left: times, errorType, status }),
     close: () =>
       new Promise<void>((resolve) => {

@@ -8,6 +8,7 @@ import {
   BadRequestError,
   type BrokerError,
   InternalError,
+  StoreUnavailableError,
   toBrokerError,
   UpstreamUnavailableError,
 } from '../../lib/errors.js';
@@ -67,5 +68,9 @@ export const logError = (logger: Logger, error: unknown, context: Record<string,
   else logger.warn('Request refused', fields);
 };
 
-export const retryAfter = (error: BrokerError): number | undefined =>
-  error instanceof UpstreamUnavailableError ? (error.retryAfterSeconds ?? 1) : undefined;
+/** Seconds a caller should wait before retrying a 503; undefined for other errors. */
+export const retryAfter = (error: BrokerError): number | undefined => {
+  if (error instanceof UpstreamUnavailableError) return error.retryAfterSeconds ?? 1;
+  if (error instanceof StoreUnavailableError) return 1;
+  return undefined;
+};

@@ -1,0 +1,109 @@
+/**
+ * AWS faults against the whole handler: DynamoDB stopped under a running container, KMS and
+ * Secrets Manager failing. Every caller gets an answer (a token while one is valid in memory,
+ * else a clear 503 or 500), and no credential reaches the logs on any of these paths.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createHandler } from '../../functions/broker/handler.js';
+import { createAwsBroker, createLogger, createMetrics } from '../../lib/adapters/aws.js';
+import { loadConfig } from '../../lib/config.js';
+import {
+  httpEvent,
+  httpResponse,
+  invokeHandler,
+  type LambdaHandler,
+} from '../../local/lambda-emulator.js';
+import { applyEnv, type Stack, startStack } from '../../local/stack.js';
+
+let stack: Stack;
+const output: string[] = [];
+const restore: (() => void)[] = [];
+
+const newContainer = (): LambdaHandler => {
+  const logger = createLogger();
+  const metrics = createMetrics();
+  return createHandler({
+    broker: createAwsBroker(loadConfig(process.env), logger, metrics),
+    logger,
+    metrics,
+  }) as LambdaHandler;
+};
+const get = async (handler: LambdaHandler, connection = 'sandbox') => {
+  const response = httpResponse(
+    await invokeHandler(handler, httpEvent({ method: 'GET', url: `/tokens/${connection}` })),
+  );
+  return { ...response, json: JSON.parse(response.body) };
+};
+
+beforeAll(async () => {
+  stack = await startStack({}, ['sandbox', 'legacy'], { encrypt: true });
+  applyEnv({ ...stack.env, POWERTOOLS_LOG_LEVEL: 'DEBUG', BROKER_MEMORY_RECHECK_SECONDS: '0' });
+  for (const stream of [process.stdout, process.stderr]) {
+    const write = stream.write.bind(stream);
+    stream.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+      output.push(typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8'));
+      return (write as (...args: unknown[]) => boolean)(chunk, ...rest);
+    }) as typeof stream.write;
+    restore.push(() => {
+      stream.write = write as typeof stream.write;
+    });
+  }
+});
+afterEach(() => {
+  stack.secrets.clearFailures();
+  stack.kms.clearFailures();
+});
+afterAll(async () => {
+  for (const undo of restore) undo();
+  await stack.close();
+});
+
+describe('Faults: Secrets Manager', () => {
+  it('answers 500 without internals when the secret cannot be read, and logs which and why', async () => {
+    stack.secrets.failNext(10, 'InternalServiceError', 500);
+    const response = await get(newContainer(), 'legacy');
+    expect(response.status).toBe(500);
+    expect(response.json.error.code).toBe('INTERNAL_ERROR');
+    expect(output.join('')).toContain("Secret 'open-api/legacy' could not be read");
+  });
+});
+
+describe('Faults: KMS', () => {
+  it('reports KMS failing on a cold read as a 503, not as a missing token (no needless re-issue)', async () => {
+    await get(newContainer()); // a token now sits encrypted in the table
+    const issued = stack.simulator.stats().issuances;
+    stack.kms.failNext(10, 'KMSInternalException');
+    const response = await get(newContainer());
+    expect(response.status).toBe(503);
+    expect(response.json.error.code).toBe('STORE_UNAVAILABLE');
+    expect(response.headers['retry-after']).toBe('1');
+    expect(stack.simulator.stats().issuances).toBe(issued);
+  });
+});
+
+describe('Faults: DynamoDB stopped', () => {
+  it('keeps serving a warm container from memory, and answers a cold one with 503 before its deadline', async () => {
+    const warm = newContainer();
+    const before = await get(warm);
+    expect(before.status).toBe(200);
+    await stack.dynamodb.close();
+    const during = await get(warm);
+    expect(during.status).toBe(200);
+    expect(during.json.accessToken).toBe(before.json.accessToken);
+    const cold = await get(newContainer());
+    expect(cold.status).toBe(503);
+    expect(cold.json.error.code).toBe('STORE_UNAVAILABLE');
+  });
+});
+
+describe('Faults: logs', () => {
+  it('hold no credential on any fault path', () => {
+    const logs = output.join('');
+    const secrets = [
+      ...stack.simulator.handedOut(),
+      stack.v3Client.clientSecret,
+      stack.legacyClient.clientSecret,
+    ];
+    expect(secrets.filter((value) => logs.includes(value))).toEqual([]);
+  });
+});
