@@ -4,9 +4,6 @@
  * else a clear 503 or 500), and no credential reaches the logs on any of these paths.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createHandler } from '../../functions/broker/handler.js';
-import { createAwsBroker, createLogger, createMetrics } from '../../lib/adapters/aws.js';
-import { loadConfig } from '../../lib/config.js';
 import {
   httpEvent,
   httpResponse,
@@ -14,20 +11,11 @@ import {
   type LambdaHandler,
 } from '../../local/lambda-emulator.js';
 import { applyEnv, type Stack, startStack } from '../../local/stack.js';
+import { captureOutput, newContainer } from '../support/lambda.js';
 
 let stack: Stack;
-const output: string[] = [];
-const restore: (() => void)[] = [];
+let output: ReturnType<typeof captureOutput>;
 
-const newContainer = (): LambdaHandler => {
-  const logger = createLogger();
-  const metrics = createMetrics();
-  return createHandler({
-    broker: createAwsBroker(loadConfig(process.env), logger, metrics),
-    logger,
-    metrics,
-  }) as LambdaHandler;
-};
 const get = async (handler: LambdaHandler, connection = 'sandbox') => {
   const response = httpResponse(
     await invokeHandler(handler, httpEvent({ method: 'GET', url: `/tokens/${connection}` })),
@@ -38,23 +26,14 @@ const get = async (handler: LambdaHandler, connection = 'sandbox') => {
 beforeAll(async () => {
   stack = await startStack({}, ['sandbox', 'legacy'], { encrypt: true });
   applyEnv({ ...stack.env, POWERTOOLS_LOG_LEVEL: 'DEBUG', BROKER_MEMORY_RECHECK_SECONDS: '0' });
-  for (const stream of [process.stdout, process.stderr]) {
-    const write = stream.write.bind(stream);
-    stream.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
-      output.push(typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8'));
-      return (write as (...args: unknown[]) => boolean)(chunk, ...rest);
-    }) as typeof stream.write;
-    restore.push(() => {
-      stream.write = write as typeof stream.write;
-    });
-  }
+  output = captureOutput();
 });
 afterEach(() => {
   stack.secrets.clearFailures();
   stack.kms.clearFailures();
 });
 afterAll(async () => {
-  for (const undo of restore) undo();
+  output.stop();
   await stack.close();
 });
 
@@ -64,7 +43,7 @@ describe('Faults: Secrets Manager', () => {
     const response = await get(newContainer(), 'legacy');
     expect(response.status).toBe(500);
     expect(response.json.error.code).toBe('INTERNAL_ERROR');
-    expect(output.join('')).toContain("Secret 'open-api/legacy' could not be read");
+    expect(output.text()).toContain("Secret 'open-api/legacy' could not be read");
   });
 });
 
@@ -98,7 +77,7 @@ describe('Faults: DynamoDB stopped', () => {
 
 describe('Faults: logs', () => {
   it('hold no credential on any fault path', () => {
-    const logs = output.join('');
+    const logs = output.text();
     const secrets = [
       ...stack.simulator.handedOut(),
       stack.v3Client.clientSecret,

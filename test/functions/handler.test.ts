@@ -4,9 +4,6 @@
  * the broker logs is captured; the last test searches them for every credential handed out.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createHandler } from '../../functions/broker/handler.js';
-import { createAwsBroker, createLogger, createMetrics } from '../../lib/adapters/aws.js';
-import { loadConfig } from '../../lib/config.js';
 import {
   httpEvent,
   httpResponse,
@@ -15,22 +12,12 @@ import {
   scheduledEvent,
 } from '../../local/lambda-emulator.js';
 import { applyEnv, type Stack, startStack } from '../../local/stack.js';
+import { captureOutput, newContainer } from '../support/lambda.js';
 
 const ORDERS_ROLE = 'arn:aws:sts::123456789012:assumed-role/orders-service/i-0abc';
 
 let stack: Stack;
-const output: string[] = [];
-const restore: (() => void)[] = [];
-
-const newContainer = (): LambdaHandler => {
-  const logger = createLogger();
-  const metrics = createMetrics();
-  return createHandler({
-    broker: createAwsBroker(loadConfig(process.env), logger, metrics),
-    logger,
-    metrics,
-  }) as LambdaHandler;
-};
+let output: ReturnType<typeof captureOutput>;
 
 beforeAll(async () => {
   // Tokens are encrypted by the application (loopback KMS): every flow below goes through it.
@@ -54,19 +41,10 @@ beforeAll(async () => {
     POWERTOOLS_LOGGER_LOG_EVENT: 'true',
     BROKER_UPSTREAM_TIMEOUT_MS: '1000',
   });
-  for (const stream of [process.stdout, process.stderr]) {
-    const write = stream.write.bind(stream);
-    stream.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
-      output.push(typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8'));
-      return (write as (...args: unknown[]) => boolean)(chunk, ...rest);
-    }) as typeof stream.write;
-    restore.push(() => {
-      stream.write = write as typeof stream.write;
-    });
-  }
+  output = captureOutput();
 });
 afterAll(async () => {
-  for (const undo of restore) undo();
+  output.stop();
   await stack.close();
 });
 
@@ -286,7 +264,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
       /^Internal error; the broker logs have the details \(request id [0-9a-f-]{36}\)$/,
     );
     expect(response.body).not.toContain('open-api/missing');
-    expect(output.join('')).toContain("Secret 'open-api/missing' does not exist");
+    expect(output.text()).toContain("Secret 'open-api/missing' does not exist");
   });
 });
 
@@ -418,7 +396,7 @@ describe('Handler: scheduled warm-up and other events', () => {
 describe('Metrics', () => {
   it('are published as EMF, one line per connection and invocation, with the connection as dimension', () => {
     const emf = output
-      .join('')
+      .text()
       .split('\n')
       .filter((line) => line.includes('"_aws"'))
       .map((line) => JSON.parse(line) as Record<string, unknown>);
@@ -457,7 +435,7 @@ describe('Metrics', () => {
 
 describe('Logs', () => {
   it('hold no access token, refresh token, authorization code or client secret', () => {
-    const logs = output.join('');
+    const logs = output.text();
     const secrets = [
       ...stack.simulator.handedOut(),
       stack.v3Client.clientSecret,

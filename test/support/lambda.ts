@@ -1,0 +1,38 @@
+/** The whole Lambda handler as tests run it, and the output it writes. */
+import { createHandler } from '../../functions/broker/handler.js';
+import { createAwsBroker, createLogger, createMetrics } from '../../lib/adapters/aws.js';
+import { loadConfig } from '../../lib/config.js';
+import type { LambdaHandler } from '../../local/lambda-emulator.js';
+
+/** A new container: the production wiring, configured from process.env at this moment. */
+export const newContainer = (): LambdaHandler => {
+  const logger = createLogger();
+  const metrics = createMetrics();
+  return createHandler({
+    broker: createAwsBroker(loadConfig(process.env), logger, metrics),
+    logger,
+    metrics,
+  }) as LambdaHandler;
+};
+
+/** Records everything written to stdout and stderr (Powertools logs and EMF lines) until stopped. */
+export const captureOutput = () => {
+  const chunks: string[] = [];
+  const undo: (() => void)[] = [];
+  for (const stream of [process.stdout, process.stderr]) {
+    const write = stream.write.bind(stream);
+    stream.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+      chunks.push(typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8'));
+      return (write as (...args: unknown[]) => boolean)(chunk, ...rest);
+    }) as typeof stream.write;
+    undo.push(() => {
+      stream.write = write as typeof stream.write;
+    });
+  }
+  return {
+    text: () => chunks.join(''),
+    stop: () => {
+      for (const restore of undo) restore();
+    },
+  };
+};
