@@ -81,6 +81,8 @@ export interface Simulator {
   handedOut(): readonly string[];
   /** Epoch ms of every issuance, in order. */
   issuanceTimes(): readonly number[];
+  /** Replaces a client's secret, as a provider's console does on rotation. */
+  rotateSecret(clientId: string, clientSecret: string): void;
   /** Whether the Open API would accept this token now. */
   isValid(accessToken: string): boolean;
   injectFault(fault: Fault): void;
@@ -298,6 +300,10 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     requests: () => [...recorded],
     handedOut: () => [...handedOut],
     issuanceTimes: () => [...issuanceTimes],
+    rotateSecret: (clientId, clientSecret) => {
+      clients.set(clientId, { clientId, clientSecret });
+      handedOut.push(clientSecret);
+    },
     isValid,
     injectFault: (fault) => faults.push({ fault, left: Math.max(1, Math.floor(fault.times)) }),
     close: () =>

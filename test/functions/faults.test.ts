@@ -47,6 +47,32 @@ describe('Faults: Secrets Manager', () => {
   });
 });
 
+describe('Faults: a client secret rotated at the provider', () => {
+  it('re-reads the secret bypassing the cache after the rejection, and issues with the new one', async () => {
+    const container = newContainer();
+    const first = await get(container, 'legacy'); // the old secret is now cached in this container
+    expect(first.status).toBe(200);
+    const rotated = {
+      clientId: stack.legacyClient.clientId,
+      clientSecret: 'rotated-secret-value-123',
+    };
+    stack.simulator.rotateSecret(rotated.clientId, rotated.clientSecret);
+    stack.secrets.setSecret('open-api/legacy', JSON.stringify(rotated));
+    await invokeHandler(container, {
+      action: 'invalidate',
+      connection: 'legacy',
+      accessToken: first.json.accessToken,
+    });
+    const next = await get(container, 'legacy');
+    expect(next.status).toBe(200);
+    expect(stack.simulator.isValid(next.json.accessToken)).toBe(true);
+    expect(output.text()).toContain(
+      'Credentials rejected; the secret changed, retrying once with the new one',
+    );
+    expect(output.text()).not.toContain(rotated.clientSecret);
+  });
+});
+
 describe('Faults: KMS', () => {
   it('reports KMS failing on a cold read as a 503, not as a missing token (no needless re-issue)', async () => {
     await get(newContainer()); // a token now sits encrypted in the table
