@@ -79,6 +79,19 @@ export type WarmUpOutcome =
       readonly error: { readonly code: string; readonly message: string };
     };
 
+/** What an operator may see of a connection: never the token. */
+export interface ConnectionStatus {
+  readonly connection: string;
+  readonly variant: string;
+  readonly token: {
+    readonly expiresAt: string;
+    readonly expiresIn: number;
+    readonly issuedAt: string;
+    readonly tokenDigest: string;
+  } | null;
+  readonly lease: { readonly holder: string; readonly expiresInMs: number } | null;
+}
+
 export interface WarmUpReport {
   readonly connections: Readonly<Record<string, WarmUpOutcome>>;
   readonly issued: number;
@@ -255,6 +268,35 @@ export class TokenBroker {
       invalidated: deleted,
     });
     return deleted;
+  }
+
+  /** Every connection's token metadata and lease, read from the shared store. */
+  async status(): Promise<ConnectionStatus[]> {
+    return Promise.all(
+      [...this.deps.config.connections.values()].map(async ({ name, variant }) => {
+        const { token, lease } = await this.#store('read the token', () =>
+          this.deps.store.read(name),
+        );
+        const now = this.#now();
+        const valid = token && token.expiresAt > now ? token : undefined;
+        return {
+          connection: name,
+          variant,
+          token: valid
+            ? {
+                expiresAt: new Date(valid.expiresAt).toISOString(),
+                expiresIn: Math.floor((valid.expiresAt - now) / 1000),
+                issuedAt: new Date(valid.issuedAt).toISOString(),
+                tokenDigest: valid.tokenDigest,
+              }
+            : null,
+          lease:
+            lease && lease.expiresAt >= now
+              ? { holder: lease.holder, expiresInMs: lease.expiresAt - now }
+              : null,
+        };
+      }),
+    );
   }
 
   /**

@@ -4,6 +4,8 @@
  *   GET  /health                          → 200 { status, connections }
  *   GET  /tokens/{connection}?minValidity → 200 { connection, accessToken, expiresAt, expiresIn }
  *   POST /tokens/{connection}/invalidate  → 200 { invalidated }
+ *   GET  /status                          → 200 { connections: [metadata, never a token] }
+ *   POST /warm                            → 200 the warm-up report
  */
 import type { Logger } from '@aws-lambda-powertools/logger';
 import middy from '@middy/core';
@@ -103,6 +105,17 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
           json(200, { status: 'ok', connections: [...broker.connectionNames()] }),
       },
       { method: 'GET', path: '/tokens/{connection}', handler: getToken },
+      {
+        method: 'GET',
+        path: '/status',
+        handler: async () => json(200, { connections: await broker.status() }),
+      },
+      {
+        method: 'POST',
+        path: '/warm',
+        handler: async (_event: HttpEvent, context: Context) =>
+          json(200, await broker.warmUp(deadlineOf(context))),
+      },
       {
         method: 'POST',
         path: '/tokens/{connection}/invalidate',

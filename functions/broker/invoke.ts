@@ -27,6 +27,9 @@ const invokeSchema = z.discriminatedUnion('action', [
     connection,
     accessToken: z.string().check(z.minLength(1), z.maxLength(8192)),
   }),
+  // Operator actions (the CLI): metadata only, and the warm-up on demand.
+  z.strictObject({ action: z.literal('status') }),
+  z.strictObject({ action: z.literal('warmUp') }),
 ]);
 
 export type InvokeRequest = z.infer<typeof invokeSchema>;
@@ -48,6 +51,8 @@ export const createInvokeHandler =
   async (event: unknown, context: Context) => {
     try {
       const request = parseInvoke(event);
+      if (request.action === 'status') return { connections: await broker.status() };
+      if (request.action === 'warmUp') return broker.warmUp(deadlineOf(context));
       logger.appendKeys({ connection: request.connection, action: request.action });
       if (request.action === 'invalidate') {
         return { invalidated: await broker.invalidate(request.connection, request.accessToken) };

@@ -351,6 +351,47 @@ describe('Handler: direct invoke', () => {
   });
 });
 
+describe('Handler: operator actions', () => {
+  it('status reports every connection’s token metadata and lease, never the token', async () => {
+    const handler = newContainer();
+    const token = await invokeHandler(handler, { action: 'getToken', connection: 'sandbox' });
+    const accessToken = (token as { result: { accessToken: string } }).result.accessToken;
+    const outcome = await invokeHandler(handler, { action: 'status' });
+    const { connections } = (outcome as { result: { connections: Record<string, unknown>[] } })
+      .result;
+    expect(connections.map((c) => c.connection)).toEqual([
+      'sandbox',
+      'legacy',
+      'restricted',
+      'broken',
+    ]);
+    expect(connections[0]).toMatchObject({
+      variant: 'v3',
+      token: {
+        expiresIn: expect.any(Number),
+        issuedAt: expect.any(String),
+        tokenDigest: expect.any(String),
+      },
+      lease: null,
+    });
+    expect(JSON.stringify(outcome)).not.toContain(accessToken);
+    const viaHttp = await http(handler, 'GET', '/status');
+    expect(viaHttp.status).toBe(200);
+    expect(viaHttp.body).not.toContain(accessToken);
+  });
+
+  it('warmUp runs the warm-up on demand, by invoke and over HTTP', async () => {
+    const handler = newContainer();
+    const outcome = await invokeHandler(handler, { action: 'warmUp' });
+    expect(outcome).toMatchObject({
+      ok: true,
+      result: { connections: { sandbox: { status: expect.any(String) } } },
+    });
+    const viaHttp = await http(handler, 'POST', '/warm');
+    expect(viaHttp.json.connections.legacy.status).toMatch(/^(fresh|issued)$/);
+  });
+});
+
 describe('Handler: scheduled warm-up and other events', () => {
   it('refreshes what needs it, and one failing connection does not stop the others', async () => {
     const handler = newContainer();
