@@ -1,4 +1,6 @@
-// Builds the Lambda bundle (dist/broker/index.mjs) and the local runtime (dist/local/start.mjs).
+// Builds the Lambda bundle (dist/broker/index.mjs), the local runtime (dist/local/), the caller
+// client (dist/client/, ESM + type declarations) and the operator CLI (dist/cli/index.mjs).
+import { execFileSync } from 'node:child_process';
 import { rm } from 'node:fs/promises';
 import { build } from 'esbuild';
 
@@ -37,3 +39,32 @@ await build({
   // dynalite loads its storage backends dynamically; it stays a regular dependency at run time.
   external: ['dynalite'],
 });
+
+// The client and the CLI are libraries of the package: their dependencies stay external, so a
+// service that imports the client uses its own AWS SDK.
+const library = {
+  bundle: true,
+  platform: 'node',
+  target: 'node22',
+  format: 'esm',
+  packages: 'external',
+  logLevel: 'warning',
+};
+await build({
+  ...library,
+  entryPoints: ['client/index.ts'],
+  outfile: `${outdir}/client/index.mjs`,
+});
+await build({
+  ...library,
+  entryPoints: ['cli/index.ts'],
+  outfile: `${outdir}/cli/index.mjs`,
+  banner: { js: '#!/usr/bin/env node' },
+});
+execFileSync(
+  process.execPath,
+  ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.client.json', '--outDir', `${outdir}/client`],
+  {
+    stdio: 'inherit',
+  },
+);

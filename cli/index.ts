@@ -1,0 +1,207 @@
+/**
+ * `token-broker`: inspect and repair a token broker, local (`npm start`) or deployed.
+ * Built to dist/cli/index.mjs, the package's `bin`.
+ */
+import { parseArgs } from 'node:util';
+import {
+  createTokenClient,
+  TokenBrokerError,
+  type TokenClient,
+  TransportError,
+} from '../client/index.js';
+
+const HELP = `token-broker <command> [options]
+
+Commands:
+  status                          every connection: variant, expiry, time left, last refresh, lease
+  token <connection>              the token's metadata; the token itself only with --reveal
+  invalidate <connection> --token <token>
+                                  drop that token if it is the current one (after a 401)
+  warm                            run the warm-up now
+
+Target (one of; or TOKEN_BROKER_FUNCTION / TOKEN_BROKER_URL):
+  --function <name|arn>           direct Lambda invoke
+  --url <function url>            HTTP, signed with SigV4
+
+Options:
+  --region <region>               AWS region (default: AWS_REGION or your profile's)
+  --profile <name>                AWS profile to use (default: AWS_PROFILE)
+  --endpoint <url>                a Lambda endpoint other than AWS's, e.g. http://127.0.0.1:3000 (npm start)
+  --min-validity <seconds>        with token: the token must stay valid this long
+  --reveal                        with token: print the token itself
+  --json                          machine-readable output
+  -h, --help                      this text
+
+Exit codes: 0 done, 1 the broker answered with an error, 2 wrong usage, 3 the broker could not be reached.
+Examples:
+  token-broker status --function token-broker-prod-broker
+  token-broker token sandbox --endpoint http://127.0.0.1:3000 --function token-broker --json
+  token-broker invalidate production --token "$TOKEN" --url https://abc.lambda-url.eu-west-1.on.aws
+`;
+
+class UsageError extends Error {}
+
+const out = (line: string) => process.stdout.write(`${line}\n`);
+/** Prints one line and succeeds. */
+const done = (line: string): number => {
+  out(line);
+  return 0;
+};
+
+const parse = (argv: string[]) => {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      function: { type: 'string' },
+      url: { type: 'string' },
+      region: { type: 'string' },
+      profile: { type: 'string' },
+      endpoint: { type: 'string' },
+      token: { type: 'string' },
+      'min-validity': { type: 'string' },
+      reveal: { type: 'boolean', default: false },
+      json: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  return { values, positionals };
+};
+
+type Values = ReturnType<typeof parse>['values'];
+
+const clientFor = (values: Values): TokenClient => {
+  if (values.profile) process.env.AWS_PROFILE = values.profile;
+  const functionName = values.function ?? process.env.TOKEN_BROKER_FUNCTION;
+  const url = values.url ?? process.env.TOKEN_BROKER_URL;
+  if (functionName && url) throw new UsageError('Give --function or --url, not both');
+  if (url)
+    return createTokenClient({
+      transport: { type: 'http', url, ...(values.region ? { region: values.region } : {}) },
+    });
+  if (functionName) {
+    return createTokenClient({
+      transport: {
+        type: 'lambda',
+        functionName,
+        ...(values.region ? { region: values.region } : {}),
+        ...(values.endpoint ? { endpoint: values.endpoint } : {}),
+      },
+    });
+  }
+  throw new UsageError(
+    'Say which broker: --function <name>, --url <function url>, or TOKEN_BROKER_FUNCTION / TOKEN_BROKER_URL',
+  );
+};
+
+const duration = (seconds: number) => {
+  const h = Math.floor(seconds / 3600);
+  const m = Math.floor((seconds % 3600) / 60);
+  return h > 0
+    ? `${h}h${String(m).padStart(2, '0')}m`
+    : `${m}m${String(seconds % 60).padStart(2, '0')}s`;
+};
+
+const run = async (argv: string[]): Promise<number> => {
+  let parsed: ReturnType<typeof parse>;
+  try {
+    parsed = parse(argv);
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+  const { values, positionals } = parsed;
+  const [command, connection, ...rest] = positionals;
+  if (values.help || command === 'help') {
+    out(HELP);
+    return 0;
+  }
+  if (!command) throw new UsageError('A command is required');
+  if (rest.length > 0) throw new UsageError(`Unexpected argument '${rest[0]}'`);
+  const needsConnection = command === 'token' || command === 'invalidate';
+  if (needsConnection && !connection) throw new UsageError(`'${command}' needs a connection name`);
+  if (!needsConnection && connection) throw new UsageError(`'${command}' takes no connection`);
+
+  switch (command) {
+    case 'status': {
+      const connections = await clientFor(values).status();
+      if (values.json) return done(JSON.stringify({ connections }, null, 2));
+      for (const c of connections) {
+        const token = c.token
+          ? `expires ${c.token.expiresAt} (${duration(c.token.expiresIn)} left), issued ${c.token.issuedAt}`
+          : 'no valid token';
+        const lease = c.lease
+          ? `, lease held by ${c.lease.holder} for ${c.lease.expiresInMs} ms`
+          : '';
+        out(`${c.connection} (${c.variant}): ${token}${lease}`);
+      }
+      return 0;
+    }
+    case 'token': {
+      const minValidity =
+        values['min-validity'] === undefined ? undefined : Number(values['min-validity']);
+      if (minValidity !== undefined && !(Number.isInteger(minValidity) && minValidity >= 0)) {
+        throw new UsageError('--min-validity must be a whole number of seconds');
+      }
+      const token = await clientFor(values).getToken(
+        connection as string,
+        minValidity === undefined ? {} : { minValidity },
+      );
+      const shown = {
+        connection: token.connection,
+        expiresAt: token.expiresAt.toISOString(),
+        expiresIn: token.expiresIn,
+        ...(values.reveal ? { accessToken: token.accessToken } : {}),
+      };
+      if (values.json) return done(JSON.stringify(shown, null, 2));
+      out(`${shown.connection}: expires ${shown.expiresAt} (${duration(shown.expiresIn)} left)`);
+      if (values.reveal) out(token.accessToken);
+      return 0;
+    }
+    case 'invalidate': {
+      if (!values.token)
+        throw new UsageError("'invalidate' needs --token <the token the Open API rejected>");
+      const invalidated = await clientFor(values).invalidate(connection as string, values.token);
+      if (values.json) return done(JSON.stringify({ invalidated }));
+      out(
+        invalidated
+          ? 'Invalidated: the next request gets a new token.'
+          : 'Not invalidated: that is not the current token.',
+      );
+      return 0;
+    }
+    case 'warm': {
+      const report = await clientFor(values).warmUp();
+      if (values.json) return done(JSON.stringify(report, null, 2));
+      for (const [name, outcome] of Object.entries(report.connections)) {
+        out(
+          `${name}: ${outcome.status}${outcome.error ? ` — ${outcome.error.code}: ${outcome.error.message}` : ''}`,
+        );
+      }
+      return report.failed > 0 ? 1 : 0;
+    }
+    default:
+      throw new UsageError(`Unknown command '${command}'`);
+  }
+};
+
+run(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    if (error instanceof UsageError) {
+      process.stderr.write(`${error.message}\n\nRun 'token-broker --help' for usage.\n`);
+      process.exitCode = 2;
+    } else if (error instanceof TransportError) {
+      process.stderr.write(`${error.message}\n`);
+      process.exitCode = 3;
+    } else if (error instanceof TokenBrokerError) {
+      process.stderr.write(`${error.code}: ${error.message}\n`);
+      process.exitCode = 1;
+    } else {
+      process.stderr.write(`${(error as Error)?.message ?? String(error)}\n`);
+      process.exitCode = 1;
+    }
+  },
+);
