@@ -174,9 +174,11 @@ const run = async (argv: string[]): Promise<number> => {
       const report = await clientFor(values).warmUp();
       if (values.json) return done(JSON.stringify(report, null, 2));
       for (const [name, outcome] of Object.entries(report.connections)) {
-        out(
-          `${name}: ${outcome.status}${outcome.error ? ` — ${outcome.error.code}: ${outcome.error.message}` : ''}`,
-        );
+        const detail =
+          outcome.status === 'failed'
+            ? ` — ${outcome.error.code}: ${outcome.error.message}`
+            : ` until ${outcome.expiresAt} (${duration(outcome.expiresIn)} left)`;
+        out(`${name}: ${outcome.status}${detail}`);
       }
       return report.failed > 0 ? 1 : 0;
     }

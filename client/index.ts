@@ -62,6 +62,9 @@ export interface WithTokenOptions extends GetTokenOptions {
   readonly isRejected?: (outcome: unknown) => boolean;
 }
 
+// The wire types below restate the broker's (lib/broker.ts) because the client ships alone;
+// test/client.test.ts checks at compile time that the two stay identical.
+
 export interface ConnectionStatus {
   readonly connection: string;
   readonly variant: string;
@@ -74,18 +77,15 @@ export interface ConnectionStatus {
   readonly lease: { readonly holder: string; readonly expiresInMs: number } | null;
 }
 
+export type WarmUpOutcome =
+  | { readonly status: 'fresh' | 'issued'; readonly expiresAt: string; readonly expiresIn: number }
+  | {
+      readonly status: 'failed';
+      readonly error: { readonly code: string; readonly message: string };
+    };
+
 export interface WarmUpReport {
-  readonly connections: Readonly<
-    Record<
-      string,
-      {
-        status: string;
-        expiresAt?: string;
-        expiresIn?: number;
-        error?: { code: string; message: string };
-      }
-    >
-  >;
+  readonly connections: Readonly<Record<string, WarmUpOutcome>>;
   readonly issued: number;
   readonly failed: number;
 }

@@ -5,14 +5,20 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { LambdaClient } from '@aws-sdk/client-lambda';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
 import {
+  type ConnectionStatus,
   createTokenClient,
   type TokenClient,
   TransportError,
   UnknownConnectionError,
   UpstreamUnavailableError,
+  type WarmUpReport,
 } from '../client/index.js';
+import type {
+  ConnectionStatus as BrokerConnectionStatus,
+  WarmUpReport as BrokerWarmUpReport,
+} from '../lib/broker.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
 import { type Container, startContainer } from '../local/fleet.js';
 import { type Stack, startStack } from '../local/stack.js';
@@ -126,6 +132,13 @@ describe.each(['lambda', 'http'] as const)('Client over %s', (transport) => {
     expect(JSON.stringify(status)).not.toContain(token.accessToken);
     const report = await client.warmUp();
     expect(report.failed).toBe(0);
+  });
+});
+
+describe('Client types', () => {
+  it('restate the broker’s wire types exactly (checked by the type-checker)', () => {
+    expectTypeOf<ConnectionStatus>().toEqualTypeOf<BrokerConnectionStatus>();
+    expectTypeOf<WarmUpReport>().toEqualTypeOf<BrokerWarmUpReport>();
   });
 });
 
