@@ -230,14 +230,25 @@ export class TokenBroker {
       // Serve the last good token: a caller that asked for nothing special gets a token that
       // is still valid rather than an error, while the failure is logged and counted.
       const last = this.#memory.get(name)?.record;
-      if (explicit || !isUpstreamFailure(error) || !last || last.expiresAt <= this.#now())
+      const suspect =
+        error instanceof UpstreamUnavailableError && error.details.refreshInProgress === true;
+      if (
+        explicit ||
+        suspect ||
+        !isUpstreamFailure(error) ||
+        !last ||
+        last.expiresAt <= this.#now()
+      ) {
         throw error;
+      }
       this.deps.logger.warn('Could not get a newer token; serving the last good one', {
         connection: name,
         error: { code: toBrokerError(error).code, message: toBrokerError(error).message },
       });
       this.#metrics.record(MetricName.LastGoodTokenServed, name);
-      served = { record: last, source: 'memory' };
+      // Served as a fallback after a failure: no second upstream attempt in this request.
+      this.#metrics.record(MetricName.TokensServed, name, 1, 'memory');
+      return { record: last, source: 'memory' };
     }
     if (served.source !== 'upstream' && this.#dueForRefresh(served.record)) {
       served = (await this.#refreshAhead(connection, served.record, options.deadline)) ?? served;
@@ -482,7 +493,10 @@ export class TokenBroker {
       // A live lease on a token inside its window is a refresh in progress: the token may be
       // revoked upstream at any moment, so wait for its successor instead of serving it.
       const refreshing =
-        leaseLive && token !== undefined && token.expiresAt - now <= this.#windowMs(token);
+        connection.revokesOnReissue &&
+        leaseLive &&
+        token !== undefined &&
+        token.expiresAt - now <= this.#windowMs(token);
       if (token && token.expiresAt - now > needMs && !refreshing)
         return { record: token, source: 'dynamodb' };
 
@@ -519,17 +533,19 @@ export class TokenBroker {
           leaseExpiresInMs: lease.expiresAt - now,
         });
       }
-      const wait = Math.min(
-        this.#random() * Math.min(POLL_CAP_MS, POLL_BASE_MS * 2 ** waits),
-        deadline - now,
-      );
-      waits += 1;
-      if (wait <= 0) {
+      if (deadline - now <= 0) {
         throw new UpstreamUnavailableError(
           'Timed out waiting for another container to issue the token',
           1,
+          // While a refresh of a revoking upstream is in progress, the current token may
+          // already be revoked: it must not be served as the last good one.
+          { details: { refreshInProgress: refreshing } },
         );
       }
+      // Full jitter below a doubling ceiling, at least 1 ms, never past the deadline.
+      const ceiling = Math.min(POLL_CAP_MS, POLL_BASE_MS * 2 ** waits);
+      const wait = Math.min(Math.max(1, this.#random() * ceiling), deadline - now);
+      waits += 1;
       await this.#sleep(wait);
     }
   }

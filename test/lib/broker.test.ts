@@ -714,6 +714,33 @@ describe('Class: TokenBroker', () => {
       expect(metrics.get('LastGoodTokenServed')).toBe(1);
     });
 
+    it('is served without a second upstream attempt in the same request', async () => {
+      const { broker, issuer } = setup({ recheck: 0 });
+      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      vi.advanceTimersByTime(3570_000);
+      let attempts = 0;
+      issuer.issue = async () => {
+        attempts += 1;
+        throw new UpstreamUnavailableError('down', 1);
+      };
+      await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+      expect(attempts).toBe(1);
+    });
+
+    it('is not served while a refresh of a revoking upstream is in progress elsewhere: it may be revoked', async () => {
+      const { broker, store } = setup({ window: 600, recheck: 0 });
+      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      vi.advanceTimersByTime(3_400_000); // 200 s left: inside the window
+      store.items.set('sandbox', {
+        ...store.items.get('sandbox'),
+        lease: { holder: 'slow-refresher:1', expiresAt: Date.now() + 60_000 },
+      });
+      const error = await broker
+        .getToken('sandbox', { deadline: Date.now() + 2_000 })
+        .then(unexpected, caught);
+      expect(error).toBeInstanceOf(UpstreamUnavailableError);
+    });
+
     it('is not served to a caller who asked for a validity it does not have', async () => {
       const { broker, issuer } = setup({ recheck: 0 });
       await broker.getToken('sandbox', { deadline: T0 + 5_000 });
