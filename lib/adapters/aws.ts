@@ -9,9 +9,7 @@ import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { TokenBroker } from '../broker.js';
 import type { BrokerConfig } from '../config.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { SecretSource, TokenCipher } from '../ports.js';
-import { OpenApiClient } from '../upstream/open-api.js';
-import { DEFAULT_RESILIENCE, UpstreamResilience } from '../upstream/resilience.js';
+import type { SecretSource, TokenCipher, TokenIssuer } from '../ports.js';
 import { DynamoDBTokenStore } from './dynamodb-token-store.js';
 import { EmfMetrics } from './emf-metrics.js';
 
@@ -82,47 +80,61 @@ export const createAwsBroker = (
       cipher,
     ),
     secrets,
-    issuer: new OpenApiClient({
-      timeoutMs: config.upstreamTimeoutMs,
-      limits: { maxLifetimeSeconds: config.maxTokenLifetimeSeconds },
-      resilience: new UpstreamResilience({
-        ...DEFAULT_RESILIENCE,
-        onCircuitChange: (connection, state) => {
-          if (state === 'open') {
-            metrics?.record(MetricName.CircuitOpened, connection);
-            logger.error('Open API circuit opened: calls pause, cached tokens are still served', {
-              connection,
-            });
-          } else {
-            logger.info(`Open API circuit ${state}`, { connection });
-          }
-        },
-      }),
-      ...(clients.fetch ? { fetch: clients.fetch } : {}),
+    // The upstream client (and its resilience library) is needed only to issue a token.
+    issuer: lazyIssuer(async () => {
+      const [{ OpenApiClient }, { DEFAULT_RESILIENCE, UpstreamResilience }] = await Promise.all([
+        import('../upstream/open-api.js'),
+        import('../upstream/resilience.js'),
+      ]);
+      return new OpenApiClient({
+        timeoutMs: config.upstreamTimeoutMs,
+        limits: { maxLifetimeSeconds: config.maxTokenLifetimeSeconds },
+        resilience: new UpstreamResilience({
+          ...DEFAULT_RESILIENCE,
+          onCircuitChange: (connection, state) => {
+            if (state === 'open') {
+              metrics?.record(MetricName.CircuitOpened, connection);
+              logger.error('Open API circuit opened: calls pause, cached tokens are still served', {
+                connection,
+              });
+            } else {
+              logger.info(`Open API circuit ${state}`, { connection });
+            }
+          },
+        }),
+        ...(clients.fetch ? { fetch: clients.fetch } : {}),
+      });
     }),
   });
 };
 
-/** A token cipher built on first use. */
-const lazyCipher = (load: () => Promise<TokenCipher>): TokenCipher => {
-  let cipher: Promise<TokenCipher> | undefined;
-  const get = () => {
-    cipher ??= load();
-    return cipher;
-  };
-  return {
-    seal: async (connection, accessToken) => (await get()).seal(connection, accessToken),
-    open: async (connection, sealed) => (await get()).open(connection, sealed),
+/**
+ * Builds a dependency on first use, once (concurrent first uses share the build). The modules
+ * it imports dynamically stay out of the cold start: esbuild keeps them lazily initialised inside
+ * the single-file bundle.
+ */
+const onFirstUse = <T>(load: () => Promise<T>): (() => Promise<T>) => {
+  let value: Promise<T> | undefined;
+  return () => {
+    value ??= load();
+    return value;
   };
 };
 
-/** A secret source built on first use. */
-const lazySecretSource = (load: () => Promise<SecretSource>): SecretSource => {
-  let source: Promise<SecretSource> | undefined;
+const lazyIssuer = (load: () => Promise<TokenIssuer>): TokenIssuer => {
+  const issuer = onFirstUse(load);
+  return { issue: async (...args) => (await issuer()).issue(...args) };
+};
+
+const lazyCipher = (load: () => Promise<TokenCipher>): TokenCipher => {
+  const cipher = onFirstUse(load);
   return {
-    getCredentials: async (secretId, options) => {
-      source ??= load();
-      return (await source).getCredentials(secretId, options);
-    },
+    seal: async (...args) => (await cipher()).seal(...args),
+    open: async (...args) => (await cipher()).open(...args),
   };
+};
+
+const lazySecretSource = (load: () => Promise<SecretSource>): SecretSource => {
+  const source = onFirstUse(load);
+  return { getCredentials: async (...args) => (await source()).getCredentials(...args) };
 };
