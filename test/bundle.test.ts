@@ -6,7 +6,9 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { LambdaClient } from '@aws-sdk/client-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTokenClient, UnknownConnectionError } from '../client/index.js';
 import { httpEvent, scheduledEvent } from '../local/lambda-emulator.js';
 import { type Stack, startStack } from '../local/stack.js';
 import { buildPrivate, type PrivateBuild, root } from './support/build.js';
@@ -209,6 +211,27 @@ describe('Local runtime: npm start', () => {
       errorType: 'UnknownConnectionError',
       errorMessage: "Unknown connection 'nope'",
     });
+  });
+
+  it('serves the caller client over both transports', async () => {
+    const credentials = { accessKeyId: 'local', secretAccessKey: 'local' };
+    const overHttp = createTokenClient({
+      transport: { type: 'http', url, region: 'us-east-1', credentials },
+    });
+    const overInvoke = createTokenClient({
+      transport: {
+        type: 'lambda',
+        functionName: 'token-broker',
+        client: new LambdaClient({ endpoint: url, region: 'us-east-1', credentials }),
+      },
+    });
+    const [a, b] = await Promise.all([
+      overHttp.getToken('demo-v3'),
+      overInvoke.getToken('demo-v3'),
+    ]);
+    expect(a.accessToken).toBe(b.accessToken);
+    await expect(overInvoke.getToken('nope')).rejects.toBeInstanceOf(UnknownConnectionError);
+    expect((await overHttp.status()).map((c) => c.connection)).toEqual(['demo-v3', 'demo-legacy']);
   });
 
   it('stops cleanly on SIGTERM', async () => {
