@@ -23,6 +23,8 @@ export interface Stack {
   readonly v3Client: SimulatorClient;
   readonly legacyClient: SimulatorClient;
   readonly tableName: string;
+  /** Every credential value in play: for leak scans of logs, errors and metrics. */
+  credentials(): string[];
   /** Environment for a broker (in this process or a child) wired to this stack. */
   readonly env: Record<string, string>;
   close(): Promise<void>;
@@ -86,6 +88,9 @@ export const startStack = async (
     legacyClient,
     tableName,
     env,
+    credentials: () => [
+      ...new Set([...simulator.handedOut(), v3Client.clientSecret, legacyClient.clientSecret]),
+    ],
     close: async () => {
       await Promise.all([dynamodb.close(), simulator.close(), secrets.close(), kms.close()]);
     },

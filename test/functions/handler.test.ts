@@ -477,11 +477,7 @@ describe('Metrics', () => {
 describe('Logs', () => {
   it('hold no access token, refresh token, authorization code or client secret', () => {
     const logs = output.text();
-    const secrets = [
-      ...stack.simulator.handedOut(),
-      stack.v3Client.clientSecret,
-      stack.legacyClient.clientSecret,
-    ];
+    const secrets = stack.credentials();
     expect(logs.length).toBeGreaterThan(1000);
     expect(secrets.length).toBeGreaterThan(20);
     const leaked = secrets.filter((value) => logs.includes(value));
