@@ -152,8 +152,8 @@ export class DynamoDBTokenStore implements TokenStore {
   }
 
   async putToken(record: TokenRecord, holder: string): Promise<boolean> {
-    try {
-      await this.client.send(
+    return this.#conditional(async () =>
+      this.client.send(
         new PutItemCommand({
           TableName: this.tableName,
           // The whole item is replaced: the lease attributes are not in it, so this releases
@@ -169,17 +169,13 @@ export class DynamoDBTokenStore implements TokenStore {
             ':expiresAt': { N: String(record.expiresAt) },
           },
         }),
-      );
-      return true;
-    } catch (error) {
-      if (error instanceof ConditionalCheckFailedException) return false;
-      throw error;
-    }
+      ),
+    );
   }
 
   async renewLease(connection: string, holder: string, leaseExpiresAt: number): Promise<boolean> {
-    try {
-      await this.client.send(
+    return this.#conditional(async () =>
+      this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
@@ -190,17 +186,13 @@ export class DynamoDBTokenStore implements TokenStore {
             ':leaseExpiresAt': { N: String(leaseExpiresAt) },
           },
         }),
-      );
-      return true;
-    } catch (error) {
-      if (error instanceof ConditionalCheckFailedException) return false;
-      throw error;
-    }
+      ),
+    );
   }
 
   async releaseLease(connection: string, holder: string): Promise<void> {
-    try {
-      await this.client.send(
+    await this.#conditional(async () =>
+      this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
@@ -208,15 +200,13 @@ export class DynamoDBTokenStore implements TokenStore {
           ConditionExpression: 'leaseHolder = :holder',
           ExpressionAttributeValues: { ':holder': { S: holder } },
         }),
-      );
-    } catch (error) {
-      if (!(error instanceof ConditionalCheckFailedException)) throw error;
-    }
+      ),
+    );
   }
 
   async deleteIfMatches(connection: string, tokenDigest: string): Promise<boolean> {
-    try {
-      await this.client.send(
+    return this.#conditional(async () =>
+      this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
@@ -229,7 +219,14 @@ export class DynamoDBTokenStore implements TokenStore {
           ExpressionAttributeNames: { '#ttl': 'ttl' },
           ExpressionAttributeValues: { ':digest': { S: tokenDigest } },
         }),
-      );
+      ),
+    );
+  }
+
+  /** Runs a conditional write; a failed condition is an answer (false), not an error. */
+  async #conditional(write: () => Promise<unknown>): Promise<boolean> {
+    try {
+      await write();
       return true;
     } catch (error) {
       if (error instanceof ConditionalCheckFailedException) return false;
