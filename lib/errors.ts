@@ -5,7 +5,7 @@
  *
  * Messages are written to be safe to show a caller: they never contain an access token, refresh
  * token, authorization code or client secret. `details` holds extra, equally safe context meant
- * for logs only (secret ids, upstream HTTP status). `cause` is kept for debugging but is never
+ * for logs only (secret ids); what the upstream said is in typed fields. `cause` is kept for debugging but is never
  * serialised into a response or a log line by the broker.
  */
 export const ErrorCode = {
@@ -26,15 +26,18 @@ export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
 export type ErrorDetails = Readonly<Record<string, string | number | boolean | undefined>>;
 
-interface BrokerErrorOptions extends ErrorOptions {
-  details?: ErrorDetails;
+/** What every broker error takes besides its message. */
+export interface BrokerErrorOptions extends ErrorOptions {
+  /** Extra context for logs only (secret ids, …): never shown to a caller. */
+  readonly details?: ErrorDetails;
 }
 
-/** Base class of every error the broker raises on purpose. */
+/**
+ * Base class of every error the broker raises on purpose. It carries no transport concern:
+ * the HTTP status of each code is decided at the edge (`functions/broker/status.ts`).
+ */
 export abstract class BrokerError extends Error {
   abstract readonly code: ErrorCode;
-  /** HTTP status used at the HTTP edge; the core never looks at it. */
-  abstract readonly httpStatus: number;
   readonly details: ErrorDetails;
 
   constructor(message: string, options: BrokerErrorOptions = {}) {
@@ -50,21 +53,18 @@ export abstract class BrokerError extends Error {
 export class BadRequestError extends BrokerError {
   override readonly name = 'BadRequestError';
   readonly code = ErrorCode.BAD_REQUEST;
-  readonly httpStatus = 400;
 }
 
 /** The IAM principal that called is not in the connection's `callers` allowlist. */
 export class CallerNotAllowedError extends BrokerError {
   override readonly name = 'CallerNotAllowedError';
   readonly code = ErrorCode.CALLER_NOT_ALLOWED;
-  readonly httpStatus = 403;
 }
 
 /** The connection name is not configured in `BROKER_CONNECTIONS`. */
 export class UnknownConnectionError extends BrokerError {
   override readonly name = 'UnknownConnectionError';
   readonly code = ErrorCode.UNKNOWN_CONNECTION;
-  readonly httpStatus = 404;
   constructor(readonly connection: string) {
     super(`Unknown connection '${printable(connection)}'`);
   }
@@ -74,28 +74,39 @@ export class UnknownConnectionError extends BrokerError {
 export class RouteNotFoundError extends BrokerError {
   override readonly name = 'RouteNotFoundError';
   readonly code = ErrorCode.ROUTE_NOT_FOUND;
-  readonly httpStatus = 404;
 }
 
 /** The upstream's token lifetime is shorter than the validity the caller asked for. */
 export class MinValidityUnsatisfiableError extends BrokerError {
   override readonly name = 'MinValidityUnsatisfiableError';
   readonly code = ErrorCode.MIN_VALIDITY_UNSATISFIABLE;
-  readonly httpStatus = 400;
+}
+
+/** What the upstream said when it refused or failed a request. */
+export interface UpstreamAnswerOptions extends BrokerErrorOptions {
+  /** The upstream's HTTP status, when it answered at all. */
+  readonly upstreamStatus?: number | undefined;
+}
+
+export interface UpstreamRejectedOptions extends UpstreamAnswerOptions {
+  /** The upstream's own error code (envelope `code`, or a flat body's `code`/`error`). */
+  readonly upstreamCode?: string | undefined;
+  /** The upstream's own error message, with any credential value redacted. */
+  readonly upstreamMessage?: string | undefined;
 }
 
 /** The upstream answered but refused the flow (envelope code other than `000000`, or a 4xx). */
 export class UpstreamRejectedError extends BrokerError {
   override readonly name = 'UpstreamRejectedError';
   readonly code = ErrorCode.UPSTREAM_REJECTED;
-  readonly httpStatus = 502;
-  constructor(
-    message: string,
-    readonly upstreamCode: string | undefined,
-    readonly upstreamMessage: string | undefined,
-    options: BrokerErrorOptions = {},
-  ) {
+  readonly upstreamStatus: number | undefined;
+  readonly upstreamCode: string | undefined;
+  readonly upstreamMessage: string | undefined;
+  constructor(message: string, options: UpstreamRejectedOptions = {}) {
     super(message, options);
+    this.upstreamStatus = options.upstreamStatus;
+    this.upstreamCode = options.upstreamCode;
+    this.upstreamMessage = options.upstreamMessage;
   }
 }
 
@@ -103,21 +114,34 @@ export class UpstreamRejectedError extends BrokerError {
 export class UpstreamBadResponseError extends BrokerError {
   override readonly name = 'UpstreamBadResponseError';
   readonly code = ErrorCode.UPSTREAM_BAD_RESPONSE;
-  readonly httpStatus = 502;
+}
+
+export interface UpstreamUnavailableOptions extends UpstreamAnswerOptions {
+  /** Seconds after which a caller's retry makes sense, when known. */
+  readonly retryAfterSeconds?: number | undefined;
+  /** What the upstream's own `Retry-After` asked for, in seconds, when it sent one. */
+  readonly upstreamRetryAfterSeconds?: number | undefined;
+  /**
+   * A refresh of a revoking upstream was in progress elsewhere when this was raised: the token
+   * held until now may already be revoked, so it must not be served as the last good one.
+   */
+  readonly refreshInProgress?: boolean | undefined;
 }
 
 /** The upstream could not be reached, timed out, or answered 5xx/429. Safe to retry later. */
 export class UpstreamUnavailableError extends BrokerError {
   override readonly name = 'UpstreamUnavailableError';
   readonly code = ErrorCode.UPSTREAM_UNAVAILABLE;
-  readonly httpStatus = 503;
-  constructor(
-    message: string,
-    /** Seconds after which a retry makes sense, when known. */
-    readonly retryAfterSeconds?: number,
-    options: BrokerErrorOptions = {},
-  ) {
+  readonly retryAfterSeconds: number | undefined;
+  readonly upstreamStatus: number | undefined;
+  readonly upstreamRetryAfterSeconds: number | undefined;
+  readonly refreshInProgress: boolean;
+  constructor(message: string, options: UpstreamUnavailableOptions = {}) {
     super(message, options);
+    this.retryAfterSeconds = options.retryAfterSeconds;
+    this.upstreamStatus = options.upstreamStatus;
+    this.upstreamRetryAfterSeconds = options.upstreamRetryAfterSeconds;
+    this.refreshInProgress = options.refreshInProgress ?? false;
   }
 }
 
@@ -125,28 +149,24 @@ export class UpstreamUnavailableError extends BrokerError {
 export class StoreUnavailableError extends BrokerError {
   override readonly name = 'StoreUnavailableError';
   readonly code = ErrorCode.STORE_UNAVAILABLE;
-  readonly httpStatus = 503;
 }
 
 /** The connection's secret is missing, unreadable or not `{ clientId, clientSecret }`. */
 export class SecretUnavailableError extends BrokerError {
   override readonly name = 'SecretUnavailableError';
   readonly code = ErrorCode.SECRET_UNAVAILABLE;
-  readonly httpStatus = 500;
 }
 
 /** A configuration variable is missing or malformed; raised at cold start. */
 export class ConfigError extends BrokerError {
   override readonly name = 'ConfigError';
   readonly code = ErrorCode.CONFIG_INVALID;
-  readonly httpStatus = 500;
 }
 
 /** Anything unexpected, with internals withheld from the caller. */
 export class InternalError extends BrokerError {
   override readonly name = 'InternalError';
   readonly code = ErrorCode.INTERNAL_ERROR;
-  readonly httpStatus = 500;
 }
 
 /** Wraps anything that is not a BrokerError, so callers only ever see our own types. */

@@ -18,7 +18,7 @@ import {
 import type {
   ConnectionStatus as BrokerConnectionStatus,
   WarmUpReport as BrokerWarmUpReport,
-} from '../lib/broker.js';
+} from '../lib/broker/index.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
 import { type Container, startContainer } from '../local/fleet.js';
 import { type Stack, startStack } from '../local/stack.js';

@@ -1,7 +1,9 @@
 /**
- * Maps any error to what a caller may see. Below 500 and for upstream outcomes (502/503) the
- * error's own message is shown (our messages never carry credentials); anything else becomes a
- * generic message with the request id, so internals never reach a caller.
+ * The one error mapping of the edge, shared by the HTTP and direct-invoke paths: every failure
+ * is logged by its safe fields, counted when it is the broker's fault, and turned into what a
+ * caller may see. Below 500 and for upstream and store outcomes (502/503) the error's own
+ * message is shown (our messages never carry credentials); anything else becomes a generic
+ * message with the request id, so internals never reach a caller.
  */
 import type { Logger } from '@aws-lambda-powertools/logger';
 import {
@@ -10,9 +12,11 @@ import {
   InternalError,
   StoreUnavailableError,
   toBrokerError,
+  UpstreamRejectedError,
   UpstreamUnavailableError,
 } from '../../lib/errors.js';
 import { type BrokerMetrics, MetricName } from '../../lib/metrics.js';
+import { httpStatusOf } from './status.js';
 
 /** middy's http errors (body parser, router) carry `statusCode` and `expose`. */
 const isMiddyClientError = (error: unknown): error is Error & { statusCode: number } =>
@@ -20,57 +24,87 @@ const isMiddyClientError = (error: unknown): error is Error & { statusCode: numb
   typeof (error as { statusCode?: unknown }).statusCode === 'number' &&
   (error as unknown as { statusCode: number }).statusCode < 500;
 
-/** Normalises to a BrokerError whose message is safe to show the caller. */
-export const publicError = (error: unknown, requestId: string): BrokerError => {
-  // middy's errors keep the raw request body in `cause`: only the message is carried over.
-  if (isMiddyClientError(error)) return new BadRequestError(error.message);
-  const brokerError = toBrokerError(error);
-  if (
-    brokerError.httpStatus >= 500 &&
-    brokerError.httpStatus !== 502 &&
-    brokerError.httpStatus !== 503
-  ) {
-    return new InternalError(
-      `Internal error; the broker logs have the details (request id ${requestId})`,
-    );
-  }
-  return brokerError;
-};
+/** Our own error for anything thrown; middy's keep the raw body in `cause`, so only the message. */
+const ownError = (error: unknown): BrokerError =>
+  isMiddyClientError(error) ? new BadRequestError(error.message) : toBrokerError(error);
 
-/** Counts a failure the broker answered with a server-side error (not a caller mistake). */
-export const countError = (
-  metrics: BrokerMetrics,
-  error: BrokerError,
-  connection: string | undefined,
-) => {
-  if (error.httpStatus >= 500) metrics.record(MetricName.RequestErrors, connection ?? 'none');
+/** What a caller is answered with: the error it may see, its HTTP status and Retry-After. */
+export interface Failure {
+  readonly error: BrokerError;
+  readonly status: number;
+  /** Seconds a caller should wait before retrying a 503; undefined for other errors. */
+  readonly retryAfterSeconds: number | undefined;
+}
+
+export interface FailureContext {
+  readonly logger: Logger;
+  readonly metrics: BrokerMetrics;
+  readonly requestId: string;
+  /** The connection the request named, only if it is configured (metrics carry known names). */
+  readonly connection: string | undefined;
+  /** Extra log fields (the HTTP route). */
+  readonly log?: Record<string, unknown>;
+}
+
+/** Logs, counts and maps one failure: the single path every caller kind goes through. */
+export const answerFailure = (thrown: unknown, context: FailureContext): Failure => {
+  const own = ownError(thrown);
+  logError(context.logger, own, context.log);
+  const status = httpStatusOf(own);
+  const error =
+    status >= 500 && status !== 502 && status !== 503
+      ? new InternalError(
+          `Internal error; the broker logs have the details (request id ${context.requestId})`,
+        )
+      : own;
+  if (status >= 500) {
+    context.metrics.record(MetricName.RequestErrors, context.connection ?? 'none');
+  }
+  return { error, status, retryAfterSeconds: retryAfter(error) };
 };
 
 /** Logs an error by its safe fields only: never the error object, its cause or the request. */
-export const logError = (logger: Logger, error: unknown, context: Record<string, unknown> = {}) => {
-  const brokerError = isMiddyClientError(error)
-    ? new BadRequestError(error.message)
-    : toBrokerError(error);
-  const cause = brokerError.cause as { name?: unknown; stack?: unknown } | undefined;
+const logError = (logger: Logger, error: BrokerError, context: Record<string, unknown> = {}) => {
+  const cause = error.cause as { name?: unknown; stack?: unknown } | undefined;
   const fields = {
     ...context,
     error: {
-      name: brokerError.name,
-      code: brokerError.code,
-      message: brokerError.message,
-      ...brokerError.details,
+      name: error.name,
+      code: error.code,
+      message: error.message,
+      ...error.details,
+      ...upstreamFields(error),
       ...(cause ? { causeName: String(cause.name) } : {}),
       // Unknown failures need their stack to be debugged; our own errors do not.
-      ...(brokerError instanceof InternalError && cause ? { causeStack: String(cause.stack) } : {}),
+      ...(error instanceof InternalError && cause ? { causeStack: String(cause.stack) } : {}),
     },
   };
-  if (brokerError.httpStatus >= 500) logger.error('Request failed', fields);
+  if (httpStatusOf(error) >= 500) logger.error('Request failed', fields);
   else logger.warn('Request refused', fields);
 };
 
-/** Seconds a caller should wait before retrying a 503; undefined for other errors. */
-export const retryAfter = (error: BrokerError): number | undefined => {
+/** What the upstream said, for the logs (its message is already part of ours). */
+const upstreamFields = (error: BrokerError): Record<string, unknown> => {
+  if (error instanceof UpstreamRejectedError)
+    return defined({ upstreamStatus: error.upstreamStatus });
+  if (error instanceof UpstreamUnavailableError) {
+    return defined({
+      upstreamStatus: error.upstreamStatus,
+      upstreamRetryAfter: error.upstreamRetryAfterSeconds,
+      refreshInProgress: error.refreshInProgress || undefined,
+    });
+  }
+  return {};
+};
+
+const defined = (fields: Record<string, unknown>) =>
+  Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined));
+
+const retryAfter = (error: BrokerError): number | undefined => {
   if (error instanceof UpstreamUnavailableError) return error.retryAfterSeconds ?? 1;
   if (error instanceof StoreUnavailableError) return 1;
   return undefined;
 };
+
+/** For events no handler recognises: logged like every other refusal, then thrown. */
+export const logRefusal = (logger: Logger, error: BrokerError) => logError(logger, error);

@@ -6,10 +6,10 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
-import type { TokenBroker } from '../../lib/broker.js';
+import type { TokenBroker } from '../../lib/broker/index.js';
 import { BadRequestError } from '../../lib/errors.js';
 import { type BrokerMetrics, noMetrics } from '../../lib/metrics.js';
-import { logError } from './errors.js';
+import { logRefusal } from './errors.js';
 import { createHttpHandler, isHttpEvent } from './http.js';
 import { createInvokeHandler, isInvokeEvent } from './invoke.js';
 import { createScheduleHandler, isScheduledEvent } from './schedule.js';
@@ -38,7 +38,7 @@ export const createHandler = ({ broker, logger, metrics }: HandlerDeps) => {
         const error = new BadRequestError(
           'Unrecognised event: expected an HTTP API request (payload format 2.0), a direct invoke {"action": "getToken" | "invalidate", …}, or an EventBridge Scheduled Event',
         );
-        logError(logger, error);
+        logRefusal(logger, error);
         throw error;
       })
   );

@@ -17,11 +17,11 @@ import type {
   APIGatewayProxyStructuredResultV2,
   Context,
 } from 'aws-lambda';
-import type { TokenBroker } from '../../lib/broker.js';
+import type { TokenBroker } from '../../lib/broker/index.js';
 import { allowsCaller } from '../../lib/callers.js';
 import { BadRequestError, CallerNotAllowedError, RouteNotFoundError } from '../../lib/errors.js';
 import type { BrokerMetrics } from '../../lib/metrics.js';
-import { countError, logError, publicError, retryAfter } from './errors.js';
+import { answerFailure } from './errors.js';
 import { deadlineOf, logServed, tokenResponse } from './shared.js';
 
 export type HttpEvent = APIGatewayProxyEventV2WithIAMAuthorizer;
@@ -139,21 +139,20 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
     .use(httpHeaderNormalizer())
     .use({
       onError: (request) => {
-        const error = publicError(request.error, request.context.awsRequestId);
-        const connection = request.event.pathParameters?.connection;
-        countError(
+        const named = request.event.pathParameters?.connection;
+        const { error, status, retryAfterSeconds } = answerFailure(request.error, {
+          logger,
           metrics,
-          error,
-          connection && broker.hasConnection(connection) ? connection : undefined,
-        );
-        logError(logger, request.error, {
-          route: `${request.event.requestContext?.http?.method} ${request.event.requestContext?.http?.path?.slice(0, 100)}`,
+          requestId: request.context.awsRequestId,
+          connection: named && broker.hasConnection(named) ? named : undefined,
+          log: {
+            route: `${request.event.requestContext?.http?.method} ${request.event.requestContext?.http?.path?.slice(0, 100)}`,
+          },
         });
-        const seconds = retryAfter(error);
         request.response = json(
-          error.httpStatus,
+          status,
           { error: { code: error.code, message: error.message } },
-          seconds === undefined ? {} : { 'retry-after': String(seconds) },
+          retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) },
         );
       },
     })

@@ -7,11 +7,11 @@
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
 import * as z from 'zod/mini';
-import type { TokenBroker } from '../../lib/broker.js';
+import type { TokenBroker } from '../../lib/broker/index.js';
 import { BadRequestError } from '../../lib/errors.js';
 import type { BrokerMetrics } from '../../lib/metrics.js';
 import '../../lib/schema.js';
-import { countError, logError, publicError } from './errors.js';
+import { answerFailure } from './errors.js';
 import { deadlineOf, logServed, tokenResponse } from './shared.js';
 
 const connection = z.string().check(z.minLength(1), z.maxLength(200));
@@ -64,14 +64,12 @@ export const createInvokeHandler =
       logServed(logger, served);
       return tokenResponse(request.connection, served.record);
     } catch (error) {
-      logError(logger, error);
-      const failure = publicError(error, context.awsRequestId);
-      const connection = (event as { connection?: unknown }).connection;
-      countError(
+      const named = (event as { connection?: unknown }).connection;
+      throw answerFailure(error, {
+        logger,
         metrics,
-        failure,
-        typeof connection === 'string' && broker.hasConnection(connection) ? connection : undefined,
-      );
-      throw failure;
+        requestId: context.awsRequestId,
+        connection: typeof named === 'string' && broker.hasConnection(named) ? named : undefined,
+      }).error;
     }
   };

@@ -1,7 +1,7 @@
 /** The EventBridge "Scheduled Event" (no custom input): warm every connection's token. */
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context, ScheduledEvent } from 'aws-lambda';
-import type { TokenBroker, WarmUpReport } from '../../lib/broker.js';
+import type { TokenBroker, WarmUpReport } from '../../lib/broker/index.js';
 import { deadlineOf } from './shared.js';
 
 export const isScheduledEvent = (event: unknown): event is ScheduledEvent => {

@@ -1,6 +1,6 @@
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
-import type { ServedToken } from '../../lib/broker.js';
+import type { ServedToken } from '../../lib/broker/index.js';
 import type { TokenRecord } from '../../lib/ports.js';
 
 /** Kept free before the Lambda deadline to serialise and return the answer. */

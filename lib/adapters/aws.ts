@@ -6,7 +6,7 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics } from '@aws-lambda-powertools/metrics';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { TokenBroker } from '../broker.js';
+import { TokenBroker } from '../broker/index.js';
 import type { BrokerConfig } from '../config.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
 import type { SecretSource, TokenCipher, TokenIssuer } from '../ports.js';

@@ -85,8 +85,10 @@ export const readJsonBody = async (
   if (status === 429 || status >= 500) {
     await response.body?.cancel();
     const retryAfter = retryAfterSeconds(response);
-    throw new UpstreamUnavailableError(`Open API ${step} answered HTTP ${status}`, retryAfter, {
-      details: { upstreamStatus: status, upstreamRetryAfter: retryAfter },
+    throw new UpstreamUnavailableError(`Open API ${step} answered HTTP ${status}`, {
+      retryAfterSeconds: retryAfter,
+      upstreamStatus: status,
+      upstreamRetryAfterSeconds: retryAfter,
     });
   }
   const declared = Number(response.headers.get('content-length') ?? '0');
@@ -110,9 +112,7 @@ export const readJsonBody = async (
     const said = [code && `code ${code}`, message].filter(Boolean).join(': ');
     throw new UpstreamRejectedError(
       `Open API rejected the ${step} request: HTTP ${status}${said ? `, ${said}` : ''}`,
-      code,
-      message,
-      { details: { upstreamStatus: status } },
+      { upstreamStatus: status, upstreamCode: code, upstreamMessage: message },
     );
   }
   if (!isJson) {
@@ -135,8 +135,7 @@ export const unwrapV3Envelope = (body: unknown, step: Step, sensitive: Sensitive
     const { code, message } = upstreamErrorFields(body, sensitive);
     throw new UpstreamRejectedError(
       `Open API rejected the ${step} request: code ${code}${message ? `: ${message}` : ''}`,
-      code,
-      message,
+      { upstreamCode: code, upstreamMessage: message },
     );
   }
   if (!isObject(body.data)) {
@@ -327,7 +326,9 @@ export class OpenApiClient implements TokenIssuer {
   async #attempt(request: Request, step: Step, deadline: number, sensitive: Sensitive) {
     const budget = Math.min(this.options.timeoutMs, deadline - this.#now());
     if (budget <= 0) {
-      throw new UpstreamUnavailableError(`No time left to call the Open API ${step} endpoint`, 1);
+      throw new UpstreamUnavailableError(`No time left to call the Open API ${step} endpoint`, {
+        retryAfterSeconds: 1,
+      });
     }
     const signal = AbortSignal.timeout(budget);
     try {
@@ -341,16 +342,12 @@ export class OpenApiClient implements TokenIssuer {
       if (signal.aborted) {
         throw new UpstreamUnavailableError(
           `Open API ${step} request timed out after ${budget} ms`,
-          1,
-          {
-            cause: error,
-          },
+          { retryAfterSeconds: 1, cause: error },
         );
       }
       throw new UpstreamUnavailableError(
         `Open API ${step} request failed: ${networkReason(error)}`,
-        1,
-        { cause: error },
+        { retryAfterSeconds: 1, cause: error },
       );
     }
   }

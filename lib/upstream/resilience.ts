@@ -49,9 +49,7 @@ export const isTransient = (error: unknown): error is UpstreamUnavailableError =
 
 /** What the upstream's Retry-After asked for, in ms (0 when it said nothing). */
 const upstreamRetryAfterMs = (error: unknown): number =>
-  error instanceof UpstreamUnavailableError && error.details.upstreamRetryAfter !== undefined
-    ? Number(error.details.upstreamRetryAfter) * 1000
-    : 0;
+  error instanceof UpstreamUnavailableError ? (error.upstreamRetryAfterSeconds ?? 0) * 1000 : 0;
 
 /** Full-jitter exponential backoff that waits at least what Retry-After asks for. */
 export class RetryAfterBackoff implements IBackoffFactory<IRetryBackoffContext<unknown>> {
@@ -111,8 +109,7 @@ export class UpstreamResilience {
         const seconds = Math.ceil(this.options.circuitHalfOpenAfterMs / 1000);
         throw new UpstreamUnavailableError(
           `The Open API failed repeatedly for connection '${connection}'; calls are paused for up to ${seconds}s`,
-          seconds,
-          { cause: error },
+          { retryAfterSeconds: seconds, cause: error },
         );
       }
       throw error;

@@ -7,7 +7,7 @@ import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createHandler } from '../../functions/broker/handler.js';
 import { createLogger } from '../../lib/adapters/aws.js';
-import { TokenBroker } from '../../lib/broker.js';
+import { TokenBroker } from '../../lib/broker/index.js';
 import { BrokerError } from '../../lib/errors.js';
 import { readJsonBody, tokenFromPayload, unwrapV3Envelope } from '../../lib/upstream/open-api.js';
 import {

@@ -1,5 +1,5 @@
 /** In-memory implementations of the ports, for unit tests of the core. */
-import type { BrokerLogger } from '../../lib/broker.js';
+import type { BrokerLogger } from '../../lib/broker/index.js';
 import type { ConnectionConfig } from '../../lib/config.js';
 import type { BrokerMetrics, MetricName } from '../../lib/metrics.js';
 import type {

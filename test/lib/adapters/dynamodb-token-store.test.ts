@@ -1,7 +1,7 @@
 import { DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DynamoDBTokenStore, tokenKey } from '../../../lib/adapters/dynamodb-token-store.js';
-import { tokenDigest } from '../../../lib/broker.js';
+import { tokenDigest } from '../../../lib/broker/index.js';
 import type { TokenRecord } from '../../../lib/ports.js';
 import { applyEnv, type Stack, startStack } from '../../../local/stack.js';
 

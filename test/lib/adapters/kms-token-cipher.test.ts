@@ -3,7 +3,7 @@ import { KMSClient } from '@aws-sdk/client-kms';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DynamoDBTokenStore, tokenKey } from '../../../lib/adapters/dynamodb-token-store.js';
 import { KmsTokenCipher } from '../../../lib/adapters/kms-token-cipher.js';
-import { tokenDigest } from '../../../lib/broker.js';
+import { tokenDigest } from '../../../lib/broker/index.js';
 import { applyEnv, type Stack, startStack } from '../../../local/stack.js';
 
 const TOKEN = 'at_secret-token-value-0123456789';

@@ -345,7 +345,10 @@ describe('Class: RetryAfterBackoff', () => {
   });
 
   it('waits at least as long as the upstream’s Retry-After, but never past the budget', () => {
-    const error = new UpstreamUnavailableError('429', 2, { details: { upstreamRetryAfter: 2 } });
+    const error = new UpstreamUnavailableError('429', {
+      retryAfterSeconds: 2,
+      upstreamRetryAfterSeconds: 2,
+    });
     const generous = new RetryAfterBackoff(
       { baseDelayMs: 100, maxDelayMs: 2000, random: () => 0 },
       () => 10_000,

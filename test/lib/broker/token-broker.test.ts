@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { TokenBroker, tokenDigest } from '../../lib/broker.js';
-import type { ConnectionConfig } from '../../lib/config.js';
+import { TokenBroker, tokenDigest } from '../../../lib/broker/index.js';
+import { systemClock } from '../../../lib/clock.js';
+import type { ConnectionConfig } from '../../../lib/config.js';
 import {
   BadRequestError,
   MinValidityUnsatisfiableError,
@@ -8,8 +9,8 @@ import {
   UnknownConnectionError,
   UpstreamRejectedError,
   UpstreamUnavailableError,
-} from '../../lib/errors.js';
-import { caught, unexpected } from '../support/errors.js';
+} from '../../../lib/errors.js';
+import { caught, unexpected } from '../../support/errors.js';
 import {
   CountingMetrics,
   captureLogger,
@@ -17,7 +18,7 @@ import {
   FakeIssuer,
   FakeSecretSource,
   InMemoryTokenStore,
-} from '../support/fakes.js';
+} from '../../support/fakes.js';
 
 const T0 = new Date('2026-11-21T12:00:00Z').getTime();
 
@@ -55,14 +56,17 @@ const setup = (overrides: SetupOptions = {}) => {
     issuer,
     logger,
     metrics,
-    // XFetch off unless a test turns it on: -log(1 - 0) = 0 means no earliness.
-    random: overrides.random ?? (() => 0),
-    // Waits advance the fake clock, so drains and backoff cost no real time.
-    sleep:
-      overrides.sleep ??
-      (async (ms: number) => {
-        vi.advanceTimersByTime(ms);
-      }),
+    clock: {
+      ...systemClock,
+      // XFetch off unless a test turns it on: -log(1 - 0) = 0 means no earliness.
+      random: overrides.random ?? (() => 0),
+      // Waits advance the fake clock, so drains and backoff cost no real time.
+      sleep:
+        overrides.sleep ??
+        (async (ms: number) => {
+          vi.advanceTimersByTime(ms);
+        }),
+    },
   });
   return { broker, store, secrets, issuer, logger, metrics };
 };
@@ -220,8 +224,7 @@ describe('Class: TokenBroker', () => {
       const { broker, issuer, store } = setup();
       issuer.failWith = new UpstreamRejectedError(
         'Open API rejected the authorize request: code 100001: invalid clientId',
-        '100001',
-        'invalid clientId',
+        { upstreamCode: '100001', upstreamMessage: 'invalid clientId' },
       );
       await expect(broker.getToken('sandbox', { deadline: deadline() })).rejects.toThrow(
         'code 100001: invalid clientId',
@@ -337,7 +340,9 @@ describe('Class: TokenBroker', () => {
       const issue = issuer.issue.bind(issuer);
       issuer.issue = async (conn, creds) => {
         if (conn.name === 'legacy')
-          throw new UpstreamUnavailableError('Open API authorize request failed: ECONNREFUSED', 1);
+          throw new UpstreamUnavailableError('Open API authorize request failed: ECONNREFUSED', {
+            retryAfterSeconds: 1,
+          });
         return issue(conn, creds);
       };
       const report = await broker.warmUp(deadline());
@@ -446,7 +451,7 @@ describe('Class: TokenBroker', () => {
 
     it('frees the lease at once when the flow fails, so the next caller need not wait', async () => {
       const { broker, issuer, store } = setup();
-      issuer.failWith = new UpstreamUnavailableError('down', 1);
+      issuer.failWith = new UpstreamUnavailableError('down', { retryAfterSeconds: 1 });
       await expect(broker.getToken('sandbox', { deadline: T0 + 5_000 })).rejects.toBeInstanceOf(
         UpstreamUnavailableError,
       );
@@ -581,7 +586,7 @@ describe('Class: TokenBroker', () => {
       inWindow(store, 300_000);
       issuer.failWith = new UpstreamUnavailableError(
         'Open API authorize request failed: ECONNREFUSED',
-        1,
+        { retryAfterSeconds: 1 },
       );
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served.record.accessToken).toBe('current');
@@ -659,10 +664,10 @@ describe('Class: TokenBroker', () => {
     const rejected = () =>
       new UpstreamRejectedError(
         'Open API rejected the access-token request: HTTP 401, code invalid_client',
-        'invalid_client',
-        'client authentication failed',
         {
-          details: { upstreamStatus: 401 },
+          upstreamStatus: 401,
+          upstreamCode: 'invalid_client',
+          upstreamMessage: 'client authentication failed',
         },
       );
 
@@ -691,11 +696,10 @@ describe('Class: TokenBroker', () => {
 
     it('does not re-read the secret for other rejections', async () => {
       const { broker, issuer, secrets } = setup();
-      issuer.failWith = new UpstreamRejectedError(
-        'code 200001: rate limited',
-        '200001',
-        'rate limited',
-      );
+      issuer.failWith = new UpstreamRejectedError('code 200001: rate limited', {
+        upstreamCode: '200001',
+        upstreamMessage: 'rate limited',
+      });
       await expect(broker.getToken('sandbox', { deadline: T0 + 5_000 })).rejects.toBeInstanceOf(
         UpstreamRejectedError,
       );
@@ -708,7 +712,7 @@ describe('Class: TokenBroker', () => {
       const { broker, issuer, metrics } = setup({ recheck: 0 });
       await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       vi.advanceTimersByTime(3570_000); // 30 s left, below the 60 s default validity
-      issuer.failWith = new UpstreamUnavailableError('down', 1);
+      issuer.failWith = new UpstreamUnavailableError('down', { retryAfterSeconds: 1 });
       const served = await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
       expect(served).toMatchObject({ source: 'memory', record: { accessToken: 'token-1' } });
       expect(metrics.get('LastGoodTokenServed')).toBe(1);
@@ -721,7 +725,7 @@ describe('Class: TokenBroker', () => {
       let attempts = 0;
       issuer.issue = async () => {
         attempts += 1;
-        throw new UpstreamUnavailableError('down', 1);
+        throw new UpstreamUnavailableError('down', { retryAfterSeconds: 1 });
       };
       await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
       expect(attempts).toBe(1);
@@ -745,7 +749,7 @@ describe('Class: TokenBroker', () => {
       const { broker, issuer } = setup({ recheck: 0 });
       await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       vi.advanceTimersByTime(3570_000);
-      issuer.failWith = new UpstreamUnavailableError('down', 1);
+      issuer.failWith = new UpstreamUnavailableError('down', { retryAfterSeconds: 1 });
       await expect(
         broker.getToken('sandbox', { minValiditySeconds: 60, deadline: Date.now() + 5_000 }),
       ).rejects.toBeInstanceOf(UpstreamUnavailableError);
@@ -755,7 +759,7 @@ describe('Class: TokenBroker', () => {
       const { broker, issuer } = setup({ recheck: 0 });
       await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       vi.advanceTimersByTime(3600_001);
-      issuer.failWith = new UpstreamUnavailableError('down', 1);
+      issuer.failWith = new UpstreamUnavailableError('down', { retryAfterSeconds: 1 });
       await expect(
         broker.getToken('sandbox', { deadline: Date.now() + 5_000 }),
       ).rejects.toBeInstanceOf(UpstreamUnavailableError);

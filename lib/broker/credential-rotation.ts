@@ -1,0 +1,52 @@
+/**
+ * Credential rotation around the issuer: when the upstream rejects the client's credentials,
+ * the secret is read again bypassing every cache and, if it changed (a rotation), the flow is
+ * tried once more with the new one. An unchanged secret means the rejection stands.
+ */
+import type { ConnectionConfig } from '../config.js';
+import { UpstreamRejectedError } from '../errors.js';
+import type { IssuedToken, SecretSource, TokenIssuer } from '../ports.js';
+import type { BrokerLogger } from './types.js';
+
+/** Runs the flow for a connection with whatever credentials are current. */
+export type Issue = (connection: ConnectionConfig, deadline: number) => Promise<IssuedToken>;
+
+/**
+ * The upstream refused the client's credentials (rather than the request): HTTP 401/403, or a
+ * code or message that says so. The spec does not list failure codes, hence the patterns.
+ */
+export const isCredentialRejection = (error: unknown): boolean => {
+  if (!(error instanceof UpstreamRejectedError)) return false;
+  if (error.upstreamStatus === 401 || error.upstreamStatus === 403) return true;
+  const said = `${error.upstreamCode ?? ''} ${error.upstreamMessage ?? ''}`;
+  return /(invalid|unknown|bad)[ _-]?(client|credential|secret)|unauthori[sz]ed|authentication failed/i.test(
+    said,
+  );
+};
+
+export const withCredentialRotation =
+  (deps: {
+    readonly secrets: SecretSource;
+    readonly issuer: TokenIssuer;
+    readonly logger: BrokerLogger;
+  }): Issue =>
+  async (connection, deadline) => {
+    const { secrets, issuer, logger } = deps;
+    const credentials = await secrets.getCredentials(connection.secretId);
+    try {
+      return await issuer.issue(connection, credentials, { deadline });
+    } catch (error) {
+      if (!isCredentialRejection(error)) throw error;
+      const fresh = await secrets.getCredentials(connection.secretId, { forceFetch: true });
+      if (
+        fresh.clientId === credentials.clientId &&
+        fresh.clientSecret === credentials.clientSecret
+      ) {
+        throw error;
+      }
+      logger.warn('Credentials rejected; the secret changed, retrying once with the new one', {
+        connection: connection.name,
+      });
+      return await issuer.issue(connection, fresh, { deadline });
+    }
+  };

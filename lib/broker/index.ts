@@ -1,0 +1,352 @@
+/**
+ * The broker core's facade: serves a valid token for a connection from memory, else from the
+ * shared store, else by running the upstream flow — once for the whole fleet, under a lease
+ * held in the store. It knows nothing of AWS or of event shapes; adapters and handlers plug
+ * into its ports. The parts, one idea each:
+ *
+ * - `refresh-policy.ts`: when memory is re-checked and when a request tries to refresh (pure);
+ * - `leased-issuance.ts`: the read / lease / wait loop, heartbeat, drain, lost lease;
+ * - `credential-rotation.ts`: re-read a rejected secret and retry once if it was rotated;
+ * - `single-flight.ts`: concurrent misses in a container share one load, each within its deadline;
+ * - `token-memory.ts`: this container's copy of each token.
+ *
+ * This file adds input checks, the last-good fallback, refresh ahead, status and warm-up.
+ */
+import { type Clock, systemClock } from '../clock.js';
+import type { BrokerConfig, ConnectionConfig } from '../config.js';
+import {
+  BadRequestError,
+  type BrokerError,
+  MinValidityUnsatisfiableError,
+  StoreUnavailableError,
+  toBrokerError,
+  UnknownConnectionError,
+  UpstreamBadResponseError,
+  UpstreamRejectedError,
+  UpstreamUnavailableError,
+} from '../errors.js';
+import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
+import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../ports.js';
+import { withCredentialRotation } from './credential-rotation.js';
+import { LeasedIssuance, unsatisfiable } from './leased-issuance.js';
+import { dueForRefresh, type RefreshSettings, servableFromMemory } from './refresh-policy.js';
+import { SingleFlight } from './single-flight.js';
+import { TokenMemory } from './token-memory.js';
+import {
+  type BrokerLogger,
+  type ConnectionStatus,
+  type GetTokenOptions,
+  type ServedToken,
+  tokenDigest,
+  type WarmUpOutcome,
+  type WarmUpReport,
+} from './types.js';
+
+export { isCredentialRejection } from './credential-rotation.js';
+export * from './types.js';
+
+export interface TokenBrokerDeps {
+  readonly config: Pick<
+    BrokerConfig,
+    | 'connections'
+    | 'defaultMinValiditySeconds'
+    | 'refreshWindowSeconds'
+    | 'memoryRecheckSeconds'
+    | 'maxTokenLifetimeSeconds'
+  >;
+  readonly store: TokenStore;
+  readonly secrets: SecretSource;
+  readonly issuer: TokenIssuer;
+  readonly logger: BrokerLogger;
+  readonly metrics?: BrokerMetrics;
+  /** Time, timers and random draws; the system clock unless a test injects one. */
+  readonly clock?: Clock;
+}
+
+/** Failures after which the last good token may stand in for a newer one. */
+const isUpstreamFailure = (error: unknown): boolean =>
+  error instanceof UpstreamUnavailableError ||
+  error instanceof UpstreamRejectedError ||
+  error instanceof UpstreamBadResponseError ||
+  error instanceof StoreUnavailableError;
+
+const joinTimedOut = () =>
+  new UpstreamUnavailableError('Timed out waiting for a token being issued concurrently', {
+    retryAfterSeconds: 1,
+  });
+
+export class TokenBroker {
+  readonly #memory = new TokenMemory();
+  readonly #loads: SingleFlight<string, ServedToken>;
+  readonly #refreshing = new Set<string>();
+  readonly #issuance: LeasedIssuance;
+  readonly #settings: RefreshSettings;
+  readonly #clock: Clock;
+  readonly #metrics: BrokerMetrics;
+
+  constructor(private readonly deps: TokenBrokerDeps) {
+    this.#clock = deps.clock ?? systemClock;
+    this.#metrics = deps.metrics ?? noMetrics;
+    this.#loads = new SingleFlight(this.#clock);
+    this.#settings = {
+      refreshWindowMs: deps.config.refreshWindowSeconds * 1000,
+      memoryRecheckMs: deps.config.memoryRecheckSeconds * 1000,
+    };
+    this.#issuance = new LeasedIssuance({
+      store: deps.store,
+      clock: this.#clock,
+      issue: withCredentialRotation(deps),
+      memory: this.#memory,
+      settings: this.#settings,
+      logger: deps.logger,
+      metrics: this.#metrics,
+    });
+  }
+
+  /** Names of every configured connection. */
+  connectionNames(): IterableIterator<string> {
+    return this.deps.config.connections.keys();
+  }
+
+  /** Whether `name` is a configured connection (metrics only carry configured names). */
+  hasConnection(name: string): boolean {
+    return this.deps.config.connections.has(name);
+  }
+
+  /** @throws {UnknownConnectionError} */
+  connection(name: string): ConnectionConfig {
+    const connection = this.deps.config.connections.get(name);
+    if (!connection) throw new UnknownConnectionError(name);
+    return connection;
+  }
+
+  /** Returns a token valid for at least `minValiditySeconds`, issuing one only when needed. */
+  async getToken(name: string, options: GetTokenOptions): Promise<ServedToken> {
+    const connection = this.connection(name);
+    const needMs = this.#needMs(options.minValiditySeconds);
+    let served: ServedToken;
+    try {
+      served =
+        this.#fromMemory(name, needMs) ??
+        (await this.#load(connection, needMs, options.deadline, false));
+    } catch (error) {
+      return this.#lastGood(name, error, options.minValiditySeconds !== undefined);
+    }
+    if (served.source !== 'upstream' && this.#dueForRefresh(served.record)) {
+      served = (await this.#refreshAhead(connection, served.record, options.deadline)) ?? served;
+    }
+    this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
+    return served;
+  }
+
+  /**
+   * Drops the cached token of `name` only if it is `accessToken` (compare-and-delete), so that a
+   * late report about an older token cannot drop a fresh one. Returns whether it was dropped.
+   */
+  async invalidate(name: string, accessToken: string): Promise<boolean> {
+    this.connection(name);
+    const digest = tokenDigest(accessToken);
+    if (this.#memory.get(name)?.record.tokenDigest === digest) this.#memory.delete(name);
+    let deleted: boolean;
+    try {
+      deleted = await this.deps.store.deleteIfMatches(name, digest);
+    } catch (error) {
+      throw new StoreUnavailableError('The token store could not be updated; retry shortly', {
+        cause: error,
+      });
+    }
+    this.deps.logger.info('Invalidate request handled', {
+      connection: name,
+      tokenDigest: digest,
+      invalidated: deleted,
+    });
+    return deleted;
+  }
+
+  /** Every connection's token metadata and lease, read from the shared store. */
+  async status(): Promise<ConnectionStatus[]> {
+    return Promise.all(
+      [...this.deps.config.connections.values()].map(async ({ name, variant }) => {
+        let state: Awaited<ReturnType<TokenStore['read']>>;
+        try {
+          state = await this.deps.store.read(name);
+        } catch (error) {
+          throw new StoreUnavailableError(
+            'The token store failed to read the token; retry shortly',
+            { cause: error },
+          );
+        }
+        const now = this.#clock.now();
+        const { token, lease } = state;
+        const valid = token && token.expiresAt > now ? token : undefined;
+        return {
+          connection: name,
+          variant,
+          token: valid
+            ? {
+                expiresAt: new Date(valid.expiresAt).toISOString(),
+                expiresIn: Math.floor((valid.expiresAt - now) / 1000),
+                issuedAt: new Date(valid.issuedAt).toISOString(),
+                tokenDigest: valid.tokenDigest,
+              }
+            : null,
+          lease:
+            lease && lease.expiresAt >= now
+              ? { holder: lease.holder, expiresInMs: lease.expiresAt - now }
+              : null,
+        };
+      }),
+    );
+  }
+
+  /**
+   * Makes sure every connection holds a token valid beyond the refresh window; issues only where
+   * one is missing or inside the window. A failing connection does not stop the others.
+   */
+  async warmUp(deadline: number): Promise<WarmUpReport> {
+    const windowMs = this.#settings.refreshWindowMs;
+    const outcomes = await Promise.all(
+      [...this.deps.config.connections.values()].map(
+        async (connection): Promise<[string, WarmUpOutcome]> => {
+          try {
+            const { record, source } = await this.#load(connection, windowMs, deadline, true);
+            return [
+              connection.name,
+              {
+                status: source === 'upstream' ? 'issued' : 'fresh',
+                expiresAt: new Date(record.expiresAt).toISOString(),
+                expiresIn: Math.floor((record.expiresAt - this.#clock.now()) / 1000),
+              },
+            ];
+          } catch (error) {
+            const failure = this.#warmUpFailure(error);
+            this.#metrics.record(MetricName.RefreshFailures, connection.name);
+            this.deps.logger.error('Warm-up failed for connection', {
+              connection: connection.name,
+              error: { name: failure.name, code: failure.code, message: failure.message },
+            });
+            return [
+              connection.name,
+              { status: 'failed', error: { code: failure.code, message: failure.message } },
+            ];
+          }
+        },
+      ),
+    );
+    return {
+      connections: Object.fromEntries(outcomes),
+      issued: outcomes.filter(([, o]) => o.status === 'issued').length,
+      failed: outcomes.filter(([, o]) => o.status === 'failed').length,
+    };
+  }
+
+  /** The validity a caller needs, in ms, after checking what it asked for. */
+  #needMs(minValiditySeconds: number | undefined): number {
+    const { config } = this.deps;
+    const minValidity = minValiditySeconds ?? config.defaultMinValiditySeconds;
+    if (!Number.isInteger(minValidity) || minValidity < 0) {
+      throw new BadRequestError('minValidity must be a whole number of seconds, 0 or more');
+    }
+    if (minValidity >= config.maxTokenLifetimeSeconds) {
+      throw new BadRequestError(
+        `minValidity must be below the maximum token lifetime (${config.maxTokenLifetimeSeconds}s)`,
+      );
+    }
+    return minValidity * 1000;
+  }
+
+  /**
+   * Serve the last good token: a caller that asked for nothing special gets a token that is
+   * still valid rather than an error, while the failure is logged and counted.
+   */
+  #lastGood(name: string, error: unknown, explicit: boolean): ServedToken {
+    const last = this.#memory.lastGood(name, this.#clock.now());
+    // While a refresh of a revoking upstream is in progress elsewhere, the token held may
+    // already be revoked.
+    const suspect = error instanceof UpstreamUnavailableError && error.refreshInProgress;
+    if (explicit || suspect || !isUpstreamFailure(error) || !last) throw error;
+    const failure = toBrokerError(error);
+    this.deps.logger.warn('Could not get a newer token; serving the last good one', {
+      connection: name,
+      error: { code: failure.code, message: failure.message },
+    });
+    this.#metrics.record(MetricName.LastGoodTokenServed, name);
+    // Served as a fallback after a failure: no second upstream attempt in this request.
+    this.#metrics.record(MetricName.TokensServed, name, 1, 'memory');
+    return { record: last, source: 'memory' };
+  }
+
+  #warmUpFailure(error: unknown): BrokerError {
+    if (error instanceof MinValidityUnsatisfiableError) {
+      return new MinValidityUnsatisfiableError(
+        `Tokens of this connection do not outlive BROKER_REFRESH_WINDOW_SECONDS (${this.deps.config.refreshWindowSeconds}s); lower the window below the token lifetime`,
+      );
+    }
+    return toBrokerError(error);
+  }
+
+  /** The memory entry, if valid for `needMs` and confirmed by the store recently enough. */
+  #fromMemory(name: string, needMs: number): ServedToken | undefined {
+    const entry = this.#memory.get(name);
+    return entry && servableFromMemory(entry, this.#clock.now(), needMs, this.#settings)
+      ? { record: entry.record, source: 'memory' }
+      : undefined;
+  }
+
+  #dueForRefresh(record: TokenRecord): boolean {
+    return dueForRefresh(
+      record,
+      this.#clock.now(),
+      this.#settings,
+      this.#clock.random(),
+      this.#issuance.issuanceMs(record.connection),
+    );
+  }
+
+  /**
+   * Tries once for the lease to replace a token that is still valid. Never waits for another
+   * holder and never fails the caller: on any problem the current token keeps being served.
+   */
+  async #refreshAhead(
+    connection: ConnectionConfig,
+    current: TokenRecord,
+    deadline: number,
+  ): Promise<ServedToken | undefined> {
+    const { name } = connection;
+    if (this.#refreshing.has(name) || this.#loads.has(name)) return undefined;
+    this.#refreshing.add(name);
+    try {
+      return await this.#issuance.refresh(connection, current, deadline);
+    } catch (error) {
+      const failure = toBrokerError(error);
+      this.#metrics.record(MetricName.RefreshFailures, name);
+      this.deps.logger.warn('Refresh ahead of expiry failed; the current token is still served', {
+        connection: name,
+        error: { name: failure.name, code: failure.code, message: failure.message },
+      });
+      return undefined;
+    } finally {
+      this.#refreshing.delete(name);
+    }
+  }
+
+  /** Concurrent misses for one connection in this container share one load. */
+  async #load(
+    connection: ConnectionConfig,
+    needMs: number,
+    deadline: number,
+    bypassMemory: boolean,
+  ): Promise<ServedToken> {
+    const obtain = () => this.#issuance.obtain(connection, needMs, deadline, bypassMemory);
+    const { value: shared, joined } = await this.#loads.run(
+      connection.name,
+      obtain,
+      deadline,
+      joinTimedOut,
+    );
+    if (!joined || shared.record.expiresAt - this.#clock.now() > needMs) return shared;
+    // The shared load asked for less validity than this caller needs.
+    if (shared.source === 'upstream') throw unsatisfiable(shared.record, needMs);
+    return obtain();
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * When a token is refreshed and how often memory is re-checked: pure functions of a token, the
+ * time and the settings, with no I/O, so that every rule can be property-tested.
+ *
+ * A token's life, seen from one container:
+ *
+ *   issuedAt ─────────── window start ───── window middle ───── expiresAt
+ *   re-check every memoryRecheck │ re-check every WINDOW_RECHECK_MS       │
+ *                                │ XFetch tries ··· ▸ due from the middle │
+ */
+import type { TokenRecord } from '../ports.js';
+
+/** The settings the policy reads, in milliseconds. */
+export interface RefreshSettings {
+  /** BROKER_REFRESH_WINDOW_SECONDS, in ms (before clamping to the token's lifetime). */
+  readonly refreshWindowMs: number;
+  /** BROKER_MEMORY_RECHECK_SECONDS, in ms. */
+  readonly memoryRecheckMs: number;
+}
+
+/**
+ * Inside the refresh window, memory is re-checked at least this often: a refresh elsewhere
+ * (which may revoke the token in memory, if the upstream revokes on re-issue) is picked up
+ * within this interval instead of `memoryRecheckSeconds`.
+ */
+export const WINDOW_RECHECK_MS = 250;
+/**
+ * A refresher that replaces a still-valid token waits this long after taking the lease before
+ * it calls the upstream. Every container serving that token from memory re-reads the store
+ * within WINDOW_RECHECK_MS, sees the lease, and stops serving the token before the upstream can
+ * revoke it (as many APIs do on re-issue; this one's behaviour is unknown, so assume it).
+ */
+export const DRAIN_MS = WINDOW_RECHECK_MS + 100;
+/** XFetch β: 1 is the value the paper shows optimal for a single recompute. */
+export const XFETCH_BETA = 1;
+/** Issuance duration assumed before one was measured (two loopback-to-internet round trips). */
+export const DEFAULT_ISSUANCE_MS = 300;
+
+/** The refresh window of a token: configured, but never more than half its lifetime. */
+export const windowMs = (record: TokenRecord, settings: RefreshSettings): number =>
+  // A window as long as the lifetime would refresh on every request, forever.
+  Math.min(settings.refreshWindowMs, (record.expiresAt - record.issuedAt) / 2);
+
+/** Whether the token has entered its refresh window at `now`. */
+export const inWindow = (record: TokenRecord, now: number, settings: RefreshSettings): boolean =>
+  record.expiresAt - now <= windowMs(record, settings);
+
+/** How long a memory entry may be served before the store is asked again. */
+export const recheckIntervalMs = (
+  record: TokenRecord,
+  now: number,
+  settings: RefreshSettings,
+): number =>
+  inWindow(record, now, settings)
+    ? Math.min(WINDOW_RECHECK_MS, settings.memoryRecheckMs)
+    : settings.memoryRecheckMs;
+
+/**
+ * Whether a token held in memory may be served for a caller who needs `needMs` more validity:
+ * valid long enough, and confirmed by the store recently enough. Why re-check at all: another
+ * container may have invalidated or replaced the shared token; a cache that never looks would
+ * keep serving it.
+ */
+export const servableFromMemory = (
+  entry: { readonly record: TokenRecord; readonly checkedAt: number },
+  now: number,
+  needMs: number,
+  settings: RefreshSettings,
+): boolean =>
+  entry.record.expiresAt - now > needMs &&
+  now - entry.checkedAt < recheckIntervalMs(entry.record, now, settings);
+
+/**
+ * XFetch (Vattani et al., VLDB 2015), aimed at the middle of the refresh window with its
+ * earliness capped at half a window: the closer the middle, the likelier a request tries for
+ * the lease, so the fleet does not try in step, and every try falls inside the window, where
+ * all containers re-check their memory fast (a refresh may revoke what they hold). XFetch's
+ * exponential tail is capped because a busy fleet draws it hundreds of times a second. It
+ * decides when to *try*; the lease decides who mints.
+ *
+ * @param draw uniform in [0, 1)
+ * @param issuanceMs the last measured issuance duration (XFetch's δ)
+ */
+export const dueForRefresh = (
+  record: TokenRecord,
+  now: number,
+  settings: RefreshSettings,
+  draw: number,
+  issuanceMs = DEFAULT_ISSUANCE_MS,
+): boolean => {
+  const half = windowMs(record, settings) / 2;
+  const earliness = Math.min(half, -issuanceMs * XFETCH_BETA * Math.log(1 - draw));
+  return now + earliness >= record.expiresAt - half;
+};

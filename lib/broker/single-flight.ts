@@ -1,0 +1,54 @@
+/**
+ * Concurrent callers for one key share one pending load (as unjs/ocache does): the first runs
+ * it, the others join it, each bounded by its own deadline, because a caller must be answered
+ * before its Lambda deadline even when the shared load takes longer.
+ */
+import type { Clock } from '../clock.js';
+
+export class SingleFlight<K, V> {
+  // A Map, not an object: keys come from callers and must not reach prototype members.
+  readonly #pending = new Map<K, Promise<V>>();
+
+  constructor(private readonly clock: Pick<Clock, 'now' | 'after'>) {}
+
+  /** Whether a load for `key` is running. */
+  has(key: K): boolean {
+    return this.#pending.has(key);
+  }
+
+  /**
+   * Runs `load` unless one is running for `key`, in which case its result is awaited until
+   * `deadline` (epoch ms), after which `timedOut()` is thrown. `joined` says which happened.
+   */
+  async run(
+    key: K,
+    load: () => Promise<V>,
+    deadline: number,
+    timedOut: () => Error,
+  ): Promise<{ readonly value: V; readonly joined: boolean }> {
+    const existing = this.#pending.get(key);
+    if (existing) {
+      return {
+        value: await withDeadline(existing, deadline - this.clock.now(), this.clock, timedOut),
+        joined: true,
+      };
+    }
+    const started = load().finally(() => this.#pending.delete(key));
+    this.#pending.set(key, started);
+    return { value: await started, joined: false };
+  }
+}
+
+/** Waits for `promise` at most `waitMs`, then rejects with `timedOut()`. */
+export const withDeadline = <T>(
+  promise: Promise<T>,
+  waitMs: number,
+  clock: Pick<Clock, 'after'>,
+  timedOut: () => Error,
+): Promise<T> => {
+  let cancel: (() => void) | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    cancel = clock.after(Math.max(0, waitMs), () => reject(timedOut()));
+  });
+  return Promise.race([promise, timeout]).finally(() => cancel?.());
+};

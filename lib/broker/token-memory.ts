@@ -1,0 +1,44 @@
+/**
+ * This container's copy of each connection's token, with the time the shared store last
+ * confirmed it. Whether an entry may be served is the refresh policy's call; this only keeps it.
+ */
+import type { TokenRecord } from '../ports.js';
+
+export interface MemoryEntry {
+  readonly record: TokenRecord;
+  /** When the shared store last confirmed this token (local epoch ms). */
+  readonly checkedAt: number;
+}
+
+export class TokenMemory {
+  // A Map, not an object: connection names come from callers.
+  readonly #entries = new Map<string, MemoryEntry>();
+
+  get(connection: string): MemoryEntry | undefined {
+    return this.#entries.get(connection);
+  }
+
+  /** Keeps `record` as confirmed at `checkedAt`. */
+  set(record: TokenRecord, checkedAt: number): void {
+    this.#entries.set(record.connection, { record, checkedAt });
+  }
+
+  delete(connection: string): void {
+    this.#entries.delete(connection);
+  }
+
+  /**
+   * What the store just said about a connection: its token, if still valid at `now`, becomes
+   * the memory entry; otherwise the entry goes (DynamoDB deletes expired items late).
+   */
+  confirm(connection: string, token: TokenRecord | undefined, now: number): void {
+    if (token && token.expiresAt > now) this.set(token, now);
+    else this.delete(connection);
+  }
+
+  /** The last token this container held, if it is still valid at `now`: the last good one. */
+  lastGood(connection: string, now: number): TokenRecord | undefined {
+    const record = this.#entries.get(connection)?.record;
+    return record && record.expiresAt > now ? record : undefined;
+  }
+}

@@ -1,0 +1,56 @@
+/** What the broker core hands out and reports: the types its callers (the handlers) see. */
+import { createHash } from 'node:crypto';
+import type { TokenRecord } from '../ports.js';
+
+/** Where a served token came from: drives logs and metrics. */
+export type TokenSource = 'memory' | 'dynamodb' | 'upstream';
+
+export interface ServedToken {
+  readonly record: TokenRecord;
+  readonly source: TokenSource;
+}
+
+/** The subset of a structured logger the core uses (Powertools Logger fits). */
+export interface BrokerLogger {
+  debug(message: string, ...attributes: Record<string, unknown>[]): void;
+  info(message: string, ...attributes: Record<string, unknown>[]): void;
+  warn(message: string, ...attributes: Record<string, unknown>[]): void;
+  error(message: string, ...attributes: Record<string, unknown>[]): void;
+}
+
+export interface GetTokenOptions {
+  /** Seconds the returned token must still be valid; defaults to the configured default. */
+  readonly minValiditySeconds?: number | undefined;
+  /** Epoch ms by which an answer is due (derived from the Lambda's remaining time). */
+  readonly deadline: number;
+}
+
+export type WarmUpOutcome =
+  | { readonly status: 'fresh' | 'issued'; readonly expiresAt: string; readonly expiresIn: number }
+  | {
+      readonly status: 'failed';
+      readonly error: { readonly code: string; readonly message: string };
+    };
+
+/** What an operator may see of a connection: never the token. */
+export interface ConnectionStatus {
+  readonly connection: string;
+  readonly variant: string;
+  readonly token: {
+    readonly expiresAt: string;
+    readonly expiresIn: number;
+    readonly issuedAt: string;
+    readonly tokenDigest: string;
+  } | null;
+  readonly lease: { readonly holder: string; readonly expiresInMs: number } | null;
+}
+
+export interface WarmUpReport {
+  readonly connections: Readonly<Record<string, WarmUpOutcome>>;
+  readonly issued: number;
+  readonly failed: number;
+}
+
+/** SHA-256 of an access token, base64url: what invalidate compares and logs may show. */
+export const tokenDigest = (accessToken: string): string =>
+  createHash('sha256').update(accessToken).digest('base64url');
