@@ -10,14 +10,14 @@
  * - `single-flight.ts`: concurrent misses in a container share one load, each within its deadline;
  * - `token-memory.ts`: this container's copy of each token.
  *
- * This file adds input checks, the last-good fallback, refresh ahead, status and warm-up.
+ * - `operator.ts`: status and the warm-up.
+ *
+ * This file adds input checks, the last-good fallback and refresh ahead.
  */
 import { type Clock, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
 import {
   BadRequestError,
-  type BrokerError,
-  MinValidityUnsatisfiableError,
   StoreUnavailableError,
   toBrokerError,
   UnknownConnectionError,
@@ -29,6 +29,7 @@ import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../ports.js';
 import { withCredentialRotation } from './credential-rotation.js';
 import { LeasedIssuance, unsatisfiable } from './leased-issuance.js';
+import { readStatus, warmUp } from './operator.js';
 import { dueForRefresh, type RefreshSettings, servableFromMemory } from './refresh-policy.js';
 import { SingleFlight } from './single-flight.js';
 import { TokenMemory } from './token-memory.js';
@@ -38,7 +39,6 @@ import {
   type GetTokenOptions,
   type ServedToken,
   tokenDigest,
-  type WarmUpOutcome,
   type WarmUpReport,
 } from './types.js';
 
@@ -164,38 +164,9 @@ export class TokenBroker {
   }
 
   /** Every connection's token metadata and lease, read from the shared store. */
-  async status(): Promise<ConnectionStatus[]> {
-    return Promise.all(
-      [...this.deps.config.connections.values()].map(async ({ name, variant }) => {
-        let state: Awaited<ReturnType<TokenStore['read']>>;
-        try {
-          state = await this.deps.store.read(name);
-        } catch (error) {
-          throw new StoreUnavailableError(
-            'The token store failed to read the token; retry shortly',
-            { cause: error },
-          );
-        }
-        const now = this.#clock.now();
-        const { token, lease } = state;
-        const valid = token && token.expiresAt > now ? token : undefined;
-        return {
-          connection: name,
-          variant,
-          token: valid
-            ? {
-                expiresAt: new Date(valid.expiresAt).toISOString(),
-                expiresIn: Math.floor((valid.expiresAt - now) / 1000),
-                issuedAt: new Date(valid.issuedAt).toISOString(),
-                tokenDigest: valid.tokenDigest,
-              }
-            : null,
-          lease:
-            lease && lease.expiresAt >= now
-              ? { holder: lease.holder, expiresInMs: lease.expiresAt - now }
-              : null,
-        };
-      }),
+  status(): Promise<ConnectionStatus[]> {
+    return readStatus(this.deps.config.connections.values(), this.deps.store, () =>
+      this.#clock.now(),
     );
   }
 
@@ -203,41 +174,14 @@ export class TokenBroker {
    * Makes sure every connection holds a token valid beyond the refresh window; issues only where
    * one is missing or inside the window. A failing connection does not stop the others.
    */
-  async warmUp(deadline: number): Promise<WarmUpReport> {
-    const windowMs = this.#settings.refreshWindowMs;
-    const outcomes = await Promise.all(
-      [...this.deps.config.connections.values()].map(
-        async (connection): Promise<[string, WarmUpOutcome]> => {
-          try {
-            const { record, source } = await this.#load(connection, windowMs, deadline, true);
-            return [
-              connection.name,
-              {
-                status: source === 'upstream' ? 'issued' : 'fresh',
-                expiresAt: new Date(record.expiresAt).toISOString(),
-                expiresIn: Math.floor((record.expiresAt - this.#clock.now()) / 1000),
-              },
-            ];
-          } catch (error) {
-            const failure = this.#warmUpFailure(error);
-            this.#metrics.record(MetricName.RefreshFailures, connection.name);
-            this.deps.logger.error('Warm-up failed for connection', {
-              connection: connection.name,
-              error: { name: failure.name, code: failure.code, message: failure.message },
-            });
-            return [
-              connection.name,
-              { status: 'failed', error: { code: failure.code, message: failure.message } },
-            ];
-          }
-        },
-      ),
-    );
-    return {
-      connections: Object.fromEntries(outcomes),
-      issued: outcomes.filter(([, o]) => o.status === 'issued').length,
-      failed: outcomes.filter(([, o]) => o.status === 'failed').length,
-    };
+  warmUp(deadline: number): Promise<WarmUpReport> {
+    return warmUp(this.deps.config.connections.values(), {
+      load: (connection, needMs) => this.#load(connection, needMs, deadline, true),
+      refreshWindowSeconds: this.deps.config.refreshWindowSeconds,
+      now: () => this.#clock.now(),
+      logger: this.deps.logger,
+      metrics: this.#metrics,
+    });
   }
 
   /** The validity a caller needs, in ms, after checking what it asked for. */
@@ -274,15 +218,6 @@ export class TokenBroker {
     // Served as a fallback after a failure: no second upstream attempt in this request.
     this.#metrics.record(MetricName.TokensServed, name, 1, 'memory');
     return { record: last, source: 'memory' };
-  }
-
-  #warmUpFailure(error: unknown): BrokerError {
-    if (error instanceof MinValidityUnsatisfiableError) {
-      return new MinValidityUnsatisfiableError(
-        `Tokens of this connection do not outlive BROKER_REFRESH_WINDOW_SECONDS (${this.deps.config.refreshWindowSeconds}s); lower the window below the token lifetime`,
-      );
-    }
-    return toBrokerError(error);
   }
 
   /** The memory entry, if valid for `needMs` and confirmed by the store recently enough. */

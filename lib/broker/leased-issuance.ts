@@ -22,17 +22,16 @@ import {
 import { type BrokerMetrics, MetricName } from '../metrics.js';
 import type { TokenRecord, TokenState, TokenStore } from '../ports.js';
 import type { Issue } from './credential-rotation.js';
+import { recordIssued } from './issued-token.js';
 import { DEFAULT_ISSUANCE_MS, DRAIN_MS, inWindow, type RefreshSettings } from './refresh-policy.js';
 import type { TokenMemory } from './token-memory.js';
-import { type BrokerLogger, type ServedToken, tokenDigest } from './types.js';
+import type { BrokerLogger, ServedToken } from './types.js';
 
 export const LEASE_MS = 3_000;
 export const LEASE_HEARTBEAT_MS = 1_000;
 /** Polling a lease held elsewhere: first wait and cap (full jitter in between). */
 const POLL_BASE_MS = 25;
 const POLL_CAP_MS = 500;
-/** Clock skew between us and the upstream beyond which a warning is logged. */
-const SKEW_WARNING_MS = 5 * 60_000;
 
 export interface LeasedIssuanceDeps {
   readonly store: TokenStore;
@@ -240,7 +239,7 @@ export class LeasedIssuance {
     { holder, needMs, deadline, replacingValidToken }: LeasedFlow,
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
-    const { clock, store, logger, metrics } = this.deps;
+    const { clock, store, logger } = this.deps;
     let record: TokenRecord;
     try {
       if (replacingValidToken && connection.revokesOnReissue) await clock.sleep(DRAIN_MS);
@@ -248,23 +247,7 @@ export class LeasedIssuance {
       const issued = await this.deps.issue(connection, deadline);
       const took = clock.now() - started;
       this.#issuanceMs.set(name, took);
-      metrics.record(MetricName.UpstreamIssuances, name);
-      metrics.record(MetricName.UpstreamLatency, name, took);
-      record = {
-        connection: name,
-        accessToken: issued.accessToken,
-        tokenDigest: tokenDigest(issued.accessToken),
-        issuedAt: issued.requestedAt,
-        expiresAt: issued.requestedAt + issued.expiresIn * 1000,
-      };
-      this.#checkSkew(name, issued.upstreamTimestamp, issued.requestedAt);
-      logger.info('Token issued by the Open API', {
-        connection: name,
-        variant: connection.variant,
-        tokenDigest: record.tokenDigest,
-        expiresIn: issued.expiresIn,
-        issuanceMs: took,
-      });
+      record = recordIssued(connection, issued, took, this.deps);
     } catch (error) {
       // The flow failed: free the lease now rather than make others wait for it to expire.
       await store.releaseLease(name, holder).catch(() => undefined);
@@ -292,17 +275,6 @@ export class LeasedIssuance {
     this.deps.memory.set(record, clock.now());
     if (record.expiresAt - clock.now() <= needMs) throw unsatisfiable(record, needMs);
     return { record, source: 'upstream' };
-  }
-
-  #checkSkew(name: string, upstreamTimestamp: number | undefined, requestedAt: number) {
-    if (upstreamTimestamp === undefined) return;
-    const skewMs = upstreamTimestamp * 1000 - requestedAt;
-    if (Math.abs(skewMs) > SKEW_WARNING_MS) {
-      this.deps.logger.warn('Upstream clock differs from ours; expiry counts from our clock', {
-        connection: name,
-        skewSeconds: Math.round(skewMs / 1000),
-      });
-    }
   }
 
   #nextHolder(): string {

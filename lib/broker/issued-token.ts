@@ -1,0 +1,47 @@
+/**
+ * What the broker keeps and reports of a token the upstream just issued: the record (expiry
+ * counted from our own send time), the issuance metrics, one log line with the digest, and a
+ * warning when the upstream's clock differs from ours.
+ */
+import type { ConnectionConfig } from '../config.js';
+import { type BrokerMetrics, MetricName } from '../metrics.js';
+import type { IssuedToken, TokenRecord } from '../ports.js';
+import { type BrokerLogger, tokenDigest } from './types.js';
+
+/** Clock skew between us and the upstream beyond which a warning is logged. */
+const SKEW_WARNING_MS = 5 * 60_000;
+
+export const recordIssued = (
+  connection: ConnectionConfig,
+  issued: IssuedToken,
+  tookMs: number,
+  { logger, metrics }: { readonly logger: BrokerLogger; readonly metrics: BrokerMetrics },
+): TokenRecord => {
+  const { name } = connection;
+  metrics.record(MetricName.UpstreamIssuances, name);
+  metrics.record(MetricName.UpstreamLatency, name, tookMs);
+  const record: TokenRecord = {
+    connection: name,
+    accessToken: issued.accessToken,
+    tokenDigest: tokenDigest(issued.accessToken),
+    issuedAt: issued.requestedAt,
+    expiresAt: issued.requestedAt + issued.expiresIn * 1000,
+  };
+  if (issued.upstreamTimestamp !== undefined) {
+    const skewMs = issued.upstreamTimestamp * 1000 - issued.requestedAt;
+    if (Math.abs(skewMs) > SKEW_WARNING_MS) {
+      logger.warn('Upstream clock differs from ours; expiry counts from our clock', {
+        connection: name,
+        skewSeconds: Math.round(skewMs / 1000),
+      });
+    }
+  }
+  logger.info('Token issued by the Open API', {
+    connection: name,
+    variant: connection.variant,
+    tokenDigest: record.tokenDigest,
+    expiresIn: issued.expiresIn,
+    issuanceMs: tookMs,
+  });
+  return record;
+};

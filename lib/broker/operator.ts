@@ -1,0 +1,116 @@
+/**
+ * The operator's view and the warm-up: what the CLI's `status` and `warm` and the schedule run.
+ * Status reads metadata only (never a token); the warm-up makes sure every connection holds a
+ * token valid beyond the refresh window, and a failing connection does not stop the others.
+ */
+import type { ConnectionConfig } from '../config.js';
+import {
+  type BrokerError,
+  MinValidityUnsatisfiableError,
+  StoreUnavailableError,
+  toBrokerError,
+} from '../errors.js';
+import { type BrokerMetrics, MetricName } from '../metrics.js';
+import type { TokenStore } from '../ports.js';
+import type {
+  BrokerLogger,
+  ConnectionStatus,
+  ServedToken,
+  WarmUpOutcome,
+  WarmUpReport,
+} from './types.js';
+
+/** Every connection's token metadata and live lease, read from the shared store. */
+export const readStatus = (
+  connections: Iterable<ConnectionConfig>,
+  store: TokenStore,
+  now: () => number,
+): Promise<ConnectionStatus[]> =>
+  Promise.all(
+    [...connections].map(async ({ name, variant }) => {
+      let state: Awaited<ReturnType<TokenStore['read']>>;
+      try {
+        state = await store.read(name);
+      } catch (error) {
+        throw new StoreUnavailableError('The token store failed to read the token; retry shortly', {
+          cause: error,
+        });
+      }
+      const at = now();
+      const { token, lease } = state;
+      const valid = token && token.expiresAt > at ? token : undefined;
+      return {
+        connection: name,
+        variant,
+        token: valid
+          ? {
+              expiresAt: new Date(valid.expiresAt).toISOString(),
+              expiresIn: Math.floor((valid.expiresAt - at) / 1000),
+              issuedAt: new Date(valid.issuedAt).toISOString(),
+              tokenDigest: valid.tokenDigest,
+            }
+          : null,
+        lease:
+          lease && lease.expiresAt >= at
+            ? { holder: lease.holder, expiresInMs: lease.expiresAt - at }
+            : null,
+      };
+    }),
+  );
+
+export interface WarmUpDeps {
+  /** Loads a token valid for `needMs` (issuing under the lease when needed), never from memory. */
+  readonly load: (connection: ConnectionConfig, needMs: number) => Promise<ServedToken>;
+  readonly refreshWindowSeconds: number;
+  readonly now: () => number;
+  readonly logger: BrokerLogger;
+  readonly metrics: BrokerMetrics;
+}
+
+/** Issues only where a token is missing or inside the refresh window. */
+export const warmUp = async (
+  connections: Iterable<ConnectionConfig>,
+  deps: WarmUpDeps,
+): Promise<WarmUpReport> => {
+  const windowMs = deps.refreshWindowSeconds * 1000;
+  const outcomes = await Promise.all(
+    [...connections].map(async (connection): Promise<[string, WarmUpOutcome]> => {
+      try {
+        const { record, source } = await deps.load(connection, windowMs);
+        return [
+          connection.name,
+          {
+            status: source === 'upstream' ? 'issued' : 'fresh',
+            expiresAt: new Date(record.expiresAt).toISOString(),
+            expiresIn: Math.floor((record.expiresAt - deps.now()) / 1000),
+          },
+        ];
+      } catch (error) {
+        const failure = warmUpFailure(error, deps.refreshWindowSeconds);
+        deps.metrics.record(MetricName.RefreshFailures, connection.name);
+        deps.logger.error('Warm-up failed for connection', {
+          connection: connection.name,
+          error: { name: failure.name, code: failure.code, message: failure.message },
+        });
+        return [
+          connection.name,
+          { status: 'failed', error: { code: failure.code, message: failure.message } },
+        ];
+      }
+    }),
+  );
+  return {
+    connections: Object.fromEntries(outcomes),
+    issued: outcomes.filter(([, o]) => o.status === 'issued').length,
+    failed: outcomes.filter(([, o]) => o.status === 'failed').length,
+  };
+};
+
+const warmUpFailure = (error: unknown, refreshWindowSeconds: number): BrokerError => {
+  if (error instanceof MinValidityUnsatisfiableError) {
+    return new MinValidityUnsatisfiableError(
+      `Tokens of this connection do not outlive BROKER_REFRESH_WINDOW_SECONDS (${refreshWindowSeconds}s); lower the window below the token lifetime`,
+    );
+  }
+  return toBrokerError(error);
+};
