@@ -47,7 +47,7 @@ export interface LeaseRequest {
 
 export type LeaseAttempt =
   | { readonly acquired: true }
-  | { readonly acquired: false; readonly state: TokenState | undefined };
+  | { readonly acquired: false; readonly state: TokenState };
 
 /**
  * Where tokens are shared between containers (DynamoDB in production). Every write is

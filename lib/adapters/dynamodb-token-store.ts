@@ -143,10 +143,11 @@ export class DynamoDBTokenStore implements TokenStore {
       return { acquired: true };
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException)) throw error;
-      // DynamoDB returns the winning item; emulators may not (the caller then reads again).
+      // DynamoDB returns the winning item (ReturnValuesOnConditionCheckFailure); dynalite
+      // does not, and then the state that won is read here, so the port means the same on both.
       return {
         acquired: false,
-        state: error.Item ? await fromItem(error.Item, this.cipher) : undefined,
+        state: error.Item ? await fromItem(error.Item, this.cipher) : await this.read(connection),
       };
     }
   }

@@ -65,7 +65,9 @@ describe('Class: KmsTokenCipher (loopback KMS, real SDK client)', () => {
   it('raises a KMS outage instead of treating the token as absent', async () => {
     const sealed = await cipher().seal('sandbox', TOKEN);
     stack.kms.failNext(1, 'KMSInternalException');
-    await expect(cipher().open('sandbox', sealed)).rejects.toThrow();
+    await expect(cipher().open('sandbox', sealed)).rejects.toMatchObject({
+      name: 'KMSInternalException',
+    });
   });
 
   it('leaves a table reader nothing usable, and an item moved to another connection unreadable', async () => {

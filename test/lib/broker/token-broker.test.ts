@@ -624,7 +624,7 @@ describe('Class: TokenBroker', () => {
       const { broker, store, issuer } = setup({ window: 600, recheck: 5 });
       inWindow(store, 300_000);
       // Another container wins every lease: this one only ever serves what the store holds.
-      store.acquireLease = async () => ({ acquired: false, state: undefined });
+      store.acquireLease = async (name) => ({ acquired: false, state: await store.read(name) });
       expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
         'current',
       );

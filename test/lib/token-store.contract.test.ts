@@ -1,0 +1,184 @@
+/**
+ * The TokenStore contract, run against every implementation: the in-memory store that the
+ * core's unit tests use, and the DynamoDB store on dynalite (what `npm start` runs) and on AWS's
+ * own DynamoDB Local (the reference for conditional writes and for what a failed condition
+ * returns). The core's tests are only as trustworthy as the fake is faithful: this suite is
+ * what keeps it so.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DynamoDBTokenStore } from '../../lib/adapters/dynamodb-token-store.js';
+import { tokenDigest } from '../../lib/broker/index.js';
+import type { LeaseRequest, TokenRecord, TokenStore } from '../../lib/ports.js';
+import { startAmazonDynamoDBLocal } from '../../local/amazon-dynamodb-local.js';
+import { ensureTable, localDynamoDBClient, startDynalite } from '../../local/dynamodb-local.js';
+import { InMemoryTokenStore } from '../support/fakes.js';
+
+interface StoreUnderTest {
+  readonly store: TokenStore;
+  close(): Promise<void>;
+}
+
+/** A DynamoDB store on a local endpoint, with its own table. */
+const dynamoDBStore = async (endpoint: { url: string; close(): Promise<void> }) => {
+  const client = localDynamoDBClient(endpoint.url);
+  await ensureTable(client, 'token-store-contract');
+  return {
+    store: new DynamoDBTokenStore(client, 'token-store-contract'),
+    close: async () => {
+      client.destroy();
+      await endpoint.close();
+    },
+  };
+};
+
+const implementations: [string, () => Promise<StoreUnderTest>][] = [
+  [
+    'in memory (the unit tests’ fake)',
+    async () => ({ store: new InMemoryTokenStore(), close: async () => {} }),
+  ],
+  ['DynamoDB on dynalite', async () => dynamoDBStore(await startDynalite())],
+  ['DynamoDB on DynamoDB Local', async () => dynamoDBStore(await startAmazonDynamoDBLocal())],
+];
+
+const record = (accessToken: string, expiresAt: number, connection: string): TokenRecord => ({
+  connection,
+  accessToken,
+  tokenDigest: tokenDigest(accessToken),
+  issuedAt: expiresAt - 86_400_000,
+  expiresAt,
+});
+
+describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
+  let subject: StoreUnderTest;
+  let store: TokenStore;
+  const now = Date.now();
+  const lease = (
+    holder: string,
+    leaseExpiresAt = now + 10_000,
+    replaceIfExpiresBefore = now + 1,
+  ): LeaseRequest => ({ holder, leaseExpiresAt, now, replaceIfExpiresBefore });
+
+  beforeAll(async () => {
+    subject = await start();
+    store = subject.store;
+  });
+  afterAll(async () => {
+    await subject?.close();
+  });
+
+  it('reads nothing for a connection that never had a token', async () => {
+    expect(await store.read('nothing-here')).toEqual({ token: undefined, lease: undefined });
+  });
+
+  it('writes the token under the lease, and the write releases the lease', async () => {
+    expect(await store.acquireLease('roundtrip', lease('a:1'))).toEqual({ acquired: true });
+    expect(await store.read('roundtrip')).toEqual({
+      token: undefined,
+      lease: { holder: 'a:1', expiresAt: now + 10_000 },
+    });
+    const token = record('tok-a', now + 86_400_000, 'roundtrip');
+    expect(await store.putToken(token, 'a:1')).toBe(true);
+    expect(await store.read('roundtrip')).toEqual({ token, lease: undefined });
+  });
+
+  it('grants the lease to one holder at a time, however many race for it', async () => {
+    const results = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => store.acquireLease('race', lease(`c${i}:1`))),
+    );
+    expect(results.filter((r) => r.acquired)).toHaveLength(1);
+  });
+
+  it('refuses a live lease and answers with the state that won', async () => {
+    await store.acquireLease('contended', lease('first:1'));
+    const attempt = await store.acquireLease('contended', lease('second:1'));
+    expect(attempt).toEqual({
+      acquired: false,
+      state: { token: undefined, lease: { holder: 'first:1', expiresAt: now + 10_000 } },
+    });
+  });
+
+  it('lets a lease be taken over once it has expired, and not a moment before', async () => {
+    await store.acquireLease('takeover', lease('dead:1', now));
+    // A lease expiring exactly now is still live.
+    expect((await store.acquireLease('takeover', lease('early:1'))).acquired).toBe(false);
+    await store.acquireLease('takeover-2', lease('dead:1', now - 1));
+    expect(await store.acquireLease('takeover-2', lease('alive:1'))).toEqual({ acquired: true });
+    expect((await store.read('takeover-2')).lease?.holder).toBe('alive:1');
+  });
+
+  it('refuses the lease when the stored token already outlives the need, with that token', async () => {
+    await store.acquireLease('fresh', lease('a:1'));
+    const fresh = record('fresh-token', now + 3_600_000, 'fresh');
+    await store.putToken(fresh, 'a:1');
+    const attempt = await store.acquireLease('fresh', lease('b:1', now + 10_000, now + 60_000));
+    expect(attempt).toEqual({ acquired: false, state: { token: fresh, lease: undefined } });
+    // Inside its last minute, the same token may be replaced.
+    expect(await store.acquireLease('fresh', lease('b:2', now + 10_000, now + 3_600_001))).toEqual({
+      acquired: true,
+    });
+  });
+
+  it('refuses a write from a holder whose lease was taken over', async () => {
+    await store.acquireLease('overrun', lease('slow:1', now - 1));
+    await store.acquireLease('overrun', lease('fast:1'));
+    expect(await store.putToken(record('late', now + 3_600_000, 'overrun'), 'slow:1')).toBe(false);
+    expect(await store.putToken(record('current', now + 3_600_000, 'overrun'), 'fast:1')).toBe(
+      true,
+    );
+    expect((await store.read('overrun')).token?.accessToken).toBe('current');
+  });
+
+  it('with no lease at all, accepts only a write that keeps the longer-lived token', async () => {
+    await store.acquireLease('unleased', lease('a:1'));
+    await store.putToken(record('long', now + 7_200_000, 'unleased'), 'a:1');
+    expect(await store.putToken(record('shorter', now + 3_600_000, 'unleased'), 'gone:1')).toBe(
+      false,
+    );
+    expect(await store.putToken(record('longer', now + 9_000_000, 'unleased'), 'gone:1')).toBe(
+      true,
+    );
+    expect((await store.read('unleased')).token?.accessToken).toBe('longer');
+  });
+
+  it('renews a lease only for its holder', async () => {
+    await store.acquireLease('renew', lease('a:1'));
+    expect(await store.renewLease('renew', 'b:1', now + 99_000)).toBe(false);
+    expect(await store.renewLease('renew', 'a:1', now + 20_000)).toBe(true);
+    expect((await store.read('renew')).lease).toEqual({ holder: 'a:1', expiresAt: now + 20_000 });
+    expect(await store.renewLease('never-leased', 'a:1', now + 20_000)).toBe(false);
+  });
+
+  it('releases a lease only for its holder, and keeps the token', async () => {
+    await store.acquireLease('release', lease('a:1'));
+    const token = record('kept', now + 3_600_000, 'release');
+    await store.putToken(token, 'a:1');
+    await store.acquireLease('release', lease('b:1', now + 10_000, now + 3_600_001));
+    await store.releaseLease('release', 'a:1');
+    expect((await store.read('release')).lease?.holder).toBe('b:1');
+    await store.releaseLease('release', 'b:1');
+    expect(await store.read('release')).toEqual({ token, lease: undefined });
+    await expect(store.releaseLease('never-leased', 'b:1')).resolves.toBeUndefined();
+  });
+
+  it('deletes the token only when the digest matches, and leaves a lease in progress alone', async () => {
+    await store.acquireLease('cad', lease('a:1'));
+    await store.putToken(record('current', now + 3_600_000, 'cad'), 'a:1');
+    expect(await store.deleteIfMatches('cad', tokenDigest('older'))).toBe(false);
+    expect((await store.read('cad')).token?.accessToken).toBe('current');
+    await store.acquireLease('cad', lease('b:1', now + 10_000, now + 3_600_001));
+    expect(await store.deleteIfMatches('cad', tokenDigest('current'))).toBe(true);
+    expect(await store.read('cad')).toEqual({
+      token: undefined,
+      lease: { holder: 'b:1', expiresAt: now + 10_000 },
+    });
+    expect(await store.deleteIfMatches('cad', tokenDigest('current'))).toBe(false);
+    expect(await store.deleteIfMatches('never-stored', tokenDigest('current'))).toBe(false);
+  });
+
+  it('keeps connections apart', async () => {
+    await store.acquireLease('left', lease('a:1'));
+    await store.putToken(record('left-token', now + 3_600_000, 'left'), 'a:1');
+    expect(await store.read('right')).toEqual({ token: undefined, lease: undefined });
+    expect(await store.acquireLease('right', lease('b:1'))).toEqual({ acquired: true });
+  });
+});
