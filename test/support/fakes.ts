@@ -1,5 +1,6 @@
 /** In-memory implementations of the ports, for unit tests of the core. */
 import type { BrokerLogger } from '../../lib/broker/index.js';
+import type { Clock } from '../../lib/clock.js';
 import type { ConnectionConfig } from '../../lib/config.js';
 import type { BrokerMetrics, MetricName } from '../../lib/metrics.js';
 import type {
@@ -165,3 +166,62 @@ export class CountingMetrics implements BrokerMetrics {
     return this.totals.get(key) ?? 0;
   }
 }
+
+/**
+ * A clock that moves only when told: `sleep` and `advance` move it and fire the timers that
+ * fall due on the way, in order. No real time passes, and no global is faked.
+ */
+export class ManualClock implements Clock {
+  #now: number;
+  #timers: { at: number; every?: number; fire: () => void; id: number }[] = [];
+  #ids = 0;
+  draw = 0;
+  constructor(start: number) {
+    this.#now = start;
+  }
+  now() {
+    return this.#now;
+  }
+  random() {
+    return this.draw;
+  }
+  async sleep(ms: number) {
+    await this.advance(ms);
+  }
+  every(ms: number, tick: () => void) {
+    return this.#add({ at: this.#now + ms, every: ms, fire: tick });
+  }
+  after(ms: number, fire: () => void) {
+    return this.#add({ at: this.#now + ms, fire });
+  }
+  /** Moves time forward by `ms`, firing due timers and letting their promises settle. */
+  async advance(ms: number) {
+    const until = this.#now + ms;
+    for (;;) {
+      const next = this.#timers.filter((t) => t.at <= until).sort((a, b) => a.at - b.at)[0];
+      if (!next) break;
+      this.#now = next.at;
+      if (next.every) next.at += next.every;
+      else this.#timers = this.#timers.filter((t) => t !== next);
+      next.fire();
+      await settle();
+    }
+    this.#now = until;
+    await settle();
+  }
+  /** Timers still armed: a module that forgets to stop one leaks work into later calls. */
+  pending() {
+    return this.#timers.length;
+  }
+  #add(timer: { at: number; every?: number; fire: () => void }) {
+    this.#ids += 1;
+    const entry = { ...timer, id: this.#ids };
+    this.#timers.push(entry);
+    return () => {
+      this.#timers = this.#timers.filter((t) => t !== entry);
+    };
+  }
+}
+
+/** Lets every already-resolved promise chain run. */
+const settle = () => new Promise<void>((resolve) => setImmediate(resolve));

@@ -220,6 +220,58 @@ describe('Class: TokenBroker', () => {
       await expect(leader).resolves.toMatchObject({ source: 'upstream' });
     });
 
+    it('does not hand a joiner the shared issuance when it needs more validity than it gives', async () => {
+      const { broker, issuer } = setup();
+      issuer.expiresIn = 100;
+      vi.useRealTimers();
+      issuer.delayMs = 20;
+      const leader = broker.getToken('sandbox', {
+        minValiditySeconds: 10,
+        deadline: Date.now() + 5000,
+      });
+      const joiner = broker.getToken('sandbox', {
+        minValiditySeconds: 200,
+        deadline: Date.now() + 5000,
+      });
+      await expect(joiner).rejects.toBeInstanceOf(MinValidityUnsatisfiableError);
+      await expect(leader).resolves.toMatchObject({ source: 'upstream' });
+      expect(issuer.issued).toBe(1);
+    });
+
+    it('loads again for a joiner whose need the shared read of the store did not meet', async () => {
+      // A 60 s window: the stored token (120 s left) is outside it, so no refresh ahead.
+      const { broker, issuer, store } = setup({ window: 60 });
+      store.setToken({
+        connection: 'sandbox',
+        accessToken: 'short',
+        tokenDigest: tokenDigest('short'),
+        issuedAt: T0 - 3_480_000,
+        expiresAt: T0 + 120_000,
+      });
+      let release: (() => void) | undefined;
+      const read = store.read.bind(store);
+      store.read = async (name) => {
+        if (!release)
+          await new Promise<void>((resolve) => {
+            release = resolve;
+          });
+        return read(name);
+      };
+      const leader = broker.getToken('sandbox', { minValiditySeconds: 60, deadline: T0 + 5000 });
+      const joiner = broker.getToken('sandbox', { minValiditySeconds: 300, deadline: T0 + 5000 });
+      await vi.advanceTimersByTimeAsync(0);
+      release?.();
+      await expect(leader).resolves.toMatchObject({
+        source: 'dynamodb',
+        record: { accessToken: 'short' },
+      });
+      await expect(joiner).resolves.toMatchObject({
+        source: 'upstream',
+        record: { accessToken: 'token-1' },
+      });
+      expect(issuer.issued).toBe(1);
+    });
+
     it('caches nothing when the upstream fails, and says what it said', async () => {
       const { broker, issuer, store } = setup();
       issuer.failWith = new UpstreamRejectedError(

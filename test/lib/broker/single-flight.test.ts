@@ -1,0 +1,66 @@
+import { describe, expect, it } from 'vitest';
+import { SingleFlight } from '../../../lib/broker/single-flight.js';
+import { ManualClock } from '../../support/fakes.js';
+
+const T0 = 1_795_262_400_000;
+const timedOut = () => new Error('timed out');
+
+describe('Class: SingleFlight', () => {
+  it('runs one load per key for concurrent callers and tells each whether it joined', async () => {
+    const flight = new SingleFlight<string, number>(new ManualClock(T0));
+    let loads = 0;
+    let finish: ((value: number) => void) | undefined;
+    const load = () => {
+      loads += 1;
+      return new Promise<number>((resolve) => {
+        finish = resolve;
+      });
+    };
+    const first = flight.run('a', load, T0 + 1_000, timedOut);
+    const second = flight.run('a', load, T0 + 1_000, timedOut);
+    expect(flight.has('a')).toBe(true);
+    finish?.(7);
+    expect(await first).toEqual({ value: 7, joined: false });
+    expect(await second).toEqual({ value: 7, joined: true });
+    expect(loads).toBe(1);
+    expect(flight.has('a')).toBe(false);
+  });
+
+  it('keeps keys apart, including prototype member names', async () => {
+    const flight = new SingleFlight<string, string>(new ManualClock(T0));
+    const results = await Promise.all(
+      ['constructor', '__proto__', 'a'].map((key) =>
+        flight.run(key, async () => key, T0 + 1_000, timedOut),
+      ),
+    );
+    expect(results.map((r) => r.value)).toEqual(['constructor', '__proto__', 'a']);
+  });
+
+  it('answers a joiner at its own deadline while the shared load goes on', async () => {
+    const clock = new ManualClock(T0);
+    const flight = new SingleFlight<string, number>(clock);
+    let finish: ((value: number) => void) | undefined;
+    const load = () =>
+      new Promise<number>((resolve) => {
+        finish = resolve;
+      });
+    const owner = flight.run('a', load, T0 + 10_000, timedOut);
+    const joiner = flight.run('a', load, T0 + 300, timedOut).catch((error: Error) => error);
+    await clock.advance(300);
+    expect(await joiner).toEqual(new Error('timed out'));
+    finish?.(1);
+    expect(await owner).toEqual({ value: 1, joined: false });
+    expect(clock.pending()).toBe(0);
+  });
+
+  it('forgets a failed load, so the next caller starts afresh', async () => {
+    const flight = new SingleFlight<string, number>(new ManualClock(T0));
+    await expect(
+      flight.run('a', async () => Promise.reject(new Error('boom')), T0 + 1_000, timedOut),
+    ).rejects.toThrow('boom');
+    expect(await flight.run('a', async () => 2, T0 + 1_000, timedOut)).toEqual({
+      value: 2,
+      joined: false,
+    });
+  });
+});
