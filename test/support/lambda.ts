@@ -15,15 +15,24 @@ export const newContainer = (): LambdaHandler => {
   }) as LambdaHandler;
 };
 
-/** Records everything written to stdout and stderr (Powertools logs and EMF lines) until stopped. */
+/**
+ * Records everything written to stdout and stderr (Powertools logs and EMF lines) until stopped,
+ * instead of printing it: `npm test` prints a test report, not logs. Set TEST_ECHO_LOGS=1 to
+ * see them as well while debugging.
+ */
 export const captureOutput = () => {
   const chunks: string[] = [];
   const undo: (() => void)[] = [];
+  const echo = process.env.TEST_ECHO_LOGS === '1';
   for (const stream of [process.stdout, process.stderr]) {
     const write = stream.write.bind(stream);
     stream.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
       chunks.push(typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8'));
-      return (write as (...args: unknown[]) => boolean)(chunk, ...rest);
+      if (echo) return (write as (...args: unknown[]) => boolean)(chunk, ...rest);
+      // A write's callback (last argument, when given) still fires, as the stream's would.
+      const done = rest.at(-1);
+      if (typeof done === 'function') queueMicrotask(() => done());
+      return true;
     }) as typeof stream.write;
     undo.push(() => {
       stream.write = write as typeof stream.write;
@@ -31,6 +40,9 @@ export const captureOutput = () => {
   }
   return {
     text: () => chunks.join(''),
+    /** A point in the output: `since(mark)` is what was written after it. */
+    mark: () => chunks.length,
+    since: (mark: number) => chunks.slice(mark).join(''),
     stop: () => {
       for (const restore of undo) restore();
     },
