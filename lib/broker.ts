@@ -150,14 +150,15 @@ export const tokenDigest = (accessToken: string): string =>
 
 /**
  * The upstream refused the client's credentials (rather than the request): HTTP 401/403, or a
- * code or message that says so. The spec does not list failure codes, hence the patterns.
+ * code or message that says so. The spec does not list failure codes, hence the patterns. A
+ * refused signature counts: in strict mode the v3 signature is the only use of the secret.
  */
 export const isCredentialRejection = (error: unknown): boolean => {
   if (!(error instanceof UpstreamRejectedError)) return false;
   const status = Number(error.details.upstreamStatus);
   if (status === 401 || status === 403) return true;
   const said = `${error.upstreamCode ?? ''} ${error.upstreamMessage ?? ''}`;
-  return /(invalid|unknown|bad)[ _-]?(client|credential|secret)|unauthori[sz]ed|authentication failed/i.test(
+  return /(invalid|unknown|bad)[ _-]?(client|credential|secret)|unauthori[sz]ed|authentication failed|signature/i.test(
     said,
   );
 };

@@ -48,7 +48,9 @@ describe('Function: loadConfig', () => {
       callers: undefined,
       codeField: 'code',
       revokesOnReissue: true,
+      signing: { stringToSign: '{params}', encoding: 'hex' },
     });
+    expect(config.connections.get('production')?.signing).toBe(false);
     expect(config.connections.get('production')?.baseUrl).toBe('https://api.example.com/gateway');
     expect(config.connections.get('production')?.callers).toEqual([
       'arn:aws:sts::123456789012:assumed-role/orders-*/*',

@@ -106,7 +106,7 @@ describe('Function: unwrapV3Envelope', () => {
 
   it('reports a body that is not an envelope by its fields', () => {
     expect(() => unwrapV3Envelope({ accessToken: 'x' }, 'access-token', [])).toThrow(
-      /not a v3 envelope: expected a string "code" \(fields present: accessToken\)/,
+      /not a v3 envelope: expected a string or number "code" \(fields present: accessToken\)/,
     );
   });
 });
