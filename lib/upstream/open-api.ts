@@ -299,13 +299,16 @@ export const accessTokenRequest = (
 const SIGNATURE_WORDS = /signature|\bsign(?:ed|ing)?\b|time ?stamp|strict/i;
 
 /**
- * A rejection of a signed access-token request that points at strict mode: HTTP 401/403, or an
- * upstream code or message about the signature or the timestamp.
+ * A rejection of an access-token request that points at strict mode: an upstream code or
+ * message about the signature or the timestamp, or, when the request was signed, HTTP 401/403.
  */
-export const isSignatureRejection = (error: unknown): error is UpstreamRejectedError => {
+export const isSignatureRejection = (
+  error: unknown,
+  signed: boolean,
+): error is UpstreamRejectedError => {
   if (!(error instanceof UpstreamRejectedError)) return false;
   const status = Number(error.details.upstreamStatus);
-  if (status === 401 || status === 403) return true;
+  if (signed && (status === 401 || status === 403)) return true;
   return SIGNATURE_WORDS.test(`${error.upstreamCode ?? ''} ${error.upstreamMessage ?? ''}`);
 };
 
@@ -316,7 +319,7 @@ export const isSignatureRejection = (error: unknown): error is UpstreamRejectedE
 const signatureRejection = (
   error: UpstreamRejectedError,
   connection: ConnectionConfig,
-  signing: SigningConfig,
+  signing: SigningConfig | undefined,
 ): UpstreamRejectedError => {
   const said = [
     error.upstreamCode !== undefined && `code ${error.upstreamCode}`,
@@ -328,11 +331,14 @@ const signatureRejection = (
   const upstream = [Number.isFinite(status) && status > 0 && `HTTP ${status}`, said]
     .filter(Boolean)
     .join(', ');
-  return new UpstreamRejectedError(
-    `Open API rejected the signed access-token request (Strict Access Token Mode)${upstream ? `: ${upstream}` : ''}. ` +
-      `Connection '${connection.name}' signs with ${describeSigning(signing)} (connection field "signing"): ` +
+  const advice = signing
+    ? `Connection '${connection.name}' signs with ${describeSigning(signing)} (connection field "signing"): ` +
       'confirm the string-to-sign and encoding with the provider, check that the client secret is current, ' +
-      'and that this clock is within 5 minutes of theirs',
+      'and that this clock is within 5 minutes of theirs'
+    : `Connection '${connection.name}' has signing turned off ("signing": false): the provider runs this client in ` +
+      'strict mode, so remove that setting (the default signs) or set the scheme the provider confirms';
+  return new UpstreamRejectedError(
+    `Open API rejected the ${signing ? 'signed ' : ''}access-token request (Strict Access Token Mode)${upstream ? `: ${upstream}` : ''}. ${advice}`,
     error.upstreamCode,
     error.upstreamMessage,
     { details: error.details, cause: error },
@@ -407,7 +413,7 @@ export class OpenApiClient implements TokenIssuer {
         requestedAt,
       };
     } catch (error) {
-      if (signing && isSignatureRejection(error)) {
+      if (connection.variant === 'v3' && isSignatureRejection(error, signing !== undefined)) {
         throw signatureRejection(error, connection, signing);
       }
       throw error;
