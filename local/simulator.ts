@@ -49,6 +49,8 @@ export interface SimulatorSettings {
   codeField: string;
   /** Strict mode: largest accepted distance of `X-Timestamp` from the simulator's clock. */
   maxSkewSeconds: number;
+  /** How far the simulator's clock is off (its `timestamp` fields and strict-mode check). */
+  clockOffsetSeconds: number;
 }
 
 export interface SimulatorOptions extends Partial<SimulatorSettings> {
@@ -130,7 +132,10 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     revokeOnReissue: options.revokeOnReissue ?? true,
     codeField: options.codeField ?? 'code',
     maxSkewSeconds: options.maxSkewSeconds ?? 300,
+    clockOffsetSeconds: options.clockOffsetSeconds ?? 0,
   };
+  /** The provider's clock, in Unix seconds. */
+  const unixNow = () => Date.now() / 1000 + settings.clockOffsetSeconds;
   const clients = new Map(options.clients.map((c) => [c.clientId, c]));
   const codes = new Map<string, IssuedCode>();
   const tokens = new Map<string, IssuedToken>();
@@ -173,7 +178,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     const code = randomBytes(12).toString('hex');
     handedOut.push(code);
     codes.set(code, { clientId, expiresAt: Date.now() + CODE_LIFETIME_MS, used: false });
-    const timestamp = Math.floor(Date.now() / 1000);
+    const timestamp = Math.floor(unixNow());
     if (!v3) return send(res, 200, { timestamp, code });
     return envelope(res, '000000', 'success', {
       timestamp,
@@ -201,7 +206,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
       return { code: 100411, message: 'signature required: send X-Timestamp and X-Signature' };
     }
     const seconds = /^\d{1,12}$/.test(timestamp) ? Number(timestamp) : Number.NaN;
-    if (Number.isNaN(seconds) || Math.abs(seconds - Date.now() / 1000) > settings.maxSkewSeconds) {
+    if (Number.isNaN(seconds) || Math.abs(seconds - unixNow()) > settings.maxSkewSeconds) {
       return { code: 100412, message: 'timestamp expired or invalid' };
     }
     const params = Object.keys(body)
@@ -274,7 +279,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
       accessToken: token,
       refreshToken,
       expiresIn: settings.expiresIn,
-      timestamp: Math.floor(Date.now() / 1000),
+      timestamp: Math.floor(unixNow()),
     };
     return v3 ? envelope(res, '000000', 'success', payload) : send(res, 200, payload);
   };
@@ -409,6 +414,7 @@ const pickSettings = (body: Record<string, unknown>): Partial<SimulatorSettings>
   if (typeof body.revokeOnReissue === 'boolean') out.revokeOnReissue = body.revokeOnReissue;
   if (typeof body.codeField === 'string') out.codeField = body.codeField;
   if (typeof body.maxSkewSeconds === 'number') out.maxSkewSeconds = body.maxSkewSeconds;
+  if (typeof body.clockOffsetSeconds === 'number') out.clockOffsetSeconds = body.clockOffsetSeconds;
   return out;
 };
 

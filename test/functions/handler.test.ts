@@ -480,6 +480,9 @@ describe('Logs', () => {
     const secrets = stack.credentials();
     expect(logs.length).toBeGreaterThan(1000);
     expect(secrets.length).toBeGreaterThan(20);
+    // Strict mode's values are searched too: signatures and the strings that were signed.
+    expect(secrets.filter((value) => /^[0-9a-f]{64}$/.test(value)).length).toBeGreaterThan(3);
+    expect(secrets.filter((value) => value.startsWith('clientId=')).length).toBeGreaterThan(3);
     const leaked = secrets.filter((value) => logs.includes(value));
     expect(leaked).toEqual([]);
   });
