@@ -622,6 +622,25 @@ describe('Strict Access Token Mode against the simulator', () => {
     expect(error.upstreamCode).toBe('200001');
   });
 
+  it('redacts a signature the upstream echoes back in its error message', async () => {
+    let echoed = '';
+    const echoing = new OpenApiClient({
+      timeoutMs: 5000,
+      limits,
+      fetch: async (input, init) => {
+        const request = input as Request;
+        if (!request.url.endsWith('/access-token')) return fetch(input, init);
+        echoed = request.headers.get('x-signature') ?? '';
+        return jsonResponse({ code: 100413, message: `signature ${echoed} does not match` });
+      },
+    });
+    const error = await rejection(echoing.issue(v3, plain, { deadline: deadline() }));
+    expect(echoed).toMatch(/^[0-9a-f]{64}$/);
+    expect(error.message).toContain('code 100413: signature [redacted] does not match');
+    expect(error.message).not.toContain(echoed);
+    expect(error.upstreamMessage).not.toContain(echoed);
+  });
+
   it('puts no signature, string-to-sign or secret in any error message', () => {
     const values = [
       ...simulator.handedOut(),
