@@ -1,6 +1,13 @@
 import * as z from 'zod/mini';
 import { ConfigError } from './errors.js';
 import './schema.js';
+import {
+  DEFAULT_SIGNING,
+  SIGNING_ENCODINGS,
+  type SigningConfig,
+  type SigningEncoding,
+  templateProblem,
+} from './upstream/signing.js';
 
 /** Which path variant of the Open API a connection speaks. */
 export type Variant = 'v3' | 'legacy';
@@ -23,6 +30,13 @@ export interface ConnectionConfig {
    * rather than receive a token that may already be revoked.
    */
   readonly revokesOnReissue: boolean;
+  /**
+   * v3 only: how access-token requests are signed for the Open API's Strict Access Token Mode
+   * (`X-Timestamp`, `X-Signature`), or `false` for no signing. `loadConfig` always sets it
+   * (`false` on legacy connections); when a connection built in code leaves it out, a v3
+   * connection signs with {@link DEFAULT_SIGNING}, as a configured one does.
+   */
+  readonly signing?: SigningConfig | false;
 }
 
 /** The whole, validated, frozen configuration. Built once per container by {@link loadConfig}. */
@@ -97,7 +111,47 @@ const connectionSchema = z.strictObject({
   ),
   codeField: z.optional(z.string().check(z.regex(FIELD_NAME, 'must be a plain JSON field name'))),
   revokesOnReissue: z.optional(z.boolean()),
+  // Checked by `parseSigning`, which names the exact sub-field and problem.
+  signing: z.optional(z.unknown()),
 });
+
+/** A problem in a connection's settings: the field (dotted path) and what is wrong with it. */
+class FieldProblem {
+  constructor(
+    readonly field: string,
+    readonly message: string,
+  ) {}
+}
+
+/** The `signing` field: `false`, or `{ stringToSign?, encoding? }` over {@link DEFAULT_SIGNING}. */
+const parseSigning = (value: unknown): SigningConfig | false => {
+  if (value === undefined) return DEFAULT_SIGNING;
+  if (value === false) return false;
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new FieldProblem(
+      'signing',
+      'must be false (no signing) or an object { "stringToSign"?, "encoding"? }',
+    );
+  }
+  const { stringToSign = DEFAULT_SIGNING.stringToSign, encoding = DEFAULT_SIGNING.encoding } =
+    value as Record<string, unknown>;
+  const unknown = Object.keys(value).find((key) => key !== 'stringToSign' && key !== 'encoding');
+  if (unknown !== undefined) {
+    throw new FieldProblem(
+      `signing.${unknown.slice(0, 40)}`,
+      'unknown field (known: stringToSign, encoding)',
+    );
+  }
+  if (typeof stringToSign !== 'string') {
+    throw new FieldProblem('signing.stringToSign', 'must be a string template');
+  }
+  const problem = templateProblem(stringToSign);
+  if (problem !== undefined) throw new FieldProblem('signing.stringToSign', problem);
+  if (!(SIGNING_ENCODINGS as readonly unknown[]).includes(encoding)) {
+    throw new FieldProblem('signing.encoding', 'must be "hex" or "base64"');
+  }
+  return Object.freeze({ stringToSign, encoding: encoding as SigningEncoding });
+};
 
 const describePath = (path: readonly PropertyKey[]): string => {
   const [connection, field, ...rest] = path.map(String);
@@ -139,9 +193,23 @@ const parseConnections = (raw: string | undefined): Map<string, ConnectionConfig
       throw new ConfigError(`${variable}: ${where}${issue?.message ?? 'invalid'}`);
     }
     const { variant, baseUrl, secretId, callers, codeField, revokesOnReissue } = result.data;
-    if (codeField !== undefined && variant !== 'v3') {
+    for (const [field, present] of [
+      ['codeField', codeField !== undefined],
+      ['signing', result.data.signing !== undefined],
+    ] as const) {
+      if (present && variant !== 'v3') {
+        throw new ConfigError(
+          `${variable}: connection "${name}", field "${field}": only applies to variant "v3"`,
+        );
+      }
+    }
+    let signing: SigningConfig | false;
+    try {
+      signing = variant === 'v3' ? parseSigning(result.data.signing) : false;
+    } catch (error) {
+      if (!(error instanceof FieldProblem)) throw error;
       throw new ConfigError(
-        `${variable}: connection "${name}", field "codeField": only applies to variant "v3"`,
+        `${variable}: connection "${name}", field "${error.field}": ${error.message}`,
       );
     }
     connections.set(
@@ -154,6 +222,7 @@ const parseConnections = (raw: string | undefined): Map<string, ConnectionConfig
         callers: callers ? Object.freeze([...callers]) : undefined,
         codeField: codeField ?? 'code',
         revokesOnReissue: revokesOnReissue ?? true,
+        signing,
       }),
     );
   }

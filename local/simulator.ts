@@ -6,10 +6,13 @@
  * - `/open-api/v3/ping` and `/open-api/ping`: a protected call that checks `x-access-token`
  *
  * Authorization codes are single-use and short-lived; issuing a token revokes the client's
- * earlier ones (configurable), as many APIs of this kind do. Faults can be injected. The
- * admin endpoints under `/__simulator/` report counts only, never credential values.
+ * earlier ones (configurable), as many APIs of this kind do. v3 token requests are checked in
+ * Strict Access Token Mode per client (`X-Timestamp` within `maxSkewSeconds`, `X-Signature` an
+ * HMAC-SHA256 with the client secret over the client's string-to-sign template), unless the
+ * client has `signing: false`. Faults can be injected. The admin endpoints under
+ * `/__simulator/` report counts only, never credential values.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import {
   createServer as createHttpServer,
   type IncomingMessage,
@@ -19,9 +22,20 @@ import {
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 
+/**
+ * A client's Strict Access Token Mode scheme: a template over `{params}`, `{timestamp}` and
+ * `{body}` (default `{params}`) and the signature encoding (default `hex`).
+ */
+export interface SimulatorSigning {
+  readonly stringToSign?: string;
+  readonly encoding?: 'hex' | 'base64';
+}
+
 export interface SimulatorClient {
   readonly clientId: string;
   readonly clientSecret: string;
+  /** v3 strict mode for this client; on with the default scheme unless `false`. */
+  readonly signing?: SimulatorSigning | false;
 }
 
 export interface SimulatorSettings {
@@ -33,6 +47,10 @@ export interface SimulatorSettings {
   revokeOnReissue: boolean;
   /** Field of the v3 authorize `data` that carries the code. */
   codeField: string;
+  /** Strict mode: largest accepted distance of `X-Timestamp` from the simulator's clock. */
+  maxSkewSeconds: number;
+  /** How far the simulator's clock is off (its `timestamp` fields and strict-mode check). */
+  clockOffsetSeconds: number;
 }
 
 export interface SimulatorOptions extends Partial<SimulatorSettings> {
@@ -61,6 +79,7 @@ export interface RecordedRequest {
   readonly path: string;
   /** Top-level keys of the JSON body, never their values. */
   readonly bodyKeys: readonly string[];
+  /** `accept`, `content-type`, `x-timestamp`; `x-signature` only as `[present]`. */
   readonly headers: Readonly<Record<string, string | undefined>>;
 }
 
@@ -77,11 +96,14 @@ export interface Simulator {
   readonly settings: SimulatorSettings;
   stats(): SimulatorStats;
   requests(): readonly RecordedRequest[];
-  /** Every credential value the simulator handed out or was given: for leak scans. */
+  /**
+   * Every credential value the simulator handed out or was given, for leak scans: secrets,
+   * codes, tokens, and the signatures and strings-to-sign of strict-mode requests.
+   */
   handedOut(): readonly string[];
   /** Epoch ms of every issuance, in order. */
   issuanceTimes(): readonly number[];
-  /** Replaces a client's secret, as a provider's console does on rotation. */
+  /** Replaces a client's secret, as a provider's console does on rotation (strict mode kept). */
   rotateSecret(clientId: string, clientSecret: string): void;
   /** Whether the Open API would accept this token now. */
   isValid(accessToken: string): boolean;
@@ -109,7 +131,11 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     latencyMs: options.latencyMs ?? 0,
     revokeOnReissue: options.revokeOnReissue ?? true,
     codeField: options.codeField ?? 'code',
+    maxSkewSeconds: options.maxSkewSeconds ?? 300,
+    clockOffsetSeconds: options.clockOffsetSeconds ?? 0,
   };
+  /** The provider's clock, in Unix seconds. */
+  const unixNow = () => Date.now() / 1000 + settings.clockOffsetSeconds;
   const clients = new Map(options.clients.map((c) => [c.clientId, c]));
   const codes = new Map<string, IssuedCode>();
   const tokens = new Map<string, IssuedToken>();
@@ -129,8 +155,12 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     res.writeHead(status, { 'content-type': 'application/json', ...headers });
     res.end(JSON.stringify(body));
   };
-  const envelope = (res: ServerResponse, code: string, message: string, data: unknown = null) =>
-    send(res, 200, { code, message, data });
+  const envelope = (
+    res: ServerResponse,
+    code: string | number,
+    message: string,
+    data: unknown = null,
+  ) => send(res, 200, { code, message, data });
 
   const isValid = (accessToken: string) => {
     const token = tokens.get(accessToken);
@@ -148,7 +178,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     const code = randomBytes(12).toString('hex');
     handedOut.push(code);
     codes.set(code, { clientId, expiresAt: Date.now() + CODE_LIFETIME_MS, used: false });
-    const timestamp = Math.floor(Date.now() / 1000);
+    const timestamp = Math.floor(unixNow());
     if (!v3) return send(res, 200, { timestamp, code });
     return envelope(res, '000000', 'success', {
       timestamp,
@@ -158,14 +188,66 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     });
   };
 
-  const accessToken = (res: ServerResponse, body: Record<string, unknown>, v3: boolean) => {
-    const fail = (code: string, message: string, status = 400) =>
+  /**
+   * Strict Access Token Mode, checked independently of the broker's signing code so that a
+   * mistake there cannot be mirrored here. Returns the failure to answer, if any.
+   */
+  const strictModeFailure = (
+    client: SimulatorClient,
+    req: IncomingMessage,
+    body: Record<string, unknown>,
+    raw: string,
+  ): { code: number; message: string } | undefined => {
+    if (client.signing === false) return undefined;
+    const timestamp = req.headers['x-timestamp'];
+    const received = req.headers['x-signature'];
+    if (typeof received === 'string' && received.length >= 8) handedOut.push(received);
+    if (typeof timestamp !== 'string' || typeof received !== 'string') {
+      return { code: 100411, message: 'signature required: send X-Timestamp and X-Signature' };
+    }
+    const seconds = /^\d{1,12}$/.test(timestamp) ? Number(timestamp) : Number.NaN;
+    if (Number.isNaN(seconds) || Math.abs(seconds - unixNow()) > settings.maxSkewSeconds) {
+      return { code: 100412, message: 'timestamp expired or invalid' };
+    }
+    const params = Object.keys(body)
+      .sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)))
+      .map((key) => {
+        const value = body[key];
+        return `${key}=${typeof value === 'string' ? value : JSON.stringify(value)}`;
+      })
+      .join('&');
+    const template = client.signing?.stringToSign ?? '{params}';
+    const signed = template.replace(/\{(params|timestamp|body)\}/g, (_, name: string) =>
+      name === 'params' ? params : name === 'timestamp' ? timestamp : raw,
+    );
+    const expected = createHmac('sha256', client.clientSecret)
+      .update(signed)
+      .digest(client.signing?.encoding ?? 'hex');
+    if (signed.length >= 12) handedOut.push(signed);
+    handedOut.push(expected);
+    const ok =
+      Buffer.byteLength(received) === Buffer.byteLength(expected) &&
+      timingSafeEqual(Buffer.from(received), Buffer.from(expected));
+    return ok ? undefined : { code: 100413, message: 'signature verification failed' };
+  };
+
+  const accessToken = (
+    res: ServerResponse,
+    req: IncomingMessage,
+    body: Record<string, unknown>,
+    raw: string,
+    v3: boolean,
+  ) => {
+    const fail = (code: string | number, message: string, status = 400) =>
       v3 ? envelope(res, code, message) : send(res, status, { code, message });
     const clientId = typeof body.clientId === 'string' ? body.clientId : '';
     const client = clients.get(clientId);
     if (!client) return fail('100001', 'invalid clientId', 401);
     // The current variant must never receive the secret; the earlier one requires it.
     if (v3 && 'clientSecret' in body) return fail('100400', 'clientSecret is not accepted by v3');
+    // Checked before the code is looked at, so that a refused signature does not use it up.
+    const strict = v3 ? strictModeFailure(client, req, body, raw) : undefined;
+    if (strict) return fail(strict.code, strict.message);
     if (!v3 && body.clientSecret !== client.clientSecret) {
       return fail('invalid_client', 'client authentication failed', 401);
     }
@@ -197,7 +279,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
       accessToken: token,
       refreshToken,
       expiresIn: settings.expiresIn,
-      timestamp: Math.floor(Date.now() / 1000),
+      timestamp: Math.floor(unixNow()),
     };
     return v3 ? envelope(res, '000000', 'success', payload) : send(res, 200, payload);
   };
@@ -246,7 +328,12 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
       method: req.method ?? '',
       path: url.pathname,
       bodyKeys: Object.keys(body),
-      headers: { accept: req.headers.accept, 'content-type': req.headers['content-type'] },
+      headers: {
+        accept: req.headers.accept,
+        'content-type': req.headers['content-type'],
+        'x-timestamp': header(req, 'x-timestamp'),
+        'x-signature': header(req, 'x-signature') === undefined ? undefined : '[present]',
+      },
     });
     if (settings.latencyMs > 0) await sleep(settings.latencyMs);
     const fault = faults.find(
@@ -269,9 +356,9 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
       case 'GET /open-api/oauth/authorize':
         return authorize(res, url, false);
       case 'POST /open-api/v3/oauth/access-token':
-        return accessToken(res, body, true);
+        return accessToken(res, req, body, raw, true);
       case 'POST /open-api/oauth/access-token':
-        return accessToken(res, body, false);
+        return accessToken(res, req, body, raw, false);
       case 'GET /open-api/v3/ping':
       case 'GET /open-api/ping':
         return ping(res, req);
@@ -301,7 +388,12 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     handedOut: () => [...handedOut],
     issuanceTimes: () => [...issuanceTimes],
     rotateSecret: (clientId, clientSecret) => {
-      clients.set(clientId, { clientId, clientSecret });
+      const signing = clients.get(clientId)?.signing;
+      clients.set(clientId, {
+        clientId,
+        clientSecret,
+        ...(signing === undefined ? {} : { signing }),
+      });
       handedOut.push(clientSecret);
     },
     isValid,
@@ -321,7 +413,14 @@ const pickSettings = (body: Record<string, unknown>): Partial<SimulatorSettings>
   if (typeof body.latencyMs === 'number') out.latencyMs = body.latencyMs;
   if (typeof body.revokeOnReissue === 'boolean') out.revokeOnReissue = body.revokeOnReissue;
   if (typeof body.codeField === 'string') out.codeField = body.codeField;
+  if (typeof body.maxSkewSeconds === 'number') out.maxSkewSeconds = body.maxSkewSeconds;
+  if (typeof body.clockOffsetSeconds === 'number') out.clockOffsetSeconds = body.clockOffsetSeconds;
   return out;
+};
+
+const header = (req: IncomingMessage, name: string): string | undefined => {
+  const value = req.headers[name];
+  return Array.isArray(value) ? value.join(', ') : value;
 };
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -119,6 +119,9 @@ describe('Bundle: dist/broker/index.mjs loaded like Lambda loads it', () => {
 
     const secrets = stack.credentials();
     expect(secrets.length).toBeGreaterThanOrEqual(8);
+    // The bundle signed the v3 token request: its signature and string-to-sign are searched too.
+    expect(secrets.filter((value) => /^[0-9a-f]{64}$/.test(value))).toHaveLength(1);
+    expect(secrets.filter((value) => value.startsWith('clientId='))).toHaveLength(1);
     expect(output).toContain('"message":"Token served"');
     expect(secrets.filter((value) => output.includes(value))).toEqual([]);
   });

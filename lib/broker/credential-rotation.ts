@@ -13,13 +13,14 @@ export type Issue = (connection: ConnectionConfig, deadline: number) => Promise<
 
 /**
  * The upstream refused the client's credentials (rather than the request): HTTP 401/403, or a
- * code or message that says so. The spec does not list failure codes, hence the patterns.
+ * code or message that says so. The spec does not list failure codes, hence the patterns. A
+ * refused signature counts: in strict mode the v3 signature is the only use of the secret.
  */
 export const isCredentialRejection = (error: unknown): boolean => {
   if (!(error instanceof UpstreamRejectedError)) return false;
   if (error.upstreamStatus === 401 || error.upstreamStatus === 403) return true;
   const said = `${error.upstreamCode ?? ''} ${error.upstreamMessage ?? ''}`;
-  return /(invalid|unknown|bad)[ _-]?(client|credential|secret)|unauthori[sz]ed|authentication failed/i.test(
+  return /(invalid|unknown|bad)[ _-]?(client|credential|secret)|unauthori[sz]ed|authentication failed|signature/i.test(
     said,
   );
 };

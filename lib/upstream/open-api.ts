@@ -15,6 +15,13 @@ import {
 } from '../errors.js';
 import type { ClientCredentials, IssuedToken, TokenIssuer } from '../ports.js';
 import { DEFAULT_RESILIENCE, UpstreamResilience } from './resilience.js';
+import {
+  DEFAULT_SIGNING,
+  describeSigning,
+  SIGNATURE_HEADER,
+  type SigningConfig,
+  signingHeaders,
+} from './signing.js';
 
 export const V3_SUCCESS_CODE = '000000';
 const USER_AGENT = 'open-api-token-broker/0.1';
@@ -124,11 +131,20 @@ export const readJsonBody = async (
   return body;
 };
 
-/** Checks a v3 envelope and returns its `data`. */
+/**
+ * Checks a v3 envelope and returns its `data`. The provider's error answers may carry `code` as
+ * a number (`0`, `100401`); success is only ever the string `000000`.
+ */
 export const unwrapV3Envelope = (body: unknown, step: Step, sensitive: Sensitive): Json => {
-  if (!isObject(body) || typeof body.code !== 'string') {
+  if (
+    !isObject(body) ||
+    !(
+      typeof body.code === 'string' ||
+      (typeof body.code === 'number' && Number.isFinite(body.code))
+    )
+  ) {
     throw new UpstreamBadResponseError(
-      `Open API ${step} response is not a v3 envelope: expected a string "code" (fields present: ${isObject(body) ? describeFields(body) : typeof body})`,
+      `Open API ${step} response is not a v3 envelope: expected a string or number "code" (fields present: ${isObject(body) ? describeFields(body) : typeof body})`,
     );
   }
   if (body.code !== V3_SUCCESS_CODE) {
@@ -150,7 +166,11 @@ const authorizationCode = (payload: Json, field: string, where: string): string 
   const code = payload[field];
   if (typeof code !== 'string' || code.length === 0) {
     throw new UpstreamBadResponseError(
-      `Open API authorize response has no authorization code in ${where}.${field} (fields present: ${describeFields(payload)}); set "codeField" on the connection if the code is in another field`,
+      `Open API authorize response has no authorization code in ${where}.${field} (fields present: ${describeFields(payload)}); ${
+        where === 'data'
+          ? `the provider's documented v3 example has no code field while working clients read data.code: set the connection's "codeField" (default "code") to the field your provider sends`
+          : 'the legacy variant carries it in "code"'
+      }`,
     );
   }
   return code;
@@ -238,22 +258,92 @@ export const authorizeRequest = (connection: ConnectionConfig, clientId: string)
   });
 };
 
-/** Builds the access-token request (POST with a JSON body that depends on the variant). */
+/**
+ * The connection's signing scheme, or `undefined` when its requests are not signed. Only v3
+ * access-token requests are signed (Strict Access Token Mode); the legacy variant sends the secret.
+ */
+export const signingOf = (connection: ConnectionConfig): SigningConfig | undefined =>
+  connection.variant !== 'v3' || connection.signing === false
+    ? undefined
+    : (connection.signing ?? DEFAULT_SIGNING);
+
+/**
+ * Builds the access-token request (POST with a JSON body that depends on the variant). A v3
+ * request is signed with `X-Timestamp` and `X-Signature` at `nowMs` unless signing is off.
+ */
 export const accessTokenRequest = (
   connection: ConnectionConfig,
   credentials: ClientCredentials,
   code: string,
+  nowMs: number = Date.now(),
 ): Request => {
   const protocol = PROTOCOLS[connection.variant];
+  const body = protocol.tokenBody(credentials, code);
+  // Serialised once: `{body}` signs exactly the bytes that are sent.
+  const bodyText = JSON.stringify(body);
+  const signing = signingOf(connection);
   return new Request(`${connection.baseUrl}${protocol.prefix}/oauth/access-token`, {
     method: 'POST',
     headers: {
       accept: 'application/json',
       'content-type': 'application/json',
       'user-agent': USER_AGENT,
+      ...(signing && signingHeaders(credentials.clientSecret, signing, { body, bodyText }, nowMs)),
     },
-    body: JSON.stringify(protocol.tokenBody(credentials, code)),
+    body: bodyText,
   });
+};
+
+// What a provider says when it refuses a signature or its timestamp (the codes are not public).
+const SIGNATURE_WORDS = /signature|\bsign(?:ed|ing)?\b|time ?stamp|strict/i;
+
+/**
+ * A rejection of an access-token request that points at strict mode: an upstream code or
+ * message about the signature or the timestamp, or, when the request was signed, HTTP 401/403.
+ */
+export const isSignatureRejection = (
+  error: unknown,
+  signed: boolean,
+): error is UpstreamRejectedError => {
+  if (!(error instanceof UpstreamRejectedError)) return false;
+  const status = error.upstreamStatus;
+  if (signed && (status === 401 || status === 403)) return true;
+  return SIGNATURE_WORDS.test(`${error.upstreamCode ?? ''} ${error.upstreamMessage ?? ''}`);
+};
+
+/**
+ * Restates a strict-mode rejection for the operator: what the connection signs with (settings,
+ * never a value) and what to check. Code, message and status of the upstream are kept.
+ */
+const signatureRejection = (
+  error: UpstreamRejectedError,
+  connection: ConnectionConfig,
+  signing: SigningConfig | undefined,
+): UpstreamRejectedError => {
+  const said = [
+    error.upstreamCode !== undefined && `code ${error.upstreamCode}`,
+    error.upstreamMessage,
+  ]
+    .filter(Boolean)
+    .join(': ');
+  const status = error.upstreamStatus;
+  const upstream = [status !== undefined && `HTTP ${status}`, said].filter(Boolean).join(', ');
+  const advice = signing
+    ? `Connection '${connection.name}' signs with ${describeSigning(signing)} (connection field "signing"): ` +
+      'confirm the string-to-sign and encoding with the provider, check that the client secret is current, ' +
+      'and that this clock is within 5 minutes of theirs'
+    : `Connection '${connection.name}' has signing turned off ("signing": false): the provider runs this client in ` +
+      'strict mode, so remove that setting (the default signs) or set the scheme the provider confirms';
+  return new UpstreamRejectedError(
+    `Open API rejected the ${signing ? 'signed ' : ''}access-token request (Strict Access Token Mode)${upstream ? `: ${upstream}` : ''}. ${advice}`,
+    {
+      upstreamStatus: error.upstreamStatus,
+      upstreamCode: error.upstreamCode,
+      upstreamMessage: error.upstreamMessage,
+      details: error.details,
+      cause: error,
+    },
+  );
 };
 
 export interface OpenApiClientOptions {
@@ -300,14 +390,35 @@ export class OpenApiClient implements TokenIssuer {
     // Expiry counts from the moment the token request leaves, never from the upstream clock.
     const requestedAt = this.#now();
     // The code is single-use: a retry of this step may be refused, which is then reported.
-    const tokenBody = await this.#send(
-      connection,
-      () => accessTokenRequest(connection, credentials, code),
-      'access-token',
-      deadline,
-      withCode,
-    );
-    return { ...protocol.parseToken(tokenBody, this.options.limits, withCode), requestedAt };
+    // Each attempt is built (and signed, with its own timestamp) afresh.
+    const signing = signingOf(connection);
+    // Grows with each attempt's signature: an upstream that echoes one in its error text must
+    // not get it into a message.
+    const tokenSensitive = [...withCode];
+    const signedRequest = () => {
+      const request = accessTokenRequest(connection, credentials, code, this.#now());
+      const signature = request.headers.get(SIGNATURE_HEADER);
+      if (signature !== null) tokenSensitive.push(signature);
+      return request;
+    };
+    try {
+      const tokenBody = await this.#send(
+        connection,
+        signedRequest,
+        'access-token',
+        deadline,
+        tokenSensitive,
+      );
+      return {
+        ...protocol.parseToken(tokenBody, this.options.limits, tokenSensitive),
+        requestedAt,
+      };
+    } catch (error) {
+      if (connection.variant === 'v3' && isSignatureRejection(error, signing !== undefined)) {
+        throw signatureRejection(error, connection, signing);
+      }
+      throw error;
+    }
   }
 
   /** One upstream request under the connection's retry and circuit-breaker policies. */

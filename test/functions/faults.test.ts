@@ -73,6 +73,74 @@ describe('Faults: a client secret rotated at the provider', () => {
   });
 });
 
+describe('Faults: Strict Access Token Mode (v3 signed token requests)', () => {
+  /** A new container with one more connection, configured at its cold start. */
+  const containerWith = (name: string, settings: Record<string, unknown>) => {
+    const connections = process.env.BROKER_CONNECTIONS;
+    process.env.BROKER_CONNECTIONS = JSON.stringify({
+      ...JSON.parse(connections ?? '{}'),
+      [name]: { variant: 'v3', baseUrl: stack.simulator.url, secretId: 'open-api/v3', ...settings },
+    });
+    try {
+      return newContainer();
+    } finally {
+      process.env.BROKER_CONNECTIONS = connections;
+    }
+  };
+
+  it('re-reads a v3 secret rotated at the provider once its signature is refused, and issues with it', async () => {
+    const container = newContainer();
+    const first = await get(container, 'sandbox'); // the old secret is now cached in this container
+    expect(first.status).toBe(200);
+    const rotated = { clientId: stack.v3Client.clientId, clientSecret: 'rotated-v3-secret-4567' };
+    stack.simulator.rotateSecret(rotated.clientId, rotated.clientSecret);
+    stack.secrets.setSecret('open-api/v3', JSON.stringify(rotated));
+    await invokeHandler(container, {
+      action: 'invalidate',
+      connection: 'sandbox',
+      accessToken: first.json.accessToken,
+    });
+    const logged = output.text().length;
+    const next = await get(container, 'sandbox');
+    expect(next.status).toBe(200);
+    expect(stack.simulator.isValid(next.json.accessToken)).toBe(true);
+    expect(output.text().slice(logged)).toContain(
+      'Credentials rejected; the secret changed, retrying once with the new one',
+    );
+  });
+
+  it('answers 502 naming strict mode and the template when the provider signs another way', async () => {
+    const container = containerWith('wrong-template', {
+      signing: { stringToSign: '{params}&timestamp={timestamp}' },
+    });
+    const logged = output.text().length;
+    const response = await get(container, 'wrong-template');
+    expect(response.status).toBe(502);
+    expect(response.json.error.code).toBe('UPSTREAM_REJECTED');
+    expect(response.json.error.message).toBe(
+      'Open API rejected the signed access-token request (Strict Access Token Mode): code 100413: signature verification failed. Connection \'wrong-template\' signs with stringToSign "{params}&timestamp={timestamp}", encoding "hex" (connection field "signing"): confirm the string-to-sign and encoding with the provider, check that the client secret is current, and that this clock is within 5 minutes of theirs',
+    );
+    // The secret was read again once, found unchanged, and not retried.
+    expect(output.text().slice(logged)).not.toContain('the secret changed');
+  });
+
+  it('answers 502 naming the clock when the provider’s clock is more than 5 minutes away', async () => {
+    stack.simulator.settings.clockOffsetSeconds = 360;
+    try {
+      const response = await get(containerWith('skewed', {}), 'skewed');
+      expect(response.status).toBe(502);
+      expect(response.json.error.message).toContain(
+        '(Strict Access Token Mode): code 100412: timestamp expired or invalid.',
+      );
+      expect(response.json.error.message).toContain('this clock is within 5 minutes of theirs');
+    } finally {
+      stack.simulator.settings.clockOffsetSeconds = 0;
+    }
+    const after = await get(containerWith('skewed', {}), 'skewed');
+    expect(after.status).toBe(200);
+  });
+});
+
 describe('Faults: KMS', () => {
   it('reports KMS failing on a cold read as a 503, not as a missing token (no needless re-issue)', async () => {
     await get(newContainer()); // a token now sits encrypted in the table
@@ -105,6 +173,15 @@ describe('Faults: logs', () => {
     stack.simulator.rotateSecret(rotated.clientId, rotated.clientSecret);
     stack.secrets.setSecret('open-api/legacy', JSON.stringify(rotated));
     const next = await get(container, 'legacy');
+    // A signed (strict mode) v3 issuance: its signature and signed string are searched too.
+    const v3 = newContainer();
+    const stale = await get(v3, 'sandbox');
+    await invokeHandler(v3, {
+      action: 'invalidate',
+      connection: 'sandbox',
+      accessToken: stale.json.accessToken,
+    });
+    const signed = await get(v3, 'sandbox');
     stack.kms.failNext(10, 'KMSInternalException');
     await get(newContainer());
     stack.kms.clearFailures();
@@ -117,6 +194,10 @@ describe('Faults: logs', () => {
     expect(secrets).toEqual(
       expect.arrayContaining([first.json.accessToken, next.json.accessToken, rotated.clientSecret]),
     );
+    expect(signed.status).toBe(200);
+    // Strict mode's values are searched too: signatures and the strings that were signed.
+    expect(secrets.filter((value) => /^[0-9a-f]{64}$/.test(value)).length).toBeGreaterThan(3);
+    expect(secrets.filter((value) => value.startsWith('clientId=')).length).toBeGreaterThan(3);
     expect(secrets.filter((value) => logs.includes(value))).toEqual([]);
   });
 });

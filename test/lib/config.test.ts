@@ -48,7 +48,9 @@ describe('Function: loadConfig', () => {
       callers: undefined,
       codeField: 'code',
       revokesOnReissue: true,
+      signing: { stringToSign: '{params}', encoding: 'hex' },
     });
+    expect(config.connections.get('production')?.signing).toBe(false);
     expect(config.connections.get('production')?.baseUrl).toBe('https://api.example.com/gateway');
     expect(config.connections.get('production')?.callers).toEqual([
       'arn:aws:sts::123456789012:assumed-role/orders-*/*',
@@ -103,6 +105,76 @@ describe('Function: loadConfig', () => {
       }),
     );
     expect(config.connections.get('sandbox')?.codeField).toBe('authCode');
+  });
+
+  describe('signing (Strict Access Token Mode)', () => {
+    const v3 = { variant: 'v3', baseUrl: 'https://a.example', secretId: 's' };
+    const signingOf = (signing: unknown) =>
+      loadConfig(withConnection({ ...v3, signing })).connections.get('sandbox')?.signing;
+
+    it('signs v3 by default with {params} in hex, and takes false to turn it off', () => {
+      expect(loadConfig(withConnection(v3)).connections.get('sandbox')?.signing).toEqual({
+        stringToSign: '{params}',
+        encoding: 'hex',
+      });
+      expect(signingOf(false)).toBe(false);
+    });
+
+    it('fills the fields an object leaves out with the defaults', () => {
+      expect(signingOf({})).toEqual({ stringToSign: '{params}', encoding: 'hex' });
+      expect(signingOf({ encoding: 'base64' })).toEqual({
+        stringToSign: '{params}',
+        encoding: 'base64',
+      });
+      expect(signingOf({ stringToSign: '{params}&timestamp={timestamp}' })).toEqual({
+        stringToSign: '{params}&timestamp={timestamp}',
+        encoding: 'hex',
+      });
+      expect(signingOf({ stringToSign: '{body}', encoding: 'base64' })).toEqual({
+        stringToSign: '{body}',
+        encoding: 'base64',
+      });
+    });
+
+    it.each([
+      [
+        { ...v3, signing: true },
+        'field "signing": must be false (no signing) or an object { "stringToSign"?, "encoding"? }',
+      ],
+      [
+        { ...v3, signing: 'hex' },
+        'field "signing": must be false (no signing) or an object { "stringToSign"?, "encoding"? }',
+      ],
+      [
+        { ...v3, signing: { stringToSign: '{param}' } },
+        'field "signing.stringToSign": unknown placeholder "{param}" (known: {params}, {timestamp}, {body})',
+      ],
+      [{ ...v3, signing: { stringToSign: '' } }, 'field "signing.stringToSign": must not be empty'],
+      [
+        { ...v3, signing: { stringToSign: 42 } },
+        'field "signing.stringToSign": must be a string template',
+      ],
+      [
+        { ...v3, signing: { encoding: 'HEX' } },
+        'field "signing.encoding": must be "hex" or "base64"',
+      ],
+      [
+        { ...v3, signing: { encodng: 'hex' } },
+        'field "signing.encodng": unknown field (known: stringToSign, encoding)',
+      ],
+      [
+        { variant: 'legacy', baseUrl: 'https://a.example', secretId: 's', signing: false },
+        'field "signing": only applies to variant "v3"',
+      ],
+      [
+        { variant: 'legacy', baseUrl: 'https://a.example', secretId: 's', signing: {} },
+        'field "signing": only applies to variant "v3"',
+      ],
+    ])('refuses %j, naming the variable, the connection and the field', (settings, message) => {
+      expect(failure(withConnection(settings))).toBe(
+        `BROKER_CONNECTIONS: connection "sandbox", ${message}`,
+      );
+    });
   });
 
   it.each([

@@ -746,6 +746,46 @@ describe('Class: TokenBroker', () => {
       expect(issuer.issued).toBe(0);
     });
 
+    it('re-reads the secret when a strict-mode signature is refused, and retries only if it changed', async () => {
+      // The simulator's answer to a v3 signature made with an old secret: an envelope, HTTP 200.
+      const signatureRefused = () =>
+        new UpstreamRejectedError(
+          'Open API rejected the signed access-token request (Strict Access Token Mode): code 100413: signature verification failed. …',
+          { upstreamCode: '100413', upstreamMessage: 'signature verification failed' },
+        );
+      const unchanged = setup();
+      unchanged.issuer.failWith = signatureRefused();
+      const error = await unchanged.broker
+        .getToken('sandbox', { deadline: T0 + 5_000 })
+        .then(unexpected, caught);
+      expect(error.upstreamCode).toBe('100413');
+      expect(unchanged.secrets.forcedFetches).toBe(1);
+      expect(unchanged.issuer.issued).toBe(0);
+
+      const rotated = setup();
+      rotated.secrets.stored = { clientId: 'client-1', clientSecret: 'rotated' };
+      const issue = rotated.issuer.issue.bind(rotated.issuer);
+      rotated.issuer.issue = async (conn, credentials) => {
+        if (credentials.clientSecret !== 'rotated') throw signatureRefused();
+        return issue(conn, credentials);
+      };
+      const served = await rotated.broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(served.source).toBe('upstream');
+      expect(rotated.secrets.forcedFetches).toBe(1);
+    });
+
+    it('does not re-read the secret for a refused timestamp (a clock problem, not a secret)', async () => {
+      const { broker, issuer, secrets } = setup();
+      issuer.failWith = new UpstreamRejectedError(
+        'Open API rejected the signed access-token request (Strict Access Token Mode): code 100412: timestamp expired or invalid. …',
+        { upstreamCode: '100412', upstreamMessage: 'timestamp expired or invalid' },
+      );
+      await expect(broker.getToken('sandbox', { deadline: T0 + 5_000 })).rejects.toBeInstanceOf(
+        UpstreamRejectedError,
+      );
+      expect(secrets.forcedFetches).toBe(0);
+    });
+
     it('does not re-read the secret for other rejections', async () => {
       const { broker, issuer, secrets } = setup();
       issuer.failWith = new UpstreamRejectedError('code 200001: rate limited', {

@@ -18,6 +18,7 @@ import {
   RetryAfterBackoff,
   UpstreamResilience,
 } from '../../../lib/upstream/resilience.js';
+import type { SigningConfig } from '../../../lib/upstream/signing.js';
 import { generateClient, type Simulator, startSimulator } from '../../../local/simulator.js';
 import { caught, unexpected } from '../../support/errors.js';
 import { connection } from '../../support/fakes.js';
@@ -104,9 +105,46 @@ describe('Function: unwrapV3Envelope', () => {
     expect(error?.upstreamMessage).toBe('invalid clientId');
   });
 
+  it.each([
+    [100401, 'token invalid', 'code 100401: token invalid'],
+    [0, 'failure', 'code 0: failure'],
+    [-1, 'system busy', 'code -1: system busy'],
+  ])('reads a numeric code %j as a rejection, never as success', (code, message, said) => {
+    let error: UpstreamRejectedError | undefined;
+    try {
+      unwrapV3Envelope({ code, message, data: { accessToken: 'x' } }, 'access-token', []);
+    } catch (e) {
+      error = e as UpstreamRejectedError;
+    }
+    expect(error).toBeInstanceOf(UpstreamRejectedError);
+    expect(error?.message).toBe(`Open API rejected the access-token request: ${said}`);
+    expect(error?.upstreamCode).toBe(String(code));
+  });
+
+  it('takes only the string 000000 as success', () => {
+    expect(() =>
+      unwrapV3Envelope({ code: Number('000000'), message: 'success', data: {} }, 'authorize', []),
+    ).toThrow(UpstreamRejectedError);
+    expect(() =>
+      unwrapV3Envelope({ code: '0', message: 'success', data: {} }, 'authorize', []),
+    ).toThrow('code 0: success');
+    expect(unwrapV3Envelope({ code: '000000', data: { y: 2 } }, 'authorize', [])).toEqual({
+      y: 2,
+    });
+  });
+
+  it.each([
+    [{ code: null }],
+    [{ code: true }],
+    [{ code: Number.NaN }],
+    ['text'],
+  ])('refuses an envelope whose code is neither a string nor a number: %j', (body) => {
+    expect(() => unwrapV3Envelope(body, 'access-token', [])).toThrow(UpstreamBadResponseError);
+  });
+
   it('reports a body that is not an envelope by its fields', () => {
     expect(() => unwrapV3Envelope({ accessToken: 'x' }, 'access-token', [])).toThrow(
-      /not a v3 envelope: expected a string "code" \(fields present: accessToken\)/,
+      /not a v3 envelope: expected a string or number "code" \(fields present: accessToken\)/,
     );
   });
 });
@@ -205,6 +243,10 @@ describe('Class: OpenApiClient against the simulator', () => {
       expect(error).toBeInstanceOf(UpstreamBadResponseError);
       expect(error.message).toContain(
         'no authorization code in data.code (fields present: timestamp, eventType, orderId, authCode)',
+      );
+      // The provider's documented example has no code field: the message says where to look.
+      expect(error.message).toContain(
+        `the provider's documented v3 example has no code field while working clients read data.code: set the connection's "codeField" (default "code") to the field your provider sends`,
       );
       const token = await openApi().issue({ ...v3, codeField: 'authCode' }, client, {
         deadline: deadline(),
@@ -359,5 +401,259 @@ describe('Class: RetryAfterBackoff', () => {
       () => 700,
     );
     expect(tight.next(context(error)).duration).toBe(700);
+  });
+});
+
+describe('Strict Access Token Mode against the simulator', () => {
+  const plain = generateClient('strict-default');
+  const schemes = {
+    '{timestamp}{params}': {
+      ...generateClient('strict-ts'),
+      signing: { stringToSign: '{timestamp}{params}' },
+    },
+    '{params}&timestamp={timestamp}': {
+      ...generateClient('strict-suffix'),
+      signing: { stringToSign: '{params}&timestamp={timestamp}' },
+    },
+    '{body} base64': {
+      ...generateClient('strict-body'),
+      signing: { stringToSign: '{body}', encoding: 'base64' as const },
+    },
+  };
+  const relaxed = { ...generateClient('not-strict'), signing: false as const };
+  let simulator: Simulator;
+  let v3: ConnectionConfig;
+  /** Every access-token request the broker sent: its signing headers, for the leak checks. */
+  const sent: { timestamp: string | null; signature: string | null }[] = [];
+  const recordingFetch: typeof fetch = async (input, init) => {
+    const request = input as Request;
+    if (request.url.endsWith('/access-token')) {
+      sent.push({
+        timestamp: request.headers.get('x-timestamp'),
+        signature: request.headers.get('x-signature'),
+      });
+    }
+    return fetch(input, init);
+  };
+  /** Messages of every error below, checked at the end for anything secret. */
+  const messages: string[] = [];
+  const rejection = async (promise: Promise<unknown>) => {
+    const error = await promise.then(unexpected, caught);
+    messages.push(error.message);
+    return error;
+  };
+  const openApi = (now?: () => number) =>
+    new OpenApiClient({ timeoutMs: 5000, limits, fetch: recordingFetch, ...(now ? { now } : {}) });
+  const deadline = () => Date.now() + 10_000;
+
+  beforeAll(async () => {
+    simulator = await startSimulator({
+      clients: [plain, relaxed, ...Object.values(schemes)],
+      expiresIn: 3600,
+    });
+    v3 = connection({ variant: 'v3', baseUrl: simulator.url });
+  });
+  afterAll(() => simulator.close());
+
+  it('signs the access-token POST by default ({params}, hex) and leaves the authorize GET unsigned', async () => {
+    const before = Date.now();
+    const token = await openApi().issue(v3, plain, { deadline: deadline() });
+    expect(simulator.isValid(token.accessToken)).toBe(true);
+    const [authorize, post] = simulator.requests().slice(-2);
+    expect(authorize?.method).toBe('GET');
+    expect(authorize?.headers['x-timestamp']).toBeUndefined();
+    expect(authorize?.headers['x-signature']).toBeUndefined();
+    expect(post?.method).toBe('POST');
+    expect(post?.headers['x-signature']).toBe('[present]');
+    const timestamp = Number(post?.headers['x-timestamp']);
+    expect(timestamp).toBeGreaterThanOrEqual(Math.floor(before / 1000));
+    expect(timestamp).toBeLessThanOrEqual(Math.ceil(Date.now() / 1000));
+    expect(sent.at(-1)?.signature).toMatch(/^[0-9a-f]{64}$/);
+    // The secret is still never sent.
+    expect(post?.bodyKeys.toSorted()).toEqual(['clientId', 'code']);
+  });
+
+  it.each(Object.entries(schemes))('issues with the scheme %s', async (_name, client) => {
+    const signing: SigningConfig = { encoding: 'hex', ...client.signing };
+    const token = await openApi().issue({ ...v3, signing }, client, { deadline: deadline() });
+    expect(simulator.isValid(token.accessToken)).toBe(true);
+    if (signing.encoding === 'base64')
+      expect(sent.at(-1)?.signature).toMatch(/^[A-Za-z0-9+/]{43}=$/);
+  });
+
+  it('sends no signing headers with signing off, nor on the legacy variant', async () => {
+    const unsigned = await openApi().issue({ ...v3, signing: false }, relaxed, {
+      deadline: deadline(),
+    });
+    expect(simulator.isValid(unsigned.accessToken)).toBe(true);
+    expect(sent.at(-1)).toEqual({ timestamp: null, signature: null });
+    const legacy = connection({ name: 'legacy', variant: 'legacy', baseUrl: simulator.url });
+    await openApi().issue(legacy, plain, { deadline: deadline() });
+    expect(sent.at(-1)).toEqual({ timestamp: null, signature: null });
+  });
+
+  it('signs a retried attempt afresh, with that attempt’s timestamp', async () => {
+    let offsetMs = 0;
+    const now = () => Date.now() + offsetMs;
+    simulator.injectFault({ times: 1, status: 503, pathIncludes: 'v3/oauth/access-token' });
+    const client = new OpenApiClient({
+      timeoutMs: 5000,
+      limits,
+      now,
+      fetch: async (input, init) => {
+        const response = await recordingFetch(input, init);
+        // The next attempt happens two seconds later on this clock.
+        if ((input as Request).url.endsWith('/access-token')) offsetMs += 2000;
+        return response;
+      },
+    });
+    const before = sent.length;
+    // A scheme that signs the timestamp: the simulator accepts only a signature over the
+    // timestamp actually sent, so the token proves the second attempt was signed anew.
+    const stamped = schemes['{timestamp}{params}'];
+    const token = await client.issue(
+      { ...v3, signing: { stringToSign: '{timestamp}{params}', encoding: 'hex' } },
+      stamped,
+      { deadline: now() + 10_000 },
+    );
+    expect(simulator.isValid(token.accessToken)).toBe(true);
+    const [first, second] = sent.slice(before);
+    expect(sent.length - before).toBe(2);
+    expect(Number(second?.timestamp) - Number(first?.timestamp)).toBeGreaterThanOrEqual(2);
+    expect(second?.signature).not.toBe(first?.signature);
+  });
+
+  it('reports a wrong secret as a strict-mode rejection naming the signing settings', async () => {
+    const wrong = { clientId: plain.clientId, clientSecret: 'wrong-secret-value-0123' };
+    const error = await rejection(openApi().issue(v3, wrong, { deadline: deadline() }));
+    expect(error).toBeInstanceOf(UpstreamRejectedError);
+    expect(error.code).toBe('UPSTREAM_REJECTED');
+    expect(error.upstreamCode).toBe('100413');
+    expect(error.message).toBe(
+      'Open API rejected the signed access-token request (Strict Access Token Mode): code 100413: signature verification failed. Connection \'sandbox\' signs with stringToSign "{params}", encoding "hex" (connection field "signing"): confirm the string-to-sign and encoding with the provider, check that the client secret is current, and that this clock is within 5 minutes of theirs',
+    );
+    expect(error.message).not.toContain(wrong.clientSecret);
+  });
+
+  it('reports a template the provider does not use the same way, naming it', async () => {
+    const client = schemes['{timestamp}{params}'];
+    const error = await rejection(
+      openApi().issue(
+        { ...v3, signing: { stringToSign: '{params}{timestamp}', encoding: 'hex' } },
+        client,
+        {
+          deadline: deadline(),
+        },
+      ),
+    );
+    expect(error).toBeInstanceOf(UpstreamRejectedError);
+    expect(error.message).toContain('(Strict Access Token Mode): code 100413');
+    expect(error.message).toContain(
+      'signs with stringToSign "{params}{timestamp}", encoding "hex"',
+    );
+    // The right template with the wrong encoding is refused too.
+    const encoding = await rejection(
+      openApi().issue(
+        { ...v3, signing: { stringToSign: '{timestamp}{params}', encoding: 'base64' } },
+        client,
+        {
+          deadline: deadline(),
+        },
+      ),
+    );
+    expect(encoding.message).toContain('encoding "base64"');
+    expect(encoding.upstreamCode).toBe('100413');
+  });
+
+  it('reports a clock more than 5 minutes off, and accepts one within', async () => {
+    const skewed = (ms: number) => () => Date.now() + ms;
+    const ahead = await rejection(
+      openApi(skewed(301_000)).issue(v3, plain, { deadline: Date.now() + 301_000 + 10_000 }),
+    );
+    expect(ahead).toBeInstanceOf(UpstreamRejectedError);
+    expect(ahead.upstreamCode).toBe('100412');
+    expect(ahead.message).toContain('code 100412: timestamp expired or invalid');
+    expect(ahead.message).toContain('this clock is within 5 minutes of theirs');
+    const behind = await rejection(
+      openApi(skewed(-400_000)).issue(v3, plain, { deadline: Date.now() - 400_000 + 10_000 }),
+    );
+    expect(behind.upstreamCode).toBe('100412');
+    const near = await openApi(skewed(-240_000)).issue(v3, plain, {
+      deadline: Date.now() - 240_000 + 10_000,
+    });
+    expect(simulator.isValid(near.accessToken)).toBe(true);
+  });
+
+  it('says signing is off when the provider wants a signature the connection does not send', async () => {
+    const error = await rejection(
+      openApi().issue({ ...v3, signing: false }, plain, { deadline: deadline() }),
+    );
+    expect(error.upstreamCode).toBe('100411');
+    expect(error.message).toContain(
+      'Open API rejected the access-token request (Strict Access Token Mode): code 100411: signature required',
+    );
+    expect(error.message).toContain('has signing turned off ("signing": false)');
+  });
+
+  it('treats an HTTP 401 or 403 to the signed request as a strict-mode rejection', async () => {
+    for (const status of [401, 403]) {
+      simulator.injectFault({
+        times: 1,
+        status,
+        pathIncludes: 'v3/oauth/access-token',
+        body: JSON.stringify({ code: 100401, message: 'unauthorized' }),
+      });
+      const error = await rejection(openApi().issue(v3, plain, { deadline: deadline() }));
+      expect(error).toBeInstanceOf(UpstreamRejectedError);
+      expect(error.message).toContain(
+        `(Strict Access Token Mode): HTTP ${status}, code 100401: unauthorized. Connection 'sandbox' signs with`,
+      );
+    }
+  });
+
+  it('leaves other rejections of the token request as they were', async () => {
+    simulator.injectFault({
+      times: 1,
+      status: 200,
+      pathIncludes: 'v3/oauth/access-token',
+      body: '{"code":200001,"message":"rate limited","data":null}',
+    });
+    const error = await rejection(openApi().issue(v3, plain, { deadline: deadline() }));
+    expect(error.message).toBe(
+      'Open API rejected the access-token request: code 200001: rate limited',
+    );
+    expect(error.upstreamCode).toBe('200001');
+  });
+
+  it('redacts a signature the upstream echoes back in its error message', async () => {
+    let echoed = '';
+    const echoing = new OpenApiClient({
+      timeoutMs: 5000,
+      limits,
+      fetch: async (input, init) => {
+        const request = input as Request;
+        if (!request.url.endsWith('/access-token')) return fetch(input, init);
+        echoed = request.headers.get('x-signature') ?? '';
+        return jsonResponse({ code: 100413, message: `signature ${echoed} does not match` });
+      },
+    });
+    const error = await rejection(echoing.issue(v3, plain, { deadline: deadline() }));
+    expect(echoed).toMatch(/^[0-9a-f]{64}$/);
+    expect(error.message).toContain('code 100413: signature [redacted] does not match');
+    expect(error.message).not.toContain(echoed);
+    expect(error.upstreamMessage).not.toContain(echoed);
+  });
+
+  it('puts no signature, string-to-sign or secret in any error message', () => {
+    const values = [
+      ...simulator.handedOut(),
+      ...sent.flatMap((s) => (s.signature ? [s.signature] : [])),
+    ];
+    // The simulator recorded what it verified: signatures and the strings it signed.
+    expect(values.filter((v) => /^[0-9a-f]{64}$/.test(v)).length).toBeGreaterThan(5);
+    expect(values.filter((v) => v.includes('clientId=')).length).toBeGreaterThan(3);
+    expect(values.filter((v) => v.startsWith('{"clientId"')).length).toBeGreaterThan(0);
+    expect(messages.length).toBeGreaterThan(8);
+    expect(values.filter((v) => messages.some((m) => m.includes(v)))).toEqual([]);
   });
 });
