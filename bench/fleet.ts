@@ -6,9 +6,11 @@
  * the upstream still accepts it, and report it with `invalidate` when not, as callers do on a 401.
  * In broker mode the scheduled warm-up runs on the fleet like any invocation.
  */
+
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
 import type { InvokeOutcome } from '../local/lambda-emulator.js';
 import { scheduledEvent } from '../local/lambda-emulator.js';
@@ -65,8 +67,6 @@ export const percentile = (values: readonly number[], p: number): number => {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? 0;
 };
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 class Fleet {
   readonly idle: Container[] = [];

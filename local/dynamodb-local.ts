@@ -1,11 +1,11 @@
 /** DynamoDB for local runs and tests: dynalite in this process, plus the broker's table. */
-import type { AddressInfo } from 'node:net';
 import {
   CreateTableCommand,
   DynamoDBClient,
   ResourceInUseException,
 } from '@aws-sdk/client-dynamodb';
 import dynalite from 'dynalite';
+import { listen } from './loopback.js';
 
 export interface LocalDynamoDB {
   readonly url: string;
@@ -23,13 +23,8 @@ export const startDynalite = async ({
   server.on('request', () => {
     requests += 1;
   });
-  await new Promise<void>((resolve) => server.listen(port, host, resolve));
-  const address = server.address() as AddressInfo;
-  return {
-    url: `http://${host}:${address.port}`,
-    requests: () => requests,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
+  const { url, close } = await listen(server, { host, port });
+  return { url, requests: () => requests, close };
 };
 
 /** Creates the broker's table as infra/ declares it (key `pk`), if it does not exist. */

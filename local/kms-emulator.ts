@@ -5,8 +5,8 @@
  * and bound to the encryption context, as KMS does. Signatures are not checked.
  */
 import { createCipheriv, createDecipheriv, randomBytes, randomUUID } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { readBody, sendJson, serve } from './loopback.js';
 
 export interface KmsEmulator {
   readonly url: string;
@@ -32,19 +32,16 @@ export const startKmsEmulator = async ({
   const counts: Record<string, number> = {};
   const failures: { left: number; errorType: string }[] = [];
 
-  const reply = (res: ServerResponse, status: number, body: unknown) => {
-    res.writeHead(status, {
+  const reply = (res: ServerResponse, status: number, body: unknown) =>
+    sendJson(res, status, body, {
       'content-type': 'application/x-amz-json-1.1',
       'x-amzn-requestid': randomUUID(),
     });
-    res.end(JSON.stringify(body));
-  };
   const error = (res: ServerResponse, type: string, message: string) =>
     reply(res, 400, { __type: type, message });
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const raw = await readBody(req);
     const operation = String(req.headers['x-amz-target'] ?? '').replace('TrentService.', '');
     counts[operation] = (counts[operation] ?? 0) + 1;
     const failure = failures.find((f) => f.left > 0);
@@ -52,10 +49,7 @@ export const startKmsEmulator = async ({
       failure.left -= 1;
       return error(res, failure.errorType, 'Injected failure');
     }
-    const body = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}') as Record<
-      string,
-      unknown
-    >;
+    const body = JSON.parse(raw || '{}') as Record<string, unknown>;
     if (operation === 'GenerateDataKey') {
       if (body.KeyId !== keyArn && body.KeyId !== keyId)
         return error(res, 'NotFoundException', 'Key not found');
@@ -101,23 +95,19 @@ export const startKmsEmulator = async ({
     return error(res, 'UnsupportedOperationException', `Unsupported operation ${operation}`);
   };
 
-  const server = createServer((req, res) => {
-    handle(req, res).catch(() => error(res, 'KMSInternalException', 'emulator error'));
+  const server = await serve(handle, {
+    host,
+    port,
+    onError: (res) => error(res, 'KMSInternalException', 'emulator error'),
   });
-  await new Promise<void>((resolve) => server.listen(port, host, resolve));
-  const address = server.address() as AddressInfo;
   return {
-    url: `http://${host}:${address.port}`,
+    url: server.url,
     keyArn,
     calls: () => ({ ...counts }),
     clearFailures: () => {
       failures.length = 0;
     },
     failNext: (times, errorType) => failures.push({ left: times, errorType }),
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    close: server.close,
   };
 };

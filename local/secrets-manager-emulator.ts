@@ -4,8 +4,8 @@
  * in local runs and tests. Signatures are not checked.
  */
 import { randomUUID } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { readBody, sendJson, serve } from './loopback.js';
 
 export interface SecretsEmulator {
   readonly url: string;
@@ -34,19 +34,16 @@ export const startSecretsEmulator = async (
   const failures: { left: number; errorType: string; status: number }[] = [];
   let calls = 0;
 
-  const reply = (res: ServerResponse, status: number, body: unknown) => {
-    res.writeHead(status, {
+  const reply = (res: ServerResponse, status: number, body: unknown) =>
+    sendJson(res, status, body, {
       'content-type': 'application/x-amz-json-1.1',
       'x-amzn-requestid': randomUUID(),
     });
-    res.end(JSON.stringify(body));
-  };
   const error = (res: ServerResponse, status: number, type: string, message: string) =>
     reply(res, status, { __type: `com.amazonaws.secretsmanager#${type}`, message });
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const raw = await readBody(req);
     const target = String(req.headers['x-amz-target'] ?? '');
     if (target !== 'secretsmanager.GetSecretValue') {
       return error(res, 400, 'InvalidRequestException', `Unsupported operation ${target}`);
@@ -59,7 +56,7 @@ export const startSecretsEmulator = async (
     }
     let secretId = '';
     try {
-      secretId = String(JSON.parse(Buffer.concat(chunks).toString('utf8')).SecretId ?? '');
+      secretId = String(JSON.parse(raw).SecretId ?? '');
     } catch {
       return error(res, 400, 'InvalidRequestException', 'Body is not JSON');
     }
@@ -83,13 +80,13 @@ export const startSecretsEmulator = async (
     });
   };
 
-  const server = createServer((req, res) => {
-    handle(req, res).catch(() => error(res, 500, 'InternalServiceError', 'emulator error'));
+  const server = await serve(handle, {
+    host,
+    port,
+    onError: (res) => error(res, 500, 'InternalServiceError', 'emulator error'),
   });
-  await new Promise<void>((resolve) => server.listen(port, host, resolve));
-  const address = server.address() as AddressInfo;
   return {
-    url: `http://${host}:${address.port}`,
+    url: server.url,
     setSecret: (name, secretString) => secrets.set(name, secretString),
     deleteSecret: (name) => secrets.delete(name),
     calls: () => calls,
@@ -97,10 +94,6 @@ export const startSecretsEmulator = async (
       failures.length = 0;
     },
     failNext: (times, errorType, status = 400) => failures.push({ left: times, errorType, status }),
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    close: server.close,
   };
 };

@@ -12,15 +12,11 @@
  * client has `signing: false`. Faults can be injected. The admin endpoints under
  * `/__simulator/` report counts only, never credential values.
  */
+
 import { createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
-import {
-  createServer as createHttpServer,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
-import { createServer as createHttpsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { readBody, sendJson, serve } from './loopback.js';
 
 /**
  * A client's Strict Access Token Mode scheme: a template over `{params}`, `{timestamp}` and
@@ -146,21 +142,12 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
   const issuanceTimes: number[] = [];
   const counters = { issuances: 0, authorizations: 0, pings: 0, rejectedPings: 0 };
 
-  const send = (
-    res: ServerResponse,
-    status: number,
-    body: unknown,
-    headers: Record<string, string> = {},
-  ) => {
-    res.writeHead(status, { 'content-type': 'application/json', ...headers });
-    res.end(JSON.stringify(body));
-  };
   const envelope = (
     res: ServerResponse,
     code: string | number,
     message: string,
     data: unknown = null,
-  ) => send(res, 200, { code, message, data });
+  ) => sendJson(res, 200, { code, message, data });
 
   const isValid = (accessToken: string) => {
     const token = tokens.get(accessToken);
@@ -173,13 +160,13 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     if (!clients.has(clientId)) {
       return v3
         ? envelope(res, '100001', 'invalid clientId')
-        : send(res, 401, { code: 'invalid_client', message: 'unknown clientId' });
+        : sendJson(res, 401, { code: 'invalid_client', message: 'unknown clientId' });
     }
     const code = randomBytes(12).toString('hex');
     handedOut.push(code);
     codes.set(code, { clientId, expiresAt: Date.now() + CODE_LIFETIME_MS, used: false });
     const timestamp = Math.floor(unixNow());
-    if (!v3) return send(res, 200, { timestamp, code });
+    if (!v3) return sendJson(res, 200, { timestamp, code });
     return envelope(res, '000000', 'success', {
       timestamp,
       eventType: 'oauth.authorize',
@@ -239,7 +226,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     v3: boolean,
   ) => {
     const fail = (code: string | number, message: string, status = 400) =>
-      v3 ? envelope(res, code, message) : send(res, status, { code, message });
+      v3 ? envelope(res, code, message) : sendJson(res, status, { code, message });
     const clientId = typeof body.clientId === 'string' ? body.clientId : '';
     const client = clients.get(clientId);
     if (!client) return fail('100001', 'invalid clientId', 401);
@@ -281,7 +268,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
       expiresIn: settings.expiresIn,
       timestamp: Math.floor(unixNow()),
     };
-    return v3 ? envelope(res, '000000', 'success', payload) : send(res, 200, payload);
+    return v3 ? envelope(res, '000000', 'success', payload) : sendJson(res, 200, payload);
   };
 
   const ping = (res: ServerResponse, req: IncomingMessage) => {
@@ -289,15 +276,9 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     const header = req.headers['x-access-token'];
     if (typeof header !== 'string' || !isValid(header)) {
       counters.rejectedPings += 1;
-      return send(res, 401, { code: '100401', message: 'invalid or missing x-access-token' });
+      return sendJson(res, 401, { code: '100401', message: 'invalid or missing x-access-token' });
     }
-    return send(res, 200, { code: '000000', message: 'success', data: { pong: true } });
-  };
-
-  const readBody = async (req: IncomingMessage): Promise<string> => {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    return Buffer.concat(chunks).toString('utf8');
+    return sendJson(res, 200, { code: '000000', message: 'success', data: { pong: true } });
   };
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
@@ -312,17 +293,17 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     }
     if (url.pathname.startsWith('/__simulator/')) {
       if (req.method === 'GET' && url.pathname === '/__simulator/stats') {
-        return send(res, 200, { ...counters, issuancesByClient, settings });
+        return sendJson(res, 200, { ...counters, issuancesByClient, settings });
       }
       if (req.method === 'POST' && url.pathname === '/__simulator/faults') {
         simulator.injectFault(body as unknown as Fault);
-        return send(res, 200, { ok: true });
+        return sendJson(res, 200, { ok: true });
       }
       if (req.method === 'POST' && url.pathname === '/__simulator/settings') {
         Object.assign(settings, pickSettings(body));
-        return send(res, 200, { settings });
+        return sendJson(res, 200, { settings });
       }
-      return send(res, 404, { code: 'not_found', message: 'no such admin route' });
+      return sendJson(res, 404, { code: 'not_found', message: 'no such admin route' });
     }
     recorded.push({
       method: req.method ?? '',
@@ -363,25 +344,20 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
       case 'GET /open-api/ping':
         return ping(res, req);
       default:
-        return send(res, 404, { code: '100404', message: 'not found' });
+        return sendJson(res, 404, { code: '100404', message: 'not found' });
     }
   };
 
-  const listener = (req: IncomingMessage, res: ServerResponse) => {
-    handle(req, res).catch(() => {
-      if (!res.headersSent) send(res, 500, { code: '999999', message: 'simulator error' });
-    });
-  };
-  const server: Server = options.tls
-    ? createHttpsServer({ key: options.tls.key, cert: options.tls.cert }, listener)
-    : createHttpServer(listener);
-  server.keepAliveTimeout = 1000;
-  const host = options.host ?? '127.0.0.1';
-  await new Promise<void>((resolve) => server.listen(options.port ?? 0, host, resolve));
-  const { port } = server.address() as AddressInfo;
+  const server = await serve(handle, {
+    tls: options.tls,
+    host: options.host,
+    port: options.port,
+    onError: (res) => sendJson(res, 500, { code: '999999', message: 'simulator error' }),
+  });
+  server.server.keepAliveTimeout = 1000;
 
   const simulator: Simulator = {
-    url: `${options.tls ? 'https' : 'http'}://${host === '127.0.0.1' && options.tls ? 'localhost' : host}:${port}`,
+    url: server.url,
     settings,
     stats: () => ({ ...counters, issuancesByClient: { ...issuancesByClient } }),
     requests: () => [...recorded],
@@ -398,11 +374,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     },
     isValid,
     injectFault: (fault) => faults.push({ fault, left: Math.max(1, Math.floor(fault.times)) }),
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    close: server.close,
   };
   return simulator;
 };
@@ -422,8 +394,6 @@ const header = (req: IncomingMessage, name: string): string | undefined => {
   const value = req.headers[name];
   return Array.isArray(value) ? value.join(', ') : value;
 };
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Demo credentials, generated anew for every local run. */
 export const generateClient = (label: string): SimulatorClient => ({
