@@ -15,6 +15,9 @@ export default defineConfig({
       provider: 'v8',
       include: ['lib/**', 'functions/**'],
       reporter: ['text-summary', 'json-summary'],
+      // CI fails below these (`npm test` runs with coverage). They are the levels measured when
+      // they were set; raise them as tests are added, never lower them to make a change pass.
+      thresholds: { lines: 97, branches: 90, functions: 96, statements: 96 },
     },
   },
 });
