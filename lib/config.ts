@@ -1,5 +1,5 @@
 import * as z from 'zod/mini';
-import { ConfigError } from './errors.js';
+import { ConfigError, printable } from './errors.js';
 import './schema.js';
 import {
   DEFAULT_SIGNING,
@@ -138,7 +138,7 @@ const parseSigning = (value: unknown): SigningConfig | false => {
   const unknown = Object.keys(value).find((key) => key !== 'stringToSign' && key !== 'encoding');
   if (unknown !== undefined) {
     throw new FieldProblem(
-      `signing.${unknown.slice(0, 40)}`,
+      `signing.${printable(unknown, 40)}`,
       'unknown field (known: stringToSign, encoding)',
     );
   }

@@ -6,6 +6,7 @@
 import type { ConnectionConfig } from '../config.js';
 import { UpstreamRejectedError } from '../errors.js';
 import type { IssuedToken, SecretSource, TokenIssuer } from '../ports.js';
+import { SIGNATURE_REFUSAL, TIMESTAMP_REFUSAL } from '../upstream/rejections.js';
 import type { BrokerLogger } from './types.js';
 
 /** Runs the flow for a connection with whatever credentials are current. */
@@ -20,8 +21,12 @@ export const isCredentialRejection = (error: unknown): boolean => {
   if (!(error instanceof UpstreamRejectedError)) return false;
   if (error.upstreamStatus === 401 || error.upstreamStatus === 403) return true;
   const said = `${error.upstreamCode ?? ''} ${error.upstreamMessage ?? ''}`;
-  return /(invalid|unknown|bad)[ _-]?(client|credential|secret)|unauthori[sz]ed|authentication failed|signature/i.test(
-    said,
+  return (
+    /(invalid|unknown|bad)[ _-]?(client|credential|secret)|unauthori[sz]ed|authentication failed/i.test(
+      said,
+    ) ||
+    // A refused signature may be a rotated secret; a refused timestamp is a clock, never a secret.
+    (SIGNATURE_REFUSAL.test(said) && !TIMESTAMP_REFUSAL.test(said))
   );
 };
 

@@ -6,6 +6,7 @@
  * `Response` so they can be tested without a network. Nothing here logs, and no error message
  * ever contains a credential: values the upstream echoes back are redacted before use.
  */
+
 import type { ConnectionConfig, Variant } from '../config.js';
 import {
   printable,
@@ -14,6 +15,7 @@ import {
   UpstreamUnavailableError,
 } from '../errors.js';
 import type { ClientCredentials, IssuedToken, TokenIssuer } from '../ports.js';
+import { isStrictModeRefusal } from './rejections.js';
 import { DEFAULT_RESILIENCE, UpstreamResilience } from './resilience.js';
 import {
   DEFAULT_SIGNING,
@@ -40,12 +42,19 @@ export interface TokenLimits {
 /** Values that must never appear in an error message built from upstream text. */
 type Sensitive = readonly string[];
 
+/**
+ * Long runs of hex or base64 characters in what the upstream says are masked whatever they
+ * are: an upstream that echoes our signature may do so in another case or encoding, or only
+ * in part, which the exact values below would miss. Codes and words are far shorter.
+ */
+const OPAQUE_RUN = /[0-9a-f]{24,}|[0-9a-z+/_-]{32,}={0,2}/gi;
+
 const redact = (text: string, sensitive: Sensitive): string => {
   let out = text;
   for (const value of sensitive) {
     if (value.length >= 4) out = out.split(value).join('[redacted]');
   }
-  return printable(out, 200);
+  return printable(out.replace(OPAQUE_RUN, '[redacted]'), 200);
 };
 
 const isObject = (value: unknown): value is Json =>
@@ -295,7 +304,6 @@ export const accessTokenRequest = (
 };
 
 // What a provider says when it refuses a signature or its timestamp (the codes are not public).
-const SIGNATURE_WORDS = /signature|\bsign(?:ed|ing)?\b|time ?stamp|strict/i;
 
 /**
  * A rejection of an access-token request that points at strict mode: an upstream code or
@@ -308,7 +316,7 @@ export const isSignatureRejection = (
   if (!(error instanceof UpstreamRejectedError)) return false;
   const status = error.upstreamStatus;
   if (signed && (status === 401 || status === 403)) return true;
-  return SIGNATURE_WORDS.test(`${error.upstreamCode ?? ''} ${error.upstreamMessage ?? ''}`);
+  return isStrictModeRefusal(`${error.upstreamCode ?? ''} ${error.upstreamMessage ?? ''}`);
 };
 
 /**

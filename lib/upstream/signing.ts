@@ -69,6 +69,8 @@ const sentValue = (value: unknown): string =>
  */
 export const paramsString = (body: Readonly<Record<string, unknown>>): string =>
   Object.keys(body)
+    // JSON.stringify leaves undefined fields out of the body; the string-to-sign does too.
+    .filter((key) => body[key] !== undefined)
     .sort(byteOrder)
     .map((key) => `${key}=${sentValue(body[key])}`)
     .join('&');

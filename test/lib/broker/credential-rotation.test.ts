@@ -5,6 +5,7 @@ import {
   UpstreamRejectedError,
   UpstreamUnavailableError,
 } from '../../../lib/errors.js';
+import { isStrictModeRefusal } from '../../../lib/upstream/rejections.js';
 
 describe('Function: isCredentialRejection', () => {
   it.each([
@@ -40,5 +41,35 @@ describe('Function: isCredentialRejection', () => {
     ['a plain error', new Error('401 unauthorized')],
   ])('does not count %s', (_what, error) => {
     expect(isCredentialRejection(error)).toBe(false);
+  });
+});
+
+describe('Patterns: refusals that point at strict mode', () => {
+  it.each([
+    ['INVALID_SIGN', 'invalid request'],
+    ['SIGN_ERROR', 'sign_check_fail'],
+    ['40001', '签名错误'],
+    ['100413', 'signature verification failed'],
+  ])('re-reads the secret for a refused signature: %s %s', (upstreamCode, upstreamMessage) => {
+    const error = new UpstreamRejectedError('x', { upstreamCode, upstreamMessage });
+    expect(isCredentialRejection(error)).toBe(true);
+    expect(isStrictModeRefusal(`${upstreamCode} ${upstreamMessage}`)).toBe(true);
+  });
+
+  it.each([
+    ['100412', 'timestamp expired or invalid'],
+    ['40002', '时间戳过期'],
+  ])('does not for a refused timestamp, a clock problem: %s %s', (upstreamCode, upstreamMessage) => {
+    const error = new UpstreamRejectedError('x', { upstreamCode, upstreamMessage });
+    expect(isCredentialRejection(error)).toBe(false);
+    expect(isStrictModeRefusal(`${upstreamCode} ${upstreamMessage}`)).toBe(true);
+  });
+
+  it.each([
+    'designated',
+    'assignment',
+    'consignee',
+  ])('does not read "%s" as a signature', (word) => {
+    expect(isStrictModeRefusal(word)).toBe(false);
   });
 });

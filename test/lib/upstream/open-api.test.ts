@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ConnectionConfig } from '../../../lib/config.js';
@@ -77,6 +78,25 @@ describe('Function: readJsonBody', () => {
     ).then(unexpected, caught);
     expect(error.message).toContain('code [redacted] was already used');
     expect(error.message).not.toContain('abcd1234');
+  });
+
+  it('masks a signature echoed in another case, encoding or in part, which exact values miss', async () => {
+    const mac = createHmac('sha256', 'secret').update('clientId=c&code=x').digest();
+    const forms = [
+      mac.toString('hex').toUpperCase(),
+      mac.toString('base64'),
+      mac.toString('base64url'),
+      mac.toString('hex').slice(0, 32),
+    ];
+    for (const form of forms) {
+      const error = await readJsonBody(
+        jsonResponse({ code: '100413', message: `signature mismatch: got ${form}` }, 401),
+        'access-token',
+        [mac.toString('hex')],
+      ).then(unexpected, caught);
+      expect(error.message).toContain('code 100413: signature mismatch: got [redacted]');
+      expect(error.message).not.toContain(form);
+    }
   });
 });
 

@@ -160,3 +160,9 @@ describe('Function: describeSigning', () => {
     );
   });
 });
+
+describe('Function: paramsString', () => {
+  it('leaves out undefined fields, as the JSON body does', () => {
+    expect(paramsString({ b: '2', u: undefined, a: '1' })).toBe('a=1&b=2');
+  });
+});
