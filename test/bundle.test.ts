@@ -8,7 +8,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTokenClient, UnknownConnectionError } from '../client/index.js';
+import { createTokenClient, UnknownConnectionError } from '../client/src/index.js';
 import { httpEvent, scheduledEvent } from '../local/lambda-emulator.js';
 import { type Stack, startStack } from '../local/stack.js';
 import { buildPrivate, type PrivateBuild, root } from './support/build.js';

@@ -14,7 +14,7 @@ import {
   UnknownConnectionError,
   UpstreamUnavailableError,
   type WarmUpReport,
-} from '../client/index.js';
+} from '../client/src/index.js';
 import type {
   ConnectionStatus as BrokerConnectionStatus,
   WarmUpReport as BrokerWarmUpReport,
@@ -178,7 +178,7 @@ describe('Client cache', () => {
 
 describe('CLI: token-broker', () => {
   const cli = (...args: string[]) =>
-    run(process.execPath, [build.outdir.concat('/cli/index.mjs'), ...args], {
+    run(process.execPath, [build.outdir.concat('/client/esm/cli.js'), ...args], {
       env: {
         PATH: process.env.PATH ?? '',
         AWS_ACCESS_KEY_ID: 'local',
