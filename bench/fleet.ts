@@ -10,8 +10,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
-import type { InvokeOutcome } from '../local/lambda-emulator.js';
-import { scheduledEvent } from '../local/lambda-emulator.js';
+import { type InvokeOutcome, scheduledEvent } from '../local/lambda-events.js';
 import type { Stack } from '../local/stack.js';
 
 export interface FleetSettings {

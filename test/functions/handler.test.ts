@@ -7,10 +7,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   httpEvent,
   httpResponse,
-  invokeHandler,
   type LambdaHandler,
   scheduledEvent,
-} from '../../local/lambda-emulator.js';
+} from '../../local/lambda-events.js';
+import { invokeHandler } from '../../local/lambda-invoke.js';
 import { applyEnv, type Stack, startStack } from '../../local/stack.js';
 import { captureOutput, newContainer } from '../support/lambda.js';
 
