@@ -177,6 +177,8 @@ export const createInvokeApi =
     } catch {
       name = request.functionName;
     }
+    // Lambda's own limit on a function name or ARN; longer is never ours, and is not echoed.
+    name = name.slice(0, 170);
     const { found, arn } = target(name, request.query.get('Qualifier'), settings);
     if (!found) {
       return serviceError(

@@ -16,6 +16,7 @@ import {
   ClientConfigError,
   type ConnectionStatus,
   createTokenClient,
+  LIMITS,
   type TokenBrokerError,
   type TokenClient,
   TransportError,
@@ -24,6 +25,7 @@ import {
   type WarmUpReport,
 } from '../client/src/index.js';
 import { type TokenContext, tokenBroker } from '../client/src/middy.js';
+import { REQUEST_LIMITS } from '../functions/broker/requests.js';
 import type {
   ConnectionStatus as BrokerConnectionStatus,
   WarmUpReport as BrokerWarmUpReport,
@@ -156,6 +158,10 @@ describe('Client types', () => {
     expectTypeOf<BrokerErrorCode>().toEqualTypeOf<ErrorCode>();
     expectTypeOf(BrokerErrorCode).toEqualTypeOf(ErrorCode);
     expect(BrokerErrorCode).toEqual(ErrorCode);
+  });
+
+  it('apply the broker’s request limits', () => {
+    expect(LIMITS).toEqual(REQUEST_LIMITS);
   });
 });
 

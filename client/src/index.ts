@@ -282,8 +282,16 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     work: (signal: AbortSignal) => Promise<T>,
   ): Promise<T> => {
     checkTimeout(timeoutMs, 'timeoutMs');
-    const timeout = AbortSignal.timeout(timeoutMs);
-    const signal = caller ? AbortSignal.any([caller, timeout]) : timeout;
+    // One signal for the timeout and the caller's (by hand: AbortSignal.any needs Node 20.3).
+    const controller = new AbortController();
+    const signal = controller.signal;
+    const timer = setTimeout(
+      () => controller.abort(new DOMException(`No answer within ${timeoutMs} ms`, 'TimeoutError')),
+      timeoutMs,
+    );
+    const onAbort = () => controller.abort(caller?.reason);
+    if (caller?.aborted) onAbort();
+    else caller?.addEventListener('abort', onAbort, { once: true });
     try {
       return await untilAborted(work(signal), signal);
     } catch (error) {
@@ -296,6 +304,9 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
         ClientErrorCode.TRANSPORT_FAILED,
         { cause: error },
       );
+    } finally {
+      clearTimeout(timer);
+      caller?.removeEventListener('abort', onAbort);
     }
   };
 

@@ -5,7 +5,7 @@
  * ignored. The client (client/src/index.ts) applies the same limits before it sends.
  */
 import * as z from 'zod/mini';
-import { BadRequestError } from '../../lib/errors.js';
+import { BadRequestError, printable } from '../../lib/errors.js';
 import '../../lib/schema.js';
 
 export const REQUEST_LIMITS = {
@@ -58,7 +58,7 @@ const check = (
   if (result.success) return result.data;
   const issue = result.error.issues[0];
   if (issue?.code === 'unrecognized_keys') {
-    throw new BadRequestError(`${prefix}: unknown ${unknown(String(issue.keys[0]))}`);
+    throw new BadRequestError(`${prefix}: unknown ${unknown(printable(String(issue.keys[0])))}`);
   }
   const field = issue?.path[0];
   if (field === undefined) throw new BadRequestError(`${prefix}: ${issue?.message ?? 'invalid'}`);
@@ -112,7 +112,7 @@ export function parseHttpRequest(
   const candidate: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(query)) {
     if (!allowedQuery.includes(name)) {
-      throw new BadRequestError(`${prefix}: unknown query parameter "${name}"`);
+      throw new BadRequestError(`${prefix}: unknown query parameter "${printable(name)}"`);
     }
     // The query is text: a whole number is digits only (no sign, point, exponent or blank).
     if (name === 'minValidity') {
@@ -134,7 +134,7 @@ export function parseHttpRequest(
     }
     for (const name of Object.keys(body)) {
       if (!allowedBody.includes(name)) {
-        throw new BadRequestError(`${prefix}: unknown body field "${name}"`);
+        throw new BadRequestError(`${prefix}: unknown body field "${printable(name)}"`);
       }
       candidate[name] = (body as Record<string, unknown>)[name];
     }
