@@ -3,6 +3,7 @@
 // broker local` is what `npm start` needs.
 import { execFileSync } from 'node:child_process';
 import { rm } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { build } from 'esbuild';
 
 // An ESM bundle that inlines CommonJS code (the AWS SDK) calls `require` for Node built-ins;
@@ -53,7 +54,7 @@ if (only.has('local')) {
 // The client package (client/): its own build, as `npm pack -w client` runs it, into
 // <outdir>/client; the CLI is its `bin` (<outdir>/client/esm/cli.js).
 if (only.has('client')) {
-  execFileSync(process.execPath, ['client/scripts/build.mjs', `${outdir}/client`], {
+  execFileSync(process.execPath, ['client/scripts/build.mjs', resolve(outdir, 'client')], {
     stdio: 'inherit',
   });
 }

@@ -116,7 +116,7 @@ const missingError = (
   );
 
 const localNotice = (missing: readonly string[], target: string) =>
-  `The broker at ${target} is on this machine and no AWS ${missing.join(' or ')} is configured: using ${[
+  `The broker at ${target} is on this machine and no AWS ${missing.join(' or ')} ${missing.length > 1 ? 'are' : 'is'} configured: using ${[
     missing.includes('region') ? `region ${LOCAL_DEFAULTS.region}` : '',
     missing.includes('credentials') ? 'placeholder credentials' : '',
   ]
