@@ -12,8 +12,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
-import type { InvokeOutcome } from '../local/lambda-emulator.js';
-import { scheduledEvent } from '../local/lambda-emulator.js';
+import { type InvokeOutcome, scheduledEvent } from '../local/lambda-events.js';
 import type { Stack } from '../local/stack.js';
 
 export interface FleetSettings {

@@ -9,7 +9,8 @@
  * emulated function timeout.
  */
 import { pathToFileURL } from 'node:url';
-import { DEFAULT_LAMBDA, type LambdaHandler, startLambdaServer } from './lambda-emulator.js';
+import { DEFAULT_LAMBDA, type LambdaHandler } from './lambda-events.js';
+import { startLambdaServer } from './lambda-server.js';
 
 const bundle = process.argv[2];
 if (!bundle) {

@@ -1,6 +1,6 @@
 /** Emulated Lambda containers as real processes running a built bundle: for fleet tests and the benchmark. */
 import { type ChildProcess, spawn } from 'node:child_process';
-import type { InvokeOutcome } from './lambda-emulator.js';
+import type { InvokeOutcome } from './lambda-events.js';
 
 export interface Container {
   readonly url: string;

@@ -12,13 +12,9 @@ import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { ensureTable, localDynamoDBClient, startDynalite } from './dynamodb-local.js';
 import { startKmsEmulator } from './kms-emulator.js';
-import {
-  DEFAULT_LAMBDA,
-  invokeHandler,
-  type LambdaHandler,
-  scheduledEvent,
-  startLambdaServer,
-} from './lambda-emulator.js';
+import { DEFAULT_LAMBDA, type LambdaHandler, scheduledEvent } from './lambda-events.js';
+import { invokeHandler } from './lambda-invoke.js';
+import { startLambdaServer } from './lambda-server.js';
 import { startSecretsEmulator } from './secrets-manager-emulator.js';
 import { generateClient, startSimulator } from './simulator.js';
 
@@ -135,13 +131,28 @@ log(
   `  curl -s -X POST ${server.url}/2015-03-31/functions/${lambda.functionName}/invocations -d '{"action":"getToken","connection":"${names[0]}"}'`,
 );
 log(`  curl -s ${server.url}/health`);
+log(
+  `  aws lambda invoke --endpoint-url ${server.url} --function-name ${lambda.functionName} --cli-binary-format raw-in-base64-out --payload '{"action":"getToken","connection":"${names[0]}"}' /dev/stdout`,
+);
 log('');
-log(`Warm-up runs every ${settings.scheduleSeconds}s. Ctrl-C stops everything.`);
+log(
+  settings.scheduleSeconds > 0
+    ? `Warm-up runs every ${settings.scheduleSeconds}s. Ctrl-C stops everything.`
+    : 'Warm-up ran once at start and does not repeat (BROKER_LOCAL_SCHEDULE_SECONDS=0). Ctrl-C stops everything.',
+);
 
-const stop = async () => {
+// One process serves everything (npm start execs it), so the signal npm forwards, or a `kill`
+// of this pid, reaches it. A second signal while closing (Ctrl-C reaches npm and this process
+// both) must not cut the closing short, so the handlers stay installed and run once.
+let stopping = false;
+const stop = async (signal: NodeJS.Signals) => {
+  if (stopping) return;
+  stopping = true;
+  log(`${signal}: stopping; port ${server.port} is free once this exits.`);
   if (schedule) clearInterval(schedule);
   await Promise.allSettled(closers.reverse().map((close) => close()));
   process.exit(0);
 };
-process.once('SIGINT', stop);
-process.once('SIGTERM', stop);
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.on(signal, () => void stop(signal));
+}

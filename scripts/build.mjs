@@ -1,7 +1,9 @@
-// Builds the Lambda bundle (dist/broker/index.mjs), the local runtime (dist/local/), the caller
-// client (dist/client/, ESM + type declarations) and the operator CLI (dist/cli/index.mjs).
+// Builds the Lambda bundle (dist/broker/index.mjs), the local runtime (dist/local/) and the
+// client package with its CLI (dist/client/). Arguments pick pieces: `node scripts/build.mjs
+// broker local` is what `npm start` needs.
 import { execFileSync } from 'node:child_process';
 import { rm } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { build } from 'esbuild';
 
 // An ESM bundle that inlines CommonJS code (the AWS SDK) calls `require` for Node built-ins;
@@ -23,48 +25,36 @@ const common = {
 
 // BUILD_OUTDIR lets tests build a private copy without racing the one in dist/.
 const outdir = process.env.BUILD_OUTDIR ?? 'dist';
-await rm(outdir, { recursive: true, force: true });
+const pieces = ['broker', 'local', 'client'];
+const only = new Set(process.argv.length > 2 ? process.argv.slice(2) : pieces);
+for (const piece of only) {
+  if (!pieces.includes(piece)) throw new Error(`Unknown piece '${piece}': ${pieces.join(', ')}`);
+}
+for (const piece of only) await rm(`${outdir}/${piece}`, { recursive: true, force: true });
 
-await build({
-  ...common,
-  entryPoints: ['functions/broker/index.ts'],
-  outfile: `${outdir}/broker/index.mjs`,
-  minify: true,
-});
-await build({
-  ...common,
-  entryPoints: ['local/start.ts', 'local/container.ts'],
-  outdir: `${outdir}/local`,
-  outExtension: { '.js': '.mjs' },
-  // dynalite loads its storage backends dynamically; it stays a regular dependency at run time.
-  external: ['dynalite'],
-});
+if (only.has('broker')) {
+  await build({
+    ...common,
+    entryPoints: ['functions/broker/index.ts'],
+    outfile: `${outdir}/broker/index.mjs`,
+    minify: true,
+  });
+}
+if (only.has('local')) {
+  await build({
+    ...common,
+    entryPoints: ['local/start.ts', 'local/container.ts'],
+    outdir: `${outdir}/local`,
+    outExtension: { '.js': '.mjs' },
+    // dynalite loads its storage backends dynamically; it stays a regular dependency at run time.
+    external: ['dynalite'],
+  });
+}
 
-// The client and the CLI are libraries of the package: their dependencies stay external, so a
-// service that imports the client uses its own AWS SDK.
-const library = {
-  bundle: true,
-  platform: 'node',
-  target: 'node22',
-  format: 'esm',
-  packages: 'external',
-  logLevel: 'warning',
-};
-await build({
-  ...library,
-  entryPoints: ['client/index.ts'],
-  outfile: `${outdir}/client/index.mjs`,
-});
-await build({
-  ...library,
-  entryPoints: ['cli/index.ts'],
-  outfile: `${outdir}/cli/index.mjs`,
-  banner: { js: '#!/usr/bin/env node' },
-});
-execFileSync(
-  process.execPath,
-  ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.client.json', '--outDir', `${outdir}/client`],
-  {
+// The client package (client/): its own build, as `npm pack -w client` runs it, into
+// <outdir>/client; the CLI is its `bin` (<outdir>/client/esm/cli.js).
+if (only.has('client')) {
+  execFileSync(process.execPath, ['client/scripts/build.mjs', resolve(outdir, 'client')], {
     stdio: 'inherit',
-  },
-);
+  });
+}

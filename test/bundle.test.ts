@@ -5,11 +5,12 @@
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTokenClient, UnknownConnectionError } from '../client/index.js';
-import { httpEvent, scheduledEvent } from '../local/lambda-emulator.js';
+import { createTokenClient, UnknownConnectionError } from '../client/src/index.js';
+import { httpEvent, scheduledEvent } from '../local/lambda-events.js';
 import { type Stack, startStack } from '../local/stack.js';
 import { buildPrivate, type PrivateBuild, root } from './support/build.js';
 
@@ -158,9 +159,16 @@ describe('Local runtime: npm start', () => {
   let output = '';
 
   beforeAll(async () => {
-    child = spawn(process.execPath, [build.start], {
+    // `npm start` itself, as a user runs it (its own build dir, so it does not race dist/).
+    child = spawn('npm', ['start', '--silent'], {
       cwd: root,
-      env: { PATH: process.env.PATH ?? '', PORT: '0', BROKER_LOCAL_SCHEDULE_SECONDS: '0' },
+      env: {
+        PATH: process.env.PATH ?? '',
+        HOME: process.env.HOME ?? '',
+        PORT: '0',
+        BROKER_LOCAL_SCHEDULE_SECONDS: '0',
+        BUILD_OUTDIR: join(outdir, 'npm-start'),
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     child.stderr?.on('data', (chunk) => {
@@ -170,17 +178,23 @@ describe('Local runtime: npm start', () => {
       child.stdout?.on('data', (chunk) => {
         output += chunk;
         const match = /Token broker\s+(http:\/\/127\.0\.0\.1:\d+)/.exec(output);
-        if (match?.[1]) done(match[1]);
+        if (match?.[1] && output.includes('Ctrl-C')) done(match[1]);
       });
       child.on('exit', (code) => fail(new Error(`npm start exited ${code}: ${output}`)));
     });
-  });
+  }, 120_000);
   afterAll(async () => {
-    if (child.exitCode === null) {
+    if (child.exitCode === null && child.signalCode === null) {
       const exited = new Promise((done) => child.once('exit', done));
       child.kill('SIGTERM');
       await exited;
     }
+  });
+
+  it('says that BROKER_LOCAL_SCHEDULE_SECONDS=0 runs the warm-up once', () => {
+    expect(output).toContain('Warm-up ran once at start and does not repeat');
+    expect(output).not.toContain('every 0s');
+    expect(output).toContain('--cli-binary-format raw-in-base64-out');
   });
 
   it('serves tokens for both variants over HTTP and the Lambda Invoke API', async () => {
@@ -234,9 +248,18 @@ describe('Local runtime: npm start', () => {
     expect((await overHttp.status()).map((c) => c.connection)).toEqual(['demo-v3', 'demo-legacy']);
   });
 
-  it('stops cleanly on SIGTERM', async () => {
+  it('stops on a SIGTERM sent to npm, and frees its port', async () => {
+    const port = Number(new URL(url).port);
     const exited = new Promise<number | null>((done) => child.once('exit', done));
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
+    expect(output).toContain('SIGTERM: stopping');
+    // The port can be taken again: nothing of npm start is left listening on it.
+    const probe = createServer();
+    await new Promise<void>((done, fail) => {
+      probe.once('error', fail);
+      probe.listen(port, '127.0.0.1', done);
+    });
+    await new Promise((done) => probe.close(done));
   });
 });

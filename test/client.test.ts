@@ -3,24 +3,37 @@
  * `npm start` serves), over both transports; and the operator CLI as a process.
  */
 import { execFile } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { promisify } from 'node:util';
 import { LambdaClient } from '@aws-sdk/client-lambda';
+import middy from '@middy/core';
+import type { Context } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
 import {
+  BadRequestError,
+  BrokerErrorCode,
+  ClientConfigError,
   type ConnectionStatus,
   createTokenClient,
+  LIMITS,
+  type TokenBrokerError,
   type TokenClient,
   TransportError,
   UnknownConnectionError,
   UpstreamUnavailableError,
   type WarmUpReport,
-} from '../client/index.js';
+} from '../client/src/index.js';
+import { type TokenContext, tokenBroker } from '../client/src/middy.js';
+import { REQUEST_LIMITS } from '../functions/broker/requests.js';
 import type {
   ConnectionStatus as BrokerConnectionStatus,
   WarmUpReport as BrokerWarmUpReport,
 } from '../lib/broker/index.js';
+import { ErrorCode } from '../lib/errors.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
 import { type Container, startContainer } from '../local/fleet.js';
+import { createContext } from '../local/lambda-events.js';
 import { type Stack, startStack } from '../local/stack.js';
 import { buildPrivate, type PrivateBuild } from './support/build.js';
 import { caught, unexpected } from './support/errors.js';
@@ -140,6 +153,16 @@ describe('Client types', () => {
     expectTypeOf<ConnectionStatus>().toEqualTypeOf<BrokerConnectionStatus>();
     expectTypeOf<WarmUpReport>().toEqualTypeOf<BrokerWarmUpReport>();
   });
+
+  it('restate the broker’s error codes exactly (checked by the type-checker)', () => {
+    expectTypeOf<BrokerErrorCode>().toEqualTypeOf<ErrorCode>();
+    expectTypeOf(BrokerErrorCode).toEqualTypeOf(ErrorCode);
+    expect(BrokerErrorCode).toEqual(ErrorCode);
+  });
+
+  it('apply the broker’s request limits', () => {
+    expect(LIMITS).toEqual(REQUEST_LIMITS);
+  });
 });
 
 describe('Client cache', () => {
@@ -176,16 +199,249 @@ describe('Client cache', () => {
   });
 });
 
+/** A server that accepts requests and never answers, to see the client give up. */
+const silentServer = async () => {
+  const server: Server = createServer(() => undefined);
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () =>
+      new Promise<void>((done) => {
+        server.closeAllConnections();
+        server.close(() => done());
+      }),
+  };
+};
+
+describe('Client behaviour', () => {
+  it('gives up after the per-call timeout, or when the caller aborts, with a TransportError and its cause', async () => {
+    const silent = await silentServer();
+    try {
+      for (const type of ['http', 'lambda'] as const) {
+        const client = createTokenClient({
+          timeoutMs: 5_000,
+          transport:
+            type === 'http'
+              ? { type, url: silent.url, region: 'us-east-1', credentials }
+              : {
+                  type,
+                  functionName: 'token-broker',
+                  client: new LambdaClient({
+                    endpoint: silent.url,
+                    region: 'us-east-1',
+                    credentials,
+                    maxAttempts: 1,
+                  }),
+                },
+        });
+        const started = Date.now();
+        const timedOut = await client
+          .getToken('sandbox', { timeoutMs: 200 })
+          .then(unexpected, caught);
+        expect(timedOut).toBeInstanceOf(TransportError);
+        expect(timedOut.code).toBe('TIMEOUT');
+        expect(timedOut.cause).toBeDefined();
+        expect(Date.now() - started).toBeLessThan(2_000);
+
+        const controller = new AbortController();
+        const pending = client.status({ signal: controller.signal }).then(unexpected, caught);
+        controller.abort(new Error('shutting down'));
+        const aborted = await pending;
+        expect(aborted).toBeInstanceOf(TransportError);
+        expect(aborted.code).toBe('ABORTED');
+        expect((aborted.cause as Error).message).toBe('shutting down');
+      }
+    } finally {
+      await silent.close();
+    }
+  });
+
+  it('keeps the cause of a transport failure', async () => {
+    const client = createTokenClient({
+      transport: { type: 'http', url: 'http://127.0.0.1:9', region: 'us-east-1', credentials },
+    });
+    const error = await client.status().then(unexpected, caught);
+    expect(error.code).toBe('TRANSPORT_FAILED');
+    expect(error.cause).toBeInstanceOf(Error);
+  });
+
+  it('refuses invalid options as the broker would, without sending anything', async () => {
+    fetches = 0;
+    const { http } = clients();
+    for (const minValidity of [-1, 1.5, 2e9, Number.NaN]) {
+      const error = await http.getToken('sandbox', { minValidity }).then(unexpected, caught);
+      expect(error).toBeInstanceOf(BadRequestError);
+      expect(error.code).toBe('BAD_REQUEST');
+      expect(error.message).toContain('"minValidity"');
+    }
+    expect(await http.getToken('').then(unexpected, caught)).toBeInstanceOf(BadRequestError);
+    expect(await http.invalidate('sandbox', '').then(unexpected, caught)).toBeInstanceOf(
+      BadRequestError,
+    );
+    expect(fetches).toBe(0);
+    // The broker's own answer to the same value, by the other door, is the same refusal.
+    const direct = await fetch(`${broker.url}/tokens/sandbox?minValidity=-1`);
+    expect(direct.status).toBe(400);
+    expect(((await direct.json()) as { error: { code: string } }).error.code).toBe('BAD_REQUEST');
+    expect(() => createTokenClient({ transport: { type: 'http', url: 'not-a-url' } })).toThrow(
+      ClientConfigError,
+    );
+  });
+
+  it('provider() hands out the token alone, through the cache; forceRefresh asks the broker again', async () => {
+    const { http } = clients();
+    fetches = 0;
+    const provide = http.provider('legacy');
+    const token = await provide();
+    expect(token).toMatch(/^at_/);
+    expect(await provide()).toBe(token);
+    expect(fetches).toBe(1);
+    expect((await http.getToken('legacy', { forceRefresh: true })).accessToken).toBe(token);
+    expect(fetches).toBe(2);
+  });
+
+  it('releases the rejected response’s body before the retry', async () => {
+    let cancelled = false;
+    const { lambda } = clients();
+    let calls = 0;
+    const response = await lambda.withToken('sandbox', async () => {
+      calls += 1;
+      if (calls > 1) return new Response('ok');
+      const body = new ReadableStream({
+        cancel: () => {
+          cancelled = true;
+        },
+      });
+      return new Response(body, { status: 401 });
+    });
+    expect(await response.text()).toBe('ok');
+    expect(cancelled).toBe(true);
+  });
+
+  it('fails for a non-loopback target without region or credentials, saying what to set, before sending', async () => {
+    const saved = { ...process.env };
+    for (const name of Object.keys(process.env)) {
+      if (name.startsWith('AWS_')) delete process.env[name];
+    }
+    process.env.AWS_EC2_METADATA_DISABLED = 'true';
+    process.env.AWS_CONFIG_FILE = '/nonexistent';
+    process.env.AWS_SHARED_CREDENTIALS_FILE = '/nonexistent';
+    try {
+      const client = createTokenClient({
+        transport: {
+          type: 'http',
+          url: 'https://abc.lambda-url.eu-west-1.on.aws',
+          fetch: countingFetch,
+        },
+      });
+      fetches = 0;
+      const error = await client.getToken('sandbox').then(unexpected, caught);
+      expect(error).toBeInstanceOf(ClientConfigError);
+      expect(error.message).toContain('AWS_ACCESS_KEY_ID');
+      expect(fetches).toBe(0);
+      const lambdaClient = createTokenClient({
+        transport: { type: 'lambda', functionName: 'token-broker-prod-broker' },
+      });
+      const noRegion = await lambdaClient.status().then(unexpected, caught);
+      expect(noRegion).toBeInstanceOf(ClientConfigError);
+      expect(noRegion.message).toContain('set AWS_REGION');
+
+      // A loopback target gets the local defaults, and the client says so.
+      const warnings: string[] = [];
+      const local = createTokenClient({
+        onWarning: (message) => warnings.push(message),
+        transport: { type: 'lambda', functionName: 'token-broker', endpoint: broker.url },
+      });
+      expect((await local.getToken('sandbox')).accessToken).toMatch(/^at_/);
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toContain('region us-east-1 and placeholder credentials');
+    } finally {
+      process.env = saved;
+    }
+  });
+});
+
+describe('Middy middleware: @open-api-token-broker/client/middy', () => {
+  type Event = { orderId: string };
+  const lambdaContext = () =>
+    createContext({
+      functionName: 'orders',
+      timeoutMs: 5_000,
+      region: 'us-east-1',
+      accountId: '000000000000',
+    });
+
+  it('puts the token on the context before the handler, and reuses it across invocations', async () => {
+    fetches = 0;
+    const seen: string[] = [];
+    const handler = middy<Event, string, Error, TokenContext<Context, 'openApiToken'>>()
+      .use(
+        tokenBroker({
+          transport: {
+            type: 'http',
+            url: broker.url,
+            region: 'us-east-1',
+            credentials,
+            fetch: countingFetch,
+          },
+          fetchData: { openApiToken: 'sandbox' },
+        }),
+      )
+      .handler(async (event, context) => {
+        seen.push(context.openApiToken);
+        return `${event.orderId}:${(await ping(context.openApiToken)).status}`;
+      });
+    expect(
+      await handler({ orderId: 'a' }, lambdaContext() as TokenContext<Context, 'openApiToken'>),
+    ).toBe('a:200');
+    expect(
+      await handler({ orderId: 'b' }, lambdaContext() as TokenContext<Context, 'openApiToken'>),
+    ).toBe('b:200');
+    expect(seen[0]).toBe(seen[1]);
+    expect(fetches).toBe(1);
+  });
+
+  it('fails the invocation with the typed error when no token can be had', async () => {
+    let ran = false;
+    const handler = middy<Event, string>()
+      .use(tokenBroker({ client: clients().lambda, fetchData: { openApiToken: 'nope' } }))
+      .handler(async () => {
+        ran = true;
+        return 'ran';
+      });
+    const error = await handler({ orderId: 'c' }, lambdaContext()).then(unexpected, caught);
+    expect(error).toBeInstanceOf(UnknownConnectionError);
+    expect((error as TokenBrokerError).code).toBe('UNKNOWN_CONNECTION');
+    expect(ran).toBe(false);
+    expect(() =>
+      tokenBroker({ client: clients().lambda, fetchData: { t: 'x' }, setToContex: true } as never),
+    ).toThrow('unknown option "setToContex"');
+  });
+});
+
 describe('CLI: token-broker', () => {
-  const cli = (...args: string[]) =>
-    run(process.execPath, [build.outdir.concat('/cli/index.mjs'), ...args], {
-      env: {
-        PATH: process.env.PATH ?? '',
-        AWS_ACCESS_KEY_ID: 'local',
-        AWS_SECRET_ACCESS_KEY: 'local',
-        AWS_REGION: 'us-east-1',
+  const cliEnv = {
+    AWS_ACCESS_KEY_ID: 'local',
+    AWS_SECRET_ACCESS_KEY: 'local',
+    AWS_REGION: 'us-east-1',
+    AWS_EC2_METADATA_DISABLED: 'true',
+    AWS_CONFIG_FILE: '/nonexistent',
+    AWS_SHARED_CREDENTIALS_FILE: '/nonexistent',
+  };
+  const cli = (...args: (string | Record<string, string>)[]) =>
+    run(
+      process.execPath,
+      [build.outdir.concat('/client/esm/cli.js'), ...args.filter((a) => typeof a === 'string')],
+      {
+        env: Object.fromEntries(
+          Object.entries<string>({
+            PATH: process.env.PATH ?? '',
+            ...cliEnv,
+            ...Object.assign({}, ...args.filter((a) => typeof a !== 'string')),
+          }).filter(([, value]) => value !== ''),
+        ),
       },
-    }).then(
+    ).then(
       ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
       (error: { code: number; stdout: string; stderr: string }) => ({
         code: error.code,
@@ -222,6 +478,49 @@ describe('CLI: token-broker', () => {
     const shown = await cli('token', 'sandbox', '--json', '--reveal', '--url', broker.url);
     const { accessToken } = JSON.parse(shown.stdout);
     expect((await ping(accessToken)).status).toBe(200);
+  });
+
+  it('reads the token to invalidate from stdin (--token -) or TOKEN_BROKER_ACCESS_TOKEN', async () => {
+    const { stdout } = await cli('token', 'sandbox', '--json', '--reveal', ...target());
+    const { accessToken } = JSON.parse(stdout);
+    const piped = await new Promise<{ code: number | null; stdout: string }>((done) => {
+      const child = execFile(
+        process.execPath,
+        [
+          build.outdir.concat('/client/esm/cli.js'),
+          'invalidate',
+          'sandbox',
+          '--token',
+          '-',
+          '--json',
+          ...target(),
+        ],
+        { env: { PATH: process.env.PATH ?? '', ...cliEnv } },
+        (error, out) => done({ code: error ? Number(error.code) : 0, stdout: out }),
+      );
+      child.stdin?.end(`${accessToken}\n`);
+    });
+    expect(piped).toEqual({ code: 0, stdout: '{"invalidated":true}\n' });
+    const fromEnv = await cli('invalidate', 'sandbox', '--json', ...target(), {
+      TOKEN_BROKER_ACCESS_TOKEN: accessToken,
+    });
+    expect(fromEnv).toMatchObject({ code: 0, stdout: '{"invalidated":false}\n' });
+    expect((await cli('invalidate', 'sandbox', ...target())).code).toBe(2);
+  });
+
+  it('exits 2 for a malformed URL and for missing AWS settings, saying what to set', async () => {
+    const bad = await cli('status', '--url', 'not-a-url');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--url');
+    const noAws = { AWS_ACCESS_KEY_ID: '', AWS_SECRET_ACCESS_KEY: '', AWS_REGION: '' };
+    const remote = await cli('status', '--function', 'token-broker-prod-broker', noAws);
+    expect(remote.code).toBe(2);
+    expect(remote.stderr).toContain('set AWS_REGION');
+    // A loopback target: the local defaults, said on stderr; the answer on stdout.
+    const local = await cli('status', '--json', ...target(), noAws);
+    expect(local.code).toBe(0);
+    expect(local.stderr).toContain('placeholder credentials');
+    expect(JSON.parse(local.stdout).connections).toHaveLength(2);
   });
 
   it('invalidate and warm work, and a broker error exits 1', async () => {

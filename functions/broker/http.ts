@@ -22,6 +22,7 @@ import { allowsCaller } from '../../lib/callers.js';
 import { BadRequestError, CallerNotAllowedError, RouteNotFoundError } from '../../lib/errors.js';
 import type { BrokerMetrics } from '../../lib/metrics.js';
 import { answerFailure } from './errors.js';
+import { parseHttpRequest } from './requests.js';
 import { deadlineOf, logServed, tokenResponse } from './shared.js';
 
 export type HttpEvent = APIGatewayProxyEventV2WithIAMAuthorizer;
@@ -50,15 +51,6 @@ export const isHttpEvent = (event: unknown): event is HttpEvent => {
   );
 };
 
-const parseMinValidity = (event: HttpEvent): number | undefined => {
-  const raw = event.queryStringParameters?.minValidity;
-  if (raw === undefined) return undefined;
-  if (!/^\d{1,9}$/.test(raw)) {
-    throw new BadRequestError('minValidity must be a whole number of seconds, 0 or more');
-  }
-  return Number(raw);
-};
-
 export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: BrokerMetrics) => {
   const connectionFor = (event: HttpEvent) => {
     const connection = broker.connection(event.pathParameters?.connection ?? '');
@@ -73,10 +65,10 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
   };
 
   const getToken = async (event: HttpEvent, context: Context): Promise<HttpResult> => {
-    const minValiditySeconds = parseMinValidity(event);
+    const { minValidity } = parseHttpRequest('getToken', event);
     const connection = connectionFor(event);
     const served = await broker.getToken(connection.name, {
-      minValiditySeconds,
+      minValiditySeconds: minValidity,
       deadline: deadlineOf(context),
     });
     logServed(logger, served);
@@ -85,13 +77,7 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
 
   const invalidate = async (event: HttpEvent): Promise<HttpResult> => {
     const connection = connectionFor(event);
-    const body = event.body as unknown as Record<string, unknown> | null;
-    const accessToken = body?.accessToken;
-    if (typeof accessToken !== 'string' || accessToken.length === 0) {
-      throw new BadRequestError(
-        'Body must be JSON {"accessToken": "<the token the Open API rejected>"}',
-      );
-    }
+    const { accessToken } = parseHttpRequest('invalidate', event);
     const invalidated = await broker.invalidate(connection.name, accessToken);
     return json(200, { invalidated });
   };
@@ -101,20 +87,27 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
       {
         method: 'GET',
         path: '/health',
-        handler: async () =>
-          json(200, { status: 'ok', connections: [...broker.connectionNames()] }),
+        handler: async (event: HttpEvent) => {
+          parseHttpRequest('health', event);
+          return json(200, { status: 'ok', connections: [...broker.connectionNames()] });
+        },
       },
       { method: 'GET', path: '/tokens/{connection}', handler: getToken },
       {
         method: 'GET',
         path: '/status',
-        handler: async () => json(200, { connections: await broker.status() }),
+        handler: async (event: HttpEvent) => {
+          parseHttpRequest('status', event);
+          return json(200, { connections: await broker.status() });
+        },
       },
       {
         method: 'POST',
         path: '/warm',
-        handler: async (_event: HttpEvent, context: Context) =>
-          json(200, await broker.warmUp(deadlineOf(context))),
+        handler: async (event: HttpEvent, context: Context) => {
+          parseHttpRequest('warmUp', event);
+          return json(200, await broker.warmUp(deadlineOf(context)));
+        },
       },
       {
         method: 'POST',

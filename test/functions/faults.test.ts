@@ -4,12 +4,8 @@
  * else a clear 503 or 500), and no credential reaches the logs on any of these paths.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import {
-  httpEvent,
-  httpResponse,
-  invokeHandler,
-  type LambdaHandler,
-} from '../../local/lambda-emulator.js';
+import { httpEvent, httpResponse, type LambdaHandler } from '../../local/lambda-events.js';
+import { invokeHandler } from '../../local/lambda-invoke.js';
 import { applyEnv, type Stack, startStack } from '../../local/stack.js';
 import { captureOutput, newContainer } from '../support/lambda.js';
 

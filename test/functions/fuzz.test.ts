@@ -10,12 +10,8 @@ import { createLogger } from '../../lib/adapters/aws.js';
 import { TokenBroker } from '../../lib/broker/index.js';
 import { BrokerError } from '../../lib/errors.js';
 import { readJsonBody, tokenFromPayload, unwrapV3Envelope } from '../../lib/upstream/open-api.js';
-import {
-  httpEvent,
-  httpResponse,
-  invokeHandler,
-  type LambdaHandler,
-} from '../../local/lambda-emulator.js';
+import { httpEvent, httpResponse, type LambdaHandler } from '../../local/lambda-events.js';
+import { invokeHandler } from '../../local/lambda-invoke.js';
 import { connection, FakeIssuer, FakeSecretSource, InMemoryTokenStore } from '../support/fakes.js';
 
 const RUNS = 2_000;

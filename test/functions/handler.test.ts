@@ -8,10 +8,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   httpEvent,
   httpResponse,
-  invokeHandler,
   type LambdaHandler,
   scheduledEvent,
-} from '../../local/lambda-emulator.js';
+} from '../../local/lambda-events.js';
+import { invokeHandler } from '../../local/lambda-invoke.js';
 import { applyEnv, type Stack, startStack } from '../../local/stack.js';
 import { captureOutput, newContainer } from '../support/lambda.js';
 
@@ -127,6 +127,37 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
       code: 'MIN_VALIDITY_UNSATISFIABLE',
       message:
         'The Open API issues tokens valid for 86400s, which cannot satisfy a validity of 90000s',
+    });
+  });
+
+  it('refuses unknown query parameters and body fields as direct invoke does, naming the field', async () => {
+    const typo = await http(handler, 'GET', '/tokens/sandbox?minvalidity=5');
+    expect(typo.status).toBe(400);
+    expect(typo.json.error).toEqual({
+      code: 'BAD_REQUEST',
+      message: 'Invalid request: unknown query parameter "minvalidity"',
+    });
+    for (const url of ['/health?verbose=1', '/status?all=1']) {
+      const response = await http(handler, 'GET', url);
+      expect(response.status).toBe(400);
+      expect(response.json.error.message).toContain('unknown query parameter');
+    }
+    const extra = await http(handler, 'POST', '/tokens/sandbox/invalidate', {
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ accessToken: 'at_x', reason: '401' }),
+    });
+    expect(extra.status).toBe(400);
+    expect(extra.json.error.message).toBe('Invalid request: unknown body field "reason"');
+    // The same typo by direct invoke: the same refusal, naming the same field.
+    const invoked = await invokeHandler(handler, {
+      action: 'getToken',
+      connection: 'sandbox',
+      minvalidity: 5,
+    });
+    expect(invoked).toMatchObject({
+      ok: false,
+      errorType: 'BadRequestError',
+      errorMessage: 'Invalid direct invoke: unknown field "minvalidity"',
     });
   });
 

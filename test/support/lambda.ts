@@ -2,7 +2,7 @@
 import { createHandler } from '../../functions/broker/handler.js';
 import { createAwsBroker, createLogger, createMetrics } from '../../lib/adapters/aws.js';
 import { loadConfig } from '../../lib/config.js';
-import type { LambdaHandler } from '../../local/lambda-emulator.js';
+import type { LambdaHandler } from '../../local/lambda-events.js';
 
 /** A new container: the production wiring, configured from process.env at this moment. */
 export const newContainer = (): LambdaHandler => {

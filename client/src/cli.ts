@@ -1,22 +1,29 @@
+#!/usr/bin/env node
 /**
  * `token-broker`: inspect and repair a token broker, local (`npm start`) or deployed.
- * Built to dist/cli/index.mjs, the package's `bin`.
+ * The client package's `bin`.
  */
+import { text } from 'node:stream/consumers';
 import { parseArgs } from 'node:util';
 import {
+  ClientConfigError,
   createTokenClient,
   TokenBrokerError,
   type TokenClient,
+  type TokenClientOptions,
   TransportError,
-} from '../client/index.js';
+} from './index.js';
 
 const HELP = `token-broker <command> [options]
 
 Commands:
   status                          every connection: variant, expiry, time left, last refresh, lease
   token <connection>              the token's metadata; the token itself only with --reveal
-  invalidate <connection> --token <token>
-                                  drop that token if it is the current one (after a 401)
+  invalidate <connection> --token -
+                                  drop that token if it is the current one (after a 401);
+                                  the token is read from stdin ('-'), or from TOKEN_BROKER_ACCESS_TOKEN
+                                  when --token is absent (a token given as the value itself shows in ps
+                                  and in shell history)
   warm                            run the warm-up now
 
 Target (one of; or TOKEN_BROKER_FUNCTION / TOKEN_BROKER_URL):
@@ -32,11 +39,15 @@ Options:
   --json                          machine-readable output
   -h, --help                      this text
 
-Exit codes: 0 done, 1 the broker answered with an error, 2 wrong usage, 3 the broker could not be reached.
+A loopback target (localhost, 127.x, ::1) without AWS region or credentials gets a local default
+(region us-east-1, placeholder credentials), and the CLI says so on stderr.
+
+Exit codes: 0 done, 1 the broker answered with an error, 2 wrong usage or missing AWS settings
+(nothing was sent), 3 the broker could not be reached or did not answer in time.
 Examples:
   token-broker status --function token-broker-prod-broker
   token-broker token sandbox --endpoint http://127.0.0.1:3000 --function token-broker --json
-  token-broker invalidate production --token "$TOKEN" --url https://abc.lambda-url.eu-west-1.on.aws
+  printf %s "$TOKEN" | token-broker invalidate production --token - --url https://abc.lambda-url.eu-west-1.on.aws
 `;
 
 class UsageError extends Error {}
@@ -71,17 +82,37 @@ const parse = (argv: string[]) => {
 
 type Values = ReturnType<typeof parse>['values'];
 
+const checkUrl = (value: string | undefined, option: string) => {
+  if (value === undefined) return;
+  let url: URL | undefined;
+  try {
+    url = new URL(value);
+  } catch {
+    url = undefined;
+  }
+  if (url?.protocol !== 'http:' && url?.protocol !== 'https:') {
+    throw new UsageError(`${option} must be an http:// or https:// URL, got '${value}'`);
+  }
+};
+
+const warnOnStderr: TokenClientOptions['onWarning'] = (message) =>
+  process.stderr.write(`Note: ${message}\n`);
+
 const clientFor = (values: Values): TokenClient => {
   if (values.profile) process.env.AWS_PROFILE = values.profile;
   const functionName = values.function ?? process.env.TOKEN_BROKER_FUNCTION;
   const url = values.url ?? process.env.TOKEN_BROKER_URL;
   if (functionName && url) throw new UsageError('Give --function or --url, not both');
+  checkUrl(url, '--url (or TOKEN_BROKER_URL)');
+  checkUrl(values.endpoint, '--endpoint');
   if (url)
     return createTokenClient({
+      onWarning: warnOnStderr,
       transport: { type: 'http', url, ...(values.region ? { region: values.region } : {}) },
     });
   if (functionName) {
     return createTokenClient({
+      onWarning: warnOnStderr,
       transport: {
         type: 'lambda',
         functionName,
@@ -93,6 +124,23 @@ const clientFor = (values: Values): TokenClient => {
   throw new UsageError(
     'Say which broker: --function <name>, --url <function url>, or TOKEN_BROKER_FUNCTION / TOKEN_BROKER_URL',
   );
+};
+
+/** `--token -`: stdin; no --token: TOKEN_BROKER_ACCESS_TOKEN; else the value itself. */
+const tokenToInvalidate = async (option: string | undefined): Promise<string> => {
+  let token = option;
+  if (option === '-') {
+    if (process.stdin.isTTY) process.stderr.write('Paste the token, then Ctrl-D:\n');
+    token = (await text(process.stdin)).trim();
+  } else if (option === undefined) {
+    token = process.env.TOKEN_BROKER_ACCESS_TOKEN;
+  }
+  if (!token) {
+    throw new UsageError(
+      "'invalidate' needs the token the Open API rejected: --token - (from stdin) or TOKEN_BROKER_ACCESS_TOKEN",
+    );
+  }
+  return token;
 };
 
 const duration = (seconds: number) => {
@@ -159,9 +207,8 @@ const run = async (argv: string[]): Promise<number> => {
       return 0;
     }
     case 'invalidate': {
-      if (!values.token)
-        throw new UsageError("'invalidate' needs --token <the token the Open API rejected>");
-      const invalidated = await clientFor(values).invalidate(connection as string, values.token);
+      const token = await tokenToInvalidate(values.token);
+      const invalidated = await clientFor(values).invalidate(connection as string, token);
       if (values.json) return done(JSON.stringify({ invalidated }));
       out(
         invalidated
@@ -194,6 +241,9 @@ run(process.argv.slice(2)).then(
   (error: unknown) => {
     if (error instanceof UsageError) {
       process.stderr.write(`${error.message}\n\nRun 'token-broker --help' for usage.\n`);
+      process.exitCode = 2;
+    } else if (error instanceof ClientConfigError) {
+      process.stderr.write(`${error.message}\n`);
       process.exitCode = 2;
     } else if (error instanceof TransportError) {
       process.stderr.write(`${error.message}\n`);

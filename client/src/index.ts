@@ -1,0 +1,416 @@
+/**
+ * Typed client of the Open API token broker, for internal services.
+ *
+ * @example Three lines to an authenticated call
+ * ```ts
+ * import { createTokenClient } from '@open-api-token-broker/client';
+ * const tokens = createTokenClient({ transport: { type: 'lambda', functionName: 'token-broker-prod-broker' } });
+ * const orders = await tokens.withToken('production', (token) =>
+ *   fetch('https://open-api.example.com/open-api/v3/orders', { headers: { 'x-access-token': token } }),
+ * );
+ * ```
+ *
+ * `withToken` retries once with a new token when the Open API answers 401 (or when your
+ * `isRejected` says so), after reporting the rejected token to the broker.
+ */
+import {
+  BadRequestError,
+  ClientConfigError,
+  ClientErrorCode,
+  TokenBrokerError,
+  TransportError,
+} from './errors.js';
+import {
+  createTransport,
+  type Operation,
+  type Transport,
+  type TransportOptions,
+} from './transports.js';
+
+export * from './errors.js';
+export type {
+  HttpTransportOptions,
+  LambdaTransportOptions,
+  Operation,
+  SendOptions,
+  Transport,
+  TransportOptions,
+} from './transports.js';
+export { isLoopback, LOCAL_DEFAULTS } from './transports.js';
+
+/** A token as the broker hands it out. */
+export interface AccessToken {
+  readonly connection: string;
+  /** Send it as the `x-access-token` header. */
+  readonly accessToken: string;
+  readonly expiresAt: Date;
+  /** Whole seconds left when the broker answered. */
+  readonly expiresIn: number;
+}
+
+export interface TokenClientOptions {
+  /** Direct Lambda invoke, or HTTP to the Function URL signed with SigV4. */
+  readonly transport: TransportOptions | Transport;
+  /**
+   * A cached token is reused until this many seconds before it expires; default 60. The
+   * broker's own validity default is 60 s too, so a fresh answer is never refused here.
+   */
+  readonly marginSeconds?: number;
+  /** Limit of each call unless the call sets its own; default 10 000 ms. */
+  readonly timeoutMs?: number;
+  /**
+   * Told what the client decided on its own, e.g. the local defaults for a loopback target.
+   * Default: `process.emitWarning` (printed once on stderr).
+   */
+  readonly onWarning?: (message: string) => void;
+  readonly now?: () => number;
+}
+
+/** Per call: how long to wait, and a signal to give up earlier. */
+export interface CallOptions {
+  /** Gives up with a `TransportError` (`ABORTED`) when this signal fires. */
+  readonly signal?: AbortSignal;
+  /** Gives up with a `TransportError` (`TIMEOUT`) after this many ms; default the client's. */
+  readonly timeoutMs?: number;
+}
+
+export interface GetTokenOptions extends CallOptions {
+  /** The token must stay valid at least this many seconds (passed to the broker). */
+  readonly minValidity?: number;
+  /**
+   * Ask the broker even when this client holds a valid token. The broker still answers with
+   * its own current token: to have that one replaced, `invalidate` it.
+   */
+  readonly forceRefresh?: boolean;
+}
+
+export interface WithTokenOptions extends GetTokenOptions {
+  /**
+   * Whether what `fn` threw or returned means the Open API rejected the token. Default: a
+   * `Response` with status 401, or an error with `status`/`statusCode` 401.
+   */
+  readonly isRejected?: (outcome: unknown) => boolean;
+}
+
+// The wire types below restate the broker's (lib/broker.ts) because the client ships alone;
+// test/client.test.ts checks at compile time that the two stay identical.
+
+export interface ConnectionStatus {
+  readonly connection: string;
+  readonly variant: string;
+  readonly token: {
+    readonly expiresAt: string;
+    readonly expiresIn: number;
+    readonly issuedAt: string;
+    readonly tokenDigest: string;
+  } | null;
+  readonly lease: { readonly holder: string; readonly expiresInMs: number } | null;
+}
+
+export type WarmUpOutcome =
+  | { readonly status: 'fresh' | 'issued'; readonly expiresAt: string; readonly expiresIn: number }
+  | {
+      readonly status: 'failed';
+      readonly error: { readonly code: string; readonly message: string };
+    };
+
+export interface WarmUpReport {
+  readonly connections: Readonly<Record<string, WarmUpOutcome>>;
+  readonly issued: number;
+  readonly failed: number;
+}
+
+export interface TokenClient {
+  /** A token valid for at least `minValidity` (or the margin), from the cache when it can. */
+  getToken(connection: string, options?: GetTokenOptions): Promise<AccessToken>;
+  /**
+   * The token alone, as a provider function for libraries that take one (`() => Promise<string>`);
+   * every call goes through this client's cache.
+   */
+  provider(connection: string, options?: GetTokenOptions): () => Promise<string>;
+  /** Reports a token the Open API rejected; the broker drops it only if it is the current one. */
+  invalidate(connection: string, accessToken: string, options?: CallOptions): Promise<boolean>;
+  /** Runs `fn(token)`; on a rejection, invalidates that exact token and retries once. */
+  withToken<T>(
+    connection: string,
+    fn: (accessToken: string) => Promise<T>,
+    options?: WithTokenOptions,
+  ): Promise<T>;
+  /** Operators: every connection's token metadata and lease (never a token). */
+  status(options?: CallOptions): Promise<ConnectionStatus[]>;
+  /** Operators: run the broker's warm-up now. */
+  warmUp(options?: CallOptions): Promise<WarmUpReport>;
+}
+
+/** The broker's own limits, so that a bad value is refused here exactly as the broker would. */
+export const LIMITS = {
+  connectionLength: 200,
+  accessTokenLength: 8192,
+  maxMinValidity: 1_000_000_000,
+} as const;
+
+const DEFAULT_TIMEOUT_MS = 10_000;
+
+const isTransport = (value: TransportOptions | Transport): value is Transport =>
+  typeof (value as Transport).send === 'function';
+
+/** Default rejection test: HTTP 401 from the Open API, as a Response or an error. */
+export const isUnauthorized = (outcome: unknown): boolean => {
+  if (outcome instanceof Response) return outcome.status === 401;
+  const status =
+    (outcome as { status?: unknown; statusCode?: unknown } | null)?.status ??
+    (outcome as { statusCode?: unknown } | null)?.statusCode;
+  return status === 401;
+};
+
+const toAccessToken = (body: unknown): AccessToken => {
+  const value = body as {
+    connection?: unknown;
+    accessToken?: unknown;
+    expiresAt?: unknown;
+    expiresIn?: unknown;
+  };
+  if (typeof value?.accessToken !== 'string' || typeof value.expiresAt !== 'string') {
+    throw new TransportError('The broker answered without a token', 'TRANSPORT_FAILED');
+  }
+  return {
+    connection: String(value.connection),
+    accessToken: value.accessToken,
+    expiresAt: new Date(value.expiresAt),
+    expiresIn: Number(value.expiresIn),
+  };
+};
+
+// The broker's rules (functions/broker/requests.ts), with its wording.
+const checkConnection = (connection: unknown) => {
+  if (
+    typeof connection !== 'string' ||
+    connection.length === 0 ||
+    connection.length > LIMITS.connectionLength
+  ) {
+    throw new BadRequestError(
+      `"connection": must be a string of 1 to ${LIMITS.connectionLength} characters`,
+      'BAD_REQUEST',
+    );
+  }
+};
+const checkMinValidity = (minValidity: unknown) => {
+  if (
+    minValidity !== undefined &&
+    !(
+      Number.isInteger(minValidity) &&
+      (minValidity as number) >= 0 &&
+      (minValidity as number) <= LIMITS.maxMinValidity
+    )
+  ) {
+    throw new BadRequestError(
+      `"minValidity": must be a whole number of seconds from 0 to ${LIMITS.maxMinValidity}`,
+      'BAD_REQUEST',
+    );
+  }
+};
+const checkAccessToken = (accessToken: unknown) => {
+  if (
+    typeof accessToken !== 'string' ||
+    accessToken.length === 0 ||
+    accessToken.length > LIMITS.accessTokenLength
+  ) {
+    throw new BadRequestError(
+      `"accessToken": must be a string of 1 to ${LIMITS.accessTokenLength} characters`,
+      'BAD_REQUEST',
+    );
+  }
+};
+const checkTimeout = (timeoutMs: unknown, what: string) => {
+  if (
+    timeoutMs !== undefined &&
+    !(typeof timeoutMs === 'number' && Number.isFinite(timeoutMs) && timeoutMs > 0)
+  ) {
+    throw new ClientConfigError(`${what} must be a number of milliseconds above 0`);
+  }
+};
+
+/** Settles with `promise`, or rejects as soon as `signal` fires. */
+const untilAborted = <T>(promise: Promise<T>, signal: AbortSignal): Promise<T> => {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+};
+
+/** The typed error for a call that its own signal or timeout ended. */
+const abortedError = (signal: AbortSignal, caller: AbortSignal | undefined, timeoutMs: number) =>
+  caller?.aborted
+    ? new TransportError('The call to the broker was aborted', ClientErrorCode.ABORTED, {
+        cause: caller.reason,
+      })
+    : new TransportError(
+        `The broker did not answer within ${timeoutMs} ms`,
+        ClientErrorCode.TIMEOUT,
+        { cause: signal.reason },
+      );
+
+const emitWarning = (message: string) =>
+  process.emitWarning(message, { type: 'TokenBrokerWarning', code: 'TOKEN_BROKER_LOCAL_DEFAULTS' });
+
+/** Creates a client; keep one per process: it holds the cache. */
+export const createTokenClient = (options: TokenClientOptions): TokenClient => {
+  checkTimeout(options.timeoutMs, 'timeoutMs');
+  const marginSeconds = options.marginSeconds ?? 60;
+  if (!(Number.isFinite(marginSeconds) && marginSeconds >= 0)) {
+    throw new ClientConfigError('marginSeconds must be a number of seconds, 0 or more');
+  }
+  const warn = options.onWarning ?? emitWarning;
+  const transport = isTransport(options.transport)
+    ? options.transport
+    : createTransport(options.transport, { warn });
+  const marginMs = marginSeconds * 1000;
+  const defaultTimeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const now = options.now ?? (() => Date.now());
+  // Maps, not objects: connection names must not reach prototype members.
+  const cache = new Map<string, AccessToken>();
+  const inflight = new Map<string, Promise<AccessToken>>();
+
+  /**
+   * Runs `work` under the call's timeout and signal. Whatever fails comes out as a
+   * TokenBrokerError; an abort wins even over a transport that ignores its signal.
+   */
+  const call = async <T>(
+    { signal: caller, timeoutMs = defaultTimeoutMs }: CallOptions,
+    work: (signal: AbortSignal) => Promise<T>,
+  ): Promise<T> => {
+    checkTimeout(timeoutMs, 'timeoutMs');
+    // One signal for the timeout and the caller's (by hand: AbortSignal.any needs Node 20.3).
+    const controller = new AbortController();
+    const signal = controller.signal;
+    const timer = setTimeout(
+      () => controller.abort(new DOMException(`No answer within ${timeoutMs} ms`, 'TimeoutError')),
+      timeoutMs,
+    );
+    const onAbort = () => controller.abort(caller?.reason);
+    if (caller?.aborted) onAbort();
+    else caller?.addEventListener('abort', onAbort, { once: true });
+    try {
+      return await untilAborted(work(signal), signal);
+    } catch (error) {
+      // The broker's own answer stands even if the signal fired meanwhile.
+      if (error instanceof TokenBrokerError && !(error instanceof TransportError)) throw error;
+      if (signal.aborted) throw abortedError(signal, caller, timeoutMs);
+      if (error instanceof TokenBrokerError) throw error;
+      throw new TransportError(
+        `The transport failed: ${(error as Error)?.message ?? String(error)}`,
+        ClientErrorCode.TRANSPORT_FAILED,
+        { cause: error },
+      );
+    } finally {
+      clearTimeout(timer);
+      caller?.removeEventListener('abort', onAbort);
+    }
+  };
+
+  const send = (operation: Operation, signal: AbortSignal) => transport.send(operation, { signal });
+
+  /**
+   * Concurrent calls for the same token share one request. That request runs under the first
+   * caller's timeout, not its signal: one caller giving up must not fail the others.
+   */
+  const fetchToken = (
+    connection: string,
+    minValidity: number | undefined,
+    timeoutMs: number,
+  ): Promise<AccessToken> => {
+    const key = `${connection}\u0000${minValidity ?? ''}`;
+    let pending = inflight.get(key);
+    if (!pending) {
+      pending = call({ timeoutMs }, async (signal) => {
+        const token = toAccessToken(
+          await send(
+            {
+              action: 'getToken',
+              connection,
+              ...(minValidity === undefined ? {} : { minValidity }),
+            },
+            signal,
+          ),
+        );
+        cache.set(connection, token);
+        return token;
+      }).finally(() => inflight.delete(key));
+      inflight.set(key, pending);
+    }
+    return pending;
+  };
+
+  const client: TokenClient = {
+    async getToken(connection, tokenOptions = {}) {
+      const { minValidity, forceRefresh = false, timeoutMs = defaultTimeoutMs } = tokenOptions;
+      checkConnection(connection);
+      checkMinValidity(minValidity);
+      checkTimeout(timeoutMs, 'timeoutMs');
+      const needMs = Math.max(marginMs, (minValidity ?? 0) * 1000);
+      const cached = cache.get(connection);
+      if (!forceRefresh && cached && cached.expiresAt.getTime() - now() > needMs) return cached;
+      return call(tokenOptions, () => fetchToken(connection, minValidity, timeoutMs));
+    },
+
+    provider(connection, tokenOptions = {}) {
+      checkConnection(connection);
+      checkMinValidity(tokenOptions.minValidity);
+      return async () => (await client.getToken(connection, tokenOptions)).accessToken;
+    },
+
+    async invalidate(connection, accessToken, callOptions = {}) {
+      checkConnection(connection);
+      checkAccessToken(accessToken);
+      if (cache.get(connection)?.accessToken === accessToken) cache.delete(connection);
+      const body = (await call(callOptions, (signal) =>
+        send({ action: 'invalidate', connection, accessToken }, signal),
+      )) as { invalidated?: unknown };
+      return body?.invalidated === true;
+    },
+
+    async withToken(connection, fn, { isRejected = isUnauthorized, ...tokenOptions } = {}) {
+      const attempt = async (): Promise<{
+        token: string;
+        rejected: boolean;
+        value?: unknown;
+        error?: unknown;
+      }> => {
+        const { accessToken } = await client.getToken(connection, tokenOptions);
+        try {
+          const value = await fn(accessToken);
+          return { token: accessToken, rejected: isRejected(value), value };
+        } catch (error) {
+          if (error instanceof TokenBrokerError || !isRejected(error)) throw error;
+          return { token: accessToken, rejected: true, error };
+        }
+      };
+      const first = await attempt();
+      if (!first.rejected) return first.value as Awaited<ReturnType<typeof fn>>;
+      // The rejected response is not returned: free its connection before asking again.
+      if (first.value instanceof Response && !first.value.bodyUsed) {
+        await first.value.body?.cancel().catch(() => undefined);
+      }
+      await client.invalidate(connection, first.token, tokenOptions);
+      const second = await attempt();
+      if (second.error !== undefined) throw second.error;
+      return second.value as Awaited<ReturnType<typeof fn>>;
+    },
+
+    async status(callOptions = {}) {
+      const body = (await call(callOptions, (signal) => send({ action: 'status' }, signal))) as {
+        connections?: ConnectionStatus[];
+      };
+      return body.connections ?? [];
+    },
+
+    async warmUp(callOptions = {}) {
+      return (await call(callOptions, (signal) =>
+        send({ action: 'warmUp' }, signal),
+      )) as WarmUpReport;
+    },
+  };
+  return client;
+};

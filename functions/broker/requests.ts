@@ -1,0 +1,157 @@
+/**
+ * What a caller may ask, checked once for both doors: a direct invoke event, and an HTTP
+ * request (route + path + query + body) turned into the same request object first. A typo such
+ * as `minvalidity` is refused by either door with 400 `BAD_REQUEST` naming the field, never
+ * ignored. The client (client/src/index.ts) applies the same limits before it sends.
+ */
+import * as z from 'zod/mini';
+import { BadRequestError, printable } from '../../lib/errors.js';
+import '../../lib/schema.js';
+
+export const REQUEST_LIMITS = {
+  connectionLength: 200,
+  accessTokenLength: 8192,
+  maxMinValidity: 1_000_000_000,
+} as const;
+
+/** The rule of each field, in the words every refusal uses (zod's own name the type only). */
+const RULES: Readonly<Record<string, string>> = {
+  action: 'must be "getToken", "invalidate", "status" or "warmUp"',
+  connection: `must be a string of 1 to ${REQUEST_LIMITS.connectionLength} characters`,
+  minValidity: `must be a whole number of seconds from 0 to ${REQUEST_LIMITS.maxMinValidity}`,
+  accessToken: `must be a string of 1 to ${REQUEST_LIMITS.accessTokenLength} characters`,
+};
+
+const connection = z.string().check(z.minLength(1), z.maxLength(REQUEST_LIMITS.connectionLength));
+
+const requestSchema = z.discriminatedUnion('action', [
+  z.strictObject({
+    action: z.literal('getToken'),
+    connection,
+    minValidity: z.optional(
+      z.number().check(z.int(), z.minimum(0), z.maximum(REQUEST_LIMITS.maxMinValidity)),
+    ),
+  }),
+  z.strictObject({
+    action: z.literal('invalidate'),
+    connection,
+    accessToken: z.string().check(z.minLength(1), z.maxLength(REQUEST_LIMITS.accessTokenLength)),
+  }),
+  // Operator actions (the CLI): metadata only, and the warm-up on demand.
+  z.strictObject({ action: z.literal('status') }),
+  z.strictObject({ action: z.literal('warmUp') }),
+]);
+
+export type BrokerRequest = z.infer<typeof requestSchema>;
+export type Action = BrokerRequest['action'];
+
+/** Where a field came from, for the message: `"x"` (invoke), `query parameter "x"`, … */
+type Place = (field: string) => string;
+
+const check = (
+  candidate: unknown,
+  prefix: string,
+  place: Place,
+  unknown: Place = place,
+): BrokerRequest => {
+  const result = requestSchema.safeParse(candidate);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0];
+  if (issue?.code === 'unrecognized_keys') {
+    throw new BadRequestError(`${prefix}: unknown ${unknown(printable(String(issue.keys[0])))}`);
+  }
+  const field = issue?.path[0];
+  if (field === undefined) throw new BadRequestError(`${prefix}: ${issue?.message ?? 'invalid'}`);
+  // zod's messages name the expected type, never the received value.
+  const rule = RULES[String(field)] ?? issue?.message ?? 'invalid';
+  throw new BadRequestError(`${prefix}: ${place(String(field))}: ${rule}`);
+};
+
+/** A direct invoke event, e.g. `{ "action": "getToken", "connection": "…" }`. */
+export const parseInvokeRequest = (event: unknown): BrokerRequest =>
+  check(
+    event,
+    'Invalid direct invoke',
+    (field) => `"${field}"`,
+    (field) => `field "${field}"`,
+  );
+
+/** The parts of an HTTP event the checks read (payload format 2.0). */
+export interface HttpRequestParts {
+  readonly pathParameters?: Readonly<Record<string, string | undefined>> | undefined;
+  readonly queryStringParameters?: Readonly<Record<string, string | undefined>> | undefined;
+  /** Parsed JSON for the routes that take a body. */
+  readonly body?: unknown;
+}
+
+/** The query parameters each route takes; none for the others. */
+const QUERY: Readonly<Partial<Record<Action | 'health', readonly string[]>>> = {
+  getToken: ['minValidity'],
+};
+/** The body fields each route takes; routes without a body never read one. */
+const BODY: Readonly<Partial<Record<Action, readonly string[]>>> = {
+  invalidate: ['accessToken'],
+};
+
+/**
+ * An HTTP request as the same request object a direct invoke sends, checked the same way.
+ * `health` has no request object: only its query is checked.
+ */
+export function parseHttpRequest(action: 'health', event: HttpRequestParts): undefined;
+export function parseHttpRequest<A extends Action>(
+  action: A,
+  event: HttpRequestParts,
+): Extract<BrokerRequest, { action: A }>;
+export function parseHttpRequest(
+  action: Action | 'health',
+  event: HttpRequestParts,
+): BrokerRequest | undefined {
+  const prefix = 'Invalid request';
+  const query = event.queryStringParameters ?? {};
+  const allowedQuery = QUERY[action] ?? [];
+  const candidate: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(query)) {
+    if (!allowedQuery.includes(name)) {
+      throw new BadRequestError(`${prefix}: unknown query parameter "${printable(name)}"`);
+    }
+    // The query is text: a whole number is digits only (no sign, point, exponent or blank).
+    if (name === 'minValidity') {
+      if (!/^\d{1,10}$/.test(value ?? '')) {
+        throw new BadRequestError(`${prefix}: query parameter "minValidity": ${RULES.minValidity}`);
+      }
+      candidate.minValidity = Number(value);
+    }
+  }
+  if (action === 'health') return undefined;
+
+  const allowedBody = BODY[action];
+  if (allowedBody) {
+    const body = event.body;
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+      throw new BadRequestError(
+        `${prefix}: the body must be a JSON object with ${allowedBody.map((f) => `"${f}"`).join(', ')}`,
+      );
+    }
+    for (const name of Object.keys(body)) {
+      if (!allowedBody.includes(name)) {
+        throw new BadRequestError(`${prefix}: unknown body field "${printable(name)}"`);
+      }
+      candidate[name] = (body as Record<string, unknown>)[name];
+    }
+  }
+  const connectionName = event.pathParameters?.connection;
+  return check(
+    {
+      ...candidate,
+      action,
+      ...(connectionName === undefined ? {} : { connection: connectionName }),
+    },
+    prefix,
+    (field) =>
+      field === 'connection'
+        ? 'path parameter "connection"'
+        : allowedBody?.includes(field)
+          ? `body field "${field}"`
+          : `query parameter "${field}"`,
+  );
+}

@@ -1,0 +1,130 @@
+/**
+ * Serves a Lambda handler over HTTP on one port, as AWS would put it behind two doors:
+ * - `POST /2015-03-31/functions/{name}/invocations` is the Lambda Invoke API (lambda-invoke.ts);
+ * - every other request becomes an API Gateway HTTP API event (payload format 2.0) with an IAM
+ *   authorizer. SigV4 is not checked here: the caller is whatever the `x-local-caller-arn`
+ *   header says (default `arn:aws:iam::<account>:user/local-developer`).
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { buffer } from 'node:stream/consumers';
+import {
+  DEFAULT_LAMBDA,
+  httpEvent,
+  httpResponse,
+  type LambdaHandler,
+  type LambdaSettings,
+} from './lambda-events.js';
+import {
+  createInvokeApi,
+  INVOKE_PATH,
+  invokeHandler,
+  MAX_INVOKE_PAYLOAD_BYTES,
+} from './lambda-invoke.js';
+
+export interface LocalLambdaServer {
+  readonly url: string;
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+const respond = (
+  res: ServerResponse,
+  status: number,
+  headers: Record<string, string>,
+  body: string,
+) => {
+  res.writeHead(status, headers);
+  res.end(body);
+};
+
+const tooLarge = (req: IncomingMessage) =>
+  Number(req.headers['content-length'] ?? 0) > MAX_INVOKE_PAYLOAD_BYTES;
+
+/** Serves the handler over HTTP: the broker's routes plus the Lambda Invoke API. */
+export const startLambdaServer = async (
+  handler: LambdaHandler,
+  {
+    host = '127.0.0.1',
+    port = 0,
+    settings = DEFAULT_LAMBDA,
+  }: { host?: string; port?: number; settings?: LambdaSettings } = {},
+): Promise<LocalLambdaServer> => {
+  const invokeApi = createInvokeApi(handler, settings);
+
+  const serve = async (req: IncomingMessage, res: ServerResponse) => {
+    const url = new URL(req.url ?? '/', 'http://local');
+    const invoke = req.method === 'POST' ? INVOKE_PATH.exec(url.pathname) : null;
+    // Both AWS doors refuse payloads over 6 MB before the function sees them.
+    if (tooLarge(req)) {
+      req.resume();
+      return invoke
+        ? respond(
+            res,
+            413,
+            {
+              'content-type': 'application/json',
+              'x-amzn-errortype': 'RequestTooLargeException',
+            },
+            JSON.stringify({ Type: 'User', message: 'Request must be smaller than 6291456 bytes' }),
+          )
+        : respond(
+            res,
+            413,
+            { 'content-type': 'application/json' },
+            '{"message":"Request Entity Too Large"}',
+          );
+    }
+    const body = await buffer(req);
+    if (invoke) {
+      const answer = await invokeApi({
+        functionName: invoke[1] ?? '',
+        query: url.searchParams,
+        headers: req.headers,
+        body,
+      });
+      return respond(res, answer.status, answer.headers, answer.body);
+    }
+    const callerArn = req.headers['x-local-caller-arn'];
+    const event = httpEvent(
+      {
+        method: req.method ?? 'GET',
+        url: req.url ?? '/',
+        headers: req.headers,
+        ...(body.length === 0 ? {} : { body: body.toString('utf8') }),
+        ...(typeof callerArn === 'string' ? { callerArn } : {}),
+      },
+      settings,
+    );
+    const response = httpResponse(await invokeHandler(handler, event, settings));
+    return respond(res, response.status, response.headers, response.body);
+  };
+
+  const server = createServer((req, res) => {
+    serve(req, res).catch(() =>
+      respond(
+        res,
+        500,
+        { 'content-type': 'application/json' },
+        '{"message":"Internal Server Error"}',
+      ),
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  return {
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${address.port}`,
+    port: address.port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+};
