@@ -63,8 +63,8 @@ export interface TokenStore {
    */
   acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt>;
   /**
-   * Writes `record` and releases the lease in one step, if `holder` still holds the lease (or
-   * no one does and the stored token is older). Returns whether it wrote.
+   * Writes `record` and releases the lease in one step, only if `holder` still holds the lease
+   * (a fencing check: a holder that lost its lease never writes). Returns whether it wrote.
    */
   putToken(record: TokenRecord, holder: string): Promise<boolean>;
   /** Extends the lease to `leaseExpiresAt` if `holder` still holds it (a heartbeat). */

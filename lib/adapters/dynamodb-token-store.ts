@@ -160,15 +160,14 @@ export class DynamoDBTokenStore implements TokenStore {
           // The whole item is replaced: the lease attributes are not in it, so this releases
           // the lease in the same write.
           Item: await toItem(record, this.cipher),
-          // Only the lease holder writes. A holder whose lease expired and was taken over must
-          // not overwrite the new holder's work (the upstream may already have revoked its
-          // token). With no lease at all, a write that keeps the longer-lived token is allowed.
-          ConditionExpression:
-            'leaseHolder = :holder OR (attribute_not_exists(leaseHolder) AND (attribute_not_exists(expiresAt) OR expiresAt < :expiresAt))',
-          ExpressionAttributeValues: {
-            ':holder': { S: holder },
-            ':expiresAt': { N: String(record.expiresAt) },
-          },
+          // Only the lease holder writes: the fencing check on the far side. Timeline of the
+          // fault it stops (a holder paused past its lease):
+          //   t0  A holds the lease, gets an authorization code, and pauses (GC, CPU starved)
+          //   t1  A's lease runs out; B takes it over, issues token B, writes it (no lease left)
+          //   t2  A resumes; its write must fail whatever the item holds now, or the fleet
+          //       would serve A's token, or lose B's. So no lease, or another holder's, is a no.
+          ConditionExpression: 'leaseHolder = :holder',
+          ExpressionAttributeValues: { ':holder': { S: holder } },
         }),
       ),
     );

@@ -128,16 +128,18 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect((await store.read('overrun')).token?.accessToken).toBe('current');
   });
 
-  it('with no lease at all, accepts only a write that keeps the longer-lived token', async () => {
+  it('refuses every write without the lease, even of a longer-lived token', async () => {
     await store.acquireLease('unleased', lease('a:1'));
     await store.putToken(record('long', now + 7_200_000, 'unleased'), 'a:1');
-    expect(await store.putToken(record('shorter', now + 3_600_000, 'unleased'), 'gone:1')).toBe(
+    expect(await store.putToken(record('longer', now + 9_000_000, 'unleased'), 'a:1')).toBe(false);
+    expect(await store.putToken(record('longer', now + 9_000_000, 'unleased'), 'gone:1')).toBe(
       false,
     );
-    expect(await store.putToken(record('longer', now + 9_000_000, 'unleased'), 'gone:1')).toBe(
-      true,
+    expect(await store.putToken(record('first', now + 9_000_000, 'never-leased'), 'x:1')).toBe(
+      false,
     );
-    expect((await store.read('unleased')).token?.accessToken).toBe('longer');
+    expect((await store.read('unleased')).token?.accessToken).toBe('long');
+    expect(await store.read('never-leased')).toEqual({ token: undefined, lease: undefined });
   });
 
   it('renews a lease only for its holder', async () => {

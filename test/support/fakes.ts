@@ -55,9 +55,7 @@ export class InMemoryTokenStore implements TokenStore {
     this.calls.put += 1;
     this.#check();
     const item = this.items.get(record.connection) ?? {};
-    const holds = item.lease?.holder === holder;
-    const free = !item.lease && (!item.token || item.token.expiresAt < record.expiresAt);
-    if (!holds && !free) return false;
+    if (item.lease?.holder !== holder) return false;
     this.items.set(record.connection, { token: record });
     return true;
   }
