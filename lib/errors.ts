@@ -126,6 +126,12 @@ export interface UpstreamUnavailableOptions extends UpstreamAnswerOptions {
    * held until now may already be revoked, so it must not be served as the last good one.
    */
   readonly refreshInProgress?: boolean | undefined;
+  /**
+   * An access-token request may have reached the upstream without its answer reaching us:
+   * it may still be processed, issuing a token and revoking the earlier ones. Never retried
+   * (its code is single-use), and the token it may have revoked is never served again.
+   */
+  readonly outcomeUnknown?: boolean | undefined;
 }
 
 /** The upstream could not be reached, timed out, or answered 5xx/429. Safe to retry later. */
@@ -136,12 +142,14 @@ export class UpstreamUnavailableError extends BrokerError {
   readonly upstreamStatus: number | undefined;
   readonly upstreamRetryAfterSeconds: number | undefined;
   readonly refreshInProgress: boolean;
+  readonly outcomeUnknown: boolean;
   constructor(message: string, options: UpstreamUnavailableOptions = {}) {
     super(message, options);
     this.retryAfterSeconds = options.retryAfterSeconds;
     this.upstreamStatus = options.upstreamStatus;
     this.upstreamRetryAfterSeconds = options.upstreamRetryAfterSeconds;
     this.refreshInProgress = options.refreshInProgress ?? false;
+    this.outcomeUnknown = options.outcomeUnknown ?? false;
   }
 }
 

@@ -17,6 +17,11 @@ export const MetricName = {
   LastGoodTokenServed: 'LastGoodTokenServed',
   /** A connection's circuit breaker opened: the upstream failed repeatedly, calls pause. */
   CircuitOpened: 'CircuitOpened',
+  /**
+   * An access-token request whose outcome is unknown (timed out, reset after sending): the
+   * token it would replace was dropped, and the connection waits out a grace before issuing.
+   */
+  UnknownOutcomes: 'UnknownOutcomes',
   /** A request answered with a server-side failure (HTTP 5xx, or a thrown non-input error). */
   RequestErrors: 'RequestErrors',
 } as const;

@@ -102,12 +102,31 @@ export interface IssuedToken {
   readonly requestedAt: number;
 }
 
+/** How one run of the flow is bounded and fenced. */
+export interface IssueOptions {
+  /** Epoch ms by which the flow must be over (the caller's deadline). */
+  readonly deadline: number;
+  /** Aborts every upstream request in flight (the lease was lost, or its time ran out). */
+  readonly signal?: AbortSignal | undefined;
+  /**
+   * Called before each access-token request is sent, once the authorization code is in hand:
+   * the lease holder confirms its lease there, so that no token request leaves without a lease
+   * that covers it. It throws to stop the request; nothing is sent then.
+   */
+  readonly beforeAccessToken?: (() => Promise<void>) | undefined;
+}
+
 /** Runs the two-step token flow against the Open API. */
 export interface TokenIssuer {
+  /**
+   * @throws {UpstreamUnavailableError} with `outcomeUnknown` when an access-token request may
+   *   have reached the upstream without its answer reaching us (a timeout, a reset after
+   *   sending): the upstream may still issue, and so revoke the tokens issued before.
+   */
   issue(
     connection: ConnectionConfig,
     credentials: ClientCredentials,
-    options: { readonly deadline: number },
+    options: IssueOptions,
   ): Promise<IssuedToken>;
 }
 

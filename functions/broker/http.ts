@@ -47,7 +47,9 @@ export const isHttpEvent = (event: unknown): event is HttpEvent => {
     typeof candidate === 'object' &&
     candidate !== null &&
     candidate.version === '2.0' &&
-    typeof candidate.requestContext?.http?.method === 'string'
+    typeof candidate.requestContext?.http?.method === 'string' &&
+    // Without a path there is no route to match: an unrecognised event (400), not a crash.
+    typeof candidate.requestContext.http.path === 'string'
   );
 };
 

@@ -7,7 +7,7 @@
  *
  * Metric names (namespace POWERTOOLS_METRICS_NAMESPACE, default `TokenBroker`):
  * TokensServedFromMemory, TokensServedFromDynamoDB, TokensServedFromUpstream, UpstreamIssuances,
- * UpstreamLatency (ms), RefreshFailures, LeaseWaits, LastGoodTokenServed.
+ * UpstreamLatency (ms), RefreshFailures, LeaseWaits, LastGoodTokenServed, UnknownOutcomes.
  */
 import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { type BrokerMetrics, MetricName } from '../metrics.js';

@@ -5,12 +5,12 @@
  */
 import type { ConnectionConfig } from '../config.js';
 import { UpstreamRejectedError } from '../errors.js';
-import type { IssuedToken, SecretSource, TokenIssuer } from '../ports.js';
+import type { IssuedToken, IssueOptions, SecretSource, TokenIssuer } from '../ports.js';
 import { SIGNATURE_REFUSAL, TIMESTAMP_REFUSAL } from '../upstream/rejections.js';
 import type { BrokerLogger } from './types.js';
 
 /** Runs the flow for a connection with whatever credentials are current. */
-export type Issue = (connection: ConnectionConfig, deadline: number) => Promise<IssuedToken>;
+export type Issue = (connection: ConnectionConfig, options: IssueOptions) => Promise<IssuedToken>;
 
 /**
  * The upstream refused the client's credentials (rather than the request): HTTP 401/403, or a
@@ -36,11 +36,11 @@ export const withCredentialRotation =
     readonly issuer: TokenIssuer;
     readonly logger: BrokerLogger;
   }): Issue =>
-  async (connection, deadline) => {
+  async (connection, options) => {
     const { secrets, issuer, logger } = deps;
     const credentials = await secrets.getCredentials(connection.secretId);
     try {
-      return await issuer.issue(connection, credentials, { deadline });
+      return await issuer.issue(connection, credentials, options);
     } catch (error) {
       if (!isCredentialRejection(error)) throw error;
       const fresh = await secrets.getCredentials(connection.secretId, { forceFetch: true });
@@ -53,6 +53,6 @@ export const withCredentialRotation =
       logger.warn('Credentials rejected; the secret changed, retrying once with the new one', {
         connection: connection.name,
       });
-      return await issuer.issue(connection, fresh, { deadline });
+      return await issuer.issue(connection, fresh, options);
     }
   };

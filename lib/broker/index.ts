@@ -28,9 +28,14 @@ import {
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../ports.js';
 import { withCredentialRotation } from './credential-rotation.js';
-import { LeasedIssuance, unsatisfiable } from './leased-issuance.js';
+import { LeasedIssuance, type Need, unsatisfiable } from './leased-issuance.js';
 import { readStatus, warmUp } from './operator.js';
-import { dueForRefresh, type RefreshSettings, servableFromMemory } from './refresh-policy.js';
+import {
+  dueForRefresh,
+  type RefreshSettings,
+  servableFromMemory,
+  windowMs,
+} from './refresh-policy.js';
 import { SingleFlight } from './single-flight.js';
 import { TokenMemory } from './token-memory.js';
 import {
@@ -53,6 +58,7 @@ export interface TokenBrokerDeps {
     | 'refreshWindowSeconds'
     | 'memoryRecheckSeconds'
     | 'maxTokenLifetimeSeconds'
+    | 'upstreamTimeoutMs'
   >;
   readonly store: TokenStore;
   readonly secrets: SecretSource;
@@ -80,7 +86,7 @@ export class TokenBroker {
   readonly #loads: SingleFlight<string, ServedToken>;
   readonly #refreshing = new Set<string>();
   readonly #issuance: LeasedIssuance;
-  readonly #settings: RefreshSettings;
+  readonly #settings: RefreshSettings & { readonly upstreamTimeoutMs: number };
   readonly #clock: Clock;
   readonly #metrics: BrokerMetrics;
 
@@ -91,6 +97,7 @@ export class TokenBroker {
     this.#settings = {
       refreshWindowMs: deps.config.refreshWindowSeconds * 1000,
       memoryRecheckMs: deps.config.memoryRecheckSeconds * 1000,
+      upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
     };
     this.#issuance = new LeasedIssuance({
       store: deps.store,
@@ -176,8 +183,8 @@ export class TokenBroker {
    */
   warmUp(deadline: number): Promise<WarmUpReport> {
     return warmUp(this.deps.config.connections.values(), {
-      load: (connection, needMs) => this.#load(connection, needMs, deadline, true),
-      refreshWindowSeconds: this.deps.config.refreshWindowSeconds,
+      // The same window as every other path: a token outside its (clamped) window is fresh.
+      load: (connection) => this.#load(connection, 'outside-window', deadline, true),
       now: () => this.#clock.now(),
       logger: this.deps.logger,
       metrics: this.#metrics,
@@ -207,7 +214,9 @@ export class TokenBroker {
     const last = this.#memory.lastGood(name, this.#clock.now());
     // While a refresh of a revoking upstream is in progress elsewhere, the token held may
     // already be revoked.
-    const suspect = error instanceof UpstreamUnavailableError && error.refreshInProgress;
+    const suspect =
+      error instanceof UpstreamUnavailableError &&
+      (error.refreshInProgress || error.outcomeUnknown);
     if (explicit || suspect || !isUpstreamFailure(error) || !last) throw error;
     const failure = toBrokerError(error);
     this.deps.logger.warn('Could not get a newer token; serving the last good one', {
@@ -240,7 +249,8 @@ export class TokenBroker {
 
   /**
    * Tries once for the lease to replace a token that is still valid. Never waits for another
-   * holder and never fails the caller: on any problem the current token keeps being served.
+   * holder; on a failure the current token keeps being served, unless the failed request may
+   * have revoked it (an unknown outcome), which the caller is then told.
    */
   async #refreshAhead(
     connection: ConnectionConfig,
@@ -253,8 +263,11 @@ export class TokenBroker {
     try {
       return await this.#issuance.refresh(connection, current, deadline);
     } catch (error) {
-      const failure = toBrokerError(error);
       this.#metrics.record(MetricName.RefreshFailures, name);
+      // The refresh's token request may have landed and revoked the current token: it is
+      // not served (the issuance dropped it everywhere); the caller retries after the grace.
+      if (error instanceof UpstreamUnavailableError && error.outcomeUnknown) throw error;
+      const failure = toBrokerError(error);
       this.deps.logger.warn('Refresh ahead of expiry failed; the current token is still served', {
         connection: name,
         error: { name: failure.name, code: failure.code, message: failure.message },
@@ -268,18 +281,20 @@ export class TokenBroker {
   /** Concurrent misses for one connection in this container share one load. */
   async #load(
     connection: ConnectionConfig,
-    needMs: number,
+    need: Need,
     deadline: number,
     bypassMemory: boolean,
   ): Promise<ServedToken> {
-    const obtain = () => this.#issuance.obtain(connection, needMs, deadline, bypassMemory);
+    const obtain = () => this.#issuance.obtain(connection, need, deadline, bypassMemory);
     const { value: shared, joined } = await this.#loads.run(
       connection.name,
       obtain,
       deadline,
       joinTimedOut,
     );
-    if (!joined || shared.record.expiresAt - this.#clock.now() > needMs) return shared;
+    const now = this.#clock.now();
+    const needMs = need === 'outside-window' ? windowMs(shared.record, this.#settings) : need;
+    if (!joined || shared.record.expiresAt - now > needMs) return shared;
     // The shared load asked for less validity than this caller needs.
     if (shared.source === 'upstream') throw unsatisfiable(shared.record, needMs);
     return obtain();

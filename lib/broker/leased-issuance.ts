@@ -1,15 +1,24 @@
 /**
  * Issuance under a lease held in the shared store: one container at a time runs the upstream
  * flow for a connection; the others wait for its token. The lease is a conditional write on
- * the token item (see the DynamoDB store); writing the token releases it in the same step.
+ * the token item (see the DynamoDB store); writing the token releases it in the same step, and
+ * only the holder may write (the fencing check on the far side).
  *
- *   read ─┬─ valid token, no refresh in progress ─────────────────────────▸ serve
- *         ├─ no live lease ─▸ take it ─┬─ won ─▸ [drain] ─▸ issue ─▸ write ─▸ serve
+ *   read ─┬─ valid token, no lease on it ──────────────────────────────────────────▸ serve
+ *         ├─ no live lease ─▸ take it ─┬─ won ─▸ [drain] ─▸ authorize ─▸ confirm ─▸ POST ─▸ write
  *         │                            └─ lost ─▸ the state that won ─▸ loop
  *         └─ live lease elsewhere ─▸ wait (full jitter, own deadline) ─▸ loop
  *
- * The holder renews the lease every LEASE_HEARTBEAT_MS (the DynamoDB Lock Client's pattern): a
- * holder that dies frees the connection within LEASE_MS instead of a whole Lambda timeout.
+ * - A token with a lease on it, live or lapsed, is being replaced: its successor's request may
+ *   already have revoked it, so it is never served (nor kept in memory) until the lease goes.
+ * - The holder renews the lease every LEASE_HEARTBEAT_MS (the DynamoDB Lock Client's pattern)
+ *   and aborts its upstream requests when a renewal fails or its lease time runs out.
+ * - Just before the access-token POST it confirms the lease with a conditional write that
+ *   covers the POST and a grace after it, and sends only if that confirmation is fresh: a
+ *   holder paused past its lease never sends.
+ * - A POST whose outcome is unknown (timed out, reset after sending) counts as issued: the token
+ *   it replaces is dropped (compare-and-delete) and the lease is kept through the grace, so no
+ *   other POST starts while this one could still land.
  */
 import { randomUUID } from 'node:crypto';
 import type { Clock } from '../clock.js';
@@ -23,7 +32,7 @@ import { type BrokerMetrics, MetricName } from '../metrics.js';
 import type { TokenRecord, TokenState, TokenStore } from '../ports.js';
 import type { Issue } from './credential-rotation.js';
 import { recordIssued } from './issued-token.js';
-import { DEFAULT_ISSUANCE_MS, DRAIN_MS, inWindow, type RefreshSettings } from './refresh-policy.js';
+import { DEFAULT_ISSUANCE_MS, drainMs, type RefreshSettings, windowMs } from './refresh-policy.js';
 import type { TokenMemory } from './token-memory.js';
 import type { BrokerLogger, ServedToken } from './types.js';
 
@@ -32,13 +41,26 @@ export const LEASE_HEARTBEAT_MS = 1_000;
 /** Polling a lease held elsewhere: first wait and cap (full jitter in between). */
 const POLL_BASE_MS = 25;
 const POLL_CAP_MS = 500;
+/** Kept free after the access-token POST for the store write that follows it. */
+export const STORE_RESERVE_MS = 300;
+/** A POST is not started with less time than this: it would time out, outcome unknown. */
+const MIN_POST_MS = 100;
+
+/** Validity a caller needs, in ms, or "not inside its refresh window" (the warm-up's need). */
+export type Need = number | 'outside-window';
 
 export interface LeasedIssuanceDeps {
   readonly store: TokenStore;
   readonly clock: Clock;
   readonly issue: Issue;
   readonly memory: TokenMemory;
-  readonly settings: RefreshSettings;
+  readonly settings: RefreshSettings & {
+    /**
+     * The upstream request timeout: the grace after a POST during which it may still land, and
+     * during which no other POST for the connection starts.
+     */
+    readonly upstreamTimeoutMs: number;
+  };
   readonly logger: BrokerLogger;
   readonly metrics: BrokerMetrics;
 }
@@ -49,8 +71,15 @@ interface LeasedFlow {
   /** Validity (ms) the caller needs from the new token. */
   readonly needMs: number;
   readonly deadline: number;
-  /** A valid token is being replaced: drain first if the upstream may revoke it. */
-  readonly replacingValidToken: boolean;
+  /** The valid token this run replaces, if any: drained first, dropped if the POST is lost. */
+  readonly replacing: TokenRecord | undefined;
+  /** Local time at which the lease was written (its write was sent): lease time counts from here. */
+  readonly leasedAt: number;
+}
+
+/** The lease went elsewhere, or its time ran out, before the access-token POST: nothing sent. */
+class LeaseLost extends Error {
+  override readonly name = 'LeaseLost';
 }
 
 export class LeasedIssuance {
@@ -67,43 +96,47 @@ export class LeasedIssuance {
   }
 
   /**
-   * Reads the store until it holds a token valid for `needMs`, issuing it under the lease.
+   * Reads the store until it holds a token that meets `need`, issuing it under the lease.
    * @param bypassMemory never fall back to memory when the store is unreadable (the warm-up)
    */
   async obtain(
     connection: ConnectionConfig,
-    needMs: number,
+    need: Need,
     deadline: number,
     bypassMemory: boolean,
   ): Promise<ServedToken> {
     const { name } = connection;
-    const { clock, memory } = this.deps;
-    let known: TokenState | undefined;
+    const { clock, memory, settings } = this.deps;
+    let known: { state: TokenState; sentAt: number } | undefined;
     let waits = 0;
     for (;;) {
-      const state = known ?? (await this.#read(name, needMs, bypassMemory));
+      // A read reflects the store at some instant after it was sent: memory counts from then.
+      const sentAt = known?.sentAt ?? clock.now();
+      const state = known?.state ?? (await this.#read(name, need, bypassMemory));
       known = undefined;
       if ('source' in state) return state; // the store is down; memory had a usable token
       const now = clock.now();
       const { token, lease } = state;
       // DynamoDB deletes expired items late (up to days): expiry is always checked here.
-      memory.confirm(name, token, now);
-      const leaseLive = lease !== undefined && lease.expiresAt >= now;
-      // A live lease on a token inside its window is a refresh in progress: the token may be
-      // revoked upstream at any moment, so wait for its successor instead of serving it.
-      const refreshing =
-        connection.revokesOnReissue &&
-        leaseLive &&
-        token !== undefined &&
-        inWindow(token, now, this.deps.settings);
-      if (token && token.expiresAt - now > needMs && !refreshing) {
-        return { record: token, source: 'dynamodb' };
+      const valid = token && token.expiresAt > now ? token : undefined;
+      const needMs = need === 'outside-window' ? (valid ? windowMs(valid, settings) : 0) : need;
+      // A lease on a valid token, live or lapsed, is a replacement under way or abandoned
+      // mid-flight: its POST may have revoked the token, so it is neither served nor kept.
+      const suspect = connection.revokesOnReissue && lease !== undefined && valid !== undefined;
+      if (valid && !suspect) memory.set(valid, sentAt);
+      else memory.delete(name);
+      if (valid && !suspect && valid.expiresAt - now > needMs) {
+        return { record: valid, source: 'dynamodb' };
       }
+      // Refused before any upstream call: a new token would live as long as this one did.
+      if (token && token.expiresAt - token.issuedAt <= needMs) throw unsatisfiable(token, needMs);
 
+      const leaseLive = lease !== undefined && lease.expiresAt >= now;
       if (!leaseLive) {
         if (deadline <= now) {
           throw new UpstreamUnavailableError('No time left to issue a token', {
             retryAfterSeconds: 1,
+            refreshInProgress: suspect,
           });
         }
         const holder = this.#nextHolder();
@@ -112,7 +145,8 @@ export class LeasedIssuance {
             holder,
             leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
             now,
-            replaceIfExpiresBefore: now + needMs + 1,
+            // Replace the token we saw (a suspect one whatever its expiry), never a newer one.
+            replaceIfExpiresBefore: valid && suspect ? valid.expiresAt + 1 : now + needMs + 1,
           }),
         );
         if (attempt.acquired) {
@@ -120,12 +154,13 @@ export class LeasedIssuance {
             holder,
             needMs,
             deadline,
-            replacingValidToken: token !== undefined && token.expiresAt > now,
+            replacing: valid,
+            leasedAt: now,
           });
           if (issued) return issued;
           continue; // our lease was taken over while we ran: wait for the new holder's token
         }
-        known = attempt.state;
+        known = { state: attempt.state, sentAt: now };
         continue;
       }
 
@@ -140,9 +175,9 @@ export class LeasedIssuance {
       if (deadline - now <= 0) {
         throw new UpstreamUnavailableError(
           'Timed out waiting for another container to issue the token',
-          // While a refresh of a revoking upstream is in progress, the current token may
-          // already be revoked: it must not be served as the last good one.
-          { retryAfterSeconds: 1, refreshInProgress: refreshing },
+          // While a replacement is under way the current token may already be revoked: it
+          // must not be served as the last good one.
+          { retryAfterSeconds: 1, refreshInProgress: suspect },
         );
       }
       // Full jitter below a doubling ceiling, at least 1 ms, never past the deadline.
@@ -177,20 +212,18 @@ export class LeasedIssuance {
       holder,
       needMs: 0,
       deadline,
-      replacingValidToken: true,
+      replacing: current,
+      leasedAt: now,
     });
   }
 
   /** Reads the store; when it is down, falls back to a usable token in memory. */
-  async #read(
-    name: string,
-    needMs: number,
-    bypassMemory: boolean,
-  ): Promise<TokenState | ServedToken> {
+  async #read(name: string, need: Need, bypassMemory: boolean): Promise<TokenState | ServedToken> {
     try {
       return await this.deps.store.read(name);
     } catch (error) {
       const cached = this.deps.memory.get(name);
+      const needMs = need === 'outside-window' ? Number.POSITIVE_INFINITY : need;
       if (!bypassMemory && cached && cached.record.expiresAt - this.deps.clock.now() > needMs) {
         this.deps.logger.warn('Token store unreadable; serving the token held in memory', {
           connection: name,
@@ -214,48 +247,86 @@ export class LeasedIssuance {
   }
 
   /**
-   * Runs the flow while holding the lease, renewing it by heartbeats, and writes the token,
-   * which releases the lease. Undefined when the lease was lost meanwhile (the new holder's
-   * token wins).
+   * Runs the flow while holding the lease and writes the token, which releases the lease.
+   * Undefined when the lease was lost meanwhile (the new holder's token wins).
    */
   async #issueUnderLease(
     connection: ConnectionConfig,
     flow: LeasedFlow,
   ): Promise<ServedToken | undefined> {
-    const { clock, store } = this.deps;
-    const stop = clock.every(LEASE_HEARTBEAT_MS, () => {
-      const leaseExpiresAt = Math.min(flow.deadline, clock.now() + LEASE_MS);
-      store.renewLease(connection.name, flow.holder, leaseExpiresAt).catch(() => undefined);
-    });
-    try {
-      return await this.#runUnderLease(connection, flow);
-    } finally {
-      stop();
-    }
-  }
-
-  async #runUnderLease(
-    connection: ConnectionConfig,
-    { holder, needMs, deadline, replacingValidToken }: LeasedFlow,
-  ): Promise<ServedToken | undefined> {
     const { name } = connection;
-    const { clock, store, logger } = this.deps;
+    const { clock, store, logger, settings } = this.deps;
+    const grace = settings.upstreamTimeoutMs;
+    const aborter = new AbortController();
+    // The lease is ours until this local instant, counted from when its write was sent.
+    let leaseUntil = flow.leasedAt + LEASE_MS;
+    const stopHeartbeat = clock.every(LEASE_HEARTBEAT_MS, () => {
+      if (clock.now() >= leaseUntil) return aborter.abort(new LeaseLost('Lease time ran out'));
+      const sentAt = clock.now();
+      store
+        .renewLease(name, flow.holder, Math.min(flow.deadline, sentAt + LEASE_MS))
+        .then((renewed) => {
+          if (renewed) leaseUntil = Math.max(leaseUntil, sentAt + LEASE_MS);
+          else aborter.abort(new LeaseLost('Lease taken over'));
+        })
+        .catch(() => aborter.abort(new LeaseLost('Lease renewal failed')));
+    });
+    let stopPostTimer: (() => void) | undefined;
+    // The fence: no access-token POST leaves without a fresh lease that covers it and a grace.
+    const beforeAccessToken = async () => {
+      stopHeartbeat();
+      if (aborter.signal.aborted) throw aborter.signal.reason;
+      const sentAt = clock.now();
+      const budget = Math.min(
+        settings.upstreamTimeoutMs,
+        flow.deadline - sentAt - STORE_RESERVE_MS,
+      );
+      if (budget < MIN_POST_MS) throw new LeaseLost('No time left for the access-token request');
+      if (!(await store.renewLease(name, flow.holder, sentAt + budget + grace))) {
+        throw new LeaseLost('Lease taken over before the access-token request');
+      }
+      // Paused between the confirmation and here? Then the POST no longer fits its lease.
+      const left = sentAt + budget - clock.now();
+      if (left < MIN_POST_MS) throw new LeaseLost('Lease confirmation is stale');
+      stopPostTimer?.();
+      stopPostTimer = clock.after(left, () =>
+        aborter.abort(new LeaseLost('The access-token request outlived its lease')),
+      );
+    };
     let record: TokenRecord;
     try {
-      if (replacingValidToken && connection.revokesOnReissue) await clock.sleep(DRAIN_MS);
+      if (flow.replacing && connection.revokesOnReissue) {
+        // Every container re-reads within its re-check interval, sees the lease, and stops
+        // serving the token this run replaces, before the upstream can revoke it.
+        const drain = drainMs(flow.replacing, clock.now(), settings);
+        if (clock.now() + drain + MIN_POST_MS + STORE_RESERVE_MS >= flow.deadline) {
+          throw new UpstreamUnavailableError(
+            'Not enough time left to replace the token safely; retry shortly',
+            { retryAfterSeconds: 1 },
+          );
+        }
+        await clock.sleep(drain);
+      }
       const started = clock.now();
-      const issued = await this.deps.issue(connection, deadline);
+      const issued = await this.deps
+        .issue(connection, {
+          deadline: flow.deadline - STORE_RESERVE_MS,
+          signal: aborter.signal,
+          beforeAccessToken,
+        })
+        .finally(stopHeartbeat);
       const took = clock.now() - started;
       this.#issuanceMs.set(name, took);
       record = recordIssued(connection, issued, took, this.deps);
     } catch (error) {
-      // The flow failed: free the lease now rather than make others wait for it to expire.
-      await store.releaseLease(name, holder).catch(() => undefined);
-      throw error;
+      stopHeartbeat();
+      stopPostTimer?.();
+      return this.#failed(connection, flow, error);
     }
+    stopPostTimer?.();
     let written: boolean;
     try {
-      written = await store.putToken(record, holder);
+      written = await store.putToken(record, flow.holder);
     } catch (error) {
       // The token is valid: serve it from memory rather than fail the caller. Other containers
       // will wait out the lease, which costs at worst one more issuance.
@@ -273,8 +344,51 @@ export class LeasedIssuance {
       return undefined;
     }
     this.deps.memory.set(record, clock.now());
-    if (record.expiresAt - clock.now() <= needMs) throw unsatisfiable(record, needMs);
+    if (record.expiresAt - clock.now() <= flow.needMs) throw unsatisfiable(record, flow.needMs);
     return { record, source: 'upstream' };
+  }
+
+  /** After a failed flow: what the lease and the replaced token become, then the answer. */
+  async #failed(
+    connection: ConnectionConfig,
+    flow: LeasedFlow,
+    error: unknown,
+  ): Promise<undefined> {
+    const { name } = connection;
+    const { store, memory, clock, logger, metrics, settings } = this.deps;
+    if (error instanceof LeaseLost) {
+      // Nothing was sent: our lease, if still ours, is freed; the new holder's token wins.
+      await store.releaseLease(name, flow.holder).catch(() => undefined);
+      logger.warn('Lease lost before the access-token request; nothing was sent', {
+        connection: name,
+        reason: error.message,
+      });
+      return undefined;
+    }
+    if (error instanceof UpstreamUnavailableError && error.outcomeUnknown) {
+      // The POST may still land and revoke the token it replaces: that token is dropped now,
+      // everywhere, and the lease is held through the grace so that no other POST starts
+      // while this one could land. The next caller after the grace issues afresh.
+      metrics.record(MetricName.UnknownOutcomes, name);
+      logger.error('Access-token request outcome unknown; the current token is dropped', {
+        connection: name,
+        tokenDigest: flow.replacing?.tokenDigest,
+        graceMs: settings.upstreamTimeoutMs,
+      });
+      if (flow.replacing) {
+        if (memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest)
+          memory.delete(name);
+        await store.deleteIfMatches(name, flow.replacing.tokenDigest).catch(() => undefined);
+      }
+      await store
+        .renewLease(name, flow.holder, clock.now() + settings.upstreamTimeoutMs)
+        .catch(() => undefined);
+      throw error;
+    }
+    // The flow failed and nothing was issued: free the lease now rather than make others
+    // wait for it to expire; the token it would have replaced is good again.
+    await store.releaseLease(name, flow.holder).catch(() => undefined);
+    throw error;
   }
 
   #nextHolder(): string {

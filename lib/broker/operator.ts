@@ -4,12 +4,7 @@
  * token valid beyond the refresh window, and a failing connection does not stop the others.
  */
 import type { ConnectionConfig } from '../config.js';
-import {
-  type BrokerError,
-  MinValidityUnsatisfiableError,
-  StoreUnavailableError,
-  toBrokerError,
-} from '../errors.js';
+import { StoreUnavailableError, toBrokerError } from '../errors.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
 import type { TokenStore } from '../ports.js';
 import type {
@@ -59,9 +54,8 @@ export const readStatus = (
   );
 
 export interface WarmUpDeps {
-  /** Loads a token valid for `needMs` (issuing under the lease when needed), never from memory. */
-  readonly load: (connection: ConnectionConfig, needMs: number) => Promise<ServedToken>;
-  readonly refreshWindowSeconds: number;
+  /** Loads a token outside its refresh window (issuing under the lease when needed). */
+  readonly load: (connection: ConnectionConfig) => Promise<ServedToken>;
   readonly now: () => number;
   readonly logger: BrokerLogger;
   readonly metrics: BrokerMetrics;
@@ -72,11 +66,10 @@ export const warmUp = async (
   connections: Iterable<ConnectionConfig>,
   deps: WarmUpDeps,
 ): Promise<WarmUpReport> => {
-  const windowMs = deps.refreshWindowSeconds * 1000;
   const outcomes = await Promise.all(
     [...connections].map(async (connection): Promise<[string, WarmUpOutcome]> => {
       try {
-        const { record, source } = await deps.load(connection, windowMs);
+        const { record, source } = await deps.load(connection);
         return [
           connection.name,
           {
@@ -86,7 +79,7 @@ export const warmUp = async (
           },
         ];
       } catch (error) {
-        const failure = warmUpFailure(error, deps.refreshWindowSeconds);
+        const failure = toBrokerError(error);
         deps.metrics.record(MetricName.RefreshFailures, connection.name);
         deps.logger.error('Warm-up failed for connection', {
           connection: connection.name,
@@ -104,13 +97,4 @@ export const warmUp = async (
     issued: outcomes.filter(([, o]) => o.status === 'issued').length,
     failed: outcomes.filter(([, o]) => o.status === 'failed').length,
   };
-};
-
-const warmUpFailure = (error: unknown, refreshWindowSeconds: number): BrokerError => {
-  if (error instanceof MinValidityUnsatisfiableError) {
-    return new MinValidityUnsatisfiableError(
-      `Tokens of this connection do not outlive BROKER_REFRESH_WINDOW_SECONDS (${refreshWindowSeconds}s); lower the window below the token lifetime`,
-    );
-  }
-  return toBrokerError(error);
 };

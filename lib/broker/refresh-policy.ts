@@ -24,13 +24,21 @@ export interface RefreshSettings {
  * within this interval instead of `memoryRecheckSeconds`.
  */
 export const WINDOW_RECHECK_MS = 250;
+/** What a drain adds to the longest re-check interval: scheduling and clock-rate slack. */
+export const DRAIN_MARGIN_MS = 100;
+
 /**
- * A refresher that replaces a still-valid token waits this long after taking the lease before
- * it calls the upstream. Every container serving that token from memory re-reads the store
- * within WINDOW_RECHECK_MS, sees the lease, and stops serving the token before the upstream can
- * revoke it (as many APIs do on re-issue; this one's behaviour is unknown, so assume it).
+ * How long a refresher that replaces a still-valid token waits, after its lease is written and
+ * before it calls the upstream. Every container serving that token from memory re-reads the
+ * store within the re-check interval it applies to the token (counted from when its read was
+ * *sent*), sees the lease, and stops serving the token before the upstream can revoke it (as
+ * many APIs do on re-issue; this one's behaviour is unknown, so assume it). The interval is
+ * the token's own: 250 ms inside its window, `memoryRecheckSeconds` outside it (a caller's
+ * `minValidity` can force a replacement there).
  */
-export const DRAIN_MS = WINDOW_RECHECK_MS + 100;
+export const drainMs = (record: TokenRecord, now: number, settings: RefreshSettings): number =>
+  recheckIntervalMs(record, now, settings) + DRAIN_MARGIN_MS;
+
 /** XFetch β: 1 is the value the paper shows optimal for a single recompute. */
 export const XFETCH_BETA = 1;
 /** Issuance duration assumed before one was measured (two loopback-to-internet round trips). */

@@ -27,15 +27,6 @@ export class TokenMemory {
     this.#entries.delete(connection);
   }
 
-  /**
-   * What the store just said about a connection: its token, if still valid at `now`, becomes
-   * the memory entry; otherwise the entry goes (DynamoDB deletes expired items late).
-   */
-  confirm(connection: string, token: TokenRecord | undefined, now: number): void {
-    if (token && token.expiresAt > now) this.set(token, now);
-    else this.delete(connection);
-  }
-
   /** The last token this container held, if it is still valid at `now`: the last good one. */
   lastGood(connection: string, now: number): TokenRecord | undefined {
     const record = this.#entries.get(connection)?.record;

@@ -14,7 +14,7 @@ import {
   UpstreamRejectedError,
   UpstreamUnavailableError,
 } from '../errors.js';
-import type { ClientCredentials, IssuedToken, TokenIssuer } from '../ports.js';
+import type { ClientCredentials, IssuedToken, IssueOptions, TokenIssuer } from '../ports.js';
 import { isStrictModeRefusal } from './rejections.js';
 import { DEFAULT_RESILIENCE, UpstreamResilience } from './resilience.js';
 import {
@@ -89,6 +89,27 @@ const upstreamErrorFields = (body: unknown, sensitive: Sensitive) => {
 };
 
 /**
+ * The body as text, read only up to MAX_BODY_BYTES whatever `content-length` said (or did not
+ * say: a chunked body declares nothing), so a hostile upstream cannot make us buffer it all.
+ */
+const readCapped = async (response: Response, step: Step): Promise<string> => {
+  if (!response.body) return '';
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of response.body) {
+    size += chunk.byteLength;
+    if (size > MAX_BODY_BYTES) {
+      await response.body.cancel().catch(() => undefined);
+      throw new UpstreamBadResponseError(
+        `Open API ${step} response is too large (over ${MAX_BODY_BYTES} bytes)`,
+      );
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+};
+
+/**
  * Reads a response body as JSON, turning transport-level outcomes into typed errors:
  * 429/5xx → unavailable, other non-2xx → rejected, non-JSON 2xx → bad response.
  */
@@ -114,7 +135,7 @@ export const readJsonBody = async (
       `Open API ${step} response is too large (${declared} bytes)`,
     );
   }
-  const text = await response.text();
+  const text = await readCapped(response, step);
   let body: unknown;
   let isJson = true;
   try {
@@ -380,16 +401,16 @@ export class OpenApiClient implements TokenIssuer {
   async issue(
     connection: ConnectionConfig,
     credentials: ClientCredentials,
-    { deadline }: { readonly deadline: number },
+    { deadline, signal, beforeAccessToken }: IssueOptions,
   ): Promise<IssuedToken> {
     const protocol = PROTOCOLS[connection.variant];
     const sensitive = [credentials.clientSecret];
 
     const authorizeBody = await this.#send(
       connection,
-      () => authorizeRequest(connection, credentials.clientId),
+      async () => authorizeRequest(connection, credentials.clientId),
       'authorize',
-      deadline,
+      { deadline, signal },
       sensitive,
     );
     const code = protocol.parseAuthorize(authorizeBody, connection, sensitive);
@@ -403,7 +424,9 @@ export class OpenApiClient implements TokenIssuer {
     // Grows with each attempt's signature: an upstream that echoes one in its error text must
     // not get it into a message.
     const tokenSensitive = [...withCode];
-    const signedRequest = () => {
+    const signedRequest = async () => {
+      // The lease holder's fence: a POST leaves only under a lease that covers it.
+      await beforeAccessToken?.();
       const request = accessTokenRequest(connection, credentials, code, this.#now());
       const signature = request.headers.get(SIGNATURE_HEADER);
       if (signature !== null) tokenSensitive.push(signature);
@@ -414,7 +437,7 @@ export class OpenApiClient implements TokenIssuer {
         connection,
         signedRequest,
         'access-token',
-        deadline,
+        { deadline, signal },
         tokenSensitive,
       );
       return {
@@ -432,24 +455,35 @@ export class OpenApiClient implements TokenIssuer {
   /** One upstream request under the connection's retry and circuit-breaker policies. */
   #send(
     connection: ConnectionConfig,
-    request: () => Request,
+    request: () => Promise<Request>,
     step: Step,
-    deadline: number,
+    bounds: { readonly deadline: number; readonly signal: AbortSignal | undefined },
     sensitive: Sensitive,
   ) {
-    return this.#resilience.execute(connection.name, deadline, () =>
-      this.#attempt(request(), step, deadline, sensitive),
+    return this.#resilience.execute(connection.name, bounds.deadline, async () =>
+      this.#attempt(await request(), step, bounds, sensitive),
     );
   }
 
-  async #attempt(request: Request, step: Step, deadline: number, sensitive: Sensitive) {
+  async #attempt(
+    request: Request,
+    step: Step,
+    {
+      deadline,
+      signal: outer,
+    }: { readonly deadline: number; readonly signal: AbortSignal | undefined },
+    sensitive: Sensitive,
+  ) {
     const budget = Math.min(this.options.timeoutMs, deadline - this.#now());
     if (budget <= 0) {
       throw new UpstreamUnavailableError(`No time left to call the Open API ${step} endpoint`, {
         retryAfterSeconds: 1,
       });
     }
-    const signal = AbortSignal.timeout(budget);
+    // Stopped by the caller (the lease) before anything was sent: its reason is the answer.
+    if (outer?.aborted) throw outer.reason;
+    const timeout = AbortSignal.timeout(budget);
+    const signal = outer ? AbortSignal.any([timeout, outer]) : timeout;
     try {
       const response = await this.#fetch(request, { signal });
       return await readJsonBody(response, step, sensitive);
@@ -458,19 +492,33 @@ export class OpenApiClient implements TokenIssuer {
         throw error;
       }
       if (error instanceof UpstreamUnavailableError) throw error;
+      // A token request that may have reached the upstream, and whose answer we will never
+      // read, may still issue a token there (and revoke the earlier ones).
+      const outcomeUnknown = step === 'access-token' && !provablyNotSent(error);
+      if (outer?.aborted && !outcomeUnknown) throw outer.reason;
       if (signal.aborted) {
         throw new UpstreamUnavailableError(
-          `Open API ${step} request timed out after ${budget} ms`,
-          { retryAfterSeconds: 1, cause: error },
+          outer?.aborted
+            ? `Open API ${step} request was abandoned: the lease ended`
+            : `Open API ${step} request timed out after ${budget} ms`,
+          { retryAfterSeconds: 1, outcomeUnknown, cause: error },
         );
       }
       throw new UpstreamUnavailableError(
         `Open API ${step} request failed: ${networkReason(error)}`,
-        { retryAfterSeconds: 1, cause: error },
+        { retryAfterSeconds: 1, outcomeUnknown, cause: error },
       );
     }
   }
 }
+
+/** Failures that happen before a request can reach the server: it was certainly not processed. */
+const NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ENETUNREACH', 'EHOSTUNREACH']);
+
+const provablyNotSent = (error: unknown): boolean => {
+  const cause = (error as { cause?: { code?: unknown } } | undefined)?.cause;
+  return typeof cause?.code === 'string' && NOT_SENT.has(cause.code);
+};
 
 /** A short, credential-free reason for a network failure (`ECONNREFUSED`, `CERT_HAS_EXPIRED`, …). */
 const networkReason = (error: unknown): string => {

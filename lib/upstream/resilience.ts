@@ -45,7 +45,9 @@ export const DEFAULT_RESILIENCE: ResilienceOptions = {
 
 /** Worth asking again: the upstream or the network failed, not the request. */
 export const isTransient = (error: unknown): error is UpstreamUnavailableError =>
-  error instanceof UpstreamUnavailableError;
+  // An access-token request whose outcome is unknown is never retried: its code is single-use,
+  // and a second request could land after the first (each revoking the tokens before it).
+  error instanceof UpstreamUnavailableError && !error.outcomeUnknown;
 
 /** What the upstream's Retry-After asked for, in ms (0 when it said nothing). */
 const upstreamRetryAfterMs = (error: unknown): number =>
@@ -119,10 +121,14 @@ export class UpstreamResilience {
   #breaker(connection: string): CircuitBreakerPolicy {
     let breaker = this.#breakers.get(connection);
     if (!breaker) {
-      breaker = circuitBreaker(handleWhen(isTransient), {
-        halfOpenAfter: this.options.circuitHalfOpenAfterMs,
-        breaker: new ConsecutiveBreaker(this.options.circuitThreshold),
-      });
+      // Every outage counts towards the breaker, unknown outcomes included (they are timeouts).
+      breaker = circuitBreaker(
+        handleWhen((error) => error instanceof UpstreamUnavailableError),
+        {
+          halfOpenAfter: this.options.circuitHalfOpenAfterMs,
+          breaker: new ConsecutiveBreaker(this.options.circuitThreshold),
+        },
+      );
       const notify = this.options.onCircuitChange;
       if (notify) {
         breaker.onBreak(() => notify(connection, 'open'));

@@ -36,6 +36,7 @@ beforeAll(() => {
       refreshWindowSeconds: 600,
       memoryRecheckSeconds: 5,
       maxTokenLifetimeSeconds: 30 * 86_400,
+      upstreamTimeoutMs: 2_000,
     },
     store: new InMemoryTokenStore(),
     secrets: new FakeSecretSource(),

@@ -460,6 +460,8 @@ describe('Handler: scheduled warm-up and other events', () => {
     ['getToken'],
     [{ httpMethod: 'GET', path: '/tokens/sandbox', requestContext: {} }],
     [{ source: 'aws.events', 'detail-type': 'Something Else' }],
+    // An HTTP API event missing its path: not a request any route can answer.
+    [{ version: '2.0', requestContext: { http: { method: 'GET' } } }],
   ])('refuses the unrecognised event %j with BadRequestError', async (event) => {
     const outcome = await invokeHandler(newContainer(), event);
     expect(outcome).toMatchObject({ ok: false, errorType: 'BadRequestError' });

@@ -6,6 +6,7 @@ import type { BrokerMetrics, MetricName } from '../../lib/metrics.js';
 import type {
   ClientCredentials,
   IssuedToken,
+  IssueOptions,
   Lease,
   LeaseAttempt,
   LeaseRequest,
@@ -110,13 +111,20 @@ export class FakeIssuer implements TokenIssuer {
   failWith: Error | undefined;
   constructor(private readonly now: () => number = () => Date.now()) {}
 
+  /** Access-token requests that were sent (after the fence let them through). */
+  posts = 0;
   async issue(
     _connection: ConnectionConfig,
     _credentials: ClientCredentials,
+    options?: IssueOptions,
   ): Promise<IssuedToken> {
-    const requestedAt = this.now();
     if (this.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.delayMs));
     if (this.failWith) throw this.failWith;
+    // As the real client does: the fence runs once the code is in hand, before the POST.
+    await options?.beforeAccessToken?.();
+    options?.signal?.throwIfAborted();
+    this.posts += 1;
+    const requestedAt = this.now();
     this.issued += 1;
     return {
       accessToken: `token-${this.issued}`,
@@ -206,6 +214,10 @@ export class ManualClock implements Clock {
     }
     this.#now = until;
     await settle();
+  }
+  /** Moves the clock without firing timers: a process that was paused (SIGSTOP) sees this. */
+  advanceNow(ms: number) {
+    this.#now += ms;
   }
   /** Timers still armed: a module that forgets to stop one leaks work into later calls. */
   pending() {

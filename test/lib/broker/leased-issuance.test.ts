@@ -5,12 +5,17 @@ import {
   LEASE_MS,
   LeasedIssuance,
 } from '../../../lib/broker/leased-issuance.js';
-import { DRAIN_MS } from '../../../lib/broker/refresh-policy.js';
+import { DRAIN_MARGIN_MS, WINDOW_RECHECK_MS } from '../../../lib/broker/refresh-policy.js';
 import { TokenMemory } from '../../../lib/broker/token-memory.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
-import { StoreUnavailableError } from '../../../lib/errors.js';
+import {
+  MinValidityUnsatisfiableError,
+  StoreUnavailableError,
+  UpstreamUnavailableError,
+} from '../../../lib/errors.js';
 import type { TokenRecord } from '../../../lib/ports.js';
+import { caught, unexpected } from '../../support/errors.js';
 import {
   CountingMetrics,
   captureLogger,
@@ -51,7 +56,7 @@ const container = (
       return issue(c, deadline);
     },
     memory,
-    settings: { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 },
+    settings: { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 2_000 },
     logger: captureLogger(),
     metrics: new CountingMetrics(),
   });
@@ -144,7 +149,7 @@ describe('Class: LeasedIssuance', () => {
         T0 + 5_000,
       );
       expect(refreshed?.record.accessToken).toBe('issued');
-      expect(calls).toEqual([revokesOnReissue ? T0 + DRAIN_MS : T0]);
+      expect(calls).toEqual([revokesOnReissue ? T0 + WINDOW_RECHECK_MS + DRAIN_MARGIN_MS : T0]);
     }
   });
 
@@ -210,5 +215,250 @@ describe('Class: LeasedIssuance', () => {
     expect(issuance.issuanceMs('sandbox')).toBe(300);
     await issuance.obtain(sandbox, 60_000, T0 + 5_000, false);
     expect(issuance.issuanceMs('sandbox')).toBe(420);
+  });
+});
+
+describe('Class: LeasedIssuance under faults', () => {
+  const code = (clock: ManualClock) => ({
+    accessToken: 'late',
+    expiresIn: 3600,
+    upstreamTimestamp: undefined,
+    requestedAt: clock.now(),
+  });
+
+  it('never sends the POST from a holder paused past its lease once another took over', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    let posts = 0;
+    const paused = container(store, clock, async (_c, options) => {
+      // Authorization code in hand; the process stops here while another container takes the
+      // lease over, issues and writes its token.
+      store.items.set('sandbox', { token: record('theirs', T0 + HOUR + 5_000) });
+      await options.beforeAccessToken?.();
+      posts += 1;
+      return code(clock);
+    });
+    const served = await paused.issuance.obtain(sandbox, 60_000, T0 + 10_000, false);
+    expect(posts).toBe(0);
+    expect(served.record.accessToken).toBe('theirs');
+    expect(store.token('sandbox')?.accessToken).toBe('theirs');
+  });
+
+  it('never sends a POST whose lease confirmation went stale (paused after confirming)', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const renew = store.renewLease.bind(store);
+    let posts = 0;
+    const { issuance } = container(store, clock, async (_c, options) => {
+      store.renewLease = async (...args) => {
+        const renewed = await renew(...args);
+        clock.advanceNow(2_500); // paused right after the confirmation came back
+        return renewed;
+      };
+      await options.beforeAccessToken?.();
+      posts += 1;
+      return code(clock);
+    });
+    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
+      UpstreamUnavailableError,
+    );
+    expect(posts).toBe(0);
+  });
+
+  it('aborts the flow when a lease renewal fails, before anything is sent', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    let posts = 0;
+    let aborted = false;
+    const { issuance } = container(store, clock, async (_c, options) => {
+      store.renewLease = async () => {
+        throw new Error('DynamoDB unreachable');
+      };
+      await clock.advance(LEASE_HEARTBEAT_MS); // a heartbeat fires, and fails
+      aborted = options.signal?.aborted ?? false;
+      await options.beforeAccessToken?.();
+      posts += 1;
+      return code(clock);
+    });
+    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
+      UpstreamUnavailableError,
+    );
+    expect(aborted).toBe(true);
+    expect(posts).toBe(0);
+  });
+
+  it('confirms the lease before the POST for the POST and a grace after it', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    let leaseAtPost: number | undefined;
+    const { issuance } = container(store, clock, async (_c, options) => {
+      await options.beforeAccessToken?.();
+      leaseAtPost = store.items.get('sandbox')?.lease?.expiresAt;
+      return code(clock);
+    });
+    await issuance.obtain(sandbox, 60_000, T0 + 10_000, false);
+    // POST budget: the 2 s upstream timeout; grace: the same again.
+    expect(leaseAtPost).toBe(T0 + 2_000 + 2_000);
+  });
+
+  it('treats a POST with an unknown outcome as issued: drops the token it replaces and holds the lease through the grace', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 100_000);
+    store.setToken(current);
+    const { issuance, memory } = container(store, clock, async (_c, options) => {
+      await options.beforeAccessToken?.();
+      throw new UpstreamUnavailableError('Open API access-token request timed out after 2000 ms', {
+        outcomeUnknown: true,
+      });
+    });
+    memory.set(current, T0);
+    const error = await issuance.refresh(sandbox, current, T0 + 10_000).then(unexpected, caught);
+    expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: true });
+    expect(store.token('sandbox')).toBeUndefined();
+    expect(memory.get('sandbox')).toBeUndefined();
+    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000);
+  });
+
+  it('never serves a valid token that has a lease on it, live or lapsed, and replaces a lapsed one', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    // A refresh that died mid-flight: its POST may have revoked this token.
+    store.items.set('sandbox', {
+      token: record('suspect', T0 + HOUR),
+      lease: { holder: 'dead:1', expiresAt: T0 - 1 },
+    });
+    const { issuance, memory, calls } = container(store, clock);
+    const served = await issuance.obtain(sandbox, 60_000, T0 + 20_000, false);
+    expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
+    expect(calls).toHaveLength(1);
+    expect(memory.get('sandbox')?.record.accessToken).toBe('issued');
+  });
+
+  it('refuses a validity the known lifetime cannot give before any upstream call', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.setToken(record('current', T0 + 1_000_000)); // tokens live one hour
+    const { issuance, calls } = container(store, clock);
+    await expect(issuance.obtain(sandbox, HOUR + 1_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
+      MinValidityUnsatisfiableError,
+    );
+    expect(calls).toEqual([]);
+    expect(store.token('sandbox')?.accessToken).toBe('current');
+  });
+
+  it('stamps memory with the time the read was sent, not when its slow answer came', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.setToken(record('current', T0 + HOUR));
+    const read = store.read.bind(store);
+    store.read = async (name) => {
+      clock.advanceNow(600);
+      return read(name);
+    };
+    const { issuance, memory } = container(store, clock);
+    await issuance.obtain(sandbox, 60_000, T0 + 5_000, false);
+    expect(memory.get('sandbox')?.checkedAt).toBe(T0);
+  });
+
+  it('drains the full re-check interval before replacing a token outside its window', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.setToken(record('current', T0 + 1_000_000)); // far outside a 600 s window
+    const { issuance, calls } = container(store, clock);
+    await issuance.obtain(sandbox, 1_200_000, T0 + 10_000, false);
+    expect(calls).toEqual([T0 + 5_000 + DRAIN_MARGIN_MS]);
+  });
+});
+
+describe('Class: LeasedIssuance, lease edges', () => {
+  const slowIssue = (clock: ManualClock, during: () => void) =>
+    (async (_c, options) => {
+      during();
+      await clock.advance(LEASE_HEARTBEAT_MS);
+      await options.beforeAccessToken?.();
+      return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
+    }) satisfies Issue;
+
+  it('stops at the next heartbeat when its lease was taken over during the authorize step', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const { issuance } = container(
+      store,
+      clock,
+      slowIssue(clock, () =>
+        store.items.set('sandbox', { lease: { holder: 'other:1', expiresAt: T0 + 60_000 } }),
+      ),
+    );
+    // It waits for the new holder, which never finishes here: the caller gets its 503.
+    const error = await issuance
+      .obtain(sandbox, 60_000, T0 + 3_000, false)
+      .then(unexpected, caught);
+    expect(error.message).toBe('Timed out waiting for another container to issue the token');
+  });
+
+  it('stops when its lease time ran out locally before a renewal came back', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    let posts = 0;
+    const { issuance } = container(store, clock, async (_c, options) => {
+      store.renewLease = () => new Promise<boolean>(() => undefined); // renewals hang
+      await clock.advance(LEASE_MS + LEASE_HEARTBEAT_MS);
+      await options.beforeAccessToken?.();
+      posts += 1;
+      return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
+    });
+    await expect(issuance.obtain(sandbox, 60_000, T0 + 6_000, false)).rejects.toBeInstanceOf(
+      UpstreamUnavailableError,
+    );
+    expect(posts).toBe(0);
+  });
+
+  it('does not start a replacement it cannot drain before the deadline', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.setToken(record('current', T0 + 1_000_000));
+    const { issuance, calls } = container(store, clock);
+    const error = await issuance
+      .obtain(sandbox, 1_200_000, T0 + 4_000, false)
+      .then(unexpected, caught);
+    expect(error.message).toBe('Not enough time left to replace the token safely; retry shortly');
+    expect(calls).toEqual([]);
+    expect(store.items.get('sandbox')).toEqual({ token: record('current', T0 + 1_000_000) });
+  });
+
+  it('does not start a token request without time for it and the write after it', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    let posts = 0;
+    const { issuance } = container(store, clock, async (_c, options) => {
+      await clock.advance(500);
+      await options.beforeAccessToken?.();
+      posts += 1;
+      return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
+    });
+    await expect(issuance.obtain(sandbox, 60_000, T0 + 800, false)).rejects.toBeInstanceOf(
+      UpstreamUnavailableError,
+    );
+    expect(posts).toBe(0);
+    expect(store.items.get('sandbox')?.lease).toBeUndefined();
+  });
+
+  it('aborts a token request that outlives its confirmed lease', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    let abortedAt: number | undefined;
+    const { issuance } = container(store, clock, async (_c, options) => {
+      await options.beforeAccessToken?.();
+      options.signal?.addEventListener('abort', () => {
+        abortedAt = clock.now();
+      });
+      await clock.advance(5_000); // the POST hangs past its 2 s budget
+      throw new UpstreamUnavailableError('abandoned', { outcomeUnknown: true });
+    });
+    await expect(issuance.obtain(sandbox, 60_000, T0 + 10_000, false)).rejects.toMatchObject({
+      outcomeUnknown: true,
+    });
+    expect(abortedAt).toBe(T0 + 2_000);
   });
 });

@@ -1,7 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
-  DRAIN_MS,
+  DRAIN_MARGIN_MS,
+  drainMs,
   dueForRefresh,
   inWindow,
   type RefreshSettings,
@@ -122,8 +123,25 @@ describe('Module: refresh policy', () => {
     );
   });
 
-  it('drains for longer than the in-window re-check, so every container looks before a refresh', () => {
-    expect(DRAIN_MS).toBeGreaterThan(WINDOW_RECHECK_MS);
+  it('drains for longer than the re-check interval any container applies to the token', () => {
+    fc.assert(
+      fc.property(
+        arbitraries.lifetimeMs,
+        arbitraries.settings,
+        fc.double({ min: 0, max: 1, noNaN: true }),
+        (lifetime, settings, at) => {
+          const record = token(lifetime);
+          const now = T0 + Math.floor(at * lifetime);
+          expect(drainMs(record, now, settings)).toBe(
+            recheckIntervalMs(record, now, settings) + DRAIN_MARGIN_MS,
+          );
+          expect(drainMs(record, now, settings)).toBeGreaterThan(
+            Math.max(WINDOW_RECHECK_MS, settings.memoryRecheckMs) *
+              (inWindow(record, now, settings) ? 0 : 1),
+          );
+        },
+      ),
+    );
   });
 
   it('serves memory only while valid for the need and confirmed within the re-check interval', () => {

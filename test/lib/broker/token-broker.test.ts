@@ -50,6 +50,7 @@ const setup = (overrides: SetupOptions = {}) => {
       refreshWindowSeconds: overrides.window ?? 600,
       memoryRecheckSeconds: overrides.recheck ?? 5,
       maxTokenLifetimeSeconds: 30 * 86_400,
+      upstreamTimeoutMs: 2_000,
     },
     store,
     secrets,
@@ -64,7 +65,7 @@ const setup = (overrides: SetupOptions = {}) => {
       sleep:
         overrides.sleep ??
         (async (ms: number) => {
-          vi.advanceTimersByTime(ms);
+          await vi.advanceTimersByTimeAsync(ms);
         }),
     },
   });
@@ -258,7 +259,8 @@ describe('Class: TokenBroker', () => {
         return read(name);
       };
       const leader = broker.getToken('sandbox', { minValiditySeconds: 60, deadline: T0 + 5000 });
-      const joiner = broker.getToken('sandbox', { minValiditySeconds: 300, deadline: T0 + 5000 });
+      // Replacing a token outside its window drains the 5 s re-check first: a longer deadline.
+      const joiner = broker.getToken('sandbox', { minValiditySeconds: 300, deadline: T0 + 9000 });
       await vi.advanceTimersByTimeAsync(0);
       release?.();
       await expect(leader).resolves.toMatchObject({
@@ -409,17 +411,22 @@ describe('Class: TokenBroker', () => {
       });
     });
 
-    it('says so when tokens do not outlive the refresh window, instead of re-issuing forever', async () => {
+    it('uses the window clamped to half the lifetime, like every other path: tokens shorter than the configured window are issued once, not forever', async () => {
       const { broker, issuer } = setup({ window: 600 });
       issuer.expiresIn = 300;
-      const report = await broker.warmUp(deadline());
-      expect(report.connections.sandbox).toMatchObject({
-        status: 'failed',
-        error: {
-          code: 'MIN_VALIDITY_UNSATISFIABLE',
-          message: expect.stringContaining('BROKER_REFRESH_WINDOW_SECONDS'),
-        },
+      expect((await broker.warmUp(deadline())).connections.sandbox).toMatchObject({
+        status: 'issued',
       });
+      // 300 s tokens have a 150 s window: 100 s later the token is still outside it.
+      vi.advanceTimersByTime(100_000);
+      expect((await broker.warmUp(deadline())).connections.sandbox).toMatchObject({
+        status: 'fresh',
+      });
+      vi.advanceTimersByTime(60_000); // now inside the window (140 s left)
+      expect((await broker.warmUp(deadline())).connections.sandbox).toMatchObject({
+        status: 'issued',
+      });
+      expect(issuer.issued).toBe(4); // two rounds of issuance for the two connections
     });
   });
 
@@ -477,7 +484,7 @@ describe('Class: TokenBroker', () => {
         store,
         random: () => 0.99,
         sleep: async (ms) => {
-          vi.advanceTimersByTime(ms);
+          await vi.advanceTimersByTimeAsync(ms);
         },
       });
       const error = await broker
@@ -572,7 +579,7 @@ describe('Class: TokenBroker', () => {
         window: 600,
         random: () => 0.5,
         sleep: async (ms) => {
-          vi.advanceTimersByTime(ms);
+          await vi.advanceTimersByTimeAsync(ms);
           // The refresher finishes: its token replaces the item, lease included.
           store.items.set('sandbox', {
             token: {
@@ -835,6 +842,22 @@ describe('Class: TokenBroker', () => {
         .getToken('sandbox', { deadline: Date.now() + 2_000 })
         .then(unexpected, caught);
       expect(error).toBeInstanceOf(UpstreamUnavailableError);
+    });
+
+    it('is never served after a token request whose outcome is unknown: it may be revoked', async () => {
+      const { broker, store, issuer, metrics } = setup({ window: 600 });
+      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      vi.advanceTimersByTime(3_400_000); // 200 s left: inside the window, a refresh is tried
+      issuer.failWith = new UpstreamUnavailableError('access-token request timed out', {
+        outcomeUnknown: true,
+      });
+      const error = await broker
+        .getToken('sandbox', { deadline: Date.now() + 5_000 })
+        .then(unexpected, caught);
+      expect(error).toBeInstanceOf(UpstreamUnavailableError);
+      expect(store.token('sandbox')).toBeUndefined();
+      expect(metrics.get('LastGoodTokenServed')).toBe(0);
+      expect(metrics.get('UnknownOutcomes')).toBe(1);
     });
 
     it('is not served to a caller who asked for a validity it does not have', async () => {

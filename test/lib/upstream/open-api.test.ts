@@ -243,6 +243,108 @@ describe('Class: OpenApiClient against the simulator', () => {
     expect(requests[1]?.headers['content-type']).toBe('application/json');
   });
 
+  describe('unknown outcomes and the lease fence', () => {
+    /** A fetch that passes the authorize step through and treats the token request as told. */
+    const fetchWith = (tokenRequest: (signal: AbortSignal) => Promise<Response>) => {
+      const posts: number[] = [];
+      const fetch = (async (input: Request, init?: RequestInit) => {
+        if (!input.url.includes('access-token')) return globalThis.fetch(input, init);
+        posts.push(Date.now());
+        return tokenRequest(init?.signal as AbortSignal);
+      }) as typeof globalThis.fetch;
+      return { fetch, posts };
+    };
+    const held = (signal: AbortSignal) =>
+      new Promise<Response>((_, reject) => {
+        signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+      });
+
+    it('reports a token request that timed out as an unknown outcome, and never retries it', async () => {
+      const { fetch, posts } = fetchWith(held);
+      const upstream = new OpenApiClient({ timeoutMs: 200, limits, fetch });
+      const error = await upstream
+        .issue(v3, client, { deadline: deadline() })
+        .then(unexpected, caught);
+      expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: true });
+      expect(error.message).toContain('access-token request timed out after 200 ms');
+      expect(posts).toHaveLength(1);
+    });
+
+    it('retries a token request that provably never left (connection refused)', async () => {
+      const refused = Object.assign(new TypeError('fetch failed'), {
+        cause: { code: 'ECONNREFUSED' },
+      });
+      const { fetch, posts } = fetchWith(async () => {
+        throw refused;
+      });
+      const upstream = new OpenApiClient({ timeoutMs: 200, limits, fetch });
+      const error = await upstream
+        .issue(v3, client, { deadline: deadline() })
+        .then(unexpected, caught);
+      expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: false });
+      expect(posts.length).toBeGreaterThan(1);
+    });
+
+    it('reports a token request reset after sending as an unknown outcome', async () => {
+      const reset = Object.assign(new TypeError('fetch failed'), { cause: { code: 'ECONNRESET' } });
+      const { fetch, posts } = fetchWith(async () => {
+        throw reset;
+      });
+      const upstream = new OpenApiClient({ timeoutMs: 200, limits, fetch });
+      const error = await upstream
+        .issue(v3, client, { deadline: deadline() })
+        .then(unexpected, caught);
+      expect(error).toMatchObject({ outcomeUnknown: true });
+      expect(posts).toHaveLength(1);
+    });
+
+    it('runs the fence before the token request, and sends nothing when it throws', async () => {
+      const { fetch, posts } = fetchWith(async () => new Response('{}'));
+      const upstream = new OpenApiClient({ timeoutMs: 1000, limits, fetch });
+      const fenced = new Error('lease lost');
+      const error = await upstream
+        .issue(v3, client, {
+          deadline: deadline(),
+          beforeAccessToken: async () => {
+            throw fenced;
+          },
+        })
+        .then(unexpected, caught);
+      expect(error).toBe(fenced);
+      expect(posts).toHaveLength(0);
+    });
+
+    it('abandons a token request when the lease ends, as an unknown outcome', async () => {
+      const { fetch, posts } = fetchWith(held);
+      const upstream = new OpenApiClient({ timeoutMs: 5000, limits, fetch });
+      const lease = new AbortController();
+      const pending = upstream.issue(v3, client, {
+        deadline: deadline(),
+        signal: lease.signal,
+        beforeAccessToken: async () => {
+          setTimeout(() => lease.abort(new Error('lease ended')), 50);
+        },
+      });
+      const error = await pending.then(unexpected, caught);
+      expect(error).toMatchObject({ outcomeUnknown: true });
+      expect(error.message).toContain('abandoned: the lease ended');
+      expect(posts).toHaveLength(1);
+    });
+
+    it('stops at the lease’s reason when it ends before the token request', async () => {
+      const { fetch, posts } = fetchWith(async () => new Response('{}'));
+      const upstream = new OpenApiClient({ timeoutMs: 1000, limits, fetch });
+      const lease = new AbortController();
+      const reason = new Error('lease taken over');
+      lease.abort(reason);
+      const error = await upstream
+        .issue(v3, client, { deadline: deadline(), signal: lease.signal })
+        .then(unexpected, caught);
+      expect(error).toBe(reason);
+      expect(posts).toHaveLength(0);
+    });
+  });
+
   it('runs the legacy flow with the client secret in the token request', async () => {
     const token = await openApi().issue(legacy, client, { deadline: deadline() });
     expect(simulator.isValid(token.accessToken)).toBe(true);
@@ -675,5 +777,26 @@ describe('Strict Access Token Mode against the simulator', () => {
     expect(values.filter((v) => v.startsWith('{"clientId"')).length).toBeGreaterThan(0);
     expect(messages.length).toBeGreaterThan(8);
     expect(values.filter((v) => messages.some((m) => m.includes(v)))).toEqual([]);
+  });
+});
+
+describe('Function: readJsonBody, hostile bodies', () => {
+  it('stops reading a chunked body past the limit, whatever it did not declare', async () => {
+    let sent = 0;
+    const chunk = new TextEncoder().encode('x'.repeat(16 * 1024));
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        sent += chunk.byteLength;
+        if (sent > 5 * 1024 * 1024) controller.close();
+        else controller.enqueue(chunk);
+      },
+    });
+    const error = await readJsonBody(new Response(body, { status: 200 }), 'access-token').then(
+      unexpected,
+      caught,
+    );
+    expect(error).toBeInstanceOf(UpstreamBadResponseError);
+    expect(error.message).toContain('response is too large (over 65536 bytes)');
+    expect(sent).toBeLessThan(256 * 1024);
   });
 });
