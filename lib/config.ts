@@ -53,6 +53,11 @@ export interface BrokerConfig {
   readonly maxTokenLifetimeSeconds: number;
   /** Time limit of one upstream HTTP request (further bounded by the Lambda deadline). */
   readonly upstreamTimeoutMs: number;
+  /**
+   * Connection and request time limit of each AWS call (DynamoDB, Secrets Manager, KMS), per
+   * attempt: a stalled connection fails in this time instead of the SDK's defaults (none).
+   */
+  readonly awsTimeoutMs: number;
   /** How long a secret read from Secrets Manager is reused. */
   readonly secretMaxAgeSeconds: number;
   /** While Secrets Manager fails, the last secret read is used for at most this long. */
@@ -291,6 +296,7 @@ export const loadConfig = (env: Env): BrokerConfig => {
     memoryRecheckSeconds: integer(env, 'BROKER_MEMORY_RECHECK_SECONDS', 5, 0, 3600),
     maxTokenLifetimeSeconds,
     upstreamTimeoutMs: integer(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 5000, 100, 60_000),
+    awsTimeoutMs: integer(env, 'BROKER_AWS_TIMEOUT_MS', 1000, 50, 30_000),
     secretMaxAgeSeconds: integer(env, 'BROKER_SECRET_MAX_AGE_SECONDS', 300, 0, day),
     secretStaleMaxSeconds: integer(env, 'BROKER_SECRET_STALE_MAX_SECONDS', 3600, 0, 7 * day),
     kmsKeyId: kmsKeyId(env.BROKER_KMS_KEY_ID),

@@ -35,6 +35,15 @@ export const createAwsBroker = (
   // Secrets are needed only to issue a token, never to serve one from DynamoDB: the Secrets
   // Manager client is loaded on the first issuance, keeping it out of the cold start. In the
   // single-file bundle, esbuild turns these dynamic imports into lazily-initialised modules.
+  // Every AWS call is bounded: a stalled connection (accepts, never answers) fails within the
+  // limit, twice at most, instead of holding the caller past its Lambda deadline.
+  const bounded = {
+    maxAttempts: 2,
+    requestHandler: {
+      connectionTimeout: config.awsTimeoutMs,
+      requestTimeout: config.awsTimeoutMs,
+    },
+  };
   const secrets = lazySecretSource(async () => {
     const [{ SecretsProvider }, { SecretsManagerClient }, { SecretsManagerSecretSource }] =
       await Promise.all([
@@ -43,7 +52,7 @@ export const createAwsBroker = (
         import('./secrets-manager-secret-source.js'),
       ]);
     const provider = new SecretsProvider({
-      awsSdkV3Client: clients.secretsManager ?? new SecretsManagerClient({}),
+      awsSdkV3Client: clients.secretsManager ?? new SecretsManagerClient(bounded),
     });
     return new SecretsManagerSecretSource(provider, config.secretMaxAgeSeconds, {
       staleMaxSeconds: config.secretStaleMaxSeconds,
@@ -67,7 +76,7 @@ export const createAwsBroker = (
           import('@aws-sdk/client-kms'),
           import('./kms-token-cipher.js'),
         ]);
-        return new KmsTokenCipher(new KMSClient({}), kmsKeyId);
+        return new KmsTokenCipher(new KMSClient(bounded), kmsKeyId);
       })
     : undefined;
   return new TokenBroker({
@@ -75,7 +84,7 @@ export const createAwsBroker = (
     logger,
     ...(metrics ? { metrics } : {}),
     store: new DynamoDBTokenStore(
-      clients.dynamodb ?? new DynamoDBClient({}),
+      clients.dynamodb ?? new DynamoDBClient(bounded),
       config.tableName,
       cipher,
     ),

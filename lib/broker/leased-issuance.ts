@@ -33,6 +33,7 @@ import type { TokenRecord, TokenState, TokenStore } from '../ports.js';
 import type { Issue } from './credential-rotation.js';
 import { recordIssued } from './issued-token.js';
 import { DEFAULT_ISSUANCE_MS, drainMs, type RefreshSettings, windowMs } from './refresh-policy.js';
+import { withDeadline } from './single-flight.js';
 import type { TokenMemory } from './token-memory.js';
 import type { BrokerLogger, ServedToken } from './types.js';
 
@@ -112,7 +113,7 @@ export class LeasedIssuance {
     for (;;) {
       // A read reflects the store at some instant after it was sent: memory counts from then.
       const sentAt = known?.sentAt ?? clock.now();
-      const state = known?.state ?? (await this.#read(name, need, bypassMemory));
+      const state = known?.state ?? (await this.#read(name, need, bypassMemory, deadline));
       known = undefined;
       if ('source' in state) return state; // the store is down; memory had a usable token
       const now = clock.now();
@@ -141,13 +142,16 @@ export class LeasedIssuance {
         }
         const holder = this.#nextHolder();
         const attempt = await this.#store('take the lease', () =>
-          this.deps.store.acquireLease(name, {
-            holder,
-            leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
-            now,
-            // Replace the token we saw (a suspect one whatever its expiry), never a newer one.
-            replaceIfExpiresBefore: valid && suspect ? valid.expiresAt + 1 : now + needMs + 1,
-          }),
+          this.#bounded(
+            this.deps.store.acquireLease(name, {
+              holder,
+              leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
+              now,
+              // Replace the token we saw (a suspect one whatever its expiry), never a newer one.
+              replaceIfExpiresBefore: valid && suspect ? valid.expiresAt + 1 : now + needMs + 1,
+            }),
+            deadline,
+          ),
         );
         if (attempt.acquired) {
           const issued = await this.#issueUnderLease(connection, {
@@ -199,13 +203,16 @@ export class LeasedIssuance {
   ): Promise<ServedToken | undefined> {
     const now = this.deps.clock.now();
     const holder = this.#nextHolder();
-    const attempt = await this.deps.store.acquireLease(connection.name, {
-      holder,
-      leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
-      now,
-      // Replace the token we saw, never a newer one another container wrote meanwhile.
-      replaceIfExpiresBefore: current.expiresAt + 1,
-    });
+    const attempt = await this.#bounded(
+      this.deps.store.acquireLease(connection.name, {
+        holder,
+        leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
+        now,
+        // Replace the token we saw, never a newer one another container wrote meanwhile.
+        replaceIfExpiresBefore: current.expiresAt + 1,
+      }),
+      deadline,
+    );
     if (!attempt.acquired) return undefined;
     this.deps.logger.info('Refreshing the token ahead of expiry', { connection: connection.name });
     return this.#issueUnderLease(connection, {
@@ -218,9 +225,14 @@ export class LeasedIssuance {
   }
 
   /** Reads the store; when it is down, falls back to a usable token in memory. */
-  async #read(name: string, need: Need, bypassMemory: boolean): Promise<TokenState | ServedToken> {
+  async #read(
+    name: string,
+    need: Need,
+    bypassMemory: boolean,
+    deadline: number,
+  ): Promise<TokenState | ServedToken> {
     try {
-      return await this.deps.store.read(name);
+      return await this.#bounded(this.deps.store.read(name), deadline);
     } catch (error) {
       const cached = this.deps.memory.get(name);
       const needMs = need === 'outside-window' ? Number.POSITIVE_INFINITY : need;
@@ -234,6 +246,19 @@ export class LeasedIssuance {
         cause: error,
       });
     }
+  }
+
+  /**
+   * A store call that answers by `deadline` or fails: a stalled connection must not keep the
+   * caller past its Lambda deadline (the SDK's own time limits bound each attempt as well).
+   */
+  #bounded<T>(operation: Promise<T>, deadline: number): Promise<T> {
+    return withDeadline(
+      operation,
+      deadline - this.deps.clock.now(),
+      this.deps.clock,
+      () => new StoreUnavailableError('The token store did not answer in time; retry shortly'),
+    );
   }
 
   async #store<T>(what: string, operation: () => Promise<T>): Promise<T> {
@@ -282,7 +307,8 @@ export class LeasedIssuance {
         flow.deadline - sentAt - STORE_RESERVE_MS,
       );
       if (budget < MIN_POST_MS) throw new LeaseLost('No time left for the access-token request');
-      if (!(await store.renewLease(name, flow.holder, sentAt + budget + grace))) {
+      const confirm = store.renewLease(name, flow.holder, sentAt + budget + grace);
+      if (!(await this.#bounded(confirm, sentAt + budget))) {
         throw new LeaseLost('Lease taken over before the access-token request');
       }
       // Paused between the confirmation and here? Then the POST no longer fits its lease.
@@ -326,7 +352,7 @@ export class LeasedIssuance {
     stopPostTimer?.();
     let written: boolean;
     try {
-      written = await store.putToken(record, flow.holder);
+      written = await this.#bounded(store.putToken(record, flow.holder), flow.deadline);
     } catch (error) {
       // The token is valid: serve it from memory rather than fail the caller. Other containers
       // will wait out the lease, which costs at worst one more issuance.

@@ -3,8 +3,16 @@
  * Secrets Manager failing. Every caller gets an answer (a token while one is valid in memory,
  * else a clear 503 or 500), and no credential reaches the logs on any of these paths.
  */
+
+import { once } from 'node:events';
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { httpEvent, httpResponse, type LambdaHandler } from '../../local/lambda-events.js';
+import {
+  DEFAULT_LAMBDA,
+  httpEvent,
+  httpResponse,
+  type LambdaHandler,
+} from '../../local/lambda-events.js';
 import { invokeHandler } from '../../local/lambda-invoke.js';
 import { applyEnv, type Stack, startStack } from '../../local/stack.js';
 import { captureOutput, newContainer } from '../support/lambda.js';
@@ -195,6 +203,37 @@ describe('Faults: logs', () => {
     expect(secrets.filter((value) => /^[0-9a-f]{64}$/.test(value)).length).toBeGreaterThan(3);
     expect(secrets.filter((value) => value.startsWith('clientId=')).length).toBeGreaterThan(3);
     expect(secrets.filter((value) => logs.includes(value))).toEqual([]);
+  });
+});
+
+describe('Faults: a stalled DynamoDB connection', () => {
+  it('answers the caller with its own 503 before the Lambda deadline when DynamoDB accepts and never answers', async () => {
+    const sockets = new Set<Socket>();
+    const stalled = createServer((socket) => sockets.add(socket)); // accepts, never answers
+    stalled.listen(0, '127.0.0.1');
+    await once(stalled, 'listening');
+    const real = process.env.AWS_ENDPOINT_URL_DYNAMODB;
+    process.env.AWS_ENDPOINT_URL_DYNAMODB = `http://127.0.0.1:${(stalled.address() as AddressInfo).port}`;
+    process.env.BROKER_AWS_TIMEOUT_MS = '400';
+    try {
+      const container = newContainer();
+      const started = Date.now();
+      const response = httpResponse(
+        await invokeHandler(container, httpEvent({ method: 'GET', url: '/tokens/sandbox' }), {
+          ...DEFAULT_LAMBDA,
+          timeoutMs: 3_000,
+        }),
+      );
+      expect(response.status).toBe(503);
+      expect(JSON.parse(response.body).error.code).toBe('STORE_UNAVAILABLE');
+      expect(Date.now() - started).toBeLessThan(3_000);
+      expect(sockets.size).toBeGreaterThan(0);
+    } finally {
+      process.env.AWS_ENDPOINT_URL_DYNAMODB = real;
+      delete process.env.BROKER_AWS_TIMEOUT_MS;
+      for (const socket of sockets) socket.destroy();
+      stalled.close();
+    }
   });
 });
 
