@@ -22,12 +22,19 @@ export interface TokenRecord {
   readonly expiresAt: number;
 }
 
-/** A claim, held by one container at a time, to run the upstream flow for a connection. */
+/**
+ * A claim, held by one container at a time, to run the upstream flow for a connection. Each
+ * write of it (taken, renewed, confirmed) changes `expiresAt`, so `holder` + `expiresAt` is its
+ * version. Others judge it with their own clock, never the holder's: a lease is stale once the
+ * same version has been seen, unchanged, for `durationMs` (the DynamoDB Lock Client's rule).
+ */
 export interface Lease {
   /** Unique per attempt: `<container id>:<sequence>`. */
   readonly holder: string;
-  /** Epoch ms after which anyone may take the lease over (the holder is presumed dead). */
+  /** Epoch ms, on the holder's clock, until which the holder counts on it. */
   readonly expiresAt: number;
+  /** How long this version lasts, on anyone's clock, from when it was written. */
+  readonly durationMs: number;
 }
 
 /** What the shared store holds for one connection. */
@@ -36,11 +43,16 @@ export interface TokenState {
   readonly lease: Lease | undefined;
 }
 
-/** Who asks for the lease, until when, and which stored token it may replace. */
+/** Who asks for the lease, for how long, which stale lease it replaces and which token. */
 export interface LeaseRequest {
   readonly holder: string;
   readonly leaseExpiresAt: number;
-  readonly now: number;
+  readonly durationMs: number;
+  /**
+   * The lease to take over: exactly this version, seen stale by the caller. Without it the
+   * lease is granted only when there is none.
+   */
+  readonly takeOver?: Lease | undefined;
   /** The lease is granted only if the stored token expires before this (epoch ms). */
   readonly replaceIfExpiresBefore: number;
 }
@@ -57,9 +69,10 @@ export interface TokenStore {
   /** The stored token (expired or not: the caller checks expiry) and the lease, if any. */
   read(connection: string): Promise<TokenState>;
   /**
-   * Takes the lease for `holder` only if no live lease exists (none, or expired before `now`)
-   * AND the stored token does not outlive `replaceIfExpiresBefore` (so a token written by the
-   * previous holder a moment ago is not replaced). On failure, returns the state that won.
+   * Takes the lease for `holder` only if there is no lease, or the lease is exactly
+   * `request.takeOver` (a version the caller saw go stale), AND the stored token does not
+   * outlive `replaceIfExpiresBefore` (so a token written by the previous holder a moment ago is
+   * not replaced). On failure, returns the state that won.
    */
   acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt>;
   /**
@@ -67,8 +80,16 @@ export interface TokenStore {
    * (a fencing check: a holder that lost its lease never writes). Returns whether it wrote.
    */
   putToken(record: TokenRecord, holder: string): Promise<boolean>;
-  /** Extends the lease to `leaseExpiresAt` if `holder` still holds it (a heartbeat). */
-  renewLease(connection: string, holder: string, leaseExpiresAt: number): Promise<boolean>;
+  /**
+   * Writes a new version of the lease (`leaseExpiresAt`, `durationMs`) if `holder` still holds
+   * it: a heartbeat, or the confirmation before a token request.
+   */
+  renewLease(
+    connection: string,
+    holder: string,
+    leaseExpiresAt: number,
+    durationMs: number,
+  ): Promise<boolean>;
   /** Gives the lease up if `holder` still holds it (after a failed flow). */
   releaseLease(connection: string, holder: string): Promise<void>;
   /**

@@ -15,7 +15,8 @@
  * | expiresAt       | N    | epoch ms after which the token must not be served             |
  * | ttl             | N    | epoch seconds = issuance + expiresIn (DynamoDB TTL)           |
  * | leaseHolder     | S    | who is running the upstream flow now, if anyone               |
- * | leaseExpiresAt  | N    | epoch ms after which the lease may be taken over              |
+ * | leaseExpiresAt  | N    | epoch ms (holder's clock) until which the holder counts on it |
+ * | leaseDurationMs | N    | how long this lease version lasts on anyone's clock           |
  */
 import {
   type AttributeValue,
@@ -87,10 +88,17 @@ const fromItem = async (
       : undefined;
   const holder = item?.leaseHolder?.S;
   const leaseExpiresAt = Number(item?.leaseExpiresAt?.N);
+  // Leases written before durations were recorded lasted 3 s.
+  const durationMs = Number(item?.leaseDurationMs?.N ?? LEGACY_LEASE_MS);
   const lease =
-    holder && Number.isFinite(leaseExpiresAt) ? { holder, expiresAt: leaseExpiresAt } : undefined;
+    holder && Number.isFinite(leaseExpiresAt) && Number.isFinite(durationMs)
+      ? { holder, expiresAt: leaseExpiresAt, durationMs }
+      : undefined;
   return { token, lease };
 };
+
+/** The lease duration of items written before durations were recorded. */
+const LEGACY_LEASE_MS = 3_000;
 
 export class DynamoDBTokenStore implements TokenStore {
   constructor(
@@ -114,28 +122,39 @@ export class DynamoDBTokenStore implements TokenStore {
   }
 
   async acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt> {
+    const { takeOver } = request;
     try {
       await this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
-          UpdateExpression: 'SET leaseHolder = :holder, leaseExpiresAt = :leaseExpiresAt',
+          UpdateExpression:
+            'SET leaseHolder = :holder, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs',
           // Timeline of the race this prevents:
           //   t0  A and B both read a token about to expire, no lease
           //   t1  A takes the lease (condition holds), runs the flow
-          //   t2  B tries: the lease is live → fails, B waits for A's token
+          //   t2  B tries: a lease exists → fails, B waits for A's token
           //   t3  A writes its token and the lease goes with it (putToken)
           //   t4  a late C tries: no lease, but the token now outlives its need → fails,
           //       C serves A's token. Without the token clause C would issue a second one.
-          // A holder that dies leaves a lease that expires at its own deadline; after that the
-          // first to try takes it over.
-          ConditionExpression:
-            '(attribute_not_exists(leaseExpiresAt) OR leaseExpiresAt < :now) AND (attribute_not_exists(expiresAt) OR expiresAt < :replaceIfExpiresBefore)',
+          // A holder that dies leaves its lease: a waiter that saw that same version unchanged
+          // for its duration, on the waiter's own clock, takes over exactly that version. No
+          // clock of another container is compared with ours, so a skewed clock takes nothing
+          // early; and if the holder renewed meanwhile, the version differs and this fails.
+          ConditionExpression: takeOver
+            ? '(attribute_not_exists(leaseHolder) OR (leaseHolder = :staleHolder AND leaseExpiresAt = :staleExpiresAt)) AND (attribute_not_exists(expiresAt) OR expiresAt < :replaceIfExpiresBefore)'
+            : 'attribute_not_exists(leaseHolder) AND (attribute_not_exists(expiresAt) OR expiresAt < :replaceIfExpiresBefore)',
           ExpressionAttributeValues: {
             ':holder': { S: request.holder },
             ':leaseExpiresAt': { N: String(request.leaseExpiresAt) },
-            ':now': { N: String(request.now) },
+            ':durationMs': { N: String(request.durationMs) },
             ':replaceIfExpiresBefore': { N: String(request.replaceIfExpiresBefore) },
+            ...(takeOver
+              ? {
+                  ':staleHolder': { S: takeOver.holder },
+                  ':staleExpiresAt': { N: String(takeOver.expiresAt) },
+                }
+              : {}),
           },
           ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
@@ -173,17 +192,23 @@ export class DynamoDBTokenStore implements TokenStore {
     );
   }
 
-  async renewLease(connection: string, holder: string, leaseExpiresAt: number): Promise<boolean> {
+  async renewLease(
+    connection: string,
+    holder: string,
+    leaseExpiresAt: number,
+    durationMs: number,
+  ): Promise<boolean> {
     return this.#conditional(async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
-          UpdateExpression: 'SET leaseExpiresAt = :leaseExpiresAt',
+          UpdateExpression: 'SET leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs',
           ConditionExpression: 'leaseHolder = :holder',
           ExpressionAttributeValues: {
             ':holder': { S: holder },
             ':leaseExpiresAt': { N: String(leaseExpiresAt) },
+            ':durationMs': { N: String(durationMs) },
           },
         }),
       ),
@@ -196,7 +221,7 @@ export class DynamoDBTokenStore implements TokenStore {
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
-          UpdateExpression: 'REMOVE leaseHolder, leaseExpiresAt',
+          UpdateExpression: 'REMOVE leaseHolder, leaseExpiresAt, leaseDurationMs',
           ConditionExpression: 'leaseHolder = :holder',
           ExpressionAttributeValues: { ':holder': { S: holder } },
         }),

@@ -29,7 +29,7 @@ import {
   UpstreamUnavailableError,
 } from '../errors.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { TokenRecord, TokenState, TokenStore } from '../ports.js';
+import type { Lease, TokenRecord, TokenState, TokenStore } from '../ports.js';
 import type { Issue } from './credential-rotation.js';
 import { recordIssued } from './issued-token.js';
 import { DEFAULT_ISSUANCE_MS, drainMs, type RefreshSettings, windowMs } from './refresh-policy.js';
@@ -39,6 +39,8 @@ import type { BrokerLogger, ServedToken } from './types.js';
 
 export const LEASE_MS = 3_000;
 export const LEASE_HEARTBEAT_MS = 1_000;
+/** Clock skew between containers beyond which a lease's own expiry is believed at first sight. */
+export const SKEW_TOLERANCE_MS = 10_000;
 /** Polling a lease held elsewhere: first wait and cap (full jitter in between). */
 const POLL_BASE_MS = 25;
 const POLL_CAP_MS = 500;
@@ -88,6 +90,8 @@ export class LeasedIssuance {
   #attempts = 0;
   /** Last measured issuance duration per connection: XFetch's δ. */
   readonly #issuanceMs = new Map<string, number>();
+  /** Per connection, the lease version last seen and when we first saw it (our clock). */
+  readonly #observed = new Map<string, { holder: string; expiresAt: number; seenAt: number }>();
 
   constructor(private readonly deps: LeasedIssuanceDeps) {}
 
@@ -132,7 +136,7 @@ export class LeasedIssuance {
       // Refused before any upstream call: a new token would live as long as this one did.
       if (token && token.expiresAt - token.issuedAt <= needMs) throw unsatisfiable(token, needMs);
 
-      const leaseLive = lease !== undefined && lease.expiresAt >= now;
+      const leaseLive = lease !== undefined && !this.#stale(name, lease, now);
       if (!leaseLive) {
         if (deadline <= now) {
           throw new UpstreamUnavailableError('No time left to issue a token', {
@@ -146,7 +150,8 @@ export class LeasedIssuance {
             this.deps.store.acquireLease(name, {
               holder,
               leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
-              now,
+              durationMs: Math.min(deadline - now, LEASE_MS),
+              takeOver: lease,
               // Replace the token we saw (a suspect one whatever its expiry), never a newer one.
               replaceIfExpiresBefore: valid && suspect ? valid.expiresAt + 1 : now + needMs + 1,
             }),
@@ -207,7 +212,7 @@ export class LeasedIssuance {
       this.deps.store.acquireLease(connection.name, {
         holder,
         leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
-        now,
+        durationMs: Math.min(deadline - now, LEASE_MS),
         // Replace the token we saw, never a newer one another container wrote meanwhile.
         replaceIfExpiresBefore: current.expiresAt + 1,
       }),
@@ -222,6 +227,24 @@ export class LeasedIssuance {
       replacing: current,
       leasedAt: now,
     });
+  }
+
+  /**
+   * Whether a lease seen in the store is stale, judged on our own clock only: the same version
+   * (holder and expiry, which every write changes) seen unchanged for its duration since we
+   * first saw it. A skewed clock elsewhere moves nothing here. Only a lease whose own expiry
+   * is further in the past than any plausible skew is stale at first sight (a holder that died
+   * long ago), so that a new container need not wait out a lease nobody renews.
+   */
+  #stale(name: string, lease: Lease, now: number): boolean {
+    if (lease.expiresAt + SKEW_TOLERANCE_MS < now) return true;
+    const seen = this.#observed.get(name);
+    if (!seen || seen.holder !== lease.holder || seen.expiresAt !== lease.expiresAt) {
+      // First sight of this version: it was written before this read came back (now).
+      this.#observed.set(name, { holder: lease.holder, expiresAt: lease.expiresAt, seenAt: now });
+      return false;
+    }
+    return now - seen.seenAt >= lease.durationMs;
   }
 
   /** Reads the store; when it is down, falls back to a usable token in memory. */
@@ -288,8 +311,9 @@ export class LeasedIssuance {
     const stopHeartbeat = clock.every(LEASE_HEARTBEAT_MS, () => {
       if (clock.now() >= leaseUntil) return aborter.abort(new LeaseLost('Lease time ran out'));
       const sentAt = clock.now();
+      const until = Math.min(flow.deadline, sentAt + LEASE_MS);
       store
-        .renewLease(name, flow.holder, Math.min(flow.deadline, sentAt + LEASE_MS))
+        .renewLease(name, flow.holder, until, until - sentAt)
         .then((renewed) => {
           if (renewed) leaseUntil = Math.max(leaseUntil, sentAt + LEASE_MS);
           else aborter.abort(new LeaseLost('Lease taken over'));
@@ -307,7 +331,12 @@ export class LeasedIssuance {
         flow.deadline - sentAt - STORE_RESERVE_MS,
       );
       if (budget < MIN_POST_MS) throw new LeaseLost('No time left for the access-token request');
-      const confirm = store.renewLease(name, flow.holder, sentAt + budget + grace);
+      const confirm = store.renewLease(
+        name,
+        flow.holder,
+        sentAt + budget + grace,
+        budget + grace,
+      );
       if (!(await this.#bounded(confirm, sentAt + budget))) {
         throw new LeaseLost('Lease taken over before the access-token request');
       }
@@ -407,7 +436,12 @@ export class LeasedIssuance {
         await store.deleteIfMatches(name, flow.replacing.tokenDigest).catch(() => undefined);
       }
       await store
-        .renewLease(name, flow.holder, clock.now() + settings.upstreamTimeoutMs)
+        .renewLease(
+          name,
+          flow.holder,
+          clock.now() + settings.upstreamTimeoutMs,
+          settings.upstreamTimeoutMs,
+        )
         .catch(() => undefined);
       throw error;
     }

@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DynamoDBTokenStore } from '../../lib/adapters/dynamodb-token-store.js';
 import { tokenDigest } from '../../lib/broker/index.js';
-import type { LeaseRequest, TokenRecord, TokenStore } from '../../lib/ports.js';
+import type { Lease, LeaseRequest, TokenRecord, TokenStore } from '../../lib/ports.js';
 import { startAmazonDynamoDBLocal } from '../../local/amazon-dynamodb-local.js';
 import { ensureTable, localDynamoDBClient, startDynalite } from '../../local/dynamodb-local.js';
 import { InMemoryTokenStore } from '../support/fakes.js';
@@ -56,7 +56,19 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     holder: string,
     leaseExpiresAt = now + 10_000,
     replaceIfExpiresBefore = now + 1,
-  ): LeaseRequest => ({ holder, leaseExpiresAt, now, replaceIfExpiresBefore });
+    takeOver?: Lease,
+  ): LeaseRequest => ({
+    holder,
+    leaseExpiresAt,
+    durationMs: 10_000,
+    takeOver,
+    replaceIfExpiresBefore,
+  });
+  const version = (holder: string, expiresAt = now + 10_000): Lease => ({
+    holder,
+    expiresAt,
+    durationMs: 10_000,
+  });
 
   beforeAll(async () => {
     subject = await start();
@@ -74,7 +86,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect(await store.acquireLease('roundtrip', lease('a:1'))).toEqual({ acquired: true });
     expect(await store.read('roundtrip')).toEqual({
       token: undefined,
-      lease: { holder: 'a:1', expiresAt: now + 10_000 },
+      lease: version('a:1'),
     });
     const token = record('tok-a', now + 86_400_000, 'roundtrip');
     expect(await store.putToken(token, 'a:1')).toBe(true);
@@ -93,17 +105,31 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     const attempt = await store.acquireLease('contended', lease('second:1'));
     expect(attempt).toEqual({
       acquired: false,
-      state: { token: undefined, lease: { holder: 'first:1', expiresAt: now + 10_000 } },
+      state: { token: undefined, lease: version('first:1') },
     });
   });
 
-  it('lets a lease be taken over once it has expired, and not a moment before', async () => {
-    await store.acquireLease('takeover', lease('dead:1', now));
-    // A lease expiring exactly now is still live.
+  it('lets a lease be taken over only in the exact version the taker saw go stale', async () => {
+    await store.acquireLease('takeover', lease('dead:1', now - 60_000));
+    // Its expiry long past is no licence: without naming the version, no takeover.
     expect((await store.acquireLease('takeover', lease('early:1'))).acquired).toBe(false);
-    await store.acquireLease('takeover-2', lease('dead:1', now - 1));
-    expect(await store.acquireLease('takeover-2', lease('alive:1'))).toEqual({ acquired: true });
-    expect((await store.read('takeover-2')).lease?.holder).toBe('alive:1');
+    // A version the holder has since renewed is not the one seen stale.
+    await store.renewLease('takeover', 'dead:1', now + 5_000, 10_000);
+    expect(
+      (
+        await store.acquireLease(
+          'takeover',
+          lease('late:1', now + 10_000, now + 1, version('dead:1', now - 60_000)),
+        )
+      ).acquired,
+    ).toBe(false);
+    expect(
+      await store.acquireLease(
+        'takeover',
+        lease('alive:1', now + 10_000, now + 1, version('dead:1', now + 5_000)),
+      ),
+    ).toEqual({ acquired: true });
+    expect((await store.read('takeover')).lease).toEqual(version('alive:1'));
   });
 
   it('refuses the lease when the stored token already outlives the need, with that token', async () => {
@@ -120,7 +146,10 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
 
   it('refuses a write from a holder whose lease was taken over', async () => {
     await store.acquireLease('overrun', lease('slow:1', now - 1));
-    await store.acquireLease('overrun', lease('fast:1'));
+    await store.acquireLease(
+      'overrun',
+      lease('fast:1', now + 10_000, now + 1, version('slow:1', now - 1)),
+    );
     expect(await store.putToken(record('late', now + 3_600_000, 'overrun'), 'slow:1')).toBe(false);
     expect(await store.putToken(record('current', now + 3_600_000, 'overrun'), 'fast:1')).toBe(
       true,
@@ -144,10 +173,14 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
 
   it('renews a lease only for its holder', async () => {
     await store.acquireLease('renew', lease('a:1'));
-    expect(await store.renewLease('renew', 'b:1', now + 99_000)).toBe(false);
-    expect(await store.renewLease('renew', 'a:1', now + 20_000)).toBe(true);
-    expect((await store.read('renew')).lease).toEqual({ holder: 'a:1', expiresAt: now + 20_000 });
-    expect(await store.renewLease('never-leased', 'a:1', now + 20_000)).toBe(false);
+    expect(await store.renewLease('renew', 'b:1', now + 99_000, 99_000)).toBe(false);
+    expect(await store.renewLease('renew', 'a:1', now + 20_000, 7_000)).toBe(true);
+    expect((await store.read('renew')).lease).toEqual({
+      holder: 'a:1',
+      expiresAt: now + 20_000,
+      durationMs: 7_000,
+    });
+    expect(await store.renewLease('never-leased', 'a:1', now + 20_000, 7_000)).toBe(false);
   });
 
   it('releases a lease only for its holder, and keeps the token', async () => {
@@ -171,7 +204,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect(await store.deleteIfMatches('cad', tokenDigest('current'))).toBe(true);
     expect(await store.read('cad')).toEqual({
       token: undefined,
-      lease: { holder: 'b:1', expiresAt: now + 10_000 },
+      lease: version('b:1'),
     });
     expect(await store.deleteIfMatches('cad', tokenDigest('current'))).toBe(false);
     expect(await store.deleteIfMatches('never-stored', tokenDigest('current'))).toBe(false);

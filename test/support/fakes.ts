@@ -42,13 +42,22 @@ export class InMemoryTokenStore implements TokenStore {
     this.calls.acquire += 1;
     this.#check();
     const item = this.items.get(connection) ?? {};
-    const leaseFree = !item.lease || item.lease.expiresAt < request.now;
+    const { takeOver } = request;
+    const leaseFree =
+      !item.lease ||
+      (takeOver !== undefined &&
+        item.lease.holder === takeOver.holder &&
+        item.lease.expiresAt === takeOver.expiresAt);
     const tokenReplaceable = !item.token || item.token.expiresAt < request.replaceIfExpiresBefore;
     if (!leaseFree || !tokenReplaceable)
       return { acquired: false, state: { token: item.token, lease: item.lease } };
     this.items.set(connection, {
       ...item,
-      lease: { holder: request.holder, expiresAt: request.leaseExpiresAt },
+      lease: {
+        holder: request.holder,
+        expiresAt: request.leaseExpiresAt,
+        durationMs: request.durationMs,
+      },
     });
     return { acquired: true };
   }
@@ -60,11 +69,19 @@ export class InMemoryTokenStore implements TokenStore {
     this.items.set(record.connection, { token: record });
     return true;
   }
-  async renewLease(connection: string, holder: string, leaseExpiresAt: number): Promise<boolean> {
+  async renewLease(
+    connection: string,
+    holder: string,
+    leaseExpiresAt: number,
+    durationMs: number,
+  ): Promise<boolean> {
     this.#check();
     const item = this.items.get(connection);
     if (item?.lease?.holder !== holder) return false;
-    this.items.set(connection, { ...item, lease: { holder, expiresAt: leaseExpiresAt } });
+    this.items.set(connection, {
+      ...item,
+      lease: { holder, expiresAt: leaseExpiresAt, durationMs },
+    });
     return true;
   }
   async releaseLease(connection: string, holder: string): Promise<void> {

@@ -28,7 +28,7 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
   ) => ({
     holder,
     leaseExpiresAt,
-    now,
+    durationMs: 10_000,
     replaceIfExpiresBefore,
   });
   const rawItem = async (connection: string) =>
@@ -59,6 +59,7 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     expect((await store.read('roundtrip')).lease).toEqual({
       holder: 'a:1',
       expiresAt: now + 10_000,
+      durationMs: 10_000,
     });
     const issuedAt = 1_795_262_400_123;
     const token = { ...record('tok-a', issuedAt + 86_400_000, 'roundtrip'), issuedAt };

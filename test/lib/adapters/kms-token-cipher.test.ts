@@ -83,7 +83,7 @@ describe('Class: KmsTokenCipher (loopback KMS, real SDK client)', () => {
     await store.acquireLease('sandbox', {
       holder: 'a:1',
       leaseExpiresAt: now + 10_000,
-      now,
+      durationMs: 10_000,
       replaceIfExpiresBefore: now + 1,
     });
     expect(await store.putToken(record, 'a:1')).toBe(true);

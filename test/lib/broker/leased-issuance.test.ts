@@ -100,9 +100,9 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     const renewals: number[] = [];
     const renew = store.renewLease.bind(store);
-    store.renewLease = async (name, holder, until) => {
+    store.renewLease = async (name, holder, until, duration) => {
       renewals.push(until);
-      return renew(name, holder, until);
+      return renew(name, holder, until, duration);
     };
     const { issuance } = container(store, clock, async () => {
       await clock.sleep(2 * LEASE_HEARTBEAT_MS + 10);
@@ -158,7 +158,7 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     store.items.set('sandbox', {
       token: record('current', T0 + 200_000),
-      lease: { holder: 'other:1', expiresAt: T0 + LEASE_MS },
+      lease: { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: 3_000 },
     });
     const { issuance, calls } = container(store, clock);
     expect(await issuance.refresh(sandbox, record('current', T0 + 200_000), T0 + 5_000)).toBe(
@@ -326,7 +326,7 @@ describe('Class: LeasedIssuance under faults', () => {
     // A refresh that died mid-flight: its POST may have revoked this token.
     store.items.set('sandbox', {
       token: record('suspect', T0 + HOUR),
-      lease: { holder: 'dead:1', expiresAt: T0 - 1 },
+      lease: { holder: 'dead:1', expiresAt: T0 - 1, durationMs: 3_000 },
     });
     const { issuance, memory, calls } = container(store, clock);
     const served = await issuance.obtain(sandbox, 60_000, T0 + 20_000, false);
@@ -387,7 +387,9 @@ describe('Class: LeasedIssuance, lease edges', () => {
       store,
       clock,
       slowIssue(clock, () =>
-        store.items.set('sandbox', { lease: { holder: 'other:1', expiresAt: T0 + 60_000 } }),
+        store.items.set('sandbox', {
+          lease: { holder: 'other:1', expiresAt: T0 + 60_000, durationMs: 3_000 },
+        }),
       ),
     );
     // It waits for the new holder, which never finishes here: the caller gets its 503.
@@ -460,5 +462,49 @@ describe('Class: LeasedIssuance, lease edges', () => {
       outcomeUnknown: true,
     });
     expect(abortedAt).toBe(T0 + 2_000);
+  });
+});
+
+describe('Class: LeasedIssuance, clocks', () => {
+  it('does not take over a live lease from a clock running 2.5 s ahead of the holder’s', async () => {
+    const clock = new ManualClock(T0 + 2_500); // this container runs 2.5 s ahead
+    const store = new InMemoryTokenStore();
+    // The holder (true time T0) took the lease for 3 s and renews it every second.
+    let holderNow = T0 + 100;
+    store.items.set('sandbox', {
+      lease: { holder: 'alive:1', expiresAt: T0 + 3_000, durationMs: 3_000 },
+    });
+    const sleep = clock.sleep.bind(clock);
+    clock.sleep = async (ms: number) => {
+      await sleep(ms);
+      const before = holderNow;
+      holderNow += ms;
+      if (Math.floor(holderNow / 1_000) > Math.floor(before / 1_000)) {
+        store.items.set('sandbox', {
+          lease: { holder: 'alive:1', expiresAt: holderNow + 3_000, durationMs: 3_000 },
+        });
+      }
+    };
+    const { issuance, calls } = container(store, clock);
+    const error = await issuance
+      .obtain(sandbox, 60_000, clock.now() + 6_000, false)
+      .then(unexpected, caught);
+    expect(error.message).toBe('Timed out waiting for another container to issue the token');
+    expect(calls).toEqual([]);
+  });
+
+  it('takes over a lease nobody renews once it saw it unchanged for its duration, on its own clock', async () => {
+    const clock = new ManualClock(T0 - 2_500); // this container runs 2.5 s behind
+    const store = new InMemoryTokenStore();
+    store.items.set('sandbox', {
+      lease: { holder: 'dead:1', expiresAt: T0 + 3_000, durationMs: 3_000 },
+    });
+    const { issuance, calls } = container(store, clock);
+    const served = await issuance.obtain(sandbox, 60_000, clock.now() + 8_000, false);
+    expect(served.source).toBe('upstream');
+    // First seen at T0 - 2.5 s (its clock): taken over 3 s later, whatever the lease's timestamp said.
+    expect(calls).toHaveLength(1);
+    expect(calls[0]).toBeGreaterThanOrEqual(T0 - 2_500 + 3_000);
+    expect(calls[0]).toBeLessThan(T0 - 2_500 + 3_000 + 600);
   });
 });

@@ -444,7 +444,7 @@ describe('Class: TokenBroker', () => {
       const issuer = new FakeIssuer();
       const holder = setup({ store, issuer });
       store.items.set('sandbox', {
-        lease: { holder: 'other-container:1', expiresAt: T0 + 10_000 },
+        lease: { holder: 'other-container:1', expiresAt: T0 + 10_000, durationMs: 3_000 },
       });
       let slept = 0;
       const waiter = setup({
@@ -470,7 +470,9 @@ describe('Class: TokenBroker', () => {
     it('takes over a lease whose holder died once it expires, and issues exactly once', async () => {
       const store = new InMemoryTokenStore();
       const { broker, issuer } = setup({ store });
-      store.items.set('sandbox', { lease: { holder: 'dead-container:1', expiresAt: T0 - 1 } });
+      store.items.set('sandbox', {
+        lease: { holder: 'dead-container:1', expiresAt: T0 - 1, durationMs: 3_000 },
+      });
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'token-1' } });
       expect(issuer.issued).toBe(1);
@@ -479,7 +481,9 @@ describe('Class: TokenBroker', () => {
 
     it('answers 503 rather than wait past its own deadline for another holder', async () => {
       const store = new InMemoryTokenStore();
-      store.items.set('sandbox', { lease: { holder: 'slow:1', expiresAt: T0 + 60_000 } });
+      store.items.set('sandbox', {
+        lease: { holder: 'slow:1', expiresAt: T0 + 60_000, durationMs: 3_000 },
+      });
       const { broker, issuer } = setup({
         store,
         random: () => 0.99,
@@ -537,11 +541,11 @@ describe('Class: TokenBroker', () => {
       const { broker } = setup({ store });
       store.items.set('sandbox', {
         token: record('current', T0 + 3600_000),
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000 },
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000 },
       });
       expect(await broker.invalidate('sandbox', 'current')).toBe(true);
       expect(store.items.get('sandbox')).toEqual({
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000 },
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000 },
       });
     });
   });
@@ -595,7 +599,7 @@ describe('Class: TokenBroker', () => {
       inWindow(store, 300_000);
       store.items.set('sandbox', {
         ...store.items.get('sandbox'),
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000 },
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000 },
       });
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'successor' } });
@@ -613,7 +617,7 @@ describe('Class: TokenBroker', () => {
       inWindow(store, 299_000);
       store.items.set('sandbox', {
         ...store.items.get('sandbox'),
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000 },
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000 },
       });
       // A refresh elsewhere is in progress: the current token is served at once.
       expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
@@ -836,7 +840,7 @@ describe('Class: TokenBroker', () => {
       vi.advanceTimersByTime(3_400_000); // 200 s left: inside the window
       store.items.set('sandbox', {
         ...store.items.get('sandbox'),
-        lease: { holder: 'slow-refresher:1', expiresAt: Date.now() + 60_000 },
+        lease: { holder: 'slow-refresher:1', expiresAt: Date.now() + 60_000, durationMs: 3_000 },
       });
       const error = await broker
         .getToken('sandbox', { deadline: Date.now() + 2_000 })
