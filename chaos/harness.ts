@@ -66,7 +66,9 @@ export const DEFAULT_SETTINGS: RunSettings = {
   lambdaTimeoutMs: 8_000,
   upstreamLatencyMs: 50,
   thinkMs: 40,
-  warmUpEveryMs: 1_000,
+  // About half the window, as a 5-minute schedule is for the default 600 s window: a refresh
+  // that fails is retried by the schedule only seconds later, not at once.
+  warmUpEveryMs: 4_000,
 };
 
 export interface ChaosNode {
@@ -112,6 +114,8 @@ export interface Scenario {
   /** The issue's prediction, if any. */
   readonly predicted?: string;
   readonly settings?: Partial<RunSettings>;
+  /** Runs per `npm run chaos` unless `--runs` says otherwise (a narrow race needs several). */
+  readonly runs?: number;
   /** Extra environment for container `index` (e.g. the clock-skew preload). */
   env?(index: number, paths: ChaosPaths): Record<string, string>;
   /** Installs hooks, modes and timers; called once the fleet is up, just before the callers. */

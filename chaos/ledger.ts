@@ -74,6 +74,11 @@ export interface Tally {
   lastRevokedAtMs: number | null;
   /** Revoked-before-request answers per container. */
   revokedByContainer: Record<string, number>;
+  /** Per container: answers with a token, revoked-before-request ones, misses, errors. */
+  byContainer: Record<
+    string,
+    { served: number; revoked: number; unanswered: number; errors: number }
+  >;
   /** Time to the broker's answer (token or error), ms. */
   latencyMs: { p50: number; p99: number; max: number };
 }
@@ -93,6 +98,7 @@ export const emptyTally = (): Tally => ({
   firstRevokedAtMs: null,
   lastRevokedAtMs: null,
   revokedByContainer: {},
+  byContainer: {},
   latencyMs: { p50: 0, p99: 0, max: 0 },
 });
 
@@ -152,6 +158,20 @@ export class Ledger {
       tally.requests += 1;
       const { outcome } = entry;
       if (outcome.kind !== 'unanswered') latencies.push(entry.receivedAt - entry.sentAt);
+      const key = String(entry.container);
+      const container = tally.byContainer[key] ?? {
+        served: 0,
+        revoked: 0,
+        unanswered: 0,
+        errors: 0,
+      };
+      tally.byContainer[key] = container;
+      if (outcome.kind === 'token') container.served += 1;
+      if (outcome.kind === 'token' && outcome.verdict === 'revoked-before-request') {
+        container.revoked += 1;
+      }
+      if (outcome.kind === 'unanswered') container.unanswered += 1;
+      if (outcome.kind === 'error') container.errors += 1;
       if (outcome.kind === 'error') {
         bump(tally.errors, outcome.errorType);
         continue;

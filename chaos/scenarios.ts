@@ -126,6 +126,12 @@ const holdFirstPost = (
 
 const S = (seconds: number) => seconds * 1000;
 
+/**
+ * Faults aimed at the lease fire at the cold start and again at the refresh; 26 s leaves room
+ * for the second one's consequences (the refresh comes ~11 s after the first token).
+ */
+const LONGER = { durationMs: 26_000 };
+
 /** Shared between the storm scenario's hook and its callers (one run at a time). */
 const storm = { until: 0 };
 
@@ -151,17 +157,20 @@ export const SCENARIOS: readonly Scenario[] = [
   },
   {
     name: 'pause-after-authorize',
+    settings: LONGER,
     injects: `holder SIGSTOPped ${PAUSE_MS / 1000} s when its authorize answer arrives (before the access-token POST)`,
     predicted: 'issue #1: revoked tokens served',
     install: pauseAt('authorize', 'response'),
   },
   {
     name: 'pause-during-post',
+    settings: LONGER,
     injects: `holder SIGSTOPped ${PAUSE_MS / 1000} s when its access-token POST leaves (the upstream processes it meanwhile)`,
     install: pauseAt('access-token', 'request'),
   },
   {
     name: 'pause-before-write',
+    settings: LONGER,
     injects: `holder SIGSTOPped ${PAUSE_MS / 1000} s when its token PutItem reaches DynamoDB (the write lands after the pause)`,
     install: (context) => {
       const fire = trigger(context, { max: 2, cooldownMs: 8_000 });
@@ -179,17 +188,20 @@ export const SCENARIOS: readonly Scenario[] = [
   },
   {
     name: 'partition-dynamodb-refused',
+    settings: LONGER,
     injects: 'holder\u2019s DynamoDB link resets connections for 5 s from its authorize request',
     install: partitionHolder('refuse', S(5)),
   },
   {
     name: 'partition-dynamodb-blackhole',
+    settings: LONGER,
     injects:
       'holder\u2019s DynamoDB link accepts and never answers for 5 s from its authorize request',
     install: partitionHolder('blackhole', S(5)),
   },
   {
     name: 'partition-dynamodb-queued-post',
+    settings: LONGER,
     injects:
       'holder\u2019s DynamoDB link refused for 6 s from its access-token POST, that POST queued 4 s at the upstream (past the 3 s lease)',
     predicted: 'issue #2: the stored token is revoked for the rest of its lifetime',
@@ -211,6 +223,7 @@ export const SCENARIOS: readonly Scenario[] = [
     predicted: 'issue #6: revoked tokens served',
     // The race is narrow (about a third of refreshes, see chaos/README.md): more refreshes.
     settings: { lifetimeSeconds: 6, refreshWindowSeconds: 3 },
+    runs: 3,
     install: (context) => {
       const node = context.nodes[0];
       if (!node) return;
