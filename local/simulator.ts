@@ -12,8 +12,7 @@
  * client has `signing: false`. Faults can be injected. The admin endpoints under
  * `/__simulator/` report counts only, never credential values.
  */
-
-import { createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readBody, sendJson, serve } from './loopback.js';
@@ -141,6 +140,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
   const issuancesByClient: Record<string, number> = Object.create(null);
   const issuanceTimes: number[] = [];
   const counters = { issuances: 0, authorizations: 0, pings: 0, rejectedPings: 0 };
+  const history = issuanceHistory();
 
   const envelope = (
     res: ServerResponse,
@@ -259,6 +259,7 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
       expiresAt: Date.now() + settings.expiresIn * 1000,
       revoked: false,
     });
+    history.record(clientId, token, settings.expiresIn, settings.revokeOnReissue);
     counters.issuances += 1;
     issuanceTimes.push(Date.now());
     issuancesByClient[clientId] = (issuancesByClient[clientId] ?? 0) + 1;
@@ -298,6 +299,12 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
       if (req.method === 'POST' && url.pathname === '/__simulator/faults') {
         simulator.injectFault(body as unknown as Fault);
         return sendJson(res, 200, { ok: true });
+      }
+      if (req.method === 'GET' && url.pathname.startsWith('/__simulator/tokens/')) {
+        const entry = history.lookup(url.pathname.slice('/__simulator/tokens/'.length));
+        return entry
+          ? sendJson(res, 200, entry)
+          : sendJson(res, 404, { code: 'not_found', message: 'no token with this digest' });
       }
       if (req.method === 'POST' && url.pathname === '/__simulator/settings') {
         Object.assign(settings, pickSettings(body));
@@ -377,6 +384,49 @@ export const startSimulator = async (options: SimulatorOptions): Promise<Simulat
     close: server.close,
   };
   return simulator;
+};
+
+// --- Issuance history, for fault-injection checkers (chaos/) --------------------------------
+// `GET /__simulator/tokens/<digest>` (SHA-256 of the token, base64url, as the broker's
+// `tokenDigest`) answers `{ issuedAt, expiresAt, revokedAt }` in epoch ms, `revokedAt` null while
+// the token stands. Only digests go in and times come out: never a token value. A token is
+// revoked by the first later issuance to the same client made while revocation was on.
+
+/** What the upstream knows of one token it issued, by digest. */
+export interface TokenHistoryEntry {
+  readonly issuedAt: number;
+  readonly expiresAt: number;
+  readonly revokedAt: number | null;
+}
+
+const issuanceHistory = () => {
+  const entries: {
+    clientId: string;
+    issuedAt: number;
+    expiresAt: number;
+    revokes: boolean;
+  }[] = [];
+  const byDigest = new Map<string, number>();
+  return {
+    record(clientId: string, token: string, expiresInSeconds: number, revokes: boolean) {
+      byDigest.set(createHash('sha256').update(token).digest('base64url'), entries.length);
+      const issuedAt = Date.now();
+      entries.push({ clientId, issuedAt, expiresAt: issuedAt + expiresInSeconds * 1000, revokes });
+    },
+    lookup(digest: string): TokenHistoryEntry | undefined {
+      const index = byDigest.get(digest);
+      const entry = index === undefined ? undefined : entries[index];
+      if (index === undefined || !entry) return undefined;
+      const revoker = entries
+        .slice(index + 1)
+        .find((later) => later.revokes && later.clientId === entry.clientId);
+      return {
+        issuedAt: entry.issuedAt,
+        expiresAt: entry.expiresAt,
+        revokedAt: revoker ? revoker.issuedAt : null,
+      };
+    },
+  };
 };
 
 const pickSettings = (body: Record<string, unknown>): Partial<SimulatorSettings> => {

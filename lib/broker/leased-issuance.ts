@@ -331,12 +331,7 @@ export class LeasedIssuance {
         flow.deadline - sentAt - STORE_RESERVE_MS,
       );
       if (budget < MIN_POST_MS) throw new LeaseLost('No time left for the access-token request');
-      const confirm = store.renewLease(
-        name,
-        flow.holder,
-        sentAt + budget + grace,
-        budget + grace,
-      );
+      const confirm = store.renewLease(name, flow.holder, sentAt + budget + grace, budget + grace);
       if (!(await this.#bounded(confirm, sentAt + budget))) {
         throw new LeaseLost('Lease taken over before the access-token request');
       }

@@ -1,0 +1,485 @@
+/**
+ * One chaos run: a fresh stack (dynalite, the Open API simulator, loopback Secrets Manager and
+ * KMS), `containers` container processes running the built bundle, each behind its own two
+ * fault proxies (→ DynamoDB, → Open API), one caller per container (Lambda serves one
+ * invocation at a time per container), the scheduled warm-up, and a scenario that injects its
+ * fault. Every served token is judged against the simulator the moment it arrives.
+ *
+ * Everything started here is stopped in `finally`: callers by an AbortController, paused
+ * containers are continued then killed by PID, proxies and servers closed by handle.
+ */
+import { createHash } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { type Container, startContainer } from '../local/fleet.js';
+import { scheduledEvent } from '../local/lambda-events.js';
+import { type Stack, startStack } from '../local/stack.js';
+import {
+  classify,
+  duplicateIssuances,
+  type FaultSpan,
+  Ledger,
+  type Outcome,
+  type Tally,
+  type TokenHistory,
+} from './ledger.js';
+import { type FaultProxy, startFaultProxy } from './proxy.js';
+
+/** Where the built pieces are (`npm run chaos` builds them into .chaos/). */
+export interface ChaosPaths {
+  readonly bundle: string;
+  readonly runner: string;
+  /** The clock-skew preload (`--import`). */
+  readonly clockSkew: string;
+  /** Container logs of each run go under here. */
+  readonly logDir: string;
+}
+
+export interface RunSettings {
+  readonly containers: number;
+  readonly durationMs: number;
+  /** Token lifetime handed out by the simulator (`expiresIn`), seconds. */
+  readonly lifetimeSeconds: number;
+  /** BROKER_REFRESH_WINDOW_SECONDS. */
+  readonly refreshWindowSeconds: number;
+  /** The emulated Lambda timeout: also each caller's deadline. */
+  readonly lambdaTimeoutMs: number;
+  /** Simulator latency added to every upstream request. */
+  readonly upstreamLatencyMs: number;
+  /** Pause between a caller's answer and its next request (uniform 0.5×–1.5×). */
+  readonly thinkMs: number;
+  /** Warm-up (scheduled event) interval, sent to the containers in turn. */
+  readonly warmUpEveryMs: number;
+}
+
+/**
+ * Compressed time that keeps production's proportions where they matter: the refresh window
+ * (9 s) is much longer than the 3 s lease and the 5 s pauses, as 600 s is in production, so a
+ * fault at a refresh still finds the old token valid when the lease lapses. One run sees the
+ * cold start and one refresh.
+ */
+export const DEFAULT_SETTINGS: RunSettings = {
+  containers: 4,
+  durationMs: 20_000,
+  lifetimeSeconds: 20,
+  refreshWindowSeconds: 9,
+  lambdaTimeoutMs: 8_000,
+  upstreamLatencyMs: 50,
+  thinkMs: 40,
+  // About half the window, as a 5-minute schedule is for the default 600 s window: a refresh
+  // that fails is retried by the schedule only seconds later, not at once.
+  warmUpEveryMs: 4_000,
+};
+
+export interface ChaosNode {
+  readonly index: number;
+  readonly container: Container;
+  readonly pid: number;
+  readonly dynamodb: FaultProxy;
+  readonly upstream: FaultProxy;
+}
+
+/** What a scenario can do to the run. */
+export interface ScenarioContext {
+  readonly settings: RunSettings;
+  readonly nodes: readonly ChaosNode[];
+  readonly startedAt: number;
+  readonly endsAt: number;
+  /** Milliseconds since the run started. */
+  elapsed(): number;
+  /** Logs a fault event (kept in the JSON report) and counts it as an injection. */
+  inject(what: string, container?: number): void;
+  /** Reports a container as faulted over a span (its callers' misses are counted apart). */
+  faulted(container: number, fromMs: number, toMs: number): void;
+  /** SIGSTOP now, SIGCONT after `ms` (bounded by the run's end). */
+  pause(container: number, ms: number): void;
+  /** Runs `fn` after `ms`, unless the run ended first. */
+  later(ms: number, fn: () => void): void;
+  sleep(ms: number): Promise<void>;
+  /** Whether the run is still going. */
+  running(): boolean;
+}
+
+export interface CallerPlan {
+  /** The getToken event of this request (default: no minValidity). */
+  event?(container: number): Record<string, unknown>;
+  /** After a served token: whether the caller reports it with `invalidate` right away. */
+  invalidateAfter?(container: number): boolean;
+}
+
+export interface Scenario {
+  readonly name: string;
+  /** What it injects, one line (the report's legend). */
+  readonly injects: string;
+  /** The issue's prediction, if any. */
+  readonly predicted?: string;
+  readonly settings?: Partial<RunSettings>;
+  /** Runs per `npm run chaos` unless `--runs` says otherwise (a narrow race needs several). */
+  readonly runs?: number;
+  /** Extra environment for container `index` (e.g. the clock-skew preload). */
+  env?(index: number, paths: ChaosPaths): Record<string, string>;
+  /** Installs hooks, modes and timers; called once the fleet is up, just before the callers. */
+  install?(context: ScenarioContext): void | Promise<void>;
+  readonly callers?: CallerPlan;
+  /** Extra request loops (e.g. a hostile caller), run alongside the callers. */
+  extra?(context: ScenarioContext, invoke: Invoker): Promise<void>;
+}
+
+/** Sends one invocation to a container and records it in the ledger. */
+export type Invoker = (container: number, event: Record<string, unknown>) => Promise<void>;
+
+export interface FaultEvent {
+  readonly atMs: number;
+  readonly what: string;
+  readonly container?: number;
+}
+
+export interface RunResult {
+  readonly scenario: string;
+  readonly settings: RunSettings;
+  readonly durationMs: number;
+  readonly tally: Tally;
+  readonly issuances: number;
+  readonly issuancesPerLifetime: number;
+  /** Issuances less than half a lifetime after the previous one. */
+  readonly duplicateIssuances: number;
+  readonly issuanceTimesMs: readonly number[];
+  readonly faultsInjected: number;
+  readonly faultEvents: readonly FaultEvent[];
+  readonly faultSpans: readonly FaultSpan[];
+  readonly proxies: readonly {
+    container: number;
+    dynamodb: ReturnType<FaultProxy['stats']>;
+    upstream: ReturnType<FaultProxy['stats']>;
+  }[];
+  readonly invalidations: number;
+  readonly timeline: ReturnType<Ledger['timeline']>;
+}
+
+const digestOf = (token: string) => createHash('sha256').update(token).digest('base64url');
+
+const INVOKE_PATH = '/2015-03-31/functions/token-broker/invocations';
+/** A caller waits this much past its deadline for the emulated "Task timed out" answer. */
+const ANSWER_GRACE_MS = 500;
+
+type Answer =
+  | { readonly kind: 'result'; readonly body: Record<string, unknown> }
+  | { readonly kind: 'function-error'; readonly errorType: string }
+  | { readonly kind: 'none'; readonly reason: string }
+  | { readonly kind: 'cancelled' };
+
+/** One Lambda Invoke API call with a hard time limit; never throws. */
+const invokeOnce = async (
+  url: string,
+  event: unknown,
+  limitMs: number,
+  stop: AbortSignal,
+): Promise<Answer> => {
+  const timeout = AbortSignal.timeout(limitMs);
+  try {
+    const response = await fetch(`${url}${INVOKE_PATH}`, {
+      method: 'POST',
+      body: JSON.stringify(event),
+      signal: AbortSignal.any([stop, timeout]),
+    });
+    const body = (await response.json()) as Record<string, unknown>;
+    if (response.headers.get('x-amz-function-error')) {
+      return { kind: 'function-error', errorType: String(body.errorType) };
+    }
+    return { kind: 'result', body };
+  } catch (error) {
+    if (stop.aborted) return { kind: 'cancelled' };
+    if (timeout.aborted) return { kind: 'none', reason: 'no answer' };
+    return { kind: 'none', reason: `connection: ${(error as Error).name}` };
+  }
+};
+
+const sleepUnless = (ms: number, stop: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    if (stop.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      stop.removeEventListener('abort', done);
+      resolve();
+    }
+    stop.addEventListener('abort', done, { once: true });
+  });
+
+export const runScenario = async (
+  scenario: Scenario,
+  paths: ChaosPaths,
+  overrides: Partial<RunSettings> = {},
+): Promise<RunResult> => {
+  const settings: RunSettings = { ...DEFAULT_SETTINGS, ...scenario.settings, ...overrides };
+  const stop = new AbortController();
+  const timers = new Set<NodeJS.Timeout>();
+  const paused = new Set<number>();
+  const proxies: FaultProxy[] = [];
+  const nodes: ChaosNode[] = [];
+  let stack: Stack | undefined;
+  try {
+    stack = await startStack(
+      {
+        expiresIn: settings.lifetimeSeconds,
+        latencyMs: settings.upstreamLatencyMs,
+        revokeOnReissue: true,
+      },
+      ['sandbox'],
+    );
+    const simulatorUrl = stack.simulator.url;
+    const baseEnv: Record<string, string> = {
+      ...stack.env,
+      BROKER_REFRESH_WINDOW_SECONDS: String(settings.refreshWindowSeconds),
+      BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '1',
+      BROKER_MEMORY_RECHECK_SECONDS: '1',
+      BROKER_LOCAL_TIMEOUT_MS: String(settings.lambdaTimeoutMs),
+      POWERTOOLS_LOG_LEVEL: 'INFO',
+      POWERTOOLS_METRICS_DISABLED: 'true',
+    };
+    const connections = JSON.parse(baseEnv.BROKER_CONNECTIONS ?? '{}') as Record<
+      string,
+      Record<string, unknown>
+    >;
+
+    for (let index = 0; index < settings.containers; index += 1) {
+      const dynamodb = await startFaultProxy({
+        target: stack.dynamodb.url,
+        label: `dynamodb-${index}`,
+      });
+      proxies.push(dynamodb);
+      const upstream = await startFaultProxy({ target: simulatorUrl, label: `upstream-${index}` });
+      proxies.push(upstream);
+      const env = {
+        ...baseEnv,
+        AWS_ENDPOINT_URL_DYNAMODB: dynamodb.url,
+        BROKER_CONNECTIONS: JSON.stringify(
+          Object.fromEntries(
+            Object.entries(connections).map(([name, c]) => [name, { ...c, baseUrl: upstream.url }]),
+          ),
+        ),
+        ...scenario.env?.(index, paths),
+      };
+      const container = await startContainer({ runner: paths.runner, bundle: paths.bundle, env });
+      const pid = container.process.pid;
+      if (pid === undefined) throw new Error(`container ${index} has no PID`);
+      nodes.push({ index, container, pid, dynamodb, upstream });
+    }
+
+    const startedAt = Date.now();
+    const endsAt = startedAt + settings.durationMs;
+    const ledger = new Ledger(startedAt);
+    const faultEvents: FaultEvent[] = [];
+    let invalidations = 0;
+    const running = () => !stop.signal.aborted && Date.now() < endsAt;
+    const later = (ms: number, fn: () => void) => {
+      const timer = setTimeout(() => {
+        timers.delete(timer);
+        if (!stop.signal.aborted) fn();
+      }, ms);
+      timers.add(timer);
+    };
+    const signal = (index: number, name: 'SIGSTOP' | 'SIGCONT') => {
+      const node = nodes[index];
+      if (!node || node.container.process.exitCode !== null) return;
+      try {
+        process.kill(node.pid, name);
+      } catch {
+        // Already gone: nothing to pause or continue.
+      }
+    };
+    const context: ScenarioContext = {
+      settings,
+      nodes,
+      startedAt,
+      endsAt,
+      elapsed: () => Date.now() - startedAt,
+      inject: (what, container) => {
+        faultEvents.push({
+          atMs: Date.now() - startedAt,
+          what,
+          ...(container === undefined ? {} : { container }),
+        });
+      },
+      faulted: (container, fromMs, toMs) =>
+        ledger.faulted({ container, from: startedAt + fromMs, to: startedAt + toMs }),
+      pause: (container, ms) => {
+        const pauseMs = Math.max(0, Math.min(ms, endsAt - Date.now()));
+        paused.add(container);
+        signal(container, 'SIGSTOP');
+        const from = Date.now() - startedAt;
+        context.faulted(container, from, from + pauseMs);
+        const timer = setTimeout(() => {
+          timers.delete(timer);
+          signal(container, 'SIGCONT');
+          paused.delete(container);
+        }, pauseMs);
+        timers.add(timer);
+      },
+      later,
+      sleep: (ms) => sleepUnless(ms, stop.signal),
+      running,
+    };
+
+    const judge = async (token: string): Promise<TokenHistory | undefined> => {
+      const response = await fetch(`${simulatorUrl}/__simulator/tokens/${digestOf(token)}`);
+      if (response.status === 404) return undefined;
+      if (!response.ok) throw new Error(`simulator ledger answered ${response.status}`);
+      return (await response.json()) as TokenHistory;
+    };
+
+    /** One invocation, judged and recorded; returns the token served, if any. */
+    const call = async (
+      index: number,
+      event: Record<string, unknown>,
+    ): Promise<string | undefined> => {
+      const node = nodes[index];
+      if (!node) throw new Error(`no container ${index}`);
+      const sentAt = Date.now();
+      const answer = await invokeOnce(
+        node.container.url,
+        event,
+        settings.lambdaTimeoutMs + ANSWER_GRACE_MS,
+        stop.signal,
+      );
+      const receivedAt = Date.now();
+      if (answer.kind === 'cancelled') return undefined; // cut by the end of the run
+      let outcome: Outcome;
+      let token: string | undefined;
+      if (answer.kind === 'none') {
+        outcome = { kind: 'unanswered', reason: answer.reason };
+      } else if (answer.kind === 'function-error') {
+        // Sandbox.Timedout is the emulated Lambda's own timeout; TimeoutError is middy's early
+        // timeout response, thrown 5 ms before the deadline: neither is the broker's answer.
+        outcome =
+          answer.errorType === 'Sandbox.Timedout'
+            ? { kind: 'unanswered', reason: 'Lambda timeout' }
+            : answer.errorType === 'TimeoutError'
+              ? { kind: 'unanswered', reason: 'middy timeout at the Lambda deadline' }
+              : { kind: 'error', errorType: answer.errorType };
+      } else if (receivedAt - sentAt > settings.lambdaTimeoutMs) {
+        outcome = { kind: 'unanswered', reason: 'answered after the deadline' };
+      } else if (typeof answer.body.accessToken === 'string') {
+        token = answer.body.accessToken;
+        const history = await judge(token);
+        outcome = { kind: 'token', verdict: classify(history, sentAt, receivedAt) };
+      } else {
+        throw new Error('a getToken answer without accessToken');
+      }
+      ledger.record({ container: index, sentAt, receivedAt, outcome });
+      return token;
+    };
+
+    const invalidate = async (index: number, token: string) => {
+      const node = nodes[index];
+      if (!node) return;
+      invalidations += 1;
+      await invokeOnce(
+        node.container.url,
+        { action: 'invalidate', connection: 'sandbox', accessToken: token },
+        settings.lambdaTimeoutMs + ANSWER_GRACE_MS,
+        stop.signal,
+      );
+    };
+
+    await scenario.install?.(context);
+
+    const caller = async (index: number) => {
+      while (running()) {
+        const event = scenario.callers?.event?.(index) ?? {
+          action: 'getToken',
+          connection: 'sandbox',
+        };
+        const token = await call(index, event);
+        if (token && running() && scenario.callers?.invalidateAfter?.(index)) {
+          await invalidate(index, token);
+        }
+        await sleepUnless(settings.thinkMs * (0.5 + Math.random()), stop.signal);
+      }
+    };
+    const warmUps = async () => {
+      let turn = 0;
+      const pending: Promise<unknown>[] = [];
+      while (running()) {
+        await sleepUnless(settings.warmUpEveryMs, stop.signal);
+        if (!running()) break;
+        const node = nodes[turn % nodes.length];
+        turn += 1;
+        if (node) {
+          pending.push(
+            invokeOnce(node.container.url, scheduledEvent(), settings.lambdaTimeoutMs, stop.signal),
+          );
+        }
+      }
+      await Promise.all(pending);
+    };
+    const ending = setTimeout(() => stop.abort(), settings.durationMs);
+    timers.add(ending);
+    const loops = [
+      ...nodes.map((node) => caller(node.index)),
+      warmUps(),
+      scenario.extra?.(context, async (index, event) => {
+        await call(index, event);
+      }),
+    ];
+    // A loop that throws is a harness failure: stop the others and report it.
+    const settled = await Promise.allSettled(loops);
+    stop.abort();
+    const failure = settled.find((s) => s.status === 'rejected');
+    if (failure && failure.status === 'rejected') throw failure.reason;
+
+    const durationMs = Date.now() - startedAt;
+    const issuanceTimes = stack.simulator
+      .issuanceTimes()
+      .filter((t) => t <= startedAt + durationMs);
+    const tally = ledger.tally();
+    if (tally.served === 0) throw new Error('no token was served at all: the harness is broken');
+    const lifetimeMs = settings.lifetimeSeconds * 1000;
+    const result: RunResult = {
+      scenario: scenario.name,
+      settings,
+      durationMs,
+      tally,
+      issuances: issuanceTimes.length,
+      issuancesPerLifetime: issuanceTimes.length / (durationMs / lifetimeMs),
+      duplicateIssuances: duplicateIssuances(issuanceTimes, lifetimeMs / 2),
+      issuanceTimesMs: issuanceTimes.map((t) => t - startedAt),
+      faultsInjected: faultEvents.length,
+      faultEvents,
+      faultSpans: ledger.spans().map((s) => ({
+        container: s.container,
+        from: s.from - startedAt,
+        to: s.to - startedAt,
+      })),
+      proxies: nodes.map((n) => ({
+        container: n.index,
+        dynamodb: n.dynamodb.stats(),
+        upstream: n.upstream.stats(),
+      })),
+      invalidations,
+      timeline: ledger.timeline(1_000, durationMs, issuanceTimes),
+    };
+    return result;
+  } finally {
+    stop.abort();
+    for (const timer of timers) clearTimeout(timer);
+    // A stopped process would hold a SIGTERM until continued: continue it, then kill it.
+    for (const node of nodes) {
+      if (paused.has(node.index)) {
+        try {
+          process.kill(node.pid, 'SIGCONT');
+        } catch {
+          // already gone
+        }
+      }
+    }
+    await Promise.all(nodes.map((node) => node.container.kill('SIGKILL')));
+    const logDir = join(paths.logDir, scenario.name);
+    mkdirSync(logDir, { recursive: true });
+    for (const node of nodes) {
+      writeFileSync(join(logDir, `container-${node.index}.log`), node.container.output());
+    }
+    await Promise.all(proxies.map((proxy) => proxy.close()));
+    await stack?.close();
+  }
+};

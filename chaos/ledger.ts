@@ -1,0 +1,259 @@
+/**
+ * The ledger of one chaos run: every caller request, what it got, and the upstream's verdict on
+ * the token at the moment it was served. Pure bookkeeping: the harness feeds it, the report
+ * reads it. Tokens never enter it, only their digests' verdicts.
+ */
+
+/** What the upstream (the simulator) knows of a token, by digest; epoch ms. */
+export interface TokenHistory {
+  readonly issuedAt: number;
+  readonly expiresAt: number;
+  readonly revokedAt: number | null;
+}
+
+/**
+ * - `revoked-before-request`: the upstream had revoked the token before the caller even sent
+ *   its request. The broker could have known: a violation of the fleet guarantee.
+ * - `revoked-during-request`: revoked between the request and the answer; reported apart (a
+ *   broker can only avoid these by not serving a token whose replacement is in flight).
+ * - `expired`: past the upstream's expiry when it arrived.
+ * - `unknown`: the upstream never issued it (a harness or broker bug).
+ */
+export type Verdict =
+  | 'valid'
+  | 'revoked-before-request'
+  | 'revoked-during-request'
+  | 'expired'
+  | 'unknown';
+
+/** Judges one served token; `sentAt` and `receivedAt` are the caller's, on the upstream's clock. */
+export const classify = (
+  history: TokenHistory | undefined,
+  sentAt: number,
+  receivedAt: number,
+): Verdict => {
+  if (!history) return 'unknown';
+  if (history.revokedAt !== null && history.revokedAt < sentAt) return 'revoked-before-request';
+  if (history.revokedAt !== null && history.revokedAt <= receivedAt) {
+    return 'revoked-during-request';
+  }
+  if (history.expiresAt <= receivedAt) return 'expired';
+  return 'valid';
+};
+
+/** How one caller request ended. */
+export type Outcome =
+  | { readonly kind: 'token'; readonly verdict: Verdict }
+  /** The broker answered in time with an error of its own (a 4xx/5xx-style function error). */
+  | { readonly kind: 'error'; readonly errorType: string }
+  /** No answer of the broker's by the deadline: emulated Lambda timeout, late or no answer. */
+  | { readonly kind: 'unanswered'; readonly reason: string };
+
+export interface LedgerEntry {
+  readonly container: number;
+  readonly sentAt: number;
+  readonly receivedAt: number;
+  readonly outcome: Outcome;
+}
+
+export interface Tally {
+  requests: number;
+  served: number;
+  valid: number;
+  revokedBeforeRequest: number;
+  revokedDuringRequest: number;
+  expired: number;
+  unknownTokens: number;
+  errors: Record<string, number>;
+  unanswered: number;
+  /** Of `unanswered`, those sent to a container while a fault was applied to it. */
+  unansweredOnFaulted: number;
+  unansweredReasons: Record<string, number>;
+  /** Relative ms (from the run start) of the first and last revoked-before-request answer. */
+  firstRevokedAtMs: number | null;
+  lastRevokedAtMs: number | null;
+  /** Revoked-before-request answers per container. */
+  revokedByContainer: Record<string, number>;
+  /** Per container: answers with a token, revoked-before-request ones, misses, errors. */
+  byContainer: Record<
+    string,
+    { served: number; revoked: number; unanswered: number; errors: number }
+  >;
+  /** Time to the broker's answer (token or error), ms. */
+  latencyMs: { p50: number; p99: number; max: number };
+}
+
+export const emptyTally = (): Tally => ({
+  requests: 0,
+  served: 0,
+  valid: 0,
+  revokedBeforeRequest: 0,
+  revokedDuringRequest: 0,
+  expired: 0,
+  unknownTokens: 0,
+  errors: {},
+  unanswered: 0,
+  unansweredOnFaulted: 0,
+  unansweredReasons: {},
+  firstRevokedAtMs: null,
+  lastRevokedAtMs: null,
+  revokedByContainer: {},
+  byContainer: {},
+  latencyMs: { p50: 0, p99: 0, max: 0 },
+});
+
+export const percentile = (values: readonly number[], p: number): number => {
+  if (values.length === 0) return 0;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? 0;
+};
+
+const bump = (counts: Record<string, number>, key: string) => {
+  counts[key] = (counts[key] ?? 0) + 1;
+};
+
+/** A time span during which a fault was applied to a container (epoch ms, end exclusive). */
+export interface FaultSpan {
+  readonly container: number;
+  readonly from: number;
+  readonly to: number;
+}
+
+export class Ledger {
+  readonly #entries: LedgerEntry[] = [];
+  readonly #spans: FaultSpan[] = [];
+
+  constructor(readonly startedAt: number) {}
+
+  record(entry: LedgerEntry): void {
+    this.#entries.push(entry);
+  }
+
+  /** Marks a container as faulted over a span: its callers' misses are reported apart. */
+  faulted(span: FaultSpan): void {
+    this.#spans.push(span);
+  }
+
+  entries(): readonly LedgerEntry[] {
+    return this.#entries;
+  }
+
+  spans(): readonly FaultSpan[] {
+    return this.#spans;
+  }
+
+  #onFaulted(entry: LedgerEntry): boolean {
+    return this.#spans.some(
+      (span) =>
+        span.container === entry.container &&
+        span.from <= entry.receivedAt &&
+        span.to >= entry.sentAt,
+    );
+  }
+
+  tally(): Tally {
+    const tally = emptyTally();
+    const latencies: number[] = [];
+    for (const entry of this.#entries) {
+      tally.requests += 1;
+      const { outcome } = entry;
+      if (outcome.kind !== 'unanswered') latencies.push(entry.receivedAt - entry.sentAt);
+      const key = String(entry.container);
+      const container = tally.byContainer[key] ?? {
+        served: 0,
+        revoked: 0,
+        unanswered: 0,
+        errors: 0,
+      };
+      tally.byContainer[key] = container;
+      if (outcome.kind === 'token') container.served += 1;
+      if (outcome.kind === 'token' && outcome.verdict === 'revoked-before-request') {
+        container.revoked += 1;
+      }
+      if (outcome.kind === 'unanswered') container.unanswered += 1;
+      if (outcome.kind === 'error') container.errors += 1;
+      if (outcome.kind === 'error') {
+        bump(tally.errors, outcome.errorType);
+        continue;
+      }
+      if (outcome.kind === 'unanswered') {
+        tally.unanswered += 1;
+        bump(tally.unansweredReasons, outcome.reason);
+        if (this.#onFaulted(entry)) tally.unansweredOnFaulted += 1;
+        continue;
+      }
+      tally.served += 1;
+      switch (outcome.verdict) {
+        case 'valid':
+          tally.valid += 1;
+          break;
+        case 'revoked-before-request': {
+          tally.revokedBeforeRequest += 1;
+          bump(tally.revokedByContainer, String(entry.container));
+          const at = entry.receivedAt - this.startedAt;
+          tally.firstRevokedAtMs = tally.firstRevokedAtMs === null ? at : tally.firstRevokedAtMs;
+          tally.lastRevokedAtMs = at;
+          break;
+        }
+        case 'revoked-during-request':
+          tally.revokedDuringRequest += 1;
+          break;
+        case 'expired':
+          tally.expired += 1;
+          break;
+        case 'unknown':
+          tally.unknownTokens += 1;
+          break;
+      }
+    }
+    tally.latencyMs = {
+      p50: percentile(latencies, 50),
+      p99: percentile(latencies, 99),
+      max: percentile(latencies, 100),
+    };
+    return tally;
+  }
+
+  /** Per-bucket counts over the run, for the JSON report. */
+  timeline(bucketMs: number, durationMs: number, issuanceTimes: readonly number[]) {
+    const buckets = Array.from(
+      { length: Math.max(1, Math.ceil(durationMs / bucketMs)) },
+      (_, i) => ({
+        t: (i * bucketMs) / 1000,
+        issuances: 0,
+        served: 0,
+        revoked: 0,
+        errors: 0,
+        unanswered: 0,
+      }),
+    );
+    const at = (time: number) =>
+      buckets[
+        Math.min(buckets.length - 1, Math.max(0, Math.floor((time - this.startedAt) / bucketMs)))
+      ];
+    for (const time of issuanceTimes) {
+      const bucket = at(time);
+      if (bucket) bucket.issuances += 1;
+    }
+    for (const entry of this.#entries) {
+      const bucket = at(entry.receivedAt);
+      if (!bucket) continue;
+      if (entry.outcome.kind === 'token') {
+        bucket.served += 1;
+        if (entry.outcome.verdict === 'revoked-before-request') bucket.revoked += 1;
+      } else if (entry.outcome.kind === 'error') bucket.errors += 1;
+      else bucket.unanswered += 1;
+    }
+    return buckets;
+  }
+}
+
+/** Issuances closer than `minGapMs` to the previous one: a second mint for one lifetime. */
+export const duplicateIssuances = (times: readonly number[], minGapMs: number): number => {
+  let duplicates = 0;
+  for (let i = 1; i < times.length; i += 1) {
+    const gap = (times[i] ?? 0) - (times[i - 1] ?? 0);
+    if (gap < minGapMs) duplicates += 1;
+  }
+  return duplicates;
+};

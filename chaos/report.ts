@@ -1,0 +1,83 @@
+/** The chaos table: one markdown row per scenario, summed over its runs. */
+import type { RunResult } from './harness.js';
+
+export interface ScenarioSummary {
+  readonly scenario: string;
+  readonly runs: readonly RunResult[];
+  /** Set when the harness broke on this scenario (then the figures are incomplete). */
+  readonly harnessError?: string;
+}
+
+const sum = (runs: readonly RunResult[], pick: (run: RunResult) => number) =>
+  runs.reduce((total, run) => total + pick(run), 0);
+
+const fmt = (value: number, digits = 2) =>
+  Number.isInteger(value) ? String(value) : value.toFixed(digits);
+
+export const HEADER = [
+  'fault',
+  'runs',
+  'fired',
+  'answers',
+  'issuances (per lifetime)',
+  'duplicate issuances',
+  'revoked served (before request)',
+  'revoked during request',
+  'expired served',
+  'not answered in time (on faulted container)',
+  'answer p99 / max (s)',
+  'broker errors',
+];
+
+export const row = (summary: ScenarioSummary): string[] => {
+  const { runs } = summary;
+  if (runs.length === 0) {
+    return [summary.scenario, '0', '—', `harness error: ${summary.harnessError ?? 'unknown'}`];
+  }
+  const issuances = sum(runs, (r) => r.issuances);
+  const perLifetime = sum(runs, (r) => r.issuancesPerLifetime) / runs.length;
+  const revoked = sum(runs, (r) => r.tally.revokedBeforeRequest);
+  const served = sum(runs, (r) => r.tally.served);
+  const errors: Record<string, number> = {};
+  for (const run of runs) {
+    for (const [type, count] of Object.entries(run.tally.errors)) {
+      errors[type] = (errors[type] ?? 0) + count;
+    }
+  }
+  const errorText =
+    Object.entries(errors)
+      .sort((a, b) => b[1] - a[1])
+      .map(([type, count]) => `${count} ${type}`)
+      .join(', ') || '0';
+  const spans = runs
+    .filter((r) => r.tally.firstRevokedAtMs !== null)
+    .map(
+      (r) =>
+        `${fmt((r.tally.firstRevokedAtMs ?? 0) / 1000, 1)}–${fmt((r.tally.lastRevokedAtMs ?? 0) / 1000, 1)} s`,
+    );
+  return [
+    summary.scenario + (summary.harnessError ? ' (harness error in a run)' : ''),
+    String(runs.length),
+    String(sum(runs, (r) => r.faultsInjected)),
+    String(served),
+    `${issuances} (${fmt(perLifetime)})`,
+    String(sum(runs, (r) => r.duplicateIssuances)),
+    revoked === 0
+      ? '0'
+      : `**${revoked}** (${((100 * revoked) / Math.max(1, served)).toFixed(1)}%, at ${spans.join('; ')})`,
+    String(sum(runs, (r) => r.tally.revokedDuringRequest)),
+    String(sum(runs, (r) => r.tally.expired)),
+    `${sum(runs, (r) => r.tally.unanswered)} (${sum(runs, (r) => r.tally.unansweredOnFaulted)})`,
+    `${fmt(Math.max(...runs.map((r) => r.tally.latencyMs.p99)) / 1000)} / ${fmt(Math.max(...runs.map((r) => r.tally.latencyMs.max)) / 1000)}`,
+    errorText,
+  ];
+};
+
+export const table = (summaries: readonly ScenarioSummary[]): string => {
+  const lines = [
+    `| ${HEADER.join(' | ')} |`,
+    `|${HEADER.map((_, i) => (i === 0 ? '---' : '---:')).join('|')}|`,
+    ...summaries.map((s) => `| ${row(s).join(' | ')} |`),
+  ];
+  return `${lines.join('\n')}\n`;
+};

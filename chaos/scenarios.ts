@@ -1,0 +1,331 @@
+/**
+ * The faults of issue 10, one scenario each. Steps of the flow are recognised at the proxies:
+ * the Open API step by its path, the DynamoDB operation by its `x-amz-target` header. A
+ * trigger fires on the first matching event once armed, at most `max` times per run and not
+ * again within `cooldownMs`, so that one fault hits one issuance at a time.
+ */
+import type { Scenario, ScenarioContext } from './harness.js';
+import type { ProxiedRequest } from './proxy.js';
+
+/** Longer than the 3 s lease (so it lapses), shorter than the 8 s Lambda timeout. */
+const PAUSE_MS = 5_000;
+
+export const upstreamStep = (request: ProxiedRequest): 'authorize' | 'access-token' | undefined => {
+  const path = request.path.split('?')[0] ?? '';
+  if (path.endsWith('/oauth/authorize')) return 'authorize';
+  if (path.endsWith('/oauth/access-token')) return 'access-token';
+  return undefined;
+};
+
+/** `GetItem`, `PutItem`, `UpdateItem`, … */
+export const dynamodbOperation = (request: ProxiedRequest): string =>
+  String(request.headers['x-amz-target'] ?? '').split('.')[1] ?? '';
+
+interface TriggerOptions {
+  readonly max: number;
+  readonly cooldownMs: number;
+  /** Not before this many ms into the run. */
+  readonly afterMs?: number;
+}
+
+/** A one-shot-at-a-time trigger shared by every container's proxies. */
+export const trigger = (
+  context: ScenarioContext,
+  { max, cooldownMs, afterMs = 0 }: TriggerOptions,
+) => {
+  let fired = 0;
+  let last = Number.NEGATIVE_INFINITY;
+  return (): boolean => {
+    const now = context.elapsed();
+    if (!context.running() || fired >= max || now < afterMs || now - last < cooldownMs)
+      return false;
+    fired += 1;
+    last = now;
+    return true;
+  };
+};
+
+/** Pauses the lease holder at one step of the flow, seen at its Open API proxy. */
+const pauseAt =
+  (step: 'authorize' | 'access-token', when: 'request' | 'response') =>
+  (context: ScenarioContext) => {
+    const fire = trigger(context, { max: 2, cooldownMs: 8_000 });
+    for (const node of context.nodes) {
+      const act = (request: ProxiedRequest) => {
+        if (upstreamStep(request) !== step || !fire()) return;
+        context.inject(`SIGSTOP ${PAUSE_MS} ms at the ${step} ${when}`, node.index);
+        context.pause(node.index, PAUSE_MS);
+      };
+      node.upstream.setHooks(
+        when === 'request' ? { onRequest: act } : { onResponse: (request) => act(request) },
+      );
+    }
+  };
+
+/**
+ * Cuts the lease holder off from DynamoDB, the moment it starts the upstream flow (its
+ * authorize request), for `ms`; the Open API link stays up.
+ */
+const partitionHolder =
+  (kind: 'refuse' | 'blackhole', ms: number) => (context: ScenarioContext) => {
+    const fire = trigger(context, { max: 2, cooldownMs: ms + 3_000 });
+    for (const node of context.nodes) {
+      node.upstream.setHooks({
+        onRequest: (request) => {
+          if (upstreamStep(request) !== 'authorize' || !fire()) return;
+          context.inject(`DynamoDB link ${kind} for ${ms} ms (holder)`, node.index);
+          node.dynamodb.setMode({ kind });
+          const from = context.elapsed();
+          context.faulted(node.index, from, from + ms);
+          context.later(ms, () => node.dynamodb.setMode({ kind: 'pass' }));
+        },
+      });
+    }
+  };
+
+/**
+ * Holds one access-token POST at the Open API side until `holdMs` after it arrived, then lets
+ * it through: the upstream processes it late (revoking every earlier token when it issues).
+ * Its retries (the same body: the same single-use code) queue behind it, as at an upstream that
+ * processes one client's requests in order; a new flow (a new code) is not held.
+ */
+const holdPost = (context: ScenarioContext, first: ProxiedRequest, holdMs: number) => {
+  const releaseAt = Date.now() + holdMs;
+  let queue = Promise.resolve();
+  return (request: ProxiedRequest): Promise<void> | undefined => {
+    if (!request.body.equals(first.body) || Date.now() >= releaseAt) return undefined;
+    queue = queue.then(() => context.sleep(Math.max(0, releaseAt - Date.now())));
+    return queue;
+  };
+};
+
+/**
+ * On every container: the first access-token POST that `fire` lets through is held (`holdMs`,
+ * with its retries) and `onFire` runs.
+ */
+const holdFirstPost = (
+  context: ScenarioContext,
+  fire: () => boolean,
+  holdMs: number,
+  onFire: (node: ScenarioContext['nodes'][number]) => void,
+) => {
+  for (const node of context.nodes) {
+    let hold: ((request: ProxiedRequest) => Promise<void> | undefined) | undefined;
+    node.upstream.setHooks({
+      onRequest: (request) => {
+        if (upstreamStep(request) !== 'access-token') return undefined;
+        const held = hold?.(request);
+        if (held || !fire()) return held;
+        onFire(node);
+        hold = holdPost(context, request, holdMs);
+        return hold(request);
+      },
+    });
+  }
+};
+
+const S = (seconds: number) => seconds * 1000;
+
+/**
+ * Faults aimed at the lease fire at the cold start and again at the refresh; 26 s leaves room
+ * for the second one's consequences (the refresh comes ~11 s after the first token).
+ */
+const LONGER = { durationMs: 26_000 };
+
+/** Shared between the storm scenario's hook and its callers (one run at a time). */
+const storm = { until: 0 };
+
+const skewEnv = (index: number, preload: string, skewMs: number): Record<string, string> =>
+  index === 0 ? { NODE_OPTIONS: `--import=${preload}`, CHAOS_CLOCK_SKEW_MS: String(skewMs) } : {};
+
+const skewInstall = (skewMs: number) => (context: ScenarioContext) => {
+  context.inject(`clock ${skewMs > 0 ? '+' : ''}${skewMs} ms`, 0);
+  context.faulted(0, 0, context.settings.durationMs);
+};
+
+export const SCENARIOS: readonly Scenario[] = [
+  {
+    name: 'control',
+    injects: 'nothing (20 s tokens, refresh window 9 s: under half the lifetime)',
+  },
+  {
+    name: 'control-long-window',
+    injects:
+      'nothing, refresh window 14 s: over half the 20 s lifetime, as the default 600 s window with 15-minute tokens',
+    predicted: 'issue #4: revoked tokens served at every refresh',
+    settings: { refreshWindowSeconds: 14 },
+  },
+  {
+    name: 'pause-after-authorize',
+    settings: LONGER,
+    injects: `holder SIGSTOPped ${PAUSE_MS / 1000} s when its authorize answer arrives (before the access-token POST)`,
+    predicted: 'issue #1: revoked tokens served',
+    install: pauseAt('authorize', 'response'),
+  },
+  {
+    name: 'pause-during-post',
+    settings: LONGER,
+    injects: `holder SIGSTOPped ${PAUSE_MS / 1000} s when its access-token POST leaves (the upstream processes it meanwhile)`,
+    install: pauseAt('access-token', 'request'),
+  },
+  {
+    name: 'pause-before-write',
+    settings: LONGER,
+    injects: `holder SIGSTOPped ${PAUSE_MS / 1000} s when its token PutItem reaches DynamoDB (the write lands after the pause)`,
+    install: (context) => {
+      const fire = trigger(context, { max: 2, cooldownMs: 8_000 });
+      for (const node of context.nodes) {
+        node.dynamodb.setHooks({
+          onRequest: async (request) => {
+            if (dynamodbOperation(request) !== 'PutItem' || !fire()) return;
+            context.inject(`SIGSTOP ${PAUSE_MS} ms at the token PutItem`, node.index);
+            context.pause(node.index, PAUSE_MS);
+            await context.sleep(PAUSE_MS);
+          },
+        });
+      }
+    },
+  },
+  {
+    name: 'partition-dynamodb-refused',
+    settings: LONGER,
+    injects: 'holder\u2019s DynamoDB link resets connections for 5 s from its authorize request',
+    install: partitionHolder('refuse', S(5)),
+  },
+  {
+    name: 'partition-dynamodb-blackhole',
+    settings: LONGER,
+    injects:
+      'holder\u2019s DynamoDB link accepts and never answers for 5 s from its authorize request',
+    install: partitionHolder('blackhole', S(5)),
+  },
+  {
+    name: 'partition-dynamodb-queued-post',
+    settings: LONGER,
+    injects:
+      'holder\u2019s DynamoDB link refused for 6 s from its access-token POST, that POST queued 4 s at the upstream (past the 3 s lease)',
+    predicted: 'issue #2: the stored token is revoked for the rest of its lifetime',
+    install: (context) => {
+      const fire = trigger(context, { max: 2, cooldownMs: 9_000 });
+      holdFirstPost(context, fire, S(4), (node) => {
+        context.inject('DynamoDB refused 6 s + access-token POST held 4 s', node.index);
+        node.dynamodb.setMode({ kind: 'refuse' });
+        const from = context.elapsed();
+        context.faulted(node.index, from, from + S(6));
+        context.later(S(6), () => node.dynamodb.setMode({ kind: 'pass' }));
+      });
+    },
+  },
+  {
+    name: 'dynamodb-delay',
+    injects:
+      'container 0\u2019s DynamoDB answers delayed 400\u2013600 ms, whole run (6 s tokens, 3 s window: a refresh every ~4.5 s)',
+    predicted: 'issue #6: revoked tokens served',
+    // The race is narrow (about a third of refreshes, see chaos/README.md): more refreshes.
+    settings: { lifetimeSeconds: 6, refreshWindowSeconds: 3 },
+    runs: 3,
+    install: (context) => {
+      const node = context.nodes[0];
+      if (!node) return;
+      context.inject('DynamoDB answers delayed 400-600 ms', 0);
+      context.faulted(0, 0, context.settings.durationMs);
+      node.dynamodb.setMode({ kind: 'delay', minMs: 400, maxMs: 600 });
+    },
+  },
+  {
+    name: 'late-post-answer',
+    injects:
+      'holder\u2019s access-token POSTs held 9 s at the upstream (past the 8 s deadline), then processed: issuance and revocation land late (30 s tokens, 14 s window)',
+    predicted: 'issue #3: the old token, revoked by the late POST, keeps being served',
+    // The old token must outlive the hold: a 30 s token refreshed 14 s ahead, so that the POST
+    // held past the 8 s deadline lands while the token it revokes is still being served.
+    settings: { lifetimeSeconds: 30, refreshWindowSeconds: 14, durationMs: 30_000 },
+    install: (context) => {
+      // Aimed at a refresh (a valid token is out there), not at the cold start.
+      const fire = trigger(context, { max: 1, cooldownMs: 0, afterMs: S(3) });
+      holdFirstPost(context, fire, S(9), (node) => {
+        context.inject('access-token POST held 9 s', node.index);
+        const from = context.elapsed();
+        context.faulted(node.index, from, from + S(9));
+      });
+    },
+  },
+  {
+    name: 'clock-skew-ahead',
+    injects: 'container 0\u2019s wall clock 2.5 s ahead (Date.now / new Date), whole run',
+    predicted: 'issue #7: takes over live leases (2 issuances), treats a live refresh as dead',
+    env: (index, paths) => skewEnv(index, paths.clockSkew, 2_500),
+    install: skewInstall(2_500),
+  },
+  {
+    name: 'clock-skew-behind',
+    injects: 'container 0\u2019s wall clock 2.5 s behind, whole run',
+    env: (index, paths) => skewEnv(index, paths.clockSkew, -2_500),
+    install: skewInstall(-2_500),
+  },
+  {
+    name: 'dynamodb-stall',
+    injects:
+      'container 0\u2019s DynamoDB link forwards requests but never answers, 3\u20137 s and 12\u201316 s into the run',
+    predicted: 'issue #8: callers get no answer before the deadline',
+    install: (context) => {
+      const node = context.nodes[0];
+      if (!node) return;
+      for (const [from, to] of [
+        [S(3), S(7)],
+        [S(12), S(16)],
+      ] as const) {
+        context.faulted(0, from, to);
+        context.later(from, () => {
+          context.inject(`DynamoDB link stalled for ${(to - from) / 1000} s`, 0);
+          node.dynamodb.setMode({ kind: 'stall' });
+        });
+        context.later(to, () => node.dynamodb.setMode({ kind: 'pass' }));
+      }
+    },
+  },
+  {
+    name: 'invalidate-storm',
+    injects:
+      'when a refresh starts (authorize request), every caller reports each token it gets with invalidate for 2 s',
+    callers: {
+      invalidateAfter: () => storm.until > Date.now(),
+    },
+    install: (context) => {
+      storm.until = 0;
+      const fire = trigger(context, { max: 2, cooldownMs: 6_000, afterMs: S(3) });
+      for (const node of context.nodes) {
+        node.upstream.setHooks({
+          onRequest: (request) => {
+            if (upstreamStep(request) !== 'authorize' || !fire()) return;
+            context.inject('invalidate storm for 2 s', node.index);
+            storm.until = Date.now() + S(2);
+          },
+        });
+      }
+    },
+  },
+  {
+    name: 'impossible-min-validity',
+    injects:
+      'one extra caller asks minValidity = lifetime + 5 s (under the 30-day cap) every 2 s, in turn on each container',
+    predicted: 'issue #5: each request forces an issuance that revokes everyone\u2019s token',
+    extra: async (context, invoke) => {
+      let turn = 0;
+      while (context.running()) {
+        await context.sleep(S(2));
+        if (!context.running()) break;
+        context.inject('getToken minValidity = lifetime + 5', turn % context.nodes.length);
+        await invoke(turn % context.nodes.length, {
+          action: 'getToken',
+          connection: 'sandbox',
+          minValidity: context.settings.lifetimeSeconds + 5,
+        });
+        turn += 1;
+      }
+    },
+  },
+];
+
+export const scenarioNamed = (name: string): Scenario | undefined =>
+  SCENARIOS.find((s) => s.name === name);

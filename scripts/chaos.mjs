@@ -1,0 +1,35 @@
+// `npm run chaos`: builds the broker and the chaos harness into .chaos/, then runs the fault
+// scenarios (all, or those named: `npm run chaos -- pause-after-authorize`).
+import { execFileSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { build } from 'esbuild';
+
+const out = '.chaos';
+mkdirSync(out, { recursive: true });
+execFileSync(process.execPath, ['scripts/build.mjs'], {
+  stdio: 'inherit',
+  env: { ...process.env, BUILD_OUTDIR: `${out}/dist` },
+});
+await build({
+  entryPoints: ['chaos/run.ts', 'chaos/clock-skew.ts'],
+  outdir: out,
+  outExtension: { '.js': '.mjs' },
+  bundle: true,
+  platform: 'node',
+  target: 'node24',
+  format: 'esm',
+  banner: {
+    js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
+  },
+  external: ['dynalite'],
+  logLevel: 'warning',
+});
+try {
+  execFileSync(
+    process.execPath,
+    [`${out}/run.mjs`, out, 'chaos/results', ...process.argv.slice(2)],
+    { stdio: 'inherit' },
+  );
+} catch (error) {
+  process.exit(typeof error.status === 'number' ? error.status : 1);
+}

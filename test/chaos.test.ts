@@ -1,0 +1,253 @@
+/**
+ * The chaos harness's own pieces: the fault proxy's link modes and hooks, the ledger's verdicts
+ * and the simulator's issuance history they rely on. The chaos run itself is `npm run chaos`.
+ */
+import { createHash } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { classify, duplicateIssuances, Ledger } from '../chaos/ledger.js';
+import { type FaultProxy, startFaultProxy } from '../chaos/proxy.js';
+import { generateClient, type Simulator, startSimulator } from '../local/simulator.js';
+
+describe('Function: startFaultProxy', () => {
+  let target: Server;
+  let targetUrl: string;
+  let hits: string[] = [];
+  let proxy: FaultProxy | undefined;
+
+  beforeAll(async () => {
+    target = createServer((req, res) => {
+      hits.push(`${req.method} ${req.url}`);
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('{"ok":true}');
+      });
+    });
+    await new Promise<void>((resolve) => target.listen(0, '127.0.0.1', resolve));
+    targetUrl = `http://127.0.0.1:${(target.address() as AddressInfo).port}`;
+  });
+  afterEach(async () => {
+    await proxy?.close();
+    proxy = undefined;
+    hits = [];
+  });
+  afterAll(async () => {
+    target.closeAllConnections();
+    await new Promise<void>((resolve) => target.close(() => resolve()));
+  });
+
+  /** One request through the proxy, on a fresh connection; never throws. */
+  const call = async (url: string, limitMs = 300) => {
+    const started = Date.now();
+    try {
+      const response = await fetch(`${url}/x?y=1`, {
+        method: 'POST',
+        body: '{"a":1}',
+        headers: { connection: 'close' },
+        signal: AbortSignal.timeout(limitMs),
+      });
+      return { status: response.status, body: await response.text(), ms: Date.now() - started };
+    } catch (error) {
+      const name = (error as Error).name;
+      return { error: name === 'TimeoutError' ? 'timeout' : 'failed', ms: Date.now() - started };
+    }
+  };
+
+  it('passes requests and answers through', async () => {
+    proxy = await startFaultProxy({ target: targetUrl });
+    expect(await call(proxy.url)).toMatchObject({ status: 200, body: '{"ok":true}' });
+    expect(hits).toEqual(['POST /x?y=1']);
+  });
+
+  it('refuse: the client fails at once and nothing reaches the target', async () => {
+    proxy = await startFaultProxy({ target: targetUrl, mode: { kind: 'refuse' } });
+    const result = await call(proxy.url);
+    expect(result.error).toBe('failed');
+    expect(result.ms).toBeLessThan(250);
+    expect(hits).toEqual([]);
+  });
+
+  it('blackhole: no answer and nothing reaches the target', async () => {
+    proxy = await startFaultProxy({ target: targetUrl, mode: { kind: 'blackhole' } });
+    expect(await call(proxy.url, 200)).toMatchObject({ error: 'timeout' });
+    expect(hits).toEqual([]);
+    expect(proxy.stats().blackholed).toBeGreaterThan(0);
+  });
+
+  it('stall: the request reaches the target, its answer never comes back', async () => {
+    proxy = await startFaultProxy({ target: targetUrl, mode: { kind: 'stall' } });
+    expect(await call(proxy.url, 200)).toMatchObject({ error: 'timeout' });
+    expect(hits).toEqual(['POST /x?y=1']);
+  });
+
+  it('delay: the answer comes after the drawn delay', async () => {
+    proxy = await startFaultProxy({
+      target: targetUrl,
+      mode: { kind: 'delay', minMs: 120, maxMs: 150 },
+    });
+    const result = await call(proxy.url, 1_000);
+    expect(result).toMatchObject({ status: 200 });
+    expect(result.ms).toBeGreaterThanOrEqual(115);
+  });
+
+  it('setMode back to pass heals the link', async () => {
+    proxy = await startFaultProxy({ target: targetUrl, mode: { kind: 'refuse' } });
+    expect((await call(proxy.url)).error).toBe('failed');
+    proxy.setMode({ kind: 'pass' });
+    expect(await call(proxy.url)).toMatchObject({ status: 200 });
+  });
+
+  it('hooks see the request and the answer, and can hold a request', async () => {
+    proxy = await startFaultProxy({ target: targetUrl });
+    const seen: string[] = [];
+    proxy.setHooks({
+      onRequest: async (request) => {
+        seen.push(`request ${request.method} ${request.path} ${request.body.toString()}`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      },
+      onResponse: (_, response) => {
+        seen.push(`answer ${response.status} ${response.body.toString()}`);
+      },
+    });
+    const result = await call(proxy.url, 1_000);
+    expect(result).toMatchObject({ status: 200 });
+    expect(result.ms).toBeGreaterThanOrEqual(95);
+    expect(seen).toEqual(['request POST /x?y=1 {"a":1}', 'answer 200 {"ok":true}']);
+  });
+
+  it('a held request is still forwarded after its client gave up', async () => {
+    proxy = await startFaultProxy({ target: targetUrl });
+    proxy.setHooks({ onRequest: () => new Promise((resolve) => setTimeout(resolve, 150)) });
+    expect(await call(proxy.url, 50)).toMatchObject({ error: 'timeout' });
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    expect(hits).toEqual(['POST /x?y=1']);
+  });
+});
+
+describe('Function: classify', () => {
+  const history = (revokedAt: number | null, expiresAt = 10_000) => ({
+    issuedAt: 0,
+    expiresAt,
+    revokedAt,
+  });
+
+  it('judges a token revoked before the request was sent as a violation', () => {
+    expect(classify(history(999), 1_000, 1_010)).toBe('revoked-before-request');
+  });
+
+  it('reports a token revoked while the request was under way apart', () => {
+    expect(classify(history(1_000), 1_000, 1_010)).toBe('revoked-during-request');
+    expect(classify(history(1_010), 1_000, 1_010)).toBe('revoked-during-request');
+  });
+
+  it('accepts a token revoked only after it was served', () => {
+    expect(classify(history(1_011), 1_000, 1_010)).toBe('valid');
+    expect(classify(history(null), 1_000, 1_010)).toBe('valid');
+  });
+
+  it('flags expired and unknown tokens', () => {
+    expect(classify(history(null, 1_005), 1_000, 1_010)).toBe('expired');
+    expect(classify(undefined, 1_000, 1_010)).toBe('unknown');
+  });
+});
+
+describe('Class: Ledger', () => {
+  it('tallies outcomes and counts misses on a faulted container apart', () => {
+    const ledger = new Ledger(0);
+    ledger.faulted({ container: 1, from: 100, to: 200 });
+    ledger.record({
+      container: 0,
+      sentAt: 10,
+      receivedAt: 20,
+      outcome: { kind: 'token', verdict: 'revoked-before-request' },
+    });
+    ledger.record({
+      container: 0,
+      sentAt: 30,
+      receivedAt: 40,
+      outcome: { kind: 'token', verdict: 'valid' },
+    });
+    ledger.record({
+      container: 1,
+      sentAt: 150,
+      receivedAt: 950,
+      outcome: { kind: 'unanswered', reason: 'Lambda timeout' },
+    });
+    ledger.record({
+      container: 2,
+      sentAt: 150,
+      receivedAt: 950,
+      outcome: { kind: 'unanswered', reason: 'no answer' },
+    });
+    ledger.record({
+      container: 2,
+      sentAt: 960,
+      receivedAt: 970,
+      outcome: { kind: 'error', errorType: 'UpstreamUnavailableError' },
+    });
+    expect(ledger.tally()).toMatchObject({
+      requests: 5,
+      served: 2,
+      valid: 1,
+      revokedBeforeRequest: 1,
+      unanswered: 2,
+      unansweredOnFaulted: 1,
+      errors: { UpstreamUnavailableError: 1 },
+      firstRevokedAtMs: 20,
+      lastRevokedAtMs: 20,
+      revokedByContainer: { '0': 1 },
+    });
+  });
+
+  it('counts issuances closer than the gap as duplicates', () => {
+    expect(duplicateIssuances([0, 100, 6_000, 6_050, 12_000], 5_000)).toBe(2);
+  });
+});
+
+describe('Simulator: GET /__simulator/tokens/<digest>', () => {
+  let simulator: Simulator;
+  const client = generateClient('chaos');
+  beforeAll(async () => {
+    simulator = await startSimulator({ clients: [client], expiresIn: 60 });
+  });
+  afterAll(() => simulator.close());
+
+  const issue = async () => {
+    const authorize = await fetch(
+      `${simulator.url}/open-api/v3/oauth/authorize?clientId=${client.clientId}`,
+    );
+    const { data } = (await authorize.json()) as { data: { code: string } };
+    const response = await fetch(`${simulator.url}/open-api/v3/oauth/access-token`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ clientId: client.clientId, code: data.code }),
+    });
+    return ((await response.json()) as { data: { accessToken: string } }).data.accessToken;
+  };
+  const lookup = async (token: string) => {
+    const digest = createHash('sha256').update(token).digest('base64url');
+    const response = await fetch(`${simulator.url}/__simulator/tokens/${digest}`);
+    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+  };
+
+  it('tells when a token was issued and when a later issuance revoked it, by digest only', async () => {
+    const first = await issue();
+    const standing = await lookup(first);
+    expect(standing.status).toBe(200);
+    expect(standing.body.revokedAt).toBeNull();
+    expect(Object.keys(standing.body).sort()).toEqual(['expiresAt', 'issuedAt', 'revokedAt']);
+
+    const second = await issue();
+    const revoked = await lookup(first);
+    const current = await lookup(second);
+    expect(revoked.body.revokedAt).toBe(current.body.issuedAt);
+    expect(current.body.revokedAt).toBeNull();
+    expect(simulator.isValid(first)).toBe(false);
+  });
+
+  it('answers 404 for a digest it never issued', async () => {
+    expect((await lookup('at_never-issued')).status).toBe(404);
+  });
+});
