@@ -233,6 +233,8 @@ export const runScenario = async (
       BROKER_REFRESH_WINDOW_SECONDS: String(settings.refreshWindowSeconds),
       BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '1',
       BROKER_MEMORY_RECHECK_SECONDS: '1',
+      // The production default, not the test stack's 0: the invalidate storm runs against it.
+      BROKER_INVALIDATE_MIN_AGE_SECONDS: '2',
       BROKER_LOCAL_TIMEOUT_MS: String(settings.lambdaTimeoutMs),
       POWERTOOLS_LOG_LEVEL: 'INFO',
       POWERTOOLS_METRICS_DISABLED: 'true',

@@ -58,6 +58,17 @@ export interface BrokerConfig {
    * attempt: a stalled connection fails in this time instead of the SDK's defaults (none).
    */
   readonly awsTimeoutMs: number;
+  /**
+   * A reported token younger than this is not dropped: however many callers report tokens,
+   * a connection is re-issued at most once per this many seconds on their word.
+   */
+  readonly invalidateMinAgeSeconds: number;
+  /**
+   * How long past its last confirmation a token in memory may still be served while DynamoDB
+   * cannot be read. 0 keeps the fleet guarantee (a container cut off from DynamoDB cannot know
+   * that another replaced, and so revoked, its token); more trades it for availability.
+   */
+  readonly storeOutageGraceSeconds: number;
   /** How long a secret read from Secrets Manager is reused. */
   readonly secretMaxAgeSeconds: number;
   /** While Secrets Manager fails, the last secret read is used for at most this long. */
@@ -297,6 +308,8 @@ export const loadConfig = (env: Env): BrokerConfig => {
     maxTokenLifetimeSeconds,
     upstreamTimeoutMs: integer(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 5000, 100, 60_000),
     awsTimeoutMs: integer(env, 'BROKER_AWS_TIMEOUT_MS', 1000, 50, 30_000),
+    invalidateMinAgeSeconds: integer(env, 'BROKER_INVALIDATE_MIN_AGE_SECONDS', 2, 0, 3600),
+    storeOutageGraceSeconds: integer(env, 'BROKER_STORE_OUTAGE_GRACE_SECONDS', 0, 0, day),
     secretMaxAgeSeconds: integer(env, 'BROKER_SECRET_MAX_AGE_SECONDS', 300, 0, day),
     secretStaleMaxSeconds: integer(env, 'BROKER_SECRET_STALE_MAX_SECONDS', 3600, 0, 7 * day),
     kmsKeyId: kmsKeyId(env.BROKER_KMS_KEY_ID),

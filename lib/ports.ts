@@ -93,10 +93,18 @@ export interface TokenStore {
   /** Gives the lease up if `holder` still holds it (after a failed flow). */
   releaseLease(connection: string, holder: string): Promise<void>;
   /**
-   * Removes the token only if its digest is `tokenDigest` (compare-and-delete); a lease in
-   * progress is left alone. Returns whether it removed the token.
+   * Removes the token only if its digest is `tokenDigest` (compare-and-delete) and, when
+   * `issuedBefore` is given, it is at least that old; a lease in progress is left alone.
+   * Returns whether it removed the token.
    */
-  deleteIfMatches(connection: string, tokenDigest: string): Promise<boolean>;
+  deleteIfMatches(
+    connection: string,
+    tokenDigest: string,
+    options?: {
+      /** Only a token issued before this (epoch ms) is removed: a floor on re-issuance. */
+      readonly issuedBefore?: number | undefined;
+    },
+  ): Promise<boolean>;
 }
 
 /** Where connection credentials come from (Secrets Manager in production). */

@@ -229,7 +229,11 @@ export class DynamoDBTokenStore implements TokenStore {
     );
   }
 
-  async deleteIfMatches(connection: string, tokenDigest: string): Promise<boolean> {
+  async deleteIfMatches(
+    connection: string,
+    tokenDigest: string,
+    { issuedBefore }: { readonly issuedBefore?: number | undefined } = {},
+  ): Promise<boolean> {
     return this.#conditional(async () =>
       this.client.send(
         new UpdateItemCommand({
@@ -239,10 +243,17 @@ export class DynamoDBTokenStore implements TokenStore {
           // started a second time by someone else.
           UpdateExpression:
             'REMOVE accessToken, tokenCiphertext, tokenDataKey, tokenDigest, issuedAt, expiresAt, #ttl',
-          // Compare-and-delete: a late report about an older token must not drop a newer one.
-          ConditionExpression: 'tokenDigest = :digest',
+          // Compare-and-delete: a late report about an older token must not drop a newer one;
+          // and a token younger than the floor stays (a storm of reports issues once per floor).
+          ConditionExpression:
+            issuedBefore === undefined
+              ? 'tokenDigest = :digest'
+              : 'tokenDigest = :digest AND issuedAt < :issuedBefore',
           ExpressionAttributeNames: { '#ttl': 'ttl' },
-          ExpressionAttributeValues: { ':digest': { S: tokenDigest } },
+          ExpressionAttributeValues: {
+            ':digest': { S: tokenDigest },
+            ...(issuedBefore === undefined ? {} : { ':issuedBefore': { N: String(issuedBefore) } }),
+          },
         }),
       ),
     );

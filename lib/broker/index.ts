@@ -34,6 +34,7 @@ import {
   dueForRefresh,
   type RefreshSettings,
   servableFromMemory,
+  servableUnconfirmed,
   windowMs,
 } from './refresh-policy.js';
 import { SingleFlight } from './single-flight.js';
@@ -59,7 +60,9 @@ export interface TokenBrokerDeps {
     | 'memoryRecheckSeconds'
     | 'maxTokenLifetimeSeconds'
     | 'upstreamTimeoutMs'
-  >;
+    | 'invalidateMinAgeSeconds'
+  > &
+    Partial<Pick<BrokerConfig, 'storeOutageGraceSeconds'>>;
   readonly store: TokenStore;
   readonly secrets: SecretSource;
   readonly issuer: TokenIssuer;
@@ -98,6 +101,7 @@ export class TokenBroker {
       refreshWindowMs: deps.config.refreshWindowSeconds * 1000,
       memoryRecheckMs: deps.config.memoryRecheckSeconds * 1000,
       upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
+      storeOutageGraceMs: (deps.config.storeOutageGraceSeconds ?? 0) * 1000,
     };
     this.#issuance = new LeasedIssuance({
       store: deps.store,
@@ -148,15 +152,25 @@ export class TokenBroker {
 
   /**
    * Drops the cached token of `name` only if it is `accessToken` (compare-and-delete), so that a
-   * late report about an older token cannot drop a fresh one. Returns whether it was dropped.
+   * late report about an older token cannot drop a fresh one, and only if it is older than
+   * `invalidateMinAgeSeconds`, so that a storm of reports (or one caller's bug) re-issues a
+   * connection at most once per that floor. Returns whether it was dropped.
    */
   async invalidate(name: string, accessToken: string): Promise<boolean> {
     this.connection(name);
     const digest = tokenDigest(accessToken);
-    if (this.#memory.get(name)?.record.tokenDigest === digest) this.#memory.delete(name);
+    const floorMs = this.deps.config.invalidateMinAgeSeconds * 1000;
+    const issuedBefore = floorMs > 0 ? this.#clock.now() - floorMs : undefined;
+    const held = this.#memory.get(name)?.record;
+    if (
+      held?.tokenDigest === digest &&
+      (issuedBefore === undefined || held.issuedAt < issuedBefore)
+    ) {
+      this.#memory.delete(name);
+    }
     let deleted: boolean;
     try {
-      deleted = await this.deps.store.deleteIfMatches(name, digest);
+      deleted = await this.deps.store.deleteIfMatches(name, digest, { issuedBefore });
     } catch (error) {
       throw new StoreUnavailableError('The token store could not be updated; retry shortly', {
         cause: error,
@@ -211,7 +225,11 @@ export class TokenBroker {
    * still valid rather than an error, while the failure is logged and counted.
    */
   #lastGood(name: string, error: unknown, explicit: boolean): ServedToken {
-    const last = this.#memory.lastGood(name, this.#clock.now());
+    const now = this.#clock.now();
+    const entry = this.#memory.lastGood(name, now);
+    // Unconfirmed for longer than a replacement elsewhere needs, it may have been revoked.
+    const last =
+      entry && servableUnconfirmed(entry, now, this.#settings) ? entry.record : undefined;
     // While a refresh of a revoking upstream is in progress elsewhere, the token held may
     // already be revoked.
     const suspect =

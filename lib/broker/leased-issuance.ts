@@ -32,7 +32,13 @@ import { type BrokerMetrics, MetricName } from '../metrics.js';
 import type { Lease, TokenRecord, TokenState, TokenStore } from '../ports.js';
 import type { Issue } from './credential-rotation.js';
 import { recordIssued } from './issued-token.js';
-import { DEFAULT_ISSUANCE_MS, drainMs, type RefreshSettings, windowMs } from './refresh-policy.js';
+import {
+  DEFAULT_ISSUANCE_MS,
+  drainMs,
+  type RefreshSettings,
+  servableUnconfirmed,
+  windowMs,
+} from './refresh-policy.js';
 import { withDeadline } from './single-flight.js';
 import type { TokenMemory } from './token-memory.js';
 import type { BrokerLogger, ServedToken } from './types.js';
@@ -259,7 +265,13 @@ export class LeasedIssuance {
     } catch (error) {
       const cached = this.deps.memory.get(name);
       const needMs = need === 'outside-window' ? Number.POSITIVE_INFINITY : need;
-      if (!bypassMemory && cached && cached.record.expiresAt - this.deps.clock.now() > needMs) {
+      const now = this.deps.clock.now();
+      if (
+        !bypassMemory &&
+        cached &&
+        cached.record.expiresAt - now > needMs &&
+        servableUnconfirmed(cached, now, this.deps.settings)
+      ) {
         this.deps.logger.warn('Token store unreadable; serving the token held in memory', {
           connection: name,
         });
@@ -332,9 +344,9 @@ export class LeasedIssuance {
       );
       if (budget < MIN_POST_MS) throw new LeaseLost('No time left for the access-token request');
       const confirm = store.renewLease(name, flow.holder, sentAt + budget + grace, budget + grace);
-      if (!(await this.#bounded(confirm, sentAt + budget))) {
-        throw new LeaseLost('Lease taken over before the access-token request');
-      }
+      // Unconfirmed (taken over, or the store unreachable) means unsent: nothing to undo.
+      const confirmed = await this.#bounded(confirm, sentAt + budget).catch(() => false);
+      if (!confirmed) throw new LeaseLost('Lease not confirmed before the access-token request');
       // Paused between the confirmation and here? Then the POST no longer fits its lease.
       const left = sentAt + budget - clock.now();
       if (left < MIN_POST_MS) throw new LeaseLost('Lease confirmation is stale');
@@ -441,8 +453,13 @@ export class LeasedIssuance {
       throw error;
     }
     // The flow failed and nothing was issued: free the lease now rather than make others
-    // wait for it to expire; the token it would have replaced is good again.
+    // wait for it to expire; the token it would have replaced is good again. Nobody could
+    // replace it while we held the lease, so it counts as confirmed until we let go.
+    const releasedAt = clock.now();
     await store.releaseLease(name, flow.holder).catch(() => undefined);
+    if (flow.replacing && memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) {
+      memory.set(flow.replacing, releasedAt);
+    }
     throw error;
   }
 

@@ -16,6 +16,8 @@ export interface RefreshSettings {
   readonly refreshWindowMs: number;
   /** BROKER_MEMORY_RECHECK_SECONDS, in ms. */
   readonly memoryRecheckMs: number;
+  /** BROKER_STORE_OUTAGE_GRACE_SECONDS, in ms (0 unless an operator trades the guarantee). */
+  readonly storeOutageGraceMs?: number;
 }
 
 /**
@@ -100,3 +102,20 @@ export const dueForRefresh = (
   const earliness = Math.min(half, -issuanceMs * XFETCH_BETA * Math.log(1 - draw));
   return now + earliness >= record.expiresAt - half;
 };
+
+/**
+ * Whether a token held in memory may still be served although the store cannot confirm it now
+ * (DynamoDB unreachable from this container, or a newer token could not be had). Another
+ * container may have started replacing it since our last read: that replacement calls the
+ * upstream no earlier than a drain after its lease was written, and the lease was written after
+ * our read was sent. So until `checkedAt` + the drain, no replacement can have revoked it; past
+ * that, only an operator's explicit outage grace lets it be served (a trade against the fleet
+ * guarantee, for availability while DynamoDB is down everywhere).
+ */
+export const servableUnconfirmed = (
+  entry: { readonly record: TokenRecord; readonly checkedAt: number },
+  now: number,
+  settings: RefreshSettings,
+): boolean =>
+  entry.record.expiresAt > now &&
+  now - entry.checkedAt < drainMs(entry.record, now, settings) + (settings.storeOutageGraceMs ?? 0);

@@ -27,9 +27,9 @@ export class TokenMemory {
     this.#entries.delete(connection);
   }
 
-  /** The last token this container held, if it is still valid at `now`: the last good one. */
-  lastGood(connection: string, now: number): TokenRecord | undefined {
-    const record = this.#entries.get(connection)?.record;
-    return record && record.expiresAt > now ? record : undefined;
+  /** The last token this container held, if still valid at `now`, with when it was confirmed. */
+  lastGood(connection: string, now: number): MemoryEntry | undefined {
+    const entry = this.#entries.get(connection);
+    return entry && entry.record.expiresAt > now ? entry : undefined;
   }
 }

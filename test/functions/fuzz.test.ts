@@ -37,6 +37,7 @@ beforeAll(() => {
       memoryRecheckSeconds: 5,
       maxTokenLifetimeSeconds: 30 * 86_400,
       upstreamTimeoutMs: 2_000,
+      invalidateMinAgeSeconds: 2,
     },
     store: new InMemoryTokenStore(),
     secrets: new FakeSecretSource(),

@@ -210,6 +210,20 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect(await store.deleteIfMatches('never-stored', tokenDigest('current'))).toBe(false);
   });
 
+  it('deletes a matching token only if it was issued before the floor it is given', async () => {
+    await store.acquireLease('floor', lease('a:1'));
+    const young = { ...record('young', now + 3_600_000, 'floor'), issuedAt: now - 1_000 };
+    await store.putToken(young, 'a:1');
+    expect(
+      await store.deleteIfMatches('floor', tokenDigest('young'), { issuedBefore: now - 5_000 }),
+    ).toBe(false);
+    expect((await store.read('floor')).token?.accessToken).toBe('young');
+    expect(await store.deleteIfMatches('floor', tokenDigest('young'), { issuedBefore: now })).toBe(
+      true,
+    );
+    expect((await store.read('floor')).token).toBeUndefined();
+  });
+
   it('keeps connections apart', async () => {
     await store.acquireLease('left', lease('a:1'));
     await store.putToken(record('left-token', now + 3_600_000, 'left'), 'a:1');

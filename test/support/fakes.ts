@@ -91,11 +91,16 @@ export class InMemoryTokenStore implements TokenStore {
     if (item?.lease?.holder === holder)
       this.items.set(connection, { ...(item.token ? { token: item.token } : {}) });
   }
-  async deleteIfMatches(connection: string, tokenDigest: string): Promise<boolean> {
+  async deleteIfMatches(
+    connection: string,
+    tokenDigest: string,
+    { issuedBefore }: { issuedBefore?: number | undefined } = {},
+  ): Promise<boolean> {
     this.calls.delete += 1;
     this.#check();
     const item = this.items.get(connection);
     if (item?.token?.tokenDigest !== tokenDigest) return false;
+    if (issuedBefore !== undefined && item.token.issuedAt >= issuedBefore) return false;
     this.items.set(connection, { ...(item.lease ? { lease: item.lease } : {}) });
     return true;
   }

@@ -190,19 +190,51 @@ describe('Class: LeasedIssuance', () => {
     expect(memory.get('sandbox')?.record.accessToken).toBe('issued');
   });
 
-  it('falls back to memory when the store is unreadable, unless told not to (the warm-up)', async () => {
+  it('falls back to memory when the store is unreadable only while no replacement elsewhere can have revoked it', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const { issuance, memory } = container(store, clock);
-    memory.set(record('remembered', T0 + HOUR), T0 - 10_000);
     store.failing = true;
+    // Confirmed 50 ms ago: any replacement elsewhere is still draining (5 s + 100 ms here).
+    memory.set(record('remembered', T0 + HOUR), T0 - 50);
     await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).resolves.toMatchObject({
       source: 'memory',
       record: { accessToken: 'remembered' },
     });
+    // Unless told not to (the warm-up).
     await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, true)).rejects.toBeInstanceOf(
       StoreUnavailableError,
     );
+    // Confirmed 10 s ago: another container may have replaced (and so revoked) it since.
+    memory.set(record('remembered', T0 + HOUR), T0 - 10_000);
+    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
+      StoreUnavailableError,
+    );
+  });
+
+  it('serves an unconfirmed token through an outage for as long as the operator allowed', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const memory = new TokenMemory();
+    const issuance = new LeasedIssuance({
+      store,
+      clock,
+      issue: async () => Promise.reject(new Error('not called')),
+      memory,
+      settings: {
+        refreshWindowMs: 600_000,
+        memoryRecheckMs: 5_000,
+        upstreamTimeoutMs: 2_000,
+        storeOutageGraceMs: 60_000,
+      },
+      logger: captureLogger(),
+      metrics: new CountingMetrics(),
+    });
+    store.failing = true;
+    memory.set(record('remembered', T0 + HOUR), T0 - 30_000);
+    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).resolves.toMatchObject({
+      source: 'memory',
+    });
   });
 
   it('measures each issuance for XFetch, with a default before the first', async () => {
@@ -506,5 +538,23 @@ describe('Class: LeasedIssuance, clocks', () => {
     expect(calls).toHaveLength(1);
     expect(calls[0]).toBeGreaterThanOrEqual(T0 - 2_500 + 3_000);
     expect(calls[0]).toBeLessThan(T0 - 2_500 + 3_000 + 600);
+  });
+});
+
+describe('Class: LeasedIssuance, store failing at the fence', () => {
+  it('sends nothing and answers STORE_UNAVAILABLE when the lease cannot be confirmed', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    let posts = 0;
+    const { issuance } = container(store, clock, async (_c, options) => {
+      store.failing = true; // DynamoDB refuses from here on
+      await options.beforeAccessToken?.();
+      posts += 1;
+      return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
+    });
+    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
+      StoreUnavailableError,
+    );
+    expect(posts).toBe(0);
   });
 });

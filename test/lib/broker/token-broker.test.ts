@@ -31,6 +31,8 @@ interface SetupOptions {
   issuer?: FakeIssuer;
   random?: () => number;
   sleep?: (ms: number) => Promise<void>;
+  /** BROKER_INVALIDATE_MIN_AGE_SECONDS; off unless a test is about it. */
+  invalidateFloor?: number;
 }
 
 const setup = (overrides: SetupOptions = {}) => {
@@ -51,6 +53,7 @@ const setup = (overrides: SetupOptions = {}) => {
       memoryRecheckSeconds: overrides.recheck ?? 5,
       maxTokenLifetimeSeconds: 30 * 86_400,
       upstreamTimeoutMs: 2_000,
+      invalidateMinAgeSeconds: overrides.invalidateFloor ?? 0,
     },
     store,
     secrets,
@@ -334,6 +337,24 @@ describe('Class: TokenBroker', () => {
       expect(store.token('sandbox') !== undefined).toBe(false);
       const next = await broker.getToken('sandbox', { deadline: deadline() });
       expect(next).toMatchObject({ source: 'upstream', record: { accessToken: 'token-2' } });
+      expect(issuer.issued).toBe(2);
+    });
+
+    it('does not drop a token younger than the floor: a storm of reports re-issues once per floor', async () => {
+      const { broker, issuer, store } = setup({ invalidateFloor: 10 });
+      const first = await broker.getToken('sandbox', { deadline: deadline() });
+      vi.advanceTimersByTime(5_000);
+      expect(await broker.invalidate('sandbox', first.record.accessToken)).toBe(false);
+      expect(store.token('sandbox')?.accessToken).toBe(first.record.accessToken);
+      expect((await broker.getToken('sandbox', { deadline: deadline() })).record.accessToken).toBe(
+        first.record.accessToken,
+      );
+      vi.advanceTimersByTime(5_001);
+      expect(await broker.invalidate('sandbox', first.record.accessToken)).toBe(true);
+      const next = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(next.record.accessToken).toBe('token-2');
+      // Reports of the new token right away are refused: no second issuance within the floor.
+      expect(await broker.invalidate('sandbox', next.record.accessToken)).toBe(false);
       expect(issuer.issued).toBe(2);
     });
 
