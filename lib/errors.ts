@@ -141,14 +141,15 @@ export class UpstreamUnavailableError extends BrokerError {
   readonly retryAfterSeconds: number | undefined;
   readonly upstreamStatus: number | undefined;
   readonly upstreamRetryAfterSeconds: number | undefined;
-  readonly refreshInProgress: boolean;
+  /** Said only where it was judged (a wait for another container's lease). */
+  readonly refreshInProgress: boolean | undefined;
   readonly outcomeUnknown: boolean;
   constructor(message: string, options: UpstreamUnavailableOptions = {}) {
     super(message, options);
     this.retryAfterSeconds = options.retryAfterSeconds;
     this.upstreamStatus = options.upstreamStatus;
     this.upstreamRetryAfterSeconds = options.upstreamRetryAfterSeconds;
-    this.refreshInProgress = options.refreshInProgress ?? false;
+    this.refreshInProgress = options.refreshInProgress;
     this.outcomeUnknown = options.outcomeUnknown ?? false;
   }
 }

@@ -91,7 +91,8 @@ const upstreamFields = (error: BrokerError): Record<string, unknown> => {
     return defined({
       upstreamStatus: error.upstreamStatus,
       upstreamRetryAfter: error.upstreamRetryAfterSeconds,
-      refreshInProgress: error.refreshInProgress || undefined,
+      refreshInProgress: error.refreshInProgress,
+      outcomeUnknown: error.outcomeUnknown || undefined,
     });
   }
   return {};

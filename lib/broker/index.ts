@@ -234,7 +234,7 @@ export class TokenBroker {
     // already be revoked.
     const suspect =
       error instanceof UpstreamUnavailableError &&
-      (error.refreshInProgress || error.outcomeUnknown);
+      (error.refreshInProgress === true || error.outcomeUnknown);
     if (explicit || suspect || !isUpstreamFailure(error) || !last) throw error;
     const failure = toBrokerError(error);
     this.deps.logger.warn('Could not get a newer token; serving the last good one', {
