@@ -256,6 +256,43 @@ describe('Client behaviour', () => {
     }
   });
 
+  it('refuses an already-aborted signal before sending anything, leaving no promise unhandled', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      let sends = 0;
+      const custom = createTokenClient({
+        transport: {
+          send: async () => {
+            sends += 1;
+            throw new Error('sent');
+          },
+        },
+      });
+      fetches = 0;
+      const { http } = clients();
+      for (const client of [custom, http]) {
+        for (const attempt of [
+          () => client.status({ signal: AbortSignal.abort() }),
+          () => client.warmUp({ signal: AbortSignal.abort() }),
+          () => client.getToken('sandbox', { signal: AbortSignal.abort() }),
+          () => client.invalidate('sandbox', 'at_x', { signal: AbortSignal.abort() }),
+        ]) {
+          const error = await attempt().then(unexpected, caught);
+          expect(error).toBeInstanceOf(TransportError);
+          expect(error.code).toBe('ABORTED');
+        }
+      }
+      await new Promise((done) => setTimeout(done, 50));
+      expect(sends).toBe(0);
+      expect(fetches).toBe(0);
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
   it('keeps the cause of a transport failure', async () => {
     const client = createTokenClient({
       transport: { type: 'http', url: 'http://127.0.0.1:9', region: 'us-east-1', credentials },

@@ -232,12 +232,25 @@ const checkTimeout = (timeoutMs: unknown, what: string) => {
 
 /** Settles with `promise`, or rejects as soon as `signal` fires. */
 const untilAborted = <T>(promise: Promise<T>, signal: AbortSignal): Promise<T> => {
-  if (signal.aborted) return Promise.reject(signal.reason);
+  if (signal.aborted) {
+    // Nobody waits for `promise` any more: its later failure must not be an unhandled rejection.
+    promise.catch(() => undefined);
+    return Promise.reject(signal.reason);
+  }
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
     promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
   });
+};
+
+/** A signal that has already fired ends the call before anything starts (nothing is sent). */
+const checkNotAborted = (caller: AbortSignal | undefined) => {
+  if (caller?.aborted) {
+    throw new TransportError('The call to the broker was aborted', ClientErrorCode.ABORTED, {
+      cause: caller.reason,
+    });
+  }
 };
 
 /** The typed error for a call that its own signal or timeout ended. */
@@ -282,6 +295,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     work: (signal: AbortSignal) => Promise<T>,
   ): Promise<T> => {
     checkTimeout(timeoutMs, 'timeoutMs');
+    checkNotAborted(caller);
     // One signal for the timeout and the caller's (by hand: AbortSignal.any needs Node 20.3).
     const controller = new AbortController();
     const signal = controller.signal;
@@ -290,8 +304,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       timeoutMs,
     );
     const onAbort = () => controller.abort(caller?.reason);
-    if (caller?.aborted) onAbort();
-    else caller?.addEventListener('abort', onAbort, { once: true });
+    caller?.addEventListener('abort', onAbort, { once: true });
     try {
       return await untilAborted(work(signal), signal);
     } catch (error) {
@@ -349,6 +362,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       checkConnection(connection);
       checkMinValidity(minValidity);
       checkTimeout(timeoutMs, 'timeoutMs');
+      checkNotAborted(tokenOptions.signal);
       const needMs = Math.max(marginMs, (minValidity ?? 0) * 1000);
       const cached = cache.get(connection);
       if (!forceRefresh && cached && cached.expiresAt.getTime() - now() > needMs) return cached;
@@ -364,6 +378,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     async invalidate(connection, accessToken, callOptions = {}) {
       checkConnection(connection);
       checkAccessToken(accessToken);
+      checkNotAborted(callOptions.signal);
       if (cache.get(connection)?.accessToken === accessToken) cache.delete(connection);
       const body = (await call(callOptions, (signal) =>
         send({ action: 'invalidate', connection, accessToken }, signal),
