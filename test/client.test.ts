@@ -213,7 +213,103 @@ const silentServer = async () => {
   };
 };
 
+/** A loopback server that records each request it receives and answers with `answer`. */
+const recordingServer = async (
+  answer: (port: number) => { status: number; headers?: Record<string, string>; body?: string },
+) => {
+  const received: { method: string; url: string; headers: Record<string, unknown> }[] = [];
+  const server: Server = createServer((request, response) => {
+    received.push({ method: String(request.method), url: String(request.url), headers: request.headers });
+    request.resume();
+    const { status, headers = {}, body = '' } = answer((server.address() as AddressInfo).port);
+    response.writeHead(status, headers).end(body);
+  });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    received,
+    close: () =>
+      new Promise<void>((done) => {
+        server.closeAllConnections();
+        server.close(() => done());
+      }),
+  };
+};
+
 describe('Client behaviour', () => {
+  it('raises a TransportError with the status and AWS’s message for an HTTP error that is not the broker’s', async () => {
+    const answers = [
+      {
+        status: 403,
+        body: '{"Message":"Forbidden. For troubleshooting Function URL authorization issues, see: https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html"}',
+        expected: 'Forbidden. For troubleshooting Function URL authorization issues',
+      },
+      {
+        status: 429,
+        body: '{"Message":"  Rate Exceeded.\\n "}',
+        headers: { 'retry-after': '2' },
+        expected: ': Rate Exceeded.',
+      },
+      { status: 502, body: '{"message":"Internal Server Error"}', expected: 'Internal Server Error' },
+      { status: 504, body: '{"message":"Endpoint request timed out"}', expected: 'timed out' },
+      { status: 503, body: 'Service Unavailable', expected: 'HTTP 503' },
+      { status: 500, body: `{"message":"${'x'.repeat(5_000)}"}`, expected: 'xxx…' },
+    ];
+    let next = 0;
+    const aws = await recordingServer(() => {
+      const { status, body, headers = {} } = answers[next] as (typeof answers)[number] & {
+        headers?: Record<string, string>;
+      };
+      return { status, body, headers: { 'content-type': 'application/json', ...headers } };
+    });
+    try {
+      const client = createTokenClient({
+        transport: { type: 'http', url: aws.url, region: 'us-east-1', credentials },
+      });
+      for (const [index, { status, expected }] of answers.entries()) {
+        next = index;
+        const error = await client.status().then(unexpected, caught);
+        expect(error).toBeInstanceOf(TransportError);
+        expect(error.code).toBe('TRANSPORT_FAILED');
+        expect((error as TokenBrokerError).status).toBe(status);
+        expect(error.message).toContain(`HTTP ${status}`);
+        expect(error.message).toContain(expected);
+        expect(error.message.length).toBeLessThan(400);
+        if (status === 429) expect(error.retryAfterSeconds).toBe(2);
+      }
+    } finally {
+      await aws.close();
+    }
+  });
+
+  it('does not follow a redirect: nothing signed reaches the other origin', async () => {
+    const other = await recordingServer(() => ({ status: 200, body: '{"connections":[]}' }));
+    const redirecting = await recordingServer(() => ({
+      status: 307,
+      headers: { location: `${other.url}/status` },
+    }));
+    try {
+      const client = createTokenClient({
+        transport: {
+          type: 'http',
+          url: redirecting.url,
+          region: 'us-east-1',
+          credentials: { ...credentials, sessionToken: 'local-session' },
+        },
+      });
+      const error = await client.status().then(unexpected, caught);
+      expect(error).toBeInstanceOf(TransportError);
+      expect(error.message).toContain('redirect');
+      expect(redirecting.received).toHaveLength(1);
+      expect(redirecting.received[0]?.headers['x-amz-security-token']).toBe('local-session');
+      expect(other.received).toEqual([]);
+    } finally {
+      await other.close();
+      await redirecting.close();
+    }
+  });
+
+
   it('gives up after the per-call timeout, or when the caller aborts, with a TransportError and its cause', async () => {
     const silent = await silentServer();
     try {
@@ -558,6 +654,22 @@ describe('CLI: token-broker', () => {
     expect(local.code).toBe(0);
     expect(local.stderr).toContain('placeholder credentials');
     expect(JSON.parse(local.stdout).connections).toHaveLength(2);
+  });
+
+  it('exits 3 with AWS’s message when AWS, not the broker, refused the request', async () => {
+    const aws = await recordingServer(() => ({
+      status: 403,
+      headers: { 'content-type': 'application/json' },
+      body: '{"Message":"Forbidden. For troubleshooting Function URL authorization issues, see: https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html"}',
+    }));
+    try {
+      const denied = await cli('status', '--url', aws.url);
+      expect(denied.code).toBe(3);
+      expect(denied.stderr).toContain('HTTP 403');
+      expect(denied.stderr).toContain('Forbidden.');
+    } finally {
+      await aws.close();
+    }
   });
 
   it('invalidate and warm work, and a broker error exits 1', async () => {
