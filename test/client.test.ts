@@ -219,7 +219,11 @@ const recordingServer = async (
 ) => {
   const received: { method: string; url: string; headers: Record<string, unknown> }[] = [];
   const server: Server = createServer((request, response) => {
-    received.push({ method: String(request.method), url: String(request.url), headers: request.headers });
+    received.push({
+      method: String(request.method),
+      url: String(request.url),
+      headers: request.headers,
+    });
     request.resume();
     const { status, headers = {}, body = '' } = answer((server.address() as AddressInfo).port);
     response.writeHead(status, headers).end(body);
@@ -250,14 +254,22 @@ describe('Client behaviour', () => {
         headers: { 'retry-after': '2' },
         expected: ': Rate Exceeded.',
       },
-      { status: 502, body: '{"message":"Internal Server Error"}', expected: 'Internal Server Error' },
+      {
+        status: 502,
+        body: '{"message":"Internal Server Error"}',
+        expected: 'Internal Server Error',
+      },
       { status: 504, body: '{"message":"Endpoint request timed out"}', expected: 'timed out' },
       { status: 503, body: 'Service Unavailable', expected: 'HTTP 503' },
       { status: 500, body: `{"message":"${'x'.repeat(5_000)}"}`, expected: 'xxx…' },
     ];
     let next = 0;
     const aws = await recordingServer(() => {
-      const { status, body, headers = {} } = answers[next] as (typeof answers)[number] & {
+      const {
+        status,
+        body,
+        headers = {},
+      } = answers[next] as (typeof answers)[number] & {
         headers?: Record<string, string>;
       };
       return { status, body, headers: { 'content-type': 'application/json', ...headers } };
@@ -308,7 +320,6 @@ describe('Client behaviour', () => {
       await redirecting.close();
     }
   });
-
 
   it('gives up after the per-call timeout, or when the caller aborts, with a TransportError and its cause', async () => {
     const silent = await silentServer();
@@ -419,6 +430,42 @@ describe('Client behaviour', () => {
     expect(() => createTokenClient({ transport: { type: 'http', url: 'not-a-url' } })).toThrow(
       ClientConfigError,
     );
+  });
+
+  it('refuses unknown option keys (typos from plain JavaScript), without sending anything', async () => {
+    const transport = { type: 'http', url: broker.url, region: 'us-east-1', credentials } as const;
+    expect(() => createTokenClient({ transport, timeoutMS: 5 } as never)).toThrow(
+      new ClientConfigError('createTokenClient: unknown option "timeoutMS"'),
+    );
+    expect(() =>
+      createTokenClient({ transport: { ...transport, regoin: 'eu-west-1' } as never }),
+    ).toThrow('transport: unknown option "regoin"');
+    expect(() =>
+      createTokenClient({ transport: { type: 'lambda', functionName: 'x', url: 'y' } as never }),
+    ).toThrow('transport: unknown option "url"');
+    fetches = 0;
+    const { http } = clients();
+    const attempts = [
+      () => http.getToken('sandbox', { minvalidity: 5 } as never),
+      () => http.withToken('sandbox', async () => 'ok', { isrejected: () => false } as never),
+      () => http.invalidate('sandbox', 'at_x', { timeoutMS: 5 } as never),
+      () => http.status({ sginal: undefined } as never),
+      () => http.warmUp({ minValidity: 5 } as never),
+      async () => http.provider('sandbox', { forcerefresh: true } as never),
+    ];
+    for (const attempt of attempts) {
+      const error = await attempt().then(unexpected, caught);
+      expect(error).toBeInstanceOf(BadRequestError);
+      expect(error.message).toMatch(/^\w+: unknown option "\w+"$/);
+    }
+    expect(fetches).toBe(0);
+    expect(() =>
+      tokenBroker({
+        client: http,
+        fetchData: { t: 'sandbox' },
+        tokenOptions: { minvalidity: 5 } as never,
+      }),
+    ).toThrow(new ClientConfigError('tokenBroker: unknown option "tokenOptions.minvalidity"'));
   });
 
   it('provider() hands out the token alone, through the cache; forceRefresh asks the broker again', async () => {

@@ -143,11 +143,26 @@ const failure = (error: unknown, signal: AbortSignal, what: string): TokenBroker
   );
 };
 
+const TRANSPORT_OPTIONS = {
+  lambda: new Set(['type', 'functionName', 'region', 'endpoint', 'client']),
+  http: new Set(['type', 'url', 'region', 'credentials', 'fetch']),
+} as const;
+
 export const createTransport = (
   options: TransportOptions,
   context: TransportContext = { warn: () => undefined },
-): Transport =>
-  options.type === 'lambda' ? lambdaTransport(options, context) : httpTransport(options, context);
+): Transport => {
+  const type: unknown = options?.type;
+  if (type !== 'lambda' && type !== 'http') {
+    throw new ClientConfigError('transport: "type" must be "lambda" or "http"');
+  }
+  // From plain JavaScript, a typo (`regoin`) must be refused, not ignored.
+  const unknown = Object.keys(options).find((key) => !TRANSPORT_OPTIONS[type].has(key));
+  if (unknown !== undefined) throw new ClientConfigError(`transport: unknown option "${unknown}"`);
+  return options.type === 'lambda'
+    ? lambdaTransport(options, context)
+    : httpTransport(options, context);
+};
 
 const lambdaTransport = (
   options: LambdaTransportOptions,

@@ -176,11 +176,12 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
       errorMessage: 'Invalid direct invoke: unknown field "foo"',
     });
     for (const url of ['/tokens/sandbox', '/status', '/health']) {
-      const response = await http(handler, 'GET', url, { headers: json, body: '{"minValidity":5}' });
+      const response = await http(handler, 'GET', url, {
+        headers: json,
+        body: '{"minValidity":5}',
+      });
       expect(response.status).toBe(400);
-      expect(response.json.error.message).toBe(
-        'Invalid request: unknown body field "minValidity"',
-      );
+      expect(response.json.error.message).toBe('Invalid request: unknown body field "minValidity"');
     }
     for (const body of ['[1]', '"x"', 'foo=1', '{']) {
       const response = await http(handler, 'GET', '/tokens/sandbox', { body });
