@@ -641,6 +641,39 @@ describe('CLI: token-broker', () => {
     expect((await cli('status')).code).toBe(2);
   });
 
+  it('exits 2 for a usage error: a malformed --min-validity, an option the command does not take, a value the client refuses before sending', async () => {
+    for (const value of ['2000000000', '', '1e3', '-1', '1.5', ' 5']) {
+      const result = await cli('token', 'sandbox', '--min-validity', value, ...target());
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain('--min-validity');
+    }
+    expect((await cli('token', 'sandbox', '--min-validity', '60', ...target())).code).toBe(0);
+    const cases: [string[], string][] = [
+      [['warm', '--token', 'abc', ...target()], '--token'],
+      [['status', '--reveal', ...target()], '--reveal'],
+      [['status', '--min-validity', '5', ...target()], '--min-validity'],
+      [['invalidate', 'sandbox', '--reveal', ...target()], '--reveal'],
+      [['status', '--url', broker.url, '--endpoint', broker.url], '--endpoint'],
+      [
+        ['status', '--endpoint', broker.url, { TOKEN_BROKER_URL: broker.url }] as never,
+        '--endpoint',
+      ],
+      // Refused by the client before anything is sent: a usage error too.
+      [['token', 'x'.repeat(201), ...target()], '"connection"'],
+    ];
+    for (const [args, named] of cases) {
+      const result = await cli(...args);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain(named);
+    }
+    const longToken = await cli('invalidate', 'sandbox', ...target(), {
+      TOKEN_BROKER_ACCESS_TOKEN: 'x'.repeat(9000),
+    });
+    expect(longToken.code).toBe(2);
+    expect(longToken.stderr).toContain('"accessToken"');
+    expect(longToken.stderr).not.toContain('xxxx');
+  });
+
   it('status --json lists every connection, never a token', async () => {
     const token = await clients().lambda.getToken('sandbox');
     const { code, stdout } = await cli('status', '--json', ...target());
