@@ -213,7 +213,114 @@ const silentServer = async () => {
   };
 };
 
+/** A loopback server that records each request it receives and answers with `answer`. */
+const recordingServer = async (
+  answer: (port: number) => { status: number; headers?: Record<string, string>; body?: string },
+) => {
+  const received: { method: string; url: string; headers: Record<string, unknown> }[] = [];
+  const server: Server = createServer((request, response) => {
+    received.push({
+      method: String(request.method),
+      url: String(request.url),
+      headers: request.headers,
+    });
+    request.resume();
+    const { status, headers = {}, body = '' } = answer((server.address() as AddressInfo).port);
+    response.writeHead(status, headers).end(body);
+  });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    received,
+    close: () =>
+      new Promise<void>((done) => {
+        server.closeAllConnections();
+        server.close(() => done());
+      }),
+  };
+};
+
 describe('Client behaviour', () => {
+  it('raises a TransportError with the status and AWS’s message for an HTTP error that is not the broker’s', async () => {
+    const answers = [
+      {
+        status: 403,
+        body: '{"Message":"Forbidden. For troubleshooting Function URL authorization issues, see: https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html"}',
+        expected: 'Forbidden. For troubleshooting Function URL authorization issues',
+      },
+      {
+        status: 429,
+        body: '{"Message":"  Rate Exceeded.\\n "}',
+        headers: { 'retry-after': '2' },
+        expected: ': Rate Exceeded.',
+      },
+      {
+        status: 502,
+        body: '{"message":"Internal Server Error"}',
+        expected: 'Internal Server Error',
+      },
+      { status: 504, body: '{"message":"Endpoint request timed out"}', expected: 'timed out' },
+      { status: 503, body: 'Service Unavailable', expected: 'HTTP 503' },
+      { status: 500, body: `{"message":"${'x'.repeat(5_000)}"}`, expected: 'xxx…' },
+    ];
+    let next = 0;
+    const aws = await recordingServer(() => {
+      const {
+        status,
+        body,
+        headers = {},
+      } = answers[next] as (typeof answers)[number] & {
+        headers?: Record<string, string>;
+      };
+      return { status, body, headers: { 'content-type': 'application/json', ...headers } };
+    });
+    try {
+      const client = createTokenClient({
+        transport: { type: 'http', url: aws.url, region: 'us-east-1', credentials },
+      });
+      for (const [index, { status, expected }] of answers.entries()) {
+        next = index;
+        const error = await client.status().then(unexpected, caught);
+        expect(error).toBeInstanceOf(TransportError);
+        expect(error.code).toBe('TRANSPORT_FAILED');
+        expect((error as TokenBrokerError).status).toBe(status);
+        expect(error.message).toContain(`HTTP ${status}`);
+        expect(error.message).toContain(expected);
+        expect(error.message.length).toBeLessThan(400);
+        if (status === 429) expect(error.retryAfterSeconds).toBe(2);
+      }
+    } finally {
+      await aws.close();
+    }
+  });
+
+  it('does not follow a redirect: nothing signed reaches the other origin', async () => {
+    const other = await recordingServer(() => ({ status: 200, body: '{"connections":[]}' }));
+    const redirecting = await recordingServer(() => ({
+      status: 307,
+      headers: { location: `${other.url}/status` },
+    }));
+    try {
+      const client = createTokenClient({
+        transport: {
+          type: 'http',
+          url: redirecting.url,
+          region: 'us-east-1',
+          credentials: { ...credentials, sessionToken: 'local-session' },
+        },
+      });
+      const error = await client.status().then(unexpected, caught);
+      expect(error).toBeInstanceOf(TransportError);
+      expect(error.message).toContain('redirect');
+      expect(redirecting.received).toHaveLength(1);
+      expect(redirecting.received[0]?.headers['x-amz-security-token']).toBe('local-session');
+      expect(other.received).toEqual([]);
+    } finally {
+      await other.close();
+      await redirecting.close();
+    }
+  });
+
   it('gives up after the per-call timeout, or when the caller aborts, with a TransportError and its cause', async () => {
     const silent = await silentServer();
     try {
@@ -256,6 +363,43 @@ describe('Client behaviour', () => {
     }
   });
 
+  it('refuses an already-aborted signal before sending anything, leaving no promise unhandled', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      let sends = 0;
+      const custom = createTokenClient({
+        transport: {
+          send: async () => {
+            sends += 1;
+            throw new Error('sent');
+          },
+        },
+      });
+      fetches = 0;
+      const { http } = clients();
+      for (const client of [custom, http]) {
+        for (const attempt of [
+          () => client.status({ signal: AbortSignal.abort() }),
+          () => client.warmUp({ signal: AbortSignal.abort() }),
+          () => client.getToken('sandbox', { signal: AbortSignal.abort() }),
+          () => client.invalidate('sandbox', 'at_x', { signal: AbortSignal.abort() }),
+        ]) {
+          const error = await attempt().then(unexpected, caught);
+          expect(error).toBeInstanceOf(TransportError);
+          expect(error.code).toBe('ABORTED');
+        }
+      }
+      await new Promise((done) => setTimeout(done, 50));
+      expect(sends).toBe(0);
+      expect(fetches).toBe(0);
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
   it('keeps the cause of a transport failure', async () => {
     const client = createTokenClient({
       transport: { type: 'http', url: 'http://127.0.0.1:9', region: 'us-east-1', credentials },
@@ -286,6 +430,42 @@ describe('Client behaviour', () => {
     expect(() => createTokenClient({ transport: { type: 'http', url: 'not-a-url' } })).toThrow(
       ClientConfigError,
     );
+  });
+
+  it('refuses unknown option keys (typos from plain JavaScript), without sending anything', async () => {
+    const transport = { type: 'http', url: broker.url, region: 'us-east-1', credentials } as const;
+    expect(() => createTokenClient({ transport, timeoutMS: 5 } as never)).toThrow(
+      new ClientConfigError('createTokenClient: unknown option "timeoutMS"'),
+    );
+    expect(() =>
+      createTokenClient({ transport: { ...transport, regoin: 'eu-west-1' } as never }),
+    ).toThrow('transport: unknown option "regoin"');
+    expect(() =>
+      createTokenClient({ transport: { type: 'lambda', functionName: 'x', url: 'y' } as never }),
+    ).toThrow('transport: unknown option "url"');
+    fetches = 0;
+    const { http } = clients();
+    const attempts = [
+      () => http.getToken('sandbox', { minvalidity: 5 } as never),
+      () => http.withToken('sandbox', async () => 'ok', { isrejected: () => false } as never),
+      () => http.invalidate('sandbox', 'at_x', { timeoutMS: 5 } as never),
+      () => http.status({ sginal: undefined } as never),
+      () => http.warmUp({ minValidity: 5 } as never),
+      async () => http.provider('sandbox', { forcerefresh: true } as never),
+    ];
+    for (const attempt of attempts) {
+      const error = await attempt().then(unexpected, caught);
+      expect(error).toBeInstanceOf(BadRequestError);
+      expect(error.message).toMatch(/^\w+: unknown option "\w+"$/);
+    }
+    expect(fetches).toBe(0);
+    expect(() =>
+      tokenBroker({
+        client: http,
+        fetchData: { t: 'sandbox' },
+        tokenOptions: { minvalidity: 5 } as never,
+      }),
+    ).toThrow(new ClientConfigError('tokenBroker: unknown option "tokenOptions.minvalidity"'));
   });
 
   it('provider() hands out the token alone, through the cache; forceRefresh asks the broker again', async () => {
@@ -461,6 +641,39 @@ describe('CLI: token-broker', () => {
     expect((await cli('status')).code).toBe(2);
   });
 
+  it('exits 2 for a usage error: a malformed --min-validity, an option the command does not take, a value the client refuses before sending', async () => {
+    for (const value of ['2000000000', '', '1e3', '-1', '1.5', ' 5']) {
+      const result = await cli('token', 'sandbox', '--min-validity', value, ...target());
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain('--min-validity');
+    }
+    expect((await cli('token', 'sandbox', '--min-validity', '60', ...target())).code).toBe(0);
+    const cases: [string[], string][] = [
+      [['warm', '--token', 'abc', ...target()], '--token'],
+      [['status', '--reveal', ...target()], '--reveal'],
+      [['status', '--min-validity', '5', ...target()], '--min-validity'],
+      [['invalidate', 'sandbox', '--reveal', ...target()], '--reveal'],
+      [['status', '--url', broker.url, '--endpoint', broker.url], '--endpoint'],
+      [
+        ['status', '--endpoint', broker.url, { TOKEN_BROKER_URL: broker.url }] as never,
+        '--endpoint',
+      ],
+      // Refused by the client before anything is sent: a usage error too.
+      [['token', 'x'.repeat(201), ...target()], '"connection"'],
+    ];
+    for (const [args, named] of cases) {
+      const result = await cli(...args);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain(named);
+    }
+    const longToken = await cli('invalidate', 'sandbox', ...target(), {
+      TOKEN_BROKER_ACCESS_TOKEN: 'x'.repeat(9000),
+    });
+    expect(longToken.code).toBe(2);
+    expect(longToken.stderr).toContain('"accessToken"');
+    expect(longToken.stderr).not.toContain('xxxx');
+  });
+
   it('status --json lists every connection, never a token', async () => {
     const token = await clients().lambda.getToken('sandbox');
     const { code, stdout } = await cli('status', '--json', ...target());
@@ -521,6 +734,22 @@ describe('CLI: token-broker', () => {
     expect(local.code).toBe(0);
     expect(local.stderr).toContain('placeholder credentials');
     expect(JSON.parse(local.stdout).connections).toHaveLength(2);
+  });
+
+  it('exits 3 with AWS’s message when AWS, not the broker, refused the request', async () => {
+    const aws = await recordingServer(() => ({
+      status: 403,
+      headers: { 'content-type': 'application/json' },
+      body: '{"Message":"Forbidden. For troubleshooting Function URL authorization issues, see: https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html"}',
+    }));
+    try {
+      const denied = await cli('status', '--url', aws.url);
+      expect(denied.code).toBe(3);
+      expect(denied.stderr).toContain('HTTP 403');
+      expect(denied.stderr).toContain('Forbidden.');
+    } finally {
+      await aws.close();
+    }
   });
 
   it('invalidate and warm work, and a broker error exits 1', async () => {

@@ -6,13 +6,15 @@
 import { text } from 'node:stream/consumers';
 import { parseArgs } from 'node:util';
 import {
+  BadRequestError,
   ClientConfigError,
   createTokenClient,
+  LIMITS,
   TokenBrokerError,
   type TokenClient,
-  type TokenClientOptions,
   TransportError,
 } from './index.js';
+import { createTransport, type TransportOptions } from './transports.js';
 
 const HELP = `token-broker <command> [options]
 
@@ -42,8 +44,11 @@ Options:
 A loopback target (localhost, 127.x, ::1) without AWS region or credentials gets a local default
 (region us-east-1, placeholder credentials), and the CLI says so on stderr.
 
-Exit codes: 0 done, 1 the broker answered with an error, 2 wrong usage or missing AWS settings
-(nothing was sent), 3 the broker could not be reached or did not answer in time.
+An option that does not apply to the command is refused (exit 2), as is --endpoint with --url.
+
+Exit codes: 0 done, 1 the broker answered with an error, 2 wrong usage, a value the client refuses
+or missing AWS settings (nothing was sent), 3 the broker could not be reached, did not answer in
+time, or AWS answered in its place (an IAM denial, throttling, a gateway error).
 Examples:
   token-broker status --function token-broker-prod-broker
   token-broker token sandbox --endpoint http://127.0.0.1:3000 --function token-broker --json
@@ -72,15 +77,51 @@ const parse = (argv: string[]) => {
       endpoint: { type: 'string' },
       token: { type: 'string' },
       'min-validity': { type: 'string' },
-      reveal: { type: 'boolean', default: false },
-      json: { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h', default: false },
+      // No defaults: an option given to a command that does not take it must be seen.
+      reveal: { type: 'boolean' },
+      json: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
     },
   });
   return { values, positionals };
 };
 
 type Values = ReturnType<typeof parse>['values'];
+
+/** Options every command takes: the target and the output. */
+const COMMON_OPTIONS = ['function', 'url', 'region', 'profile', 'endpoint', 'json', 'help'];
+/** The options of each command, besides the common ones. */
+const COMMAND_OPTIONS: Readonly<Record<string, readonly string[]>> = {
+  status: [],
+  token: ['min-validity', 'reveal'],
+  invalidate: ['token'],
+  warm: [],
+};
+
+/** An option the command does not take is refused, not ignored. */
+const checkOptionsOf = (command: string, values: Values) => {
+  const own = COMMAND_OPTIONS[command] ?? [];
+  for (const [name, value] of Object.entries(values)) {
+    if (value !== undefined && !COMMON_OPTIONS.includes(name) && !own.includes(name)) {
+      throw new UsageError(`--${name} does not apply to '${command}'`);
+    }
+  }
+};
+
+/** `--min-validity`: digits only (no sign, point, exponent or blank), within the broker's limit. */
+const minValidityOf = (value: string | undefined): number | undefined => {
+  if (value === undefined) return undefined;
+  const seconds = /^\d{1,10}$/.test(value) ? Number(value) : Number.NaN;
+  if (!(seconds <= LIMITS.maxMinValidity)) {
+    throw new UsageError(
+      `--min-validity must be a whole number of seconds from 0 to ${LIMITS.maxMinValidity}`,
+    );
+  }
+  return seconds;
+};
+
+/** Whether a request left: a refusal by the client before that is a usage error. */
+let sent = false;
 
 const checkUrl = (value: string | undefined, option: string) => {
   if (value === undefined) return;
@@ -95,30 +136,37 @@ const checkUrl = (value: string | undefined, option: string) => {
   }
 };
 
-const warnOnStderr: TokenClientOptions['onWarning'] = (message) =>
-  process.stderr.write(`Note: ${message}\n`);
+const warnOnStderr = (message: string) => process.stderr.write(`Note: ${message}\n`);
 
 const clientFor = (values: Values): TokenClient => {
   if (values.profile) process.env.AWS_PROFILE = values.profile;
   const functionName = values.function ?? process.env.TOKEN_BROKER_FUNCTION;
   const url = values.url ?? process.env.TOKEN_BROKER_URL;
   if (functionName && url) throw new UsageError('Give --function or --url, not both');
+  if (url && values.endpoint !== undefined) {
+    throw new UsageError('--endpoint applies to --function (direct invoke), not to --url');
+  }
   checkUrl(url, '--url (or TOKEN_BROKER_URL)');
   checkUrl(values.endpoint, '--endpoint');
-  if (url)
+  const client = (options: TransportOptions) => {
+    const transport = createTransport(options, { warn: warnOnStderr });
     return createTokenClient({
-      onWarning: warnOnStderr,
-      transport: { type: 'http', url, ...(values.region ? { region: values.region } : {}) },
-    });
-  if (functionName) {
-    return createTokenClient({
-      onWarning: warnOnStderr,
       transport: {
-        type: 'lambda',
-        functionName,
-        ...(values.region ? { region: values.region } : {}),
-        ...(values.endpoint ? { endpoint: values.endpoint } : {}),
+        send: (operation, sendOptions) => {
+          sent = true;
+          return transport.send(operation, sendOptions);
+        },
       },
+    });
+  };
+  if (url)
+    return client({ type: 'http', url, ...(values.region ? { region: values.region } : {}) });
+  if (functionName) {
+    return client({
+      type: 'lambda',
+      functionName,
+      ...(values.region ? { region: values.region } : {}),
+      ...(values.endpoint ? { endpoint: values.endpoint } : {}),
     });
   }
   throw new UsageError(
@@ -169,6 +217,7 @@ const run = async (argv: string[]): Promise<number> => {
   const needsConnection = command === 'token' || command === 'invalidate';
   if (needsConnection && !connection) throw new UsageError(`'${command}' needs a connection name`);
   if (!needsConnection && connection) throw new UsageError(`'${command}' takes no connection`);
+  checkOptionsOf(command, values);
 
   switch (command) {
     case 'status': {
@@ -186,11 +235,7 @@ const run = async (argv: string[]): Promise<number> => {
       return 0;
     }
     case 'token': {
-      const minValidity =
-        values['min-validity'] === undefined ? undefined : Number(values['min-validity']);
-      if (minValidity !== undefined && !(Number.isInteger(minValidity) && minValidity >= 0)) {
-        throw new UsageError('--min-validity must be a whole number of seconds');
-      }
+      const minValidity = minValidityOf(values['min-validity']);
       const token = await clientFor(values).getToken(
         connection as string,
         minValidity === undefined ? {} : { minValidity },
@@ -239,7 +284,8 @@ run(process.argv.slice(2)).then(
     process.exitCode = code;
   },
   (error: unknown) => {
-    if (error instanceof UsageError) {
+    // The client refused a value before sending it (a connection name too long, say): usage.
+    if (error instanceof UsageError || (error instanceof BadRequestError && !sent)) {
       process.stderr.write(`${error.message}\n\nRun 'token-broker --help' for usage.\n`);
       process.exitCode = 2;
     } else if (error instanceof ClientConfigError) {

@@ -107,7 +107,10 @@ export class InternalError extends TokenBrokerError {
 }
 /**
  * The broker could not be reached, did not answer within the timeout (`TIMEOUT`), the call was
- * aborted (`ABORTED`), or the answer is not the broker's protocol (`TRANSPORT_FAILED`).
+ * aborted (`ABORTED`), or the answer is not the broker's protocol (`TRANSPORT_FAILED`): among
+ * those, an HTTP error AWS answered in front of the broker (a Function URL's 403 IAM denial,
+ * 429 throttling, an API Gateway 502 or 504), with its `status` and AWS's message, and a
+ * redirect, which the client does not follow.
  */
 export class TransportError extends TokenBrokerError {
   override readonly name = 'TransportError';

@@ -230,14 +230,48 @@ const checkTimeout = (timeoutMs: unknown, what: string) => {
   }
 };
 
+// The keys each options object takes: from plain JavaScript, a typo (`minvalidity`) must be
+// refused, not silently change what the call does.
+const CLIENT_OPTIONS = new Set(['transport', 'marginSeconds', 'timeoutMs', 'onWarning', 'now']);
+const CALL_OPTIONS = new Set(['signal', 'timeoutMs']);
+const TOKEN_OPTIONS = new Set([...CALL_OPTIONS, 'minValidity', 'forceRefresh']);
+const WITH_TOKEN_OPTIONS = new Set([...TOKEN_OPTIONS, 'isRejected']);
+
+/** The first key of `options` that `allowed` does not list. */
+const unknownOption = (options: unknown, allowed: ReadonlySet<string>) =>
+  typeof options === 'object' && options !== null
+    ? Object.keys(options).find((key) => !allowed.has(key))
+    : undefined;
+
+/** A call's options, refused as the broker refuses an unknown field. */
+const checkOptions = (options: unknown, allowed: ReadonlySet<string>, method: string) => {
+  const key = unknownOption(options, allowed);
+  if (key !== undefined) {
+    throw new BadRequestError(`${method}: unknown option "${key}"`, 'BAD_REQUEST');
+  }
+};
+
 /** Settles with `promise`, or rejects as soon as `signal` fires. */
 const untilAborted = <T>(promise: Promise<T>, signal: AbortSignal): Promise<T> => {
-  if (signal.aborted) return Promise.reject(signal.reason);
+  if (signal.aborted) {
+    // Nobody waits for `promise` any more: its later failure must not be an unhandled rejection.
+    promise.catch(() => undefined);
+    return Promise.reject(signal.reason);
+  }
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
     promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
   });
+};
+
+/** A signal that has already fired ends the call before anything starts (nothing is sent). */
+const checkNotAborted = (caller: AbortSignal | undefined) => {
+  if (caller?.aborted) {
+    throw new TransportError('The call to the broker was aborted', ClientErrorCode.ABORTED, {
+      cause: caller.reason,
+    });
+  }
 };
 
 /** The typed error for a call that its own signal or timeout ended. */
@@ -257,6 +291,10 @@ const emitWarning = (message: string) =>
 
 /** Creates a client; keep one per process: it holds the cache. */
 export const createTokenClient = (options: TokenClientOptions): TokenClient => {
+  const unknown = unknownOption(options, CLIENT_OPTIONS);
+  if (unknown !== undefined) {
+    throw new ClientConfigError(`createTokenClient: unknown option "${unknown}"`);
+  }
   checkTimeout(options.timeoutMs, 'timeoutMs');
   const marginSeconds = options.marginSeconds ?? 60;
   if (!(Number.isFinite(marginSeconds) && marginSeconds >= 0)) {
@@ -282,6 +320,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     work: (signal: AbortSignal) => Promise<T>,
   ): Promise<T> => {
     checkTimeout(timeoutMs, 'timeoutMs');
+    checkNotAborted(caller);
     // One signal for the timeout and the caller's (by hand: AbortSignal.any needs Node 20.3).
     const controller = new AbortController();
     const signal = controller.signal;
@@ -290,8 +329,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       timeoutMs,
     );
     const onAbort = () => controller.abort(caller?.reason);
-    if (caller?.aborted) onAbort();
-    else caller?.addEventListener('abort', onAbort, { once: true });
+    caller?.addEventListener('abort', onAbort, { once: true });
     try {
       return await untilAborted(work(signal), signal);
     } catch (error) {
@@ -345,10 +383,12 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
 
   const client: TokenClient = {
     async getToken(connection, tokenOptions = {}) {
+      checkOptions(tokenOptions, TOKEN_OPTIONS, 'getToken');
       const { minValidity, forceRefresh = false, timeoutMs = defaultTimeoutMs } = tokenOptions;
       checkConnection(connection);
       checkMinValidity(minValidity);
       checkTimeout(timeoutMs, 'timeoutMs');
+      checkNotAborted(tokenOptions.signal);
       const needMs = Math.max(marginMs, (minValidity ?? 0) * 1000);
       const cached = cache.get(connection);
       if (!forceRefresh && cached && cached.expiresAt.getTime() - now() > needMs) return cached;
@@ -356,14 +396,17 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     },
 
     provider(connection, tokenOptions = {}) {
+      checkOptions(tokenOptions, TOKEN_OPTIONS, 'provider');
       checkConnection(connection);
       checkMinValidity(tokenOptions.minValidity);
       return async () => (await client.getToken(connection, tokenOptions)).accessToken;
     },
 
     async invalidate(connection, accessToken, callOptions = {}) {
+      checkOptions(callOptions, CALL_OPTIONS, 'invalidate');
       checkConnection(connection);
       checkAccessToken(accessToken);
+      checkNotAborted(callOptions.signal);
       if (cache.get(connection)?.accessToken === accessToken) cache.delete(connection);
       const body = (await call(callOptions, (signal) =>
         send({ action: 'invalidate', connection, accessToken }, signal),
@@ -371,7 +414,9 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       return body?.invalidated === true;
     },
 
-    async withToken(connection, fn, { isRejected = isUnauthorized, ...tokenOptions } = {}) {
+    async withToken(connection, fn, withTokenOptions = {}) {
+      checkOptions(withTokenOptions, WITH_TOKEN_OPTIONS, 'withToken');
+      const { isRejected = isUnauthorized, ...tokenOptions } = withTokenOptions;
       const attempt = async (): Promise<{
         token: string;
         rejected: boolean;
@@ -393,13 +438,17 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       if (first.value instanceof Response && !first.value.bodyUsed) {
         await first.value.body?.cancel().catch(() => undefined);
       }
-      await client.invalidate(connection, first.token, tokenOptions);
+      await client.invalidate(connection, first.token, {
+        ...(tokenOptions.signal ? { signal: tokenOptions.signal } : {}),
+        ...(tokenOptions.timeoutMs === undefined ? {} : { timeoutMs: tokenOptions.timeoutMs }),
+      });
       const second = await attempt();
       if (second.error !== undefined) throw second.error;
       return second.value as Awaited<ReturnType<typeof fn>>;
     },
 
     async status(callOptions = {}) {
+      checkOptions(callOptions, CALL_OPTIONS, 'status');
       const body = (await call(callOptions, (signal) => send({ action: 'status' }, signal))) as {
         connections?: ConnectionStatus[];
       };
@@ -407,6 +456,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     },
 
     async warmUp(callOptions = {}) {
+      checkOptions(callOptions, CALL_OPTIONS, 'warmUp');
       return (await call(callOptions, (signal) =>
         send({ action: 'warmUp' }, signal),
       )) as WarmUpReport;

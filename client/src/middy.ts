@@ -72,6 +72,13 @@ export const tokenBroker = <TKey extends string>(
   for (const key of Object.keys(options)) {
     if (!allowed.has(key)) throw new ClientConfigError(`tokenBroker: unknown option "${key}"`);
   }
+  // tokenOptions too: `{ minvalidity: 5 }` must not pass as no option at all.
+  const allowedTokenOptions = new Set(['minValidity', 'timeoutMs']);
+  for (const key of Object.keys(options.tokenOptions ?? {})) {
+    if (!allowedTokenOptions.has(key)) {
+      throw new ClientConfigError(`tokenBroker: unknown option "tokenOptions.${key}"`);
+    }
+  }
   if (!options.client === !options.transport) {
     throw new ClientConfigError('tokenBroker: give either "client" or "transport"');
   }

@@ -143,11 +143,26 @@ const failure = (error: unknown, signal: AbortSignal, what: string): TokenBroker
   );
 };
 
+const TRANSPORT_OPTIONS = {
+  lambda: new Set(['type', 'functionName', 'region', 'endpoint', 'client']),
+  http: new Set(['type', 'url', 'region', 'credentials', 'fetch']),
+} as const;
+
 export const createTransport = (
   options: TransportOptions,
   context: TransportContext = { warn: () => undefined },
-): Transport =>
-  options.type === 'lambda' ? lambdaTransport(options, context) : httpTransport(options, context);
+): Transport => {
+  const type: unknown = options?.type;
+  if (type !== 'lambda' && type !== 'http') {
+    throw new ClientConfigError('transport: "type" must be "lambda" or "http"');
+  }
+  // From plain JavaScript, a typo (`regoin`) must be refused, not ignored.
+  const unknown = Object.keys(options).find((key) => !TRANSPORT_OPTIONS[type].has(key));
+  if (unknown !== undefined) throw new ClientConfigError(`transport: unknown option "${unknown}"`);
+  return options.type === 'lambda'
+    ? lambdaTransport(options, context)
+    : httpTransport(options, context);
+};
 
 const lambdaTransport = (
   options: LambdaTransportOptions,
@@ -217,6 +232,21 @@ const lambdaTransport = (
       return body;
     },
   };
+};
+
+const AWS_MESSAGE_LENGTH = 200;
+
+/**
+ * The `Message` (Function URL) or `message` (API Gateway) of an error body AWS answered in front
+ * of the broker, on one line and capped. Those bodies never carry a token.
+ */
+const awsMessage = (json: unknown): string | undefined => {
+  const body = json as { Message?: unknown; message?: unknown } | null | undefined;
+  const raw = typeof body?.Message === 'string' ? body.Message : body?.message;
+  if (typeof raw !== 'string') return undefined;
+  const line = raw.replace(/[\p{Cc}\s]+/gu, ' ').trim();
+  if (line === '') return undefined;
+  return line.length > AWS_MESSAGE_LENGTH ? `${line.slice(0, AWS_MESSAGE_LENGTH)}…` : line;
 };
 
 /** `https://<id>.lambda-url.<region>.on.aws` carries its region. */
@@ -325,33 +355,60 @@ const httpTransport = (options: HttpTransportOptions, { warn }: TransportContext
           method,
           headers: signed.headers as Record<string, string>,
           signal,
+          // A redirect would carry the signed headers (session token included) to wherever it points.
+          redirect: 'manual',
           ...(body ? { body } : {}),
         });
+        if (
+          response.type === 'opaqueredirect' ||
+          (response.status >= 300 && response.status < 400)
+        ) {
+          await response.body?.cancel().catch(() => undefined);
+          throw new TransportError(
+            `${base.origin} answered with a redirect (HTTP ${response.status}), which the client does not follow: its signed request goes to the broker's URL only`,
+            ClientErrorCode.TRANSPORT_FAILED,
+            { status: response.status },
+          );
+        }
         text = await response.text();
       } catch (error) {
         throw failure(error, signal, `Could not reach ${base.origin}`);
       }
-      let json: Record<string, unknown>;
+      let json: unknown;
+      let isJson = true;
       try {
-        json = JSON.parse(text) as Record<string, unknown>;
+        json = JSON.parse(text);
       } catch {
+        isJson = false;
+      }
+      const retryAfter = Number(response.headers.get('retry-after') ?? Number.NaN);
+      const retryAfterSeconds = Number.isFinite(retryAfter) ? retryAfter : undefined;
+      const error = (json as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+      if (!response.ok && typeof error?.code === 'string') {
+        throw fromHttpError(
+          error.code,
+          String(error.message ?? `HTTP ${response.status}`),
+          response.status,
+          retryAfterSeconds,
+        );
+      }
+      if (!response.ok) {
+        // Not the broker's answer: AWS's own (an IAM denial, throttling, a gateway error).
+        const said = awsMessage(json);
+        throw new TransportError(
+          `${base.origin} answered HTTP ${response.status} without the broker's error${said ? `: ${said}` : ''}`,
+          ClientErrorCode.TRANSPORT_FAILED,
+          { status: response.status, retryAfterSeconds },
+        );
+      }
+      if (!isJson) {
         throw new TransportError(
           `The broker answered HTTP ${response.status} without JSON`,
           ClientErrorCode.TRANSPORT_FAILED,
           { status: response.status },
         );
       }
-      if (!response.ok) {
-        const error = (json.error ?? {}) as { code?: unknown; message?: unknown };
-        const retryAfter = Number(response.headers.get('retry-after') ?? Number.NaN);
-        throw fromHttpError(
-          String(error.code ?? ClientErrorCode.TRANSPORT_FAILED),
-          String(error.message ?? `HTTP ${response.status}`),
-          response.status,
-          Number.isFinite(retryAfter) ? retryAfter : undefined,
-        );
-      }
-      return json;
+      return json as Record<string, unknown>;
     },
   };
 };

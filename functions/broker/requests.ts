@@ -80,17 +80,46 @@ export const parseInvokeRequest = (event: unknown): BrokerRequest =>
 export interface HttpRequestParts {
   readonly pathParameters?: Readonly<Record<string, string | undefined>> | undefined;
   readonly queryStringParameters?: Readonly<Record<string, string | undefined>> | undefined;
-  /** Parsed JSON for the routes that take a body. */
+  /** Parsed JSON for the routes that take a body; the raw text (or nothing) for the others. */
   readonly body?: unknown;
+  readonly isBase64Encoded?: boolean | undefined;
 }
 
 /** The query parameters each route takes; none for the others. */
 const QUERY: Readonly<Partial<Record<Action | 'health', readonly string[]>>> = {
   getToken: ['minValidity'],
 };
-/** The body fields each route takes; routes without a body never read one. */
+/** The body fields each route takes; the others take no body. */
 const BODY: Readonly<Partial<Record<Action, readonly string[]>>> = {
   invalidate: ['accessToken'],
+};
+
+/**
+ * A route that takes no body refuses one, as direct invoke refuses an unknown field: nothing,
+ * blanks or `{}` pass; a JSON object is refused naming its first field; anything else, saying
+ * that the route takes no body.
+ */
+const checkNoBody = (event: HttpRequestParts, prefix: string) => {
+  let body = event.body;
+  if (body === undefined || body === null) return;
+  if (typeof body === 'string') {
+    const text = (
+      event.isBase64Encoded ? Buffer.from(body, 'base64').toString('utf8') : body
+    ).trim();
+    if (text === '') return;
+    try {
+      body = JSON.parse(text) as unknown;
+    } catch {
+      body = undefined;
+    }
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new BadRequestError(`${prefix}: this route takes no body`);
+  }
+  const [field] = Object.keys(body);
+  if (field !== undefined) {
+    throw new BadRequestError(`${prefix}: unknown body field "${printable(field)}"`);
+  }
 };
 
 /**
@@ -122,9 +151,10 @@ export function parseHttpRequest(
       candidate.minValidity = Number(value);
     }
   }
+  const allowedBody = action === 'health' ? undefined : BODY[action];
+  if (!allowedBody) checkNoBody(event, prefix);
   if (action === 'health') return undefined;
 
-  const allowedBody = BODY[action];
   if (allowedBody) {
     const body = event.body;
     if (typeof body !== 'object' || body === null || Array.isArray(body)) {

@@ -161,6 +161,46 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
     });
   });
 
+  it('refuses a body on the routes that take none, naming the field, as direct invoke does', async () => {
+    const json = { 'content-type': 'application/json' };
+    const warm = await http(handler, 'POST', '/warm', { headers: json, body: '{"foo":1}' });
+    expect(warm.status).toBe(400);
+    expect(warm.json.error).toEqual({
+      code: 'BAD_REQUEST',
+      message: 'Invalid request: unknown body field "foo"',
+    });
+    const invoked = await invokeHandler(handler, { action: 'warmUp', foo: 1 });
+    expect(invoked).toMatchObject({
+      ok: false,
+      errorType: 'BadRequestError',
+      errorMessage: 'Invalid direct invoke: unknown field "foo"',
+    });
+    for (const url of ['/tokens/sandbox', '/status', '/health']) {
+      const response = await http(handler, 'GET', url, {
+        headers: json,
+        body: '{"minValidity":5}',
+      });
+      expect(response.status).toBe(400);
+      expect(response.json.error.message).toBe('Invalid request: unknown body field "minValidity"');
+    }
+    for (const body of ['[1]', '"x"', 'foo=1', '{']) {
+      const response = await http(handler, 'GET', '/tokens/sandbox', { body });
+      expect(response.status).toBe(400);
+      expect(response.json.error).toEqual({
+        code: 'BAD_REQUEST',
+        message: 'Invalid request: this route takes no body',
+      });
+    }
+    // No body, an empty one, or an empty object: nothing to refuse.
+    for (const body of [undefined, '', ' \n', '{}']) {
+      const response = await http(handler, 'GET', '/tokens/sandbox', {
+        headers: json,
+        ...(body === undefined ? {} : { body }),
+      });
+      expect(response.status).toBe(200);
+    }
+  });
+
   it('answers 404 for unknown connections and routes, with the error JSON', async () => {
     const unknown = await http(handler, 'GET', '/tokens/production');
     expect(unknown.status).toBe(404);
