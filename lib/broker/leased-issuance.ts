@@ -29,9 +29,12 @@ import {
   UpstreamUnavailableError,
 } from '../errors.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { Lease, TokenRecord, TokenState, TokenStore } from '../ports.js';
+import type { TokenRecord, TokenState, TokenStore } from '../ports.js';
 import type { Issue } from './credential-rotation.js';
+import { afterFailedFlow } from './failed-flow.js';
+import { HeldLease, LEASE_MS, MIN_POST_MS, STORE_RESERVE_MS } from './held-lease.js';
 import { recordIssued } from './issued-token.js';
+import { LeaseWatch } from './lease-watch.js';
 import {
   DEFAULT_ISSUANCE_MS,
   drainMs,
@@ -43,17 +46,9 @@ import { withDeadline } from './single-flight.js';
 import type { TokenMemory } from './token-memory.js';
 import type { BrokerLogger, ServedToken } from './types.js';
 
-export const LEASE_MS = 3_000;
-export const LEASE_HEARTBEAT_MS = 1_000;
-/** Clock skew between containers beyond which a lease's own expiry is believed at first sight. */
-export const SKEW_TOLERANCE_MS = 10_000;
 /** Polling a lease held elsewhere: first wait and cap (full jitter in between). */
 const POLL_BASE_MS = 25;
 const POLL_CAP_MS = 500;
-/** Kept free after the access-token POST for the store write that follows it. */
-export const STORE_RESERVE_MS = 300;
-/** A POST is not started with less time than this: it would time out, outcome unknown. */
-const MIN_POST_MS = 100;
 
 /** Validity a caller needs, in ms, or "not inside its refresh window" (the warm-up's need). */
 export type Need = number | 'outside-window';
@@ -75,7 +70,7 @@ export interface LeasedIssuanceDeps {
 }
 
 /** One run of the upstream flow under a lease. */
-interface LeasedFlow {
+export interface LeasedFlow {
   readonly holder: string;
   /** Validity (ms) the caller needs from the new token. */
   readonly needMs: number;
@@ -86,18 +81,12 @@ interface LeasedFlow {
   readonly leasedAt: number;
 }
 
-/** The lease went elsewhere, or its time ran out, before the access-token POST: nothing sent. */
-class LeaseLost extends Error {
-  override readonly name = 'LeaseLost';
-}
-
 export class LeasedIssuance {
   readonly #containerId = randomUUID();
   #attempts = 0;
   /** Last measured issuance duration per connection: XFetch's δ. */
   readonly #issuanceMs = new Map<string, number>();
-  /** Per connection, the lease version last seen and when we first saw it (our clock). */
-  readonly #observed = new Map<string, { holder: string; expiresAt: number; seenAt: number }>();
+  readonly #watch = new LeaseWatch();
 
   constructor(private readonly deps: LeasedIssuanceDeps) {}
 
@@ -142,7 +131,7 @@ export class LeasedIssuance {
       // Refused before any upstream call: a new token would live as long as this one did.
       if (token && token.expiresAt - token.issuedAt <= needMs) throw unsatisfiable(token, needMs);
 
-      const leaseLive = lease !== undefined && !this.#stale(name, lease, now);
+      const leaseLive = lease !== undefined && !this.#watch.stale(name, lease, now);
       if (!leaseLive) {
         if (deadline <= now) {
           throw new UpstreamUnavailableError('No time left to issue a token', {
@@ -235,24 +224,6 @@ export class LeasedIssuance {
     });
   }
 
-  /**
-   * Whether a lease seen in the store is stale, judged on our own clock only: the same version
-   * (holder and expiry, which every write changes) seen unchanged for its duration since we
-   * first saw it. A skewed clock elsewhere moves nothing here. Only a lease whose own expiry
-   * is further in the past than any plausible skew is stale at first sight (a holder that died
-   * long ago), so that a new container need not wait out a lease nobody renews.
-   */
-  #stale(name: string, lease: Lease, now: number): boolean {
-    if (lease.expiresAt + SKEW_TOLERANCE_MS < now) return true;
-    const seen = this.#observed.get(name);
-    if (!seen || seen.holder !== lease.holder || seen.expiresAt !== lease.expiresAt) {
-      // First sight of this version: it was written before this read came back (now).
-      this.#observed.set(name, { holder: lease.holder, expiresAt: lease.expiresAt, seenAt: now });
-      return false;
-    }
-    return now - seen.seenAt >= lease.durationMs;
-  }
-
   /** Reads the store; when it is down, falls back to a usable token in memory. */
   async #read(
     name: string,
@@ -316,45 +287,16 @@ export class LeasedIssuance {
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
     const { clock, store, logger, settings } = this.deps;
-    const grace = settings.upstreamTimeoutMs;
-    const aborter = new AbortController();
-    // The lease is ours until this local instant, counted from when its write was sent.
-    let leaseUntil = flow.leasedAt + LEASE_MS;
-    const stopHeartbeat = clock.every(LEASE_HEARTBEAT_MS, () => {
-      if (clock.now() >= leaseUntil) return aborter.abort(new LeaseLost('Lease time ran out'));
-      const sentAt = clock.now();
-      const until = Math.min(flow.deadline, sentAt + LEASE_MS);
-      store
-        .renewLease(name, flow.holder, until, until - sentAt)
-        .then((renewed) => {
-          if (renewed) leaseUntil = Math.max(leaseUntil, sentAt + LEASE_MS);
-          else aborter.abort(new LeaseLost('Lease taken over'));
-        })
-        .catch(() => aborter.abort(new LeaseLost('Lease renewal failed')));
+    const lease = new HeldLease({
+      store,
+      clock,
+      connection: name,
+      holder: flow.holder,
+      deadline: flow.deadline,
+      leasedAt: flow.leasedAt,
+      upstreamTimeoutMs: settings.upstreamTimeoutMs,
+      bounded: (operation, until) => this.#bounded(operation, until),
     });
-    let stopPostTimer: (() => void) | undefined;
-    // The fence: no access-token POST leaves without a fresh lease that covers it and a grace.
-    const beforeAccessToken = async () => {
-      stopHeartbeat();
-      if (aborter.signal.aborted) throw aborter.signal.reason;
-      const sentAt = clock.now();
-      const budget = Math.min(
-        settings.upstreamTimeoutMs,
-        flow.deadline - sentAt - STORE_RESERVE_MS,
-      );
-      if (budget < MIN_POST_MS) throw new LeaseLost('No time left for the access-token request');
-      const confirm = store.renewLease(name, flow.holder, sentAt + budget + grace, budget + grace);
-      // Unconfirmed (taken over, or the store unreachable) means unsent: nothing to undo.
-      const confirmed = await this.#bounded(confirm, sentAt + budget).catch(() => false);
-      if (!confirmed) throw new LeaseLost('Lease not confirmed before the access-token request');
-      // Paused between the confirmation and here? Then the POST no longer fits its lease.
-      const left = sentAt + budget - clock.now();
-      if (left < MIN_POST_MS) throw new LeaseLost('Lease confirmation is stale');
-      stopPostTimer?.();
-      stopPostTimer = clock.after(left, () =>
-        aborter.abort(new LeaseLost('The access-token request outlived its lease')),
-      );
-    };
     let record: TokenRecord;
     try {
       if (flow.replacing && connection.revokesOnReissue) {
@@ -373,19 +315,17 @@ export class LeasedIssuance {
       const issued = await this.deps
         .issue(connection, {
           deadline: flow.deadline - STORE_RESERVE_MS,
-          signal: aborter.signal,
-          beforeAccessToken,
+          signal: lease.signal,
+          beforeAccessToken: () => lease.confirmForPost(),
         })
-        .finally(stopHeartbeat);
+        .finally(() => lease.stop());
       const took = clock.now() - started;
       this.#issuanceMs.set(name, took);
       record = recordIssued(connection, issued, took, this.deps);
     } catch (error) {
-      stopHeartbeat();
-      stopPostTimer?.();
-      return this.#failed(connection, flow, error);
+      lease.stop();
+      return afterFailedFlow(this.deps, connection, flow, error);
     }
-    stopPostTimer?.();
     let written: boolean;
     try {
       written = await this.#bounded(store.putToken(record, flow.holder), flow.deadline);
@@ -408,59 +348,6 @@ export class LeasedIssuance {
     this.deps.memory.set(record, clock.now());
     if (record.expiresAt - clock.now() <= flow.needMs) throw unsatisfiable(record, flow.needMs);
     return { record, source: 'upstream' };
-  }
-
-  /** After a failed flow: what the lease and the replaced token become, then the answer. */
-  async #failed(
-    connection: ConnectionConfig,
-    flow: LeasedFlow,
-    error: unknown,
-  ): Promise<undefined> {
-    const { name } = connection;
-    const { store, memory, clock, logger, metrics, settings } = this.deps;
-    if (error instanceof LeaseLost) {
-      // Nothing was sent: our lease, if still ours, is freed; the new holder's token wins.
-      await store.releaseLease(name, flow.holder).catch(() => undefined);
-      logger.warn('Lease lost before the access-token request; nothing was sent', {
-        connection: name,
-        reason: error.message,
-      });
-      return undefined;
-    }
-    if (error instanceof UpstreamUnavailableError && error.outcomeUnknown) {
-      // The POST may still land and revoke the token it replaces: that token is dropped now,
-      // everywhere, and the lease is held through the grace so that no other POST starts
-      // while this one could land. The next caller after the grace issues afresh.
-      metrics.record(MetricName.UnknownOutcomes, name);
-      logger.error('Access-token request outcome unknown; the current token is dropped', {
-        connection: name,
-        tokenDigest: flow.replacing?.tokenDigest,
-        graceMs: settings.upstreamTimeoutMs,
-      });
-      if (flow.replacing) {
-        if (memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest)
-          memory.delete(name);
-        await store.deleteIfMatches(name, flow.replacing.tokenDigest).catch(() => undefined);
-      }
-      await store
-        .renewLease(
-          name,
-          flow.holder,
-          clock.now() + settings.upstreamTimeoutMs,
-          settings.upstreamTimeoutMs,
-        )
-        .catch(() => undefined);
-      throw error;
-    }
-    // The flow failed and nothing was issued: free the lease now rather than make others
-    // wait for it to expire; the token it would have replaced is good again. Nobody could
-    // replace it while we held the lease, so it counts as confirmed until we let go.
-    const releasedAt = clock.now();
-    await store.releaseLease(name, flow.holder).catch(() => undefined);
-    if (flow.replacing && memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) {
-      memory.set(flow.replacing, releasedAt);
-    }
-    throw error;
   }
 
   #nextHolder(): string {

@@ -1,10 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Issue } from '../../../lib/broker/credential-rotation.js';
-import {
-  LEASE_HEARTBEAT_MS,
-  LEASE_MS,
-  LeasedIssuance,
-} from '../../../lib/broker/leased-issuance.js';
+import { LEASE_HEARTBEAT_MS, LEASE_MS } from '../../../lib/broker/held-lease.js';
+import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
 import { DRAIN_MARGIN_MS, WINDOW_RECHECK_MS } from '../../../lib/broker/refresh-policy.js';
 import { TokenMemory } from '../../../lib/broker/token-memory.js';
 import { tokenDigest } from '../../../lib/broker/types.js';

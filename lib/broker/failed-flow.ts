@@ -1,0 +1,66 @@
+/**
+ * What a failed flow leaves behind, by what is known of its token request:
+ * - the lease was lost before it (LeaseLost): nothing was sent; the new holder's token wins;
+ * - its outcome is unknown: it may still land and revoke the token it replaces, so that token
+ *   is dropped everywhere and the lease is held through the grace, so that no other POST
+ *   starts while this one could land;
+ * - it failed for sure: nothing was issued; the lease is freed and the token it would have
+ *   replaced is good again.
+ */
+import type { ConnectionConfig } from '../config.js';
+import { UpstreamUnavailableError } from '../errors.js';
+import { MetricName } from '../metrics.js';
+import { LeaseLost } from './held-lease.js';
+import type { LeasedFlow, LeasedIssuanceDeps } from './leased-issuance.js';
+
+export const afterFailedFlow = async (
+  deps: Pick<LeasedIssuanceDeps, 'store' | 'memory' | 'clock' | 'logger' | 'metrics' | 'settings'>,
+  connection: ConnectionConfig,
+  flow: LeasedFlow,
+  error: unknown,
+): Promise<undefined> => {
+  const { name } = connection;
+  const { store, memory, clock, logger, metrics, settings } = deps;
+  if (error instanceof LeaseLost) {
+    // Nothing was sent: our lease, if still ours, is freed; the new holder's token wins.
+    await store.releaseLease(name, flow.holder).catch(() => undefined);
+    logger.warn('Lease lost before the access-token request; nothing was sent', {
+      connection: name,
+      reason: error.message,
+    });
+    return undefined;
+  }
+  if (error instanceof UpstreamUnavailableError && error.outcomeUnknown) {
+    // The POST may still land and revoke the token it replaces: that token is dropped now,
+    // everywhere, and the lease is held through the grace so that no other POST starts
+    // while this one could land. The next caller after the grace issues afresh.
+    metrics.record(MetricName.UnknownOutcomes, name);
+    logger.error('Access-token request outcome unknown; the current token is dropped', {
+      connection: name,
+      tokenDigest: flow.replacing?.tokenDigest,
+      graceMs: settings.upstreamTimeoutMs,
+    });
+    if (flow.replacing) {
+      if (memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) memory.delete(name);
+      await store.deleteIfMatches(name, flow.replacing.tokenDigest).catch(() => undefined);
+    }
+    await store
+      .renewLease(
+        name,
+        flow.holder,
+        clock.now() + settings.upstreamTimeoutMs,
+        settings.upstreamTimeoutMs,
+      )
+      .catch(() => undefined);
+    throw error;
+  }
+  // The flow failed and nothing was issued: free the lease now rather than make others
+  // wait for it to expire; the token it would have replaced is good again. Nobody could
+  // replace it while we held the lease, so it counts as confirmed until we let go.
+  const releasedAt = clock.now();
+  await store.releaseLease(name, flow.holder).catch(() => undefined);
+  if (flow.replacing && memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) {
+    memory.set(flow.replacing, releasedAt);
+  }
+  throw error;
+};

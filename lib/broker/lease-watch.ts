@@ -1,0 +1,30 @@
+/**
+ * How a container judges another's lease: on its own clock only (the DynamoDB Lock Client's
+ * rule). Each write of a lease is a version (holder and expiry); a lease is stale once this
+ * container has seen the same version unchanged for its recorded duration.
+ */
+import type { Lease } from '../ports.js';
+
+/** Clock skew between containers beyond which a lease's own expiry is believed at first sight. */
+export const SKEW_TOLERANCE_MS = 10_000;
+
+export class LeaseWatch {
+  /** Per connection, the version last seen and when we first saw it (our clock). */
+  readonly #seen = new Map<string, { holder: string; expiresAt: number; seenAt: number }>();
+
+  /**
+   * Whether `lease`, just read for `connection`, is stale at `now` (when the read came back: the
+   * version was written before then). A skewed clock elsewhere moves nothing here. Only a lease
+   * whose own expiry is further in the past than any plausible skew is stale at first sight
+   * (a holder that died long ago), so a new container need not wait out a lease nobody renews.
+   */
+  stale(connection: string, lease: Lease, now: number): boolean {
+    if (lease.expiresAt + SKEW_TOLERANCE_MS < now) return true;
+    const seen = this.#seen.get(connection);
+    if (!seen || seen.holder !== lease.holder || seen.expiresAt !== lease.expiresAt) {
+      this.#seen.set(connection, { holder: lease.holder, expiresAt: lease.expiresAt, seenAt: now });
+      return false;
+    }
+    return now - seen.seenAt >= lease.durationMs;
+  }
+}
