@@ -3,8 +3,11 @@
  * against the bundle built into .chaos/dist, prints the table and writes
  * chaos/results/<scenario>.json (plus chaos/results/table.md when every scenario ran).
  *
- * A measuring instrument for now: violated guarantees are reported, not failed on. The exit
- * code is non-zero only when the harness itself broke (or for a wrong argument).
+ * With `--check` (what CI runs) it fails (exit 3) when a guarantee was violated: a token served
+ * that the upstream had revoked before the request was sent, or a caller not answered before
+ * its deadline by a container that was not itself paused (a SIGSTOPped process answers no one,
+ * in Lambda or here). Without it, it only measures. Exit 1: the harness itself broke; 2: a
+ * wrong argument.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
@@ -17,6 +20,7 @@ const [buildDir = '.chaos', resultsDir = 'chaos/results', ...rest] = process.arg
 const log = (line = '') => process.stdout.write(`${line}\n`);
 
 let runs: number | undefined = process.env.CHAOS_RUNS ? Number(process.env.CHAOS_RUNS) : undefined;
+let check = false;
 const names: string[] = [];
 for (let i = 0; i < rest.length; i += 1) {
   const arg = rest[i] ?? '';
@@ -25,6 +29,8 @@ for (let i = 0; i < rest.length; i += 1) {
     i += 1;
   } else if (arg.startsWith('--runs=')) {
     runs = Number(arg.slice('--runs='.length));
+  } else if (arg === '--check') {
+    check = true;
   } else if (arg === '--list') {
     for (const s of SCENARIOS) log(`${s.name}: ${s.injects}`);
     process.exit(0);
@@ -118,3 +124,24 @@ if (broken) {
   process.stderr.write('chaos: the harness broke on at least one scenario (see above)\n');
   process.exit(1);
 }
+const violations = summaries.flatMap(({ scenario, runs: results }) =>
+  results.flatMap((result, index) => {
+    const { tally } = result;
+    const paused = scenario.startsWith('pause-');
+    const unanswered = paused ? tally.unanswered - tally.unansweredOnFaulted : tally.unanswered;
+    return [
+      ...(tally.revokedBeforeRequest > 0
+        ? [`${scenario} #${index + 1}: ${tally.revokedBeforeRequest} revoked tokens served`]
+        : []),
+      ...(unanswered > 0
+        ? [`${scenario} #${index + 1}: ${unanswered} callers not answered before their deadline`]
+        : []),
+    ];
+  }),
+);
+log(
+  violations.length === 0
+    ? `chaos: the fleet guarantee held in every run (${summaries.length} scenarios)`
+    : `chaos: the fleet guarantee was violated:\n${violations.map((v) => `  ${v}`).join('\n')}`,
+);
+if (check && violations.length > 0) process.exit(3);
