@@ -5,8 +5,7 @@
  *   authorizer. SigV4 is not checked here: the caller is whatever the `x-local-caller-arn`
  *   header says (default `arn:aws:iam::<account>:user/local-developer`).
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { buffer } from 'node:stream/consumers';
 import {
   DEFAULT_LAMBDA,
@@ -21,6 +20,7 @@ import {
   invokeHandler,
   MAX_INVOKE_PAYLOAD_BYTES,
 } from './lambda-invoke.js';
+import { serve as serveLoopback } from './loopback.js';
 
 export interface LocalLambdaServer {
   readonly url: string;
@@ -100,31 +100,16 @@ export const startLambdaServer = async (
     return respond(res, response.status, response.headers, response.body);
   };
 
-  const server = createServer((req, res) => {
-    serve(req, res).catch(() =>
+  const server = await serveLoopback(serve, {
+    host,
+    port,
+    onError: (res) =>
       respond(
         res,
         500,
         { 'content-type': 'application/json' },
         '{"message":"Internal Server Error"}',
       ),
-    );
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const address = server.address() as AddressInfo;
-  return {
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${address.port}`,
-    port: address.port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
+  return { url: server.url, port: server.port, close: server.close };
 };

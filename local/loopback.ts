@@ -34,9 +34,15 @@ export const listen = async (
   scheme: 'http' | 'https' = 'http',
 ): Promise<LoopbackServer> => {
   server.listen(port, host);
+  // Rejects on 'error' (a port in use, say) instead of hanging.
   await once(server, 'listening');
   const bound = (server.address() as AddressInfo).port;
-  const name = scheme === 'https' && host === '127.0.0.1' ? 'localhost' : host;
+  const name =
+    scheme === 'https' && host === '127.0.0.1'
+      ? 'localhost'
+      : host.includes(':')
+        ? `[${host}]`
+        : host;
   return {
     host,
     port: bound,
