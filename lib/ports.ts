@@ -90,8 +90,11 @@ export interface TokenStore {
     leaseExpiresAt: number,
     durationMs: number,
   ): Promise<boolean>;
-  /** Gives the lease up if `holder` still holds it (after a failed flow). */
-  releaseLease(connection: string, holder: string): Promise<void>;
+  /**
+   * Gives the lease up if `holder` still holds it (after a failed flow). Returns whether it
+   * did: false means another holder took it over meanwhile.
+   */
+  releaseLease(connection: string, holder: string): Promise<boolean>;
   /**
    * Removes the token only if its digest is `tokenDigest` (compare-and-delete) and, when
    * `issuedBefore` is given, it is at least that old; a lease in progress is left alone.

@@ -215,8 +215,8 @@ export class DynamoDBTokenStore implements TokenStore {
     );
   }
 
-  async releaseLease(connection: string, holder: string): Promise<void> {
-    await this.#conditional(async () =>
+  async releaseLease(connection: string, holder: string): Promise<boolean> {
+    return this.#conditional(async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,

@@ -14,16 +14,22 @@ import { LeaseLost } from './held-lease.js';
 import type { LeasedFlow, LeasedIssuanceDeps } from './leased-issuance.js';
 
 export const afterFailedFlow = async (
-  deps: Pick<LeasedIssuanceDeps, 'store' | 'memory' | 'clock' | 'logger' | 'metrics' | 'settings'>,
+  deps: Pick<
+    LeasedIssuanceDeps,
+    'store' | 'memory' | 'clock' | 'logger' | 'metrics' | 'settings'
+  > & {
+    /** Cuts a store call to the caller's deadline: the caller is answered before it, always. */
+    readonly bounded: <T>(operation: Promise<T>) => Promise<T>;
+  },
   connection: ConnectionConfig,
   flow: LeasedFlow,
   error: unknown,
 ): Promise<undefined> => {
   const { name } = connection;
-  const { store, memory, clock, logger, metrics, settings } = deps;
+  const { store, memory, clock, logger, metrics, settings, bounded } = deps;
   if (error instanceof LeaseLost) {
     // Nothing was sent: our lease, if still ours, is freed; the new holder's token wins.
-    await store.releaseLease(name, flow.holder).catch(() => undefined);
+    await bounded(store.releaseLease(name, flow.holder)).catch(() => undefined);
     logger.warn('Lease lost before the access-token request; nothing was sent', {
       connection: name,
       reason: error.message,
@@ -42,25 +48,28 @@ export const afterFailedFlow = async (
     });
     if (flow.replacing) {
       if (memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) memory.delete(name);
-      await store.deleteIfMatches(name, flow.replacing.tokenDigest).catch(() => undefined);
+      await bounded(store.deleteIfMatches(name, flow.replacing.tokenDigest)).catch(() => undefined);
     }
-    await store
-      .renewLease(
+    await bounded(
+      store.renewLease(
         name,
         flow.holder,
         clock.now() + settings.upstreamTimeoutMs,
         settings.upstreamTimeoutMs,
-      )
-      .catch(() => undefined);
+      ),
+    ).catch(() => undefined);
     throw error;
   }
   // The flow failed and nothing was issued: free the lease now rather than make others
   // wait for it to expire; the token it would have replaced is good again. Nobody could
   // replace it while we held the lease, so it counts as confirmed until we let go.
+  // Only if the release proves we still held it: a holder paused past its lease may find that
+  // another took over and revoked that token meanwhile.
   const releasedAt = clock.now();
-  await store.releaseLease(name, flow.holder).catch(() => undefined);
+  const held = await bounded(store.releaseLease(name, flow.holder)).catch(() => false);
   if (flow.replacing && memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) {
-    memory.set(flow.replacing, releasedAt);
+    if (held) memory.set(flow.replacing, releasedAt);
+    else memory.delete(name);
   }
   throw error;
 };

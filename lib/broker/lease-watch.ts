@@ -5,8 +5,7 @@
  */
 import type { Lease } from '../ports.js';
 
-/** Clock skew between containers beyond which a lease's own expiry is believed at first sight. */
-export const SKEW_TOLERANCE_MS = 10_000;
+import { SKEW_TOLERANCE_MS } from './refresh-policy.js';
 
 export class LeaseWatch {
   /** Per connection, the version last seen and when we first saw it (our clock). */

@@ -81,6 +81,9 @@ export interface LeasedFlow {
   readonly leasedAt: number;
 }
 
+/** The lease was lost during a flow: the new holder's token wins. */
+const LOST = Symbol('lost');
+
 export class LeasedIssuance {
   readonly #containerId = randomUUID();
   #attempts = 0;
@@ -126,7 +129,14 @@ export class LeasedIssuance {
       if (valid && !suspect) memory.set(valid, sentAt);
       else memory.delete(name);
       if (valid && !suspect && valid.expiresAt - now > needMs) {
-        return { record: valid, source: 'dynamodb' };
+        // An answer that took longer than a drain may predate a replacement that has since
+        // revoked the token (a slow link): ask again rather than serve it.
+        if (now - sentAt < drainMs(valid, now, settings))
+          return { record: valid, source: 'dynamodb' };
+        if (now >= deadline) {
+          throw new StoreUnavailableError('The token store answered too slowly; retry shortly');
+        }
+        continue;
       }
       // Refused before any upstream call: a new token would live as long as this one did.
       if (token && token.expiresAt - token.issuedAt <= needMs) throw unsatisfiable(token, needMs);
@@ -153,7 +163,9 @@ export class LeasedIssuance {
             deadline,
           ),
         );
-        if (attempt.acquired) {
+        // A write that was applied but whose answer was lost (then retried) shows our own
+        // holder in the state that won: the lease is ours.
+        if (attempt.acquired || attempt.state.lease?.holder === holder) {
           const issued = await this.#issueUnderLease(connection, {
             holder,
             needMs,
@@ -161,7 +173,7 @@ export class LeasedIssuance {
             replacing: valid,
             leasedAt: now,
           });
-          if (issued) return issued;
+          if (issued !== LOST) return issued;
           continue; // our lease was taken over while we ran: wait for the new holder's token
         }
         known = { state: attempt.state, sentAt: now };
@@ -213,15 +225,18 @@ export class LeasedIssuance {
       }),
       deadline,
     );
-    if (!attempt.acquired) return undefined;
+    if (!attempt.acquired && attempt.state.lease?.holder !== holder) return undefined;
     this.deps.logger.info('Refreshing the token ahead of expiry', { connection: connection.name });
-    return this.#issueUnderLease(connection, {
+    const issued = await this.#issueUnderLease(connection, {
       holder,
       needMs: 0,
       deadline,
       replacing: current,
       leasedAt: now,
     });
+    // Lost after our token request went out: it has revoked `current`, which must not be served;
+    // whatever the store holds now (ours, or the new holder's) is.
+    return issued === LOST ? this.obtain(connection, 0, deadline, false) : issued;
   }
 
   /** Reads the store; when it is down, falls back to a usable token in memory. */
@@ -279,12 +294,12 @@ export class LeasedIssuance {
 
   /**
    * Runs the flow while holding the lease and writes the token, which releases the lease.
-   * Undefined when the lease was lost meanwhile (the new holder's token wins).
+   * LOST when the lease was lost meanwhile (the new holder's token wins).
    */
   async #issueUnderLease(
     connection: ConnectionConfig,
     flow: LeasedFlow,
-  ): Promise<ServedToken | undefined> {
+  ): Promise<ServedToken | typeof LOST> {
     const { name } = connection;
     const { clock, store, logger, settings } = this.deps;
     const lease = new HeldLease({
@@ -324,7 +339,13 @@ export class LeasedIssuance {
       record = recordIssued(connection, issued, took, this.deps);
     } catch (error) {
       lease.stop();
-      return afterFailedFlow(this.deps, connection, flow, error);
+      await afterFailedFlow(
+        { ...this.deps, bounded: (operation) => this.#bounded(operation, flow.deadline) },
+        connection,
+        flow,
+        error,
+      );
+      return LOST;
     }
     let written: boolean;
     try {
@@ -343,7 +364,14 @@ export class LeasedIssuance {
         connection: name,
         tokenDigest: record.tokenDigest,
       });
-      return undefined;
+      // Our token request went out: the token it replaced is revoked, wherever it is held.
+      if (
+        flow.replacing &&
+        this.deps.memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest
+      ) {
+        this.deps.memory.delete(name);
+      }
+      return LOST;
     }
     this.deps.memory.set(record, clock.now());
     if (record.expiresAt - clock.now() <= flow.needMs) throw unsatisfiable(record, flow.needMs);

@@ -26,6 +26,9 @@ export interface RefreshSettings {
  * within this interval instead of `memoryRecheckSeconds`.
  */
 export const WINDOW_RECHECK_MS = 250;
+/** Clock skew between containers that the protocol tolerates (leases, drains). */
+export const SKEW_TOLERANCE_MS = 10_000;
+
 /** What a drain adds to the longest re-check interval: scheduling and clock-rate slack. */
 export const DRAIN_MARGIN_MS = 100;
 
@@ -39,7 +42,12 @@ export const DRAIN_MARGIN_MS = 100;
  * `minValidity` can force a replacement there).
  */
 export const drainMs = (record: TokenRecord, now: number, settings: RefreshSettings): number =>
-  recheckIntervalMs(record, now, settings) + DRAIN_MARGIN_MS;
+  // Another container's clock may be off by up to SKEW_TOLERANCE_MS: only a token that is
+  // inside its window by more than that is inside it for every container, and re-checked fast
+  // everywhere; nearer the window's edge some container may still re-check at the slow pace.
+  (record.expiresAt - now <= windowMs(record, settings) - SKEW_TOLERANCE_MS
+    ? Math.min(WINDOW_RECHECK_MS, settings.memoryRecheckMs)
+    : settings.memoryRecheckMs) + DRAIN_MARGIN_MS;
 
 /** XFetch β: 1 is the value the paper shows optimal for a single recompute. */
 export const XFETCH_BETA = 1;

@@ -112,6 +112,9 @@ export const readJsonBody = async (
       retryAfterSeconds: retryAfter,
       upstreamStatus: status,
       upstreamRetryAfterSeconds: retryAfter,
+      // A token request answered 5xx (a gateway's 502 or 504, say) may have been processed
+      // behind it: only a 429 (and a 501/505, which no server processes) says it was not.
+      outcomeUnknown: step === 'access-token' && status >= 500 && status !== 501 && status !== 505,
     });
   }
   const declared = Number(response.headers.get('content-length') ?? '0');

@@ -188,11 +188,11 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     const token = record('kept', now + 3_600_000, 'release');
     await store.putToken(token, 'a:1');
     await store.acquireLease('release', lease('b:1', now + 10_000, now + 3_600_001));
-    await store.releaseLease('release', 'a:1');
+    expect(await store.releaseLease('release', 'a:1')).toBe(false);
     expect((await store.read('release')).lease?.holder).toBe('b:1');
-    await store.releaseLease('release', 'b:1');
+    expect(await store.releaseLease('release', 'b:1')).toBe(true);
     expect(await store.read('release')).toEqual({ token, lease: undefined });
-    await expect(store.releaseLease('never-leased', 'b:1')).resolves.toBeUndefined();
+    expect(await store.releaseLease('never-leased', 'b:1')).toBe(false);
   });
 
   it('deletes the token only when the digest matches, and leaves a lease in progress alone', async () => {

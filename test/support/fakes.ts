@@ -84,12 +84,13 @@ export class InMemoryTokenStore implements TokenStore {
     });
     return true;
   }
-  async releaseLease(connection: string, holder: string): Promise<void> {
+  async releaseLease(connection: string, holder: string): Promise<boolean> {
     this.calls.release += 1;
     this.#check();
     const item = this.items.get(connection);
-    if (item?.lease?.holder === holder)
-      this.items.set(connection, { ...(item.token ? { token: item.token } : {}) });
+    if (item?.lease?.holder !== holder) return false;
+    this.items.set(connection, { ...(item.token ? { token: item.token } : {}) });
+    return true;
   }
   async deleteIfMatches(
     connection: string,

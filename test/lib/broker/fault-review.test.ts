@@ -1,0 +1,296 @@
+/**
+ * Regression tests from an adversarial review of the lease protocol: each interleaving broke
+ * the fleet guarantee (a revoked token served, or a caller answered after its deadline) before
+ * its fix. The upstream model revokes every earlier token on each issuance.
+ */
+import { describe, expect, it } from 'vitest';
+import { TokenBroker } from '../../../lib/broker/index.js';
+import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
+import { servableFromMemory } from '../../../lib/broker/refresh-policy.js';
+import { TokenMemory } from '../../../lib/broker/token-memory.js';
+import { tokenDigest } from '../../../lib/broker/types.js';
+import { UpstreamUnavailableError } from '../../../lib/errors.js';
+import type { IssueOptions, TokenRecord, TokenStore } from '../../../lib/ports.js';
+import {
+  CountingMetrics,
+  captureLogger,
+  connection,
+  FakeSecretSource,
+  InMemoryTokenStore,
+  ManualClock,
+} from '../../support/fakes.js';
+
+const T0 = 1_795_262_400_000;
+const wrap = (store: InMemoryTokenStore, over: Partial<TokenStore>): TokenStore => ({
+  read: (n) => store.read(n),
+  acquireLease: (n, r) => store.acquireLease(n, r),
+  putToken: (r, h) => store.putToken(r, h),
+  renewLease: (n, h, e, d) => store.renewLease(n, h, e, d),
+  releaseLease: (n, h) => store.releaseLease(n, h),
+  deleteIfMatches: (n, d, o) => store.deleteIfMatches(n, d, o),
+  ...over,
+});
+const sandbox = connection();
+
+/** Upstream model: every POST revokes every token issued before it. */
+class Upstream {
+  n = 0;
+  live: string | undefined;
+  revoked = new Set<string>();
+  post(now: number, expiresIn = 1200) {
+    if (this.live) this.revoked.add(this.live);
+    this.n += 1;
+    this.live = `tok-${this.n}`;
+    return { accessToken: this.live, expiresIn, upstreamTimestamp: undefined, requestedAt: now };
+  }
+}
+const issuerFor = (up: Upstream, clock: ManualClock, expiresIn = 1200) => ({
+  issue: async (_c: unknown, _cr: unknown, o: IssueOptions) => {
+    await o.beforeAccessToken?.();
+    return up.post(clock.now(), expiresIn);
+  },
+});
+const seed = (
+  store: InMemoryTokenStore,
+  up: Upstream,
+  issuedAt: number,
+  lifeMs: number,
+): TokenRecord => {
+  const t = up.post(issuedAt).accessToken;
+  const r = {
+    connection: 'sandbox',
+    accessToken: t,
+    tokenDigest: tokenDigest(t),
+    issuedAt,
+    expiresAt: issuedAt + lifeMs,
+  };
+  store.setToken(r);
+  return r;
+};
+const broker = (
+  store: TokenStore,
+  clock: ManualClock,
+  up: Upstream,
+  o: { recheck?: number; floor?: number; window?: number; timeout?: number } = {},
+) =>
+  new TokenBroker({
+    config: {
+      connections: new Map([[sandbox.name, sandbox]]),
+      defaultMinValiditySeconds: 1,
+      refreshWindowSeconds: o.window ?? 60,
+      memoryRecheckSeconds: o.recheck ?? 5,
+      maxTokenLifetimeSeconds: 86_400,
+      upstreamTimeoutMs: o.timeout ?? 5_000,
+      invalidateMinAgeSeconds: o.floor ?? 2,
+    },
+    store,
+    secrets: new FakeSecretSource(),
+    issuer: issuerFor(up, clock) as never,
+    logger: captureLogger(),
+    metrics: new CountingMetrics(),
+    clock,
+  });
+
+describe('Fleet guarantee: interleavings found by review', () => {
+  it('a 600 ms read does not hand out a token revoked by a refresh whose drain began after the read was sent', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const t0 = seed(store, up, T0 - 1_170_000, 1_200_000); // 30 s left: inside the 60 s window
+    const mk = (s: TokenStore) =>
+      new LeasedIssuance({
+        store: s,
+        clock,
+        issue: (c, o) => issuerFor(up, clock).issue(c, {}, o),
+        memory: new TokenMemory(),
+        settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
+        logger: captureLogger(),
+        metrics: new CountingMetrics(),
+      });
+    const slowStore = wrap(store, {
+      read: async (n) => {
+        const snap = await store.read(n);
+        await new Promise<void>((r) => clock.after(600, r));
+        return snap;
+      },
+    });
+    const slow = mk(slowStore);
+    const fast = mk(store);
+    const pending = slow.obtain(sandbox, 1000, T0 + 8000, false);
+    await clock.advance(10);
+    await fast.refresh(sandbox, t0, T0 + 8000); // lease, drain 350 ms, POST: t0 revoked
+    expect(up.revoked.has(t0.accessToken)).toBe(true);
+    let served: Awaited<typeof pending> | undefined;
+    void pending.then((result) => {
+      served = result;
+    });
+    // The slow container asks again (600 ms a read) until it has a token it may serve.
+    for (let i = 0; i < 100 && !served; i += 1) await clock.advance(100);
+    if (!served) throw new Error('the slow container never answered');
+    expect(up.revoked.has(served.record.accessToken)).toBe(false);
+  });
+  it('a refresher 2.5 s ahead at the window’s edge drains the slow re-check of a reader that does not see the window yet', async () => {
+    const ahead = new ManualClock(T0 + 2_500);
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    // Enters the 60 s window at T0 + 1000 (true time); the ahead clock sees it in the window already.
+    const t0 = seed(store, up, T0 + 61_000 - 1_200_000, 1_200_000);
+    const reader = broker(store, clock, up);
+    expect((await reader.getToken('sandbox', { deadline: T0 + 8000 })).record.accessToken).toBe(
+      t0.accessToken,
+    );
+    // Warm-up (or a refresh) on the container whose clock is 2.5 s ahead.
+    const warm = broker(store, ahead, up);
+    await ahead.advance(100);
+    await clock.advance(100);
+    const started = ahead.now();
+    const issuedBefore = up.n;
+    const report = await warm.warmUp(ahead.now() + 8000);
+    expect(report.issued).toBe(1);
+    expect(up.n).toBe(issuedBefore + 1);
+    expect(up.revoked.has(t0.accessToken)).toBe(true);
+    // At the window's edge the drain covers the reader's slow 5 s re-check, not 350 ms.
+    const drained = ahead.now() - started;
+    expect(drained).toBeGreaterThanOrEqual(5_000);
+    await clock.advance(drained + 450); // the reader lives through the same time
+    const served = await reader.getToken('sandbox', { deadline: clock.now() + 8000 });
+    expect(up.revoked.has(served.record.accessToken)).toBe(false);
+  });
+  it('a definite failure after the lease was lost (paused) does not re-confirm the replaced token', async () => {
+    const clockA = new ManualClock(T0);
+    const clockB = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const t0 = seed(store, up, T0 - 1_170_000, 1_200_000); // in window
+    let fail: ((e: Error) => void) | undefined;
+    const memA = new TokenMemory();
+    memA.set(t0, T0);
+    const a = new LeasedIssuance({
+      store,
+      clock: clockA,
+      memory: memA,
+      issue: () =>
+        new Promise((_, rej) => {
+          fail = rej;
+        }), // authorize in flight
+      settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
+      logger: captureLogger(),
+      metrics: new CountingMetrics(),
+    });
+    const b = new LeasedIssuance({
+      store,
+      clock: clockB,
+      memory: new TokenMemory(),
+      issue: (c, o) => issuerFor(up, clockB).issue(c, {}, o),
+      settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
+      logger: captureLogger(),
+      metrics: new CountingMetrics(),
+    });
+    const pending = a.refresh(sandbox, t0, T0 + 8000).catch((e) => e);
+    await clockA.advance(400); // drain over, authorize sent; then A is SIGSTOPped
+    const got = await b.obtain(sandbox, 1000, T0 + 8000, false); // waits out A's lease, takes over, POSTs
+    expect(up.revoked.has(t0.accessToken)).toBe(true);
+    clockA.advanceNow(clockB.now() - clockA.now()); // A resumes; the authorize 5xx is read before its timers run
+    fail?.(
+      new UpstreamUnavailableError('Open API authorize answered HTTP 503', {
+        retryAfterSeconds: 1,
+      }),
+    );
+    await pending;
+    const entry = memA.get('sandbox');
+    expect(
+      entry !== undefined &&
+        servableFromMemory(entry, clockA.now(), 0, {
+          refreshWindowMs: 60_000,
+          memoryRecheckMs: 5_000,
+        }),
+    ).toBe(false);
+    expect(got.record.accessToken).not.toBe(t0.accessToken);
+  });
+  it('answers by its deadline after an unknown outcome even when DynamoDB takes 600 ms', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const late = () => new Promise<void>((r) => clock.after(600, r));
+    const slowStore = wrap(store, {
+      deleteIfMatches: async (n, d, o) => {
+        await late();
+        return store.deleteIfMatches(n, d, o);
+      },
+      renewLease: async (n, h, e, d) => {
+        await late();
+        return store.renewLease(n, h, e, d);
+      },
+      releaseLease: async (n, h) => {
+        await late();
+        return store.releaseLease(n, h);
+      },
+    });
+    const up = new Upstream();
+    const t0 = seed(store, up, T0 - 1_170_000, 1_200_000);
+    const deadline = T0 + 8000;
+    const a = new LeasedIssuance({
+      store: slowStore,
+      clock,
+      memory: new TokenMemory(),
+      issue: async (_c, o) => {
+        await o.beforeAccessToken?.();
+        await clock.sleep(o.deadline - clock.now());
+        throw new UpstreamUnavailableError('access-token timed out', {
+          retryAfterSeconds: 1,
+          outcomeUnknown: true,
+        });
+      },
+      settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
+      logger: captureLogger(),
+      metrics: new CountingMetrics(),
+    });
+    let at = 0;
+    const p = a.refresh(sandbox, t0, deadline).catch(() => {
+      at = clock.now();
+    });
+    while (!at) await clock.advance(50);
+    await p;
+    expect(at).toBeLessThanOrEqual(deadline);
+  });
+  it('takes its own lease when the acquire was applied but its answer lost and the retry refused', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const t0 = seed(store, up, T0 - 1_170_000, 1_200_000);
+    const retrying = wrap(store, {
+      acquireLease: async (n, r) => {
+        await store.acquireLease(n, r);
+        return store.acquireLease(n, r);
+      },
+    });
+    const a = new LeasedIssuance({
+      store: retrying,
+      clock,
+      memory: new TokenMemory(),
+      issue: (c, o) => issuerFor(up, clock).issue(c, {}, o),
+      settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
+      logger: captureLogger(),
+      metrics: new CountingMetrics(),
+    });
+    const refreshed = await a.refresh(sandbox, t0, T0 + 8000);
+    expect(refreshed?.source).toBe('upstream');
+    expect(store.items.get('sandbox')?.lease).toBeUndefined();
+  });
+  it('never serves the token its own refresh revoked when the token write was applied but its answer lost', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const t0 = seed(store, up, T0 - 1_170_000, 1_200_000); // 30 s left: in the window, due for refresh
+    const lossy = wrap(store, {
+      putToken: async (r, h) => {
+        await store.putToken(r, h);
+        return store.putToken(r, h);
+      },
+    });
+    const a = broker(lossy, clock, up);
+    const served = await a.getToken('sandbox', { deadline: T0 + 8000 });
+    expect(store.token('sandbox')?.accessToken).not.toBe(t0.accessToken); // the new token was written
+    expect(up.revoked.has(served.record.accessToken)).toBe(false);
+  });
+});
