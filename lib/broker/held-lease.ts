@@ -39,6 +39,7 @@ export class HeldLease {
   #until: number;
   readonly #stopHeartbeat: () => void;
   #stopPostTimer: (() => void) | undefined;
+  #confirmedUntil: number | undefined;
 
   constructor(private readonly options: HeldLeaseOptions) {
     const { clock, store, connection, holder, deadline } = options;
@@ -55,6 +56,14 @@ export class HeldLease {
         })
         .catch(() => this.#lose('Lease renewal failed'));
     });
+  }
+
+  /**
+   * Local instant until which the fence's confirmation keeps every other container from taking
+   * the lease over (none before it is confirmed).
+   */
+  get confirmedUntil(): number | undefined {
+    return this.#confirmedUntil;
   }
 
   /** Aborted when the lease is lost: stops every upstream request in flight. */
@@ -79,6 +88,7 @@ export class HeldLease {
     // Unconfirmed (taken over, or the store unreachable) means unsent: nothing to undo.
     const confirmed = await this.options.bounded(confirm, sentAt + budget).catch(() => false);
     if (!confirmed) throw new LeaseLost('Lease not confirmed before the access-token request');
+    this.#confirmedUntil = sentAt + lasts;
     // Paused between the confirmation and here? Then the POST no longer fits its lease.
     const left = sentAt + budget - clock.now();
     if (left < MIN_POST_MS) throw new LeaseLost('Lease confirmation is stale');

@@ -37,6 +37,7 @@ import { recordIssued } from './issued-token.js';
 import { LeaseWatch } from './lease-watch.js';
 import {
   DEFAULT_ISSUANCE_MS,
+  DRAIN_MARGIN_MS,
   drainMs,
   type RefreshSettings,
   servableUnconfirmed,
@@ -348,16 +349,21 @@ export class LeasedIssuance {
       return LOST;
     }
     let written: boolean;
+    // When memory may vouch for the token: now, or, if it could not be written, only until
+    // other containers may take the confirmed lease over (and revoke it by issuing again).
+    let confirmedAt = clock.now();
     try {
       written = await this.#bounded(store.putToken(record, flow.holder), flow.deadline);
     } catch (error) {
-      // The token is valid: serve it from memory rather than fail the caller. Other containers
-      // will wait out the lease, which costs at worst one more issuance.
+      // The token is valid: serve it rather than fail the caller, and keep it in memory only
+      // while the confirmed lease keeps everyone else from replacing it.
       logger.error('Token store write failed; token kept in memory only', {
         connection: name,
         error: { name: (error as Error)?.name },
       });
       written = true;
+      const until = lease.confirmedUntil ?? clock.now();
+      confirmedAt = Math.min(clock.now(), until - DRAIN_MARGIN_MS - settings.memoryRecheckMs);
     }
     if (!written) {
       logger.warn('Lease was taken over while issuing; using the new holder’s token', {
@@ -373,7 +379,7 @@ export class LeasedIssuance {
       }
       return LOST;
     }
-    this.deps.memory.set(record, clock.now());
+    this.deps.memory.set(record, confirmedAt);
     if (record.expiresAt - clock.now() <= flow.needMs) throw unsatisfiable(record, flow.needMs);
     return { record, source: 'upstream' };
   }

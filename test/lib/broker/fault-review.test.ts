@@ -293,4 +293,25 @@ describe('Fleet guarantee: interleavings found by review', () => {
     expect(store.token('sandbox')?.accessToken).not.toBe(t0.accessToken); // the new token was written
     expect(up.revoked.has(served.record.accessToken)).toBe(false);
   });
+  it('does not keep an unwritten token in memory past the confirmed lease that protects it', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const aStore = wrap(store, {
+      putToken: async () => {
+        throw new Error('write timed out (not applied)');
+      },
+    });
+    const a = broker(aStore, clock, up, { recheck: 30, timeout: 2_000 });
+    const b = broker(store, clock, up, { recheck: 30, timeout: 2_000 });
+    const mine = await a.getToken('sandbox', { deadline: T0 + 8000 });
+    expect(mine.source).toBe('upstream');
+    await clock.advance(6_000); // confirmed lease (budget 2 s + grace 2 s) is long gone
+    await b.getToken('sandbox', { deadline: clock.now() + 8000 }).catch(() => undefined); // sees the lease first
+    await clock.advance(4_500);
+    await b.getToken('sandbox', { deadline: clock.now() + 8000 });
+    expect(up.revoked.has(mine.record.accessToken)).toBe(true);
+    const served = await a.getToken('sandbox', { deadline: clock.now() + 8000 });
+    expect(up.revoked.has(served.record.accessToken)).toBe(false);
+  });
 });
