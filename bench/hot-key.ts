@@ -1,0 +1,113 @@
+/**
+ * The hot key: how many DynamoDB requests one busy container makes per second in each phase of
+ * a token's life, measured on the real bundle. Busy containers (each serving a steady stream of
+ * requests, as Lambda does one at a time) share one token item; the dynalite request counter is
+ * sampled every 100 ms and each sample is put in the phase the current token was in:
+ *
+ *   outside the window ─── inside the window ─── cut-over (±1 s around an issuance)
+ *
+ * DynamoDB serves at most 3,000 strongly consistent reads per second from one item: the
+ * busiest phase's rate says at how many busy containers that item saturates.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { type Container, startContainer, tokenOf } from '../local/fleet.js';
+import type { Stack } from '../local/stack.js';
+
+export interface HotKeySettings {
+  readonly bundle: string;
+  readonly runner: string;
+  readonly env: Record<string, string>;
+  readonly containers: number;
+  readonly durationMs: number;
+  readonly lifetimeSeconds: number;
+  readonly windowSeconds: number;
+}
+
+export interface HotKeyPhase {
+  /** Seconds of the run spent in this phase. */
+  readonly seconds: number;
+  /** DynamoDB requests per busy container per second in this phase. */
+  readonly perContainerSecond: number;
+}
+
+export interface HotKeyResult {
+  readonly containers: number;
+  readonly phases: Readonly<Record<'outside' | 'inside' | 'cutover', HotKeyPhase>>;
+  /** Busy containers at which the busiest phase reaches 3,000 reads per second on one item. */
+  readonly containersToSaturate: number;
+}
+
+const ITEM_READS_PER_SECOND = 3_000;
+const SAMPLE_MS = 100;
+
+export const measureHotKey = async (
+  stack: Stack,
+  settings: HotKeySettings,
+): Promise<HotKeyResult> => {
+  const containers: Container[] = [];
+  try {
+    for (let i = 0; i < settings.containers; i += 1) {
+      containers.push(
+        await startContainer({
+          runner: settings.runner,
+          bundle: settings.bundle,
+          env: settings.env,
+        }),
+      );
+    }
+    const start = Date.now();
+    const end = start + settings.durationMs;
+    const issuedBefore = stack.simulator.issuanceTimes().length;
+    const samples: { at: number; requests: number }[] = [];
+    const busy = containers.map(async (container) => {
+      while (Date.now() < end) {
+        tokenOf(await container.invoke({ action: 'getToken', connection: 'sandbox' }));
+        await sleep(5);
+      }
+    });
+    while (Date.now() < end) {
+      samples.push({ at: Date.now(), requests: stack.dynamodb.requests() });
+      await sleep(SAMPLE_MS);
+    }
+    await Promise.all(busy);
+    const issuances = stack.simulator.issuanceTimes().slice(issuedBefore);
+    const lifetimeMs = settings.lifetimeSeconds * 1000;
+    const windowMs = Math.min(settings.windowSeconds * 1000, lifetimeMs / 2);
+    const phaseAt = (at: number): 'outside' | 'inside' | 'cutover' => {
+      if (issuances.some((issued) => Math.abs(at - issued) <= 1_000)) return 'cutover';
+      const current = issuances.filter((issued) => issued <= at).at(-1);
+      if (current === undefined) return 'cutover';
+      return current + lifetimeMs - at <= windowMs ? 'inside' : 'outside';
+    };
+    const totals = {
+      outside: { ms: 0, requests: 0 },
+      inside: { ms: 0, requests: 0 },
+      cutover: { ms: 0, requests: 0 },
+    };
+    for (let i = 1; i < samples.length; i += 1) {
+      const [before, after] = [samples[i - 1], samples[i]];
+      if (!before || !after) continue;
+      const phase = totals[phaseAt(before.at)];
+      phase.ms += after.at - before.at;
+      phase.requests += after.requests - before.requests;
+    }
+    const rate = ({ ms, requests }: { ms: number; requests: number }): HotKeyPhase => ({
+      seconds: ms / 1000,
+      perContainerSecond: ms === 0 ? 0 : requests / (ms / 1000) / settings.containers,
+    });
+    const phases = {
+      outside: rate(totals.outside),
+      inside: rate(totals.inside),
+      cutover: rate(totals.cutover),
+    };
+    const busiest = Math.max(...Object.values(phases).map((p) => p.perContainerSecond));
+    return {
+      containers: settings.containers,
+      phases,
+      containersToSaturate:
+        busiest === 0 ? Number.POSITIVE_INFINITY : ITEM_READS_PER_SECOND / busiest,
+    };
+  } finally {
+    await Promise.all(containers.map((c) => c.kill('SIGKILL')));
+  }
+};
