@@ -42,10 +42,10 @@ export const DRAIN_MARGIN_MS = 100;
  * `minValidity` can force a replacement there).
  */
 export const drainMs = (record: TokenRecord, now: number, settings: RefreshSettings): number =>
-  // Another container's clock may be off by up to SKEW_TOLERANCE_MS: only a token that is
-  // inside its window by more than that is inside it for every container, and re-checked fast
-  // everywhere; nearer the window's edge some container may still re-check at the slow pace.
-  (record.expiresAt - now <= windowMs(record, settings) - SKEW_TOLERANCE_MS
+  // Readers re-check fast from SKEW_TOLERANCE_MS before the window (recheckIntervalMs), so a
+  // token inside the window on this clock is re-checked fast by every container whose clock
+  // is off by less than that; a replacement outside the window drains the slow pace.
+  (inWindow(record, now, settings)
     ? Math.min(WINDOW_RECHECK_MS, settings.memoryRecheckMs)
     : settings.memoryRecheckMs) + DRAIN_MARGIN_MS;
 
@@ -63,13 +63,17 @@ export const windowMs = (record: TokenRecord, settings: RefreshSettings): number
 export const inWindow = (record: TokenRecord, now: number, settings: RefreshSettings): boolean =>
   record.expiresAt - now <= windowMs(record, settings);
 
-/** How long a memory entry may be served before the store is asked again. */
+/**
+ * How long a memory entry may be served before the store is asked again: fast from
+ * SKEW_TOLERANCE_MS before the refresh window on, so that a refresher whose clock runs ahead of
+ * ours, and sees the window already, finds us re-checking fast when it drains.
+ */
 export const recheckIntervalMs = (
   record: TokenRecord,
   now: number,
   settings: RefreshSettings,
 ): number =>
-  inWindow(record, now, settings)
+  record.expiresAt - now <= windowMs(record, settings) + SKEW_TOLERANCE_MS
     ? Math.min(WINDOW_RECHECK_MS, settings.memoryRecheckMs)
     : settings.memoryRecheckMs;
 

@@ -129,7 +129,7 @@ describe('Fleet guarantee: interleavings found by review', () => {
     if (!served) throw new Error('the slow container never answered');
     expect(up.revoked.has(served.record.accessToken)).toBe(false);
   });
-  it('a refresher 2.5 s ahead at the window’s edge drains the slow re-check of a reader that does not see the window yet', async () => {
+  it('a refresher 2.5 s ahead at the window’s edge finds a reader that does not see the window yet re-checking fast', async () => {
     const ahead = new ManualClock(T0 + 2_500);
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
@@ -150,9 +150,9 @@ describe('Fleet guarantee: interleavings found by review', () => {
     expect(report.issued).toBe(1);
     expect(up.n).toBe(issuedBefore + 1);
     expect(up.revoked.has(t0.accessToken)).toBe(true);
-    // At the window's edge the drain covers the reader's slow 5 s re-check, not 350 ms.
+    // The reader, whose clock does not see the window yet, re-checks fast all the same (from
+    // 10 s before the window), so the refresher's short drain covers it.
     const drained = ahead.now() - started;
-    expect(drained).toBeGreaterThanOrEqual(5_000);
     await clock.advance(drained + 450); // the reader lives through the same time
     const served = await reader.getToken('sandbox', { deadline: clock.now() + 8000 });
     expect(up.revoked.has(served.record.accessToken)).toBe(false);
