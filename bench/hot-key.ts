@@ -4,12 +4,13 @@
  * requests, as Lambda does one at a time) share one token item; the dynalite request counter is
  * sampled every 100 ms and each sample is put in the phase the current token was in:
  *
- *   outside the window ─── inside the window ─── cut-over (±1 s around an issuance)
+ *   slow re-check ─── fast re-check (the window, and 10 s before it) ─── cut-over (±1 s around an issuance)
  *
  * DynamoDB serves at most 3,000 strongly consistent reads per second from one item: the
  * busiest phase's rate says at how many busy containers that item saturates.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { SKEW_TOLERANCE_MS } from '../lib/broker/refresh-policy.js';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
 import type { Stack } from '../local/stack.js';
 
@@ -73,11 +74,13 @@ export const measureHotKey = async (
     const issuances = stack.simulator.issuanceTimes().slice(issuedBefore);
     const lifetimeMs = settings.lifetimeSeconds * 1000;
     const windowMs = Math.min(settings.windowSeconds * 1000, lifetimeMs / 2);
+    // Containers re-check fast from SKEW_TOLERANCE_MS before the window on.
+    const fastMs = windowMs + SKEW_TOLERANCE_MS;
     const phaseAt = (at: number): 'outside' | 'inside' | 'cutover' => {
       if (issuances.some((issued) => Math.abs(at - issued) <= 1_000)) return 'cutover';
       const current = issuances.filter((issued) => issued <= at).at(-1);
       if (current === undefined) return 'cutover';
-      return current + lifetimeMs - at <= windowMs ? 'inside' : 'outside';
+      return current + lifetimeMs - at <= fastMs ? 'inside' : 'outside';
     };
     const totals = {
       outside: { ms: 0, requests: 0 },

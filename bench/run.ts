@@ -72,8 +72,8 @@ for (const mode of ['broker', 'baseline'] as const) {
 // inside the lifetime, no kills, no warm-up (refresh ahead on demand), busy containers.
 const hotKeySettings = {
   containers: 4,
-  durationMs: quick ? 12_000 : 40_000,
-  lifetimeSeconds: 20,
+  durationMs: quick ? 20_000 : 60_000,
+  lifetimeSeconds: 40,
   windowSeconds: 8,
 };
 let hotKey: HotKeyResult;
