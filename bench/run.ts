@@ -190,8 +190,8 @@ const costRows: [string, string, string][] = [
 const hotKeyRows: [string, string, string][] = (['outside', 'inside', 'cutover'] as const).map(
   (phase) => [
     {
-      outside: 'outside the refresh window',
-      inside: 'inside the refresh window',
+      outside: 'slow re-check (more than the window + 10 s left)',
+      inside: 'fast re-check (the window and the 10 s before it)',
       cutover: 'cut-over (±1 s around an issuance)',
     }[phase],
     hotKey.phases[phase].perContainerSecond.toFixed(2),
