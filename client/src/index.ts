@@ -92,7 +92,7 @@ export interface WithTokenOptions extends GetTokenOptions {
   readonly isRejected?: (outcome: unknown) => boolean;
 }
 
-// The wire types below restate the broker's (lib/broker.ts) because the client ships alone;
+// The wire types below restate the broker's (lib/broker/types.ts) because the client ships alone;
 // test/client.test.ts checks at compile time that the two stay identical.
 
 export interface ConnectionStatus {
