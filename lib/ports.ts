@@ -35,6 +35,15 @@ export interface Lease {
   readonly expiresAt: number;
   /** How long this version lasts, on anyone's clock, from when it was written. */
   readonly durationMs: number;
+  /**
+   * The announced cut-over: how many more lease writes the holder makes before its
+   * access-token request, each sent at least COUNTDOWN_STEP_MS after the previous one was
+   * answered (the last one, 0, is the confirmation just before the request). A container whose
+   * read, sent at `s`, saw `countdown` = r knows that no token request of this lease (or of one
+   * taking it over) leaves before `s + (r - 1) * COUNTDOWN_STEP_MS`, on its own clock: it keeps
+   * serving the token being replaced until then, and needs no faster re-check to know it.
+   */
+  readonly countdown: number;
 }
 
 /** What the shared store holds for one connection. */
@@ -48,6 +57,8 @@ export interface LeaseRequest {
   readonly holder: string;
   readonly leaseExpiresAt: number;
   readonly durationMs: number;
+  /** The countdown the lease starts with (see {@link Lease.countdown}). */
+  readonly countdown: number;
   /**
    * The lease to take over: exactly this version, seen stale by the caller. Without it the
    * lease is granted only when there is none.
@@ -81,14 +92,16 @@ export interface TokenStore {
    */
   putToken(record: TokenRecord, holder: string): Promise<boolean>;
   /**
-   * Writes a new version of the lease (`leaseExpiresAt`, `durationMs`) if `holder` still holds
-   * it: a heartbeat, or the confirmation before a token request.
+   * Writes a new version of the lease (`leaseExpiresAt`, `durationMs`, `countdown`) if `holder`
+   * still holds it: a heartbeat, a step of the countdown, or the confirmation before a token
+   * request.
    */
   renewLease(
     connection: string,
     holder: string,
     leaseExpiresAt: number,
     durationMs: number,
+    countdown: number,
   ): Promise<boolean>;
   /**
    * Gives the lease up if `holder` still holds it (after a failed flow). Returns whether it

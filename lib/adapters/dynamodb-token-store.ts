@@ -17,6 +17,7 @@
  * | leaseHolder     | S    | who is running the upstream flow now, if anyone               |
  * | leaseExpiresAt  | N    | epoch ms (holder's clock) until which the holder counts on it |
  * | leaseDurationMs | N    | how long this lease version lasts on anyone's clock           |
+ * | leaseCountdown  | N    | lease writes left before the holder's token request           |
  */
 import {
   type AttributeValue,
@@ -90,9 +91,14 @@ const fromItem = async (
   const leaseExpiresAt = Number(item?.leaseExpiresAt?.N);
   // Leases written before durations were recorded lasted 3 s.
   const durationMs = Number(item?.leaseDurationMs?.N ?? LEGACY_LEASE_MS);
+  // Leases written before countdowns were recorded announced nothing: 0, a request may be out.
+  const countdown = Number(item?.leaseCountdown?.N ?? 0);
   const lease =
-    holder && Number.isFinite(leaseExpiresAt) && Number.isFinite(durationMs)
-      ? { holder, expiresAt: leaseExpiresAt, durationMs }
+    holder &&
+    Number.isFinite(leaseExpiresAt) &&
+    Number.isFinite(durationMs) &&
+    Number.isInteger(countdown)
+      ? { holder, expiresAt: leaseExpiresAt, durationMs, countdown }
       : undefined;
   return { token, lease };
 };
@@ -129,7 +135,7 @@ export class DynamoDBTokenStore implements TokenStore {
           TableName: this.tableName,
           Key: tokenKey(connection),
           UpdateExpression:
-            'SET leaseHolder = :holder, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs',
+            'SET leaseHolder = :holder, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown',
           // Timeline of the race this prevents:
           //   t0  A and B both read a token about to expire, no lease
           //   t1  A takes the lease (condition holds), runs the flow
@@ -148,6 +154,7 @@ export class DynamoDBTokenStore implements TokenStore {
             ':holder': { S: request.holder },
             ':leaseExpiresAt': { N: String(request.leaseExpiresAt) },
             ':durationMs': { N: String(request.durationMs) },
+            ':countdown': { N: String(request.countdown) },
             ':replaceIfExpiresBefore': { N: String(request.replaceIfExpiresBefore) },
             ...(takeOver
               ? {
@@ -197,18 +204,21 @@ export class DynamoDBTokenStore implements TokenStore {
     holder: string,
     leaseExpiresAt: number,
     durationMs: number,
+    countdown: number,
   ): Promise<boolean> {
     return this.#conditional(async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
-          UpdateExpression: 'SET leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs',
+          UpdateExpression:
+            'SET leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown',
           ConditionExpression: 'leaseHolder = :holder',
           ExpressionAttributeValues: {
             ':holder': { S: holder },
             ':leaseExpiresAt': { N: String(leaseExpiresAt) },
             ':durationMs': { N: String(durationMs) },
+            ':countdown': { N: String(countdown) },
           },
         }),
       ),
@@ -221,7 +231,7 @@ export class DynamoDBTokenStore implements TokenStore {
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
-          UpdateExpression: 'REMOVE leaseHolder, leaseExpiresAt, leaseDurationMs',
+          UpdateExpression: 'REMOVE leaseHolder, leaseExpiresAt, leaseDurationMs, leaseCountdown',
           ConditionExpression: 'leaseHolder = :holder',
           ExpressionAttributeValues: { ':holder': { S: holder } },
         }),

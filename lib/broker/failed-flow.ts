@@ -12,6 +12,7 @@ import { UpstreamUnavailableError } from '../errors.js';
 import { MetricName } from '../metrics.js';
 import { LeaseLost } from './held-lease.js';
 import type { LeasedFlow, LeasedIssuanceDeps } from './leased-issuance.js';
+import { servableUntil } from './refresh-policy.js';
 
 export const afterFailedFlow = async (
   deps: Pick<
@@ -47,7 +48,7 @@ export const afterFailedFlow = async (
       graceMs: settings.upstreamTimeoutMs,
     });
     if (flow.replacing) {
-      if (memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) memory.delete(name);
+      memory.forget(flow.replacing);
       await bounded(store.deleteIfMatches(name, flow.replacing.tokenDigest)).catch(() => undefined);
     }
     await bounded(
@@ -56,20 +57,27 @@ export const afterFailedFlow = async (
         flow.holder,
         clock.now() + settings.upstreamTimeoutMs,
         settings.upstreamTimeoutMs,
+        0,
       ),
     ).catch(() => undefined);
     throw error;
   }
   // The flow failed and nothing was issued: free the lease now rather than make others
   // wait for it to expire; the token it would have replaced is good again. Nobody could
-  // replace it while we held the lease, so it counts as confirmed until we let go.
+  // replace it while we held the lease, and a replacement after it announces a countdown
+  // that outlasts a re-check, so it counts as confirmed when we let go.
   // Only if the release proves we still held it: a holder paused past its lease may find that
   // another took over and revoked that token meanwhile.
   const releasedAt = clock.now();
   const held = await bounded(store.releaseLease(name, flow.holder)).catch(() => false);
   if (flow.replacing && memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) {
-    if (held) memory.set(flow.replacing, releasedAt);
-    else memory.delete(name);
+    if (held) {
+      memory.set({
+        record: flow.replacing,
+        checkedAt: releasedAt,
+        until: servableUntil(flow.replacing, undefined, releasedAt, settings),
+      });
+    } else memory.delete(name);
   }
   throw error;
 };

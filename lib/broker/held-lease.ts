@@ -1,11 +1,17 @@
 /**
  * The lease as its holder keeps it while the flow runs: renewed every LEASE_HEARTBEAT_MS (the
- * DynamoDB Lock Client's pattern), judged on the holder's own clock, and confirmed by the fence
- * just before the access-token POST. Every way of losing it aborts `signal`, which stops the
- * upstream requests in flight.
+ * DynamoDB Lock Client's pattern), judged on the holder's own clock, counted down to the
+ * announced cut-over, and confirmed by the fence just before the access-token POST. Every way
+ * of losing it aborts `signal`, which stops the upstream requests in flight.
+ *
+ * The countdown (see `Lease.countdown`): starting from the value the lease was written with,
+ * each write lowers it by one, sent at least COUNTDOWN_STEP_MS after the previous write was
+ * answered; the confirmation writes 0. Writes never overlap and go out in order, so a reader
+ * that saw r knows the POST leaves more than (r - 1) steps after its read was sent.
  */
 import type { Clock } from '../clock.js';
 import type { TokenStore } from '../ports.js';
+import { COUNTDOWN_STEP_MS } from './refresh-policy.js';
 
 export const LEASE_MS = 3_000;
 export const LEASE_HEARTBEAT_MS = 1_000;
@@ -27,6 +33,10 @@ export interface HeldLeaseOptions {
   readonly deadline: number;
   /** Local time at which the lease write was sent: its time counts from here. */
   readonly leasedAt: number;
+  /** Local time at which the lease write was answered: the first step counts from here. */
+  readonly answeredAt: number;
+  /** The countdown the lease was written with (0 or 1: nothing left to announce). */
+  readonly countdown: number;
   /** Longest access-token POST; also the grace after it during which it may still land. */
   readonly upstreamTimeoutMs: number;
   /** Bounds a store call by an instant (the caller's deadline, or the POST budget). */
@@ -37,25 +47,35 @@ export class HeldLease {
   readonly #aborter = new AbortController();
   /** The lease is ours until this local instant. */
   #until: number;
+  /** The countdown last written, and when that write (or a later one) was answered. */
+  #countdown: number;
+  #answeredAt: number;
+  /** The lease write in flight, if any: writes go out one at a time, in order. */
+  #writing: Promise<unknown> = Promise.resolve();
+  /** Settles once the countdown is down to 1 (or the lease is lost, or the flow over). */
+  readonly #counted: Promise<void>;
+  #stopped = false;
+  /** Settles when the lease is lost: nothing waits on a write that never comes back. */
+  readonly #lost: Promise<void>;
   readonly #stopHeartbeat: () => void;
   #stopPostTimer: (() => void) | undefined;
   #confirmedUntil: number | undefined;
 
   constructor(private readonly options: HeldLeaseOptions) {
-    const { clock, store, connection, holder, deadline } = options;
+    const { clock } = options;
     this.#until = options.leasedAt + LEASE_MS;
+    this.#countdown = options.countdown;
+    this.#answeredAt = options.answeredAt;
     this.#stopHeartbeat = clock.every(LEASE_HEARTBEAT_MS, () => {
-      if (clock.now() >= this.#until) return this.#lose('Lease time ran out');
-      const sentAt = clock.now();
-      const until = Math.min(deadline, sentAt + LEASE_MS);
-      store
-        .renewLease(connection, holder, until, until - sentAt)
-        .then((renewed) => {
-          if (renewed) this.#until = Math.max(this.#until, sentAt + LEASE_MS);
-          else this.#lose('Lease taken over');
-        })
-        .catch(() => this.#lose('Lease renewal failed'));
+      // Judged here too: a renewal that never comes back must not keep the lease alive.
+      if (clock.now() >= this.#until) return void this.#lose('Lease time ran out');
+      // A countdown step renews the lease as a heartbeat does.
+      if (clock.now() - this.#answeredAt >= LEASE_HEARTBEAT_MS / 2) void this.#write();
     });
+    this.#lost = new Promise((resolve) =>
+      this.signal.addEventListener('abort', () => resolve(), { once: true }),
+    );
+    this.#counted = this.#countDown();
   }
 
   /**
@@ -78,16 +98,20 @@ export class HeldLease {
    */
   async confirmForPost(): Promise<void> {
     const { clock, store, connection, holder, deadline, upstreamTimeoutMs } = this.options;
+    await Promise.race([this.#counted, this.#lost]);
     this.#stopHeartbeat();
+    await Promise.race([this.#writing, this.#lost]);
+    if (this.#countdown > 0) await this.#stepGap(); // the confirmation is the last step
     if (this.signal.aborted) throw this.signal.reason;
     const sentAt = clock.now();
     const budget = Math.min(upstreamTimeoutMs, deadline - sentAt - STORE_RESERVE_MS);
     if (budget < MIN_POST_MS) throw new LeaseLost('No time left for the access-token request');
     const lasts = budget + upstreamTimeoutMs;
-    const confirm = store.renewLease(connection, holder, sentAt + lasts, lasts);
+    const confirm = store.renewLease(connection, holder, sentAt + lasts, lasts, 0);
     // Unconfirmed (taken over, or the store unreachable) means unsent: nothing to undo.
     const confirmed = await this.options.bounded(confirm, sentAt + budget).catch(() => false);
     if (!confirmed) throw new LeaseLost('Lease not confirmed before the access-token request');
+    this.#countdown = 0;
     this.#confirmedUntil = sentAt + lasts;
     // Paused between the confirmation and here? Then the POST no longer fits its lease.
     const left = sentAt + budget - clock.now();
@@ -100,11 +124,58 @@ export class HeldLease {
 
   /** Stops the heartbeat and the POST's timer (the flow is over). */
   stop(): void {
+    this.#stopped = true;
     this.#stopHeartbeat();
     this.#stopPostTimer?.();
   }
 
-  #lose(reason: string): void {
+  /** Lowers the countdown one step at a time until 1; the confirmation writes the last step. */
+  async #countDown(): Promise<void> {
+    await undefined; // starts once the flow that holds the lease is under way
+    while (this.#countdown > 1 && !this.#stopped && !this.signal.aborted) {
+      await this.#stepGap();
+      if (this.#stopped || this.signal.aborted) return;
+      if (!(await this.#write(this.#countdown - 1))) return;
+    }
+  }
+
+  /** Waits until a step has passed since the last write was answered. */
+  async #stepGap(): Promise<void> {
+    const wait = this.#answeredAt + COUNTDOWN_STEP_MS - this.options.clock.now();
+    if (wait > 0) await this.options.clock.sleep(wait);
+  }
+
+  /**
+   * Writes a new version of the lease (a heartbeat keeps the countdown where it is), after the
+   * write in flight is answered. False when the lease is lost (and `signal` then aborted).
+   */
+  #write(countdown?: number): Promise<boolean> {
+    const { clock, store, connection, holder, deadline } = this.options;
+    const run = async (): Promise<boolean> => {
+      if (this.signal.aborted || this.#confirmedUntil !== undefined) return false;
+      const sentAt = clock.now();
+      if (sentAt >= this.#until) return this.#lose('Lease time ran out');
+      const value = countdown ?? this.#countdown;
+      const until = Math.min(deadline, sentAt + LEASE_MS);
+      try {
+        if (!(await store.renewLease(connection, holder, until, until - sentAt, value))) {
+          return this.#lose('Lease taken over');
+        }
+      } catch {
+        return this.#lose('Lease renewal failed');
+      }
+      this.#until = Math.max(this.#until, sentAt + LEASE_MS);
+      this.#countdown = value;
+      this.#answeredAt = clock.now();
+      return true;
+    };
+    const written = this.#writing.then(run);
+    this.#writing = written;
+    return written;
+  }
+
+  #lose(reason: string): false {
     this.#aborter.abort(new LeaseLost(reason));
+    return false;
   }
 }

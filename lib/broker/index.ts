@@ -5,14 +5,15 @@
  * into its ports. The parts, one idea each:
  *
  * - `refresh-policy.ts`: when memory is re-checked and when a request tries to refresh (pure);
- * - `leased-issuance.ts`: the read / lease / wait loop, heartbeat, drain, lost lease;
+ * - `leased-issuance.ts`: the read / lease / wait loop, the announced cut-over, lost lease;
  * - `credential-rotation.ts`: re-read a rejected secret and retry once if it was rotated;
  * - `single-flight.ts`: concurrent misses in a container share one load, each within its deadline;
  * - `token-memory.ts`: this container's copy of each token.
  *
  * - `operator.ts`: status and the warm-up.
  *
- * This file adds input checks, the last-good fallback and refresh ahead.
+ * This file adds input checks, the last-good fallback and refresh ahead (in the background: the
+ * caller that starts it is served the current token, which its countdown keeps safe).
  */
 import { type Clock, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
@@ -87,7 +88,8 @@ const joinTimedOut = () =>
 export class TokenBroker {
   readonly #memory = new TokenMemory();
   readonly #loads: SingleFlight<string, ServedToken>;
-  readonly #refreshing = new Set<string>();
+  /** Refreshes running in the background, per connection (one at a time in a container). */
+  readonly #refreshing = new Map<string, Promise<void>>();
   readonly #issuance: LeasedIssuance;
   readonly #settings: RefreshSettings & { readonly upstreamTimeoutMs: number };
   readonly #clock: Clock;
@@ -144,7 +146,7 @@ export class TokenBroker {
       return this.#lastGood(name, error, options.minValiditySeconds !== undefined);
     }
     if (served.source !== 'upstream' && this.#dueForRefresh(served.record)) {
-      served = (await this.#refreshAhead(connection, served.record, options.deadline)) ?? served;
+      this.#refreshAhead(connection, served.record);
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
     return served;
@@ -182,6 +184,15 @@ export class TokenBroker {
       invalidated: deleted,
     });
     return deleted;
+  }
+
+  /**
+   * Settles once the refreshes running in the background have ended (tests; a runtime about to
+   * shut down). A Lambda container frozen between invocations resumes them when it thaws, or
+   * they run out of lease time and another container takes over.
+   */
+  async idle(): Promise<void> {
+    while (this.#refreshing.size > 0) await Promise.all(this.#refreshing.values());
   }
 
   /** Every connection's token metadata and lease, read from the shared store. */
@@ -266,34 +277,31 @@ export class TokenBroker {
   }
 
   /**
-   * Tries once for the lease to replace a token that is still valid. Never waits for another
-   * holder; on a failure the current token keeps being served, unless the failed request may
-   * have revoked it (an unknown outcome), which the caller is then told.
+   * Starts, in the background, one try for the lease to replace a token that is still valid.
+   * The caller is not kept waiting: the countdown the lease announces keeps the current token
+   * safe to serve until well after this answer. A failure is logged and counted; the current
+   * token is still served, unless the failed request may have revoked it (an unknown outcome):
+   * then the issuance has dropped it everywhere.
    */
-  async #refreshAhead(
-    connection: ConnectionConfig,
-    current: TokenRecord,
-    deadline: number,
-  ): Promise<ServedToken | undefined> {
+  #refreshAhead(connection: ConnectionConfig, current: TokenRecord): void {
     const { name } = connection;
-    if (this.#refreshing.has(name) || this.#loads.has(name)) return undefined;
-    this.#refreshing.add(name);
-    try {
-      return await this.#issuance.refresh(connection, current, deadline);
-    } catch (error) {
-      this.#metrics.record(MetricName.RefreshFailures, name);
-      // The refresh's token request may have landed and revoked the current token: it is
-      // not served (the issuance dropped it everywhere); the caller retries after the grace.
-      if (error instanceof UpstreamUnavailableError && error.outcomeUnknown) throw error;
-      const failure = toBrokerError(error);
-      this.deps.logger.warn('Refresh ahead of expiry failed; the current token is still served', {
-        connection: name,
-        error: { name: failure.name, code: failure.code, message: failure.message },
-      });
-      return undefined;
-    } finally {
-      this.#refreshing.delete(name);
-    }
+    if (this.#refreshing.has(name) || this.#loads.has(name)) return;
+    const deadline = this.#clock.now() + this.#issuance.refreshBudgetMs(connection, current);
+    const run = this.#issuance
+      .refresh(connection, current, deadline)
+      .then(
+        () => undefined,
+        (error: unknown) => {
+          this.#metrics.record(MetricName.RefreshFailures, name);
+          const failure = toBrokerError(error);
+          this.deps.logger.warn('Refresh ahead of expiry failed', {
+            connection: name,
+            error: { name: failure.name, code: failure.code, message: failure.message },
+          });
+        },
+      )
+      .finally(() => this.#refreshing.delete(name));
+    this.#refreshing.set(name, run);
   }
 
   /** Concurrent misses for one connection in this container share one load. */

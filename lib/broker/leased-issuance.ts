@@ -4,13 +4,18 @@
  * the token item (see the DynamoDB store); writing the token releases it in the same step, and
  * only the holder may write (the fencing check on the far side).
  *
- *   read ─┬─ valid token, no lease on it ──────────────────────────────────────────▸ serve
- *         ├─ no live lease ─▸ take it ─┬─ won ─▸ [drain] ─▸ authorize ─▸ confirm ─▸ POST ─▸ write
+ *   read ─┬─ valid token, no lease, or a lease still counting down ───────────────────▸ serve
+ *         ├─ no live lease ─▸ take it ─┬─ won ─▸ authorize ‖ count down ─▸ confirm ─▸ POST ─▸ write
  *         │                            └─ lost ─▸ the state that won ─▸ loop
  *         └─ live lease elsewhere ─▸ wait (full jitter, own deadline) ─▸ loop
  *
- * - A token with a lease on it, live or lapsed, is being replaced: its successor's request may
- *   already have revoked it, so it is never served (nor kept in memory) until the lease goes.
+ * - The cut-over is announced: a lease that replaces a valid token (of an upstream that revokes
+ *   on re-issue) starts with a countdown longer than a memory re-check, lowered one step per
+ *   lease write (see `Lease.countdown` and `held-lease.ts`). Every container keeps serving the
+ *   old token, from memory, until the countdown it last read runs out, so no container reads
+ *   faster than its re-check to learn of a refresh, and callers wait only at the cut-over.
+ * - A token whose lease has counted down (live or lapsed) is being replaced: its successor's
+ *   request may already have revoked it, so it is not served (nor kept) until the lease goes.
  * - The holder renews the lease every LEASE_HEARTBEAT_MS (the DynamoDB Lock Client's pattern)
  *   and aborts its upstream requests when a renewal fails or its lease time runs out.
  * - Just before the access-token POST it confirms the lease with a conditional write that
@@ -29,18 +34,22 @@ import {
   UpstreamUnavailableError,
 } from '../errors.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { TokenRecord, TokenState, TokenStore } from '../ports.js';
+import type { Lease, TokenRecord, TokenState, TokenStore } from '../ports.js';
 import type { Issue } from './credential-rotation.js';
 import { afterFailedFlow } from './failed-flow.js';
 import { HeldLease, LEASE_MS, MIN_POST_MS, STORE_RESERVE_MS } from './held-lease.js';
 import { recordIssued } from './issued-token.js';
 import { LeaseWatch } from './lease-watch.js';
 import {
+  COUNTDOWN_STEP_MS,
+  countdownFor,
   DEFAULT_ISSUANCE_MS,
   DRAIN_MARGIN_MS,
-  drainMs,
   type RefreshSettings,
+  recheckMs,
+  replacementMayBeOut,
   servableUnconfirmed,
+  servableUntil,
   windowMs,
 } from './refresh-policy.js';
 import { withDeadline } from './single-flight.js';
@@ -76,10 +85,14 @@ export interface LeasedFlow {
   /** Validity (ms) the caller needs from the new token. */
   readonly needMs: number;
   readonly deadline: number;
-  /** The valid token this run replaces, if any: drained first, dropped if the POST is lost. */
+  /** The valid token this run replaces, if any: dropped if the POST is lost. */
   readonly replacing: TokenRecord | undefined;
   /** Local time at which the lease was written (its write was sent): lease time counts from here. */
   readonly leasedAt: number;
+  /** Local time at which that write was answered: the countdown's first step counts from here. */
+  readonly answeredAt: number;
+  /** The countdown the lease was written with. */
+  readonly countdown: number;
 }
 
 /** The lease was lost during a flow: the new holder's token wins. */
@@ -110,7 +123,7 @@ export class LeasedIssuance {
     bypassMemory: boolean,
   ): Promise<ServedToken> {
     const { name } = connection;
-    const { clock, memory, settings } = this.deps;
+    const { clock, settings } = this.deps;
     let known: { state: TokenState; sentAt: number } | undefined;
     let waits = 0;
     for (;;) {
@@ -124,16 +137,11 @@ export class LeasedIssuance {
       // DynamoDB deletes expired items late (up to days): expiry is always checked here.
       const valid = token && token.expiresAt > now ? token : undefined;
       const needMs = need === 'outside-window' ? (valid ? windowMs(valid, settings) : 0) : need;
-      // A lease on a valid token, live or lapsed, is a replacement under way or abandoned
-      // mid-flight: its POST may have revoked the token, so it is neither served nor kept.
-      const suspect = connection.revokesOnReissue && lease !== undefined && valid !== undefined;
-      if (valid && !suspect) memory.set(valid, sentAt);
-      else memory.delete(name);
+      const { suspect, until } = this.#remember(connection, state, sentAt, now);
       if (valid && !suspect && valid.expiresAt - now > needMs) {
-        // An answer that took longer than a drain may predate a replacement that has since
-        // revoked the token (a slow link): ask again rather than serve it.
-        if (now - sentAt < drainMs(valid, now, settings))
-          return { record: valid, source: 'dynamodb' };
+        // An answer that took longer than its proof lasts may predate a replacement that has
+        // since revoked the token (a slow link): ask again rather than serve it.
+        if (now < until) return { record: valid, source: 'dynamodb' };
         if (now >= deadline) {
           throw new StoreUnavailableError('The token store answered too slowly; retry shortly');
         }
@@ -150,6 +158,8 @@ export class LeasedIssuance {
             refreshInProgress: suspect,
           });
         }
+        const countdown = this.#countdown(connection, valid, lease);
+        this.#checkTimeForCountdown(countdown, now, deadline);
         const holder = this.#nextHolder();
         const attempt = await this.#store('take the lease', () =>
           this.#bounded(
@@ -157,6 +167,7 @@ export class LeasedIssuance {
               holder,
               leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
               durationMs: Math.min(deadline - now, LEASE_MS),
+              countdown,
               takeOver: lease,
               // Replace the token we saw (a suspect one whatever its expiry), never a newer one.
               replaceIfExpiresBefore: valid && suspect ? valid.expiresAt + 1 : now + needMs + 1,
@@ -173,6 +184,8 @@ export class LeasedIssuance {
             deadline,
             replacing: valid,
             leasedAt: now,
+            answeredAt: clock.now(),
+            countdown,
           });
           if (issued !== LOST) return issued;
           continue; // our lease was taken over while we ran: wait for the new holder's token
@@ -197,9 +210,11 @@ export class LeasedIssuance {
           { retryAfterSeconds: 1, refreshInProgress: suspect },
         );
       }
-      // Full jitter below a doubling ceiling, at least 1 ms, never past the deadline.
+      // Full jitter below a doubling ceiling, at least 1 ms, never past the deadline; and no
+      // sooner than the lease's countdown runs out (no token can come before).
       const ceiling = Math.min(POLL_CAP_MS, POLL_BASE_MS * 2 ** waits);
-      const wait = Math.min(Math.max(1, clock.random() * ceiling), deadline - now);
+      const counting = (lease.countdown - 1) * COUNTDOWN_STEP_MS - (now - sentAt);
+      const wait = Math.min(Math.max(1, clock.random() * ceiling, counting), deadline - now);
       waits += 1;
       await clock.sleep(wait);
     }
@@ -207,37 +222,122 @@ export class LeasedIssuance {
 
   /**
    * Tries once for the lease to replace `current`, a token that is still valid, and issues its
-   * successor. Never waits for another holder: undefined when the lease went elsewhere.
+   * successor once the countdown it announces has run out (the caller that started it is not
+   * kept waiting: see the facade). Never waits for another holder: undefined when a
+   * replacement is under way elsewhere, as seen at our last read (no write then) or now.
    */
   async refresh(
     connection: ConnectionConfig,
     current: TokenRecord,
     deadline: number,
   ): Promise<ServedToken | undefined> {
-    const now = this.deps.clock.now();
+    const { name } = connection;
+    const { clock, memory, store } = this.deps;
+    const now = clock.now();
+    const entry = memory.get(name);
+    const seen = entry?.record.tokenDigest === current.tokenDigest ? entry.lease : undefined;
+    // Announced at our last read: left to its holder, unless it went stale (on our clock).
+    if (seen && !this.#watch.stale(name, seen, now)) return undefined;
+    const countdown = this.#countdown(connection, current, seen);
+    this.#checkTimeForCountdown(countdown, now, deadline);
     const holder = this.#nextHolder();
     const attempt = await this.#bounded(
-      this.deps.store.acquireLease(connection.name, {
+      store.acquireLease(name, {
         holder,
         leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
         durationMs: Math.min(deadline - now, LEASE_MS),
+        countdown,
+        takeOver: seen,
         // Replace the token we saw, never a newer one another container wrote meanwhile.
         replaceIfExpiresBefore: current.expiresAt + 1,
       }),
       deadline,
     );
-    if (!attempt.acquired && attempt.state.lease?.holder !== holder) return undefined;
-    this.deps.logger.info('Refreshing the token ahead of expiry', { connection: connection.name });
+    if (!attempt.acquired && attempt.state.lease?.holder !== holder) {
+      // What won is a read as good as any: no other try until it changes.
+      this.#remember(connection, attempt.state, now, clock.now());
+      return undefined;
+    }
+    this.deps.logger.info('Refreshing the token ahead of expiry', {
+      connection: name,
+      countdown,
+    });
     const issued = await this.#issueUnderLease(connection, {
       holder,
       needMs: 0,
       deadline,
       replacing: current,
       leasedAt: now,
+      answeredAt: clock.now(),
+      countdown,
     });
     // Lost after our token request went out: it has revoked `current`, which must not be served;
     // whatever the store holds now (ours, or the new holder's) is.
     return issued === LOST ? this.obtain(connection, 0, deadline, false) : issued;
+  }
+
+  /** How long a refresh of `record` may take, announced countdown included (ms). */
+  refreshBudgetMs(connection: ConnectionConfig, record: TokenRecord): number {
+    const countdown = this.#countdown(connection, record, undefined);
+    // Each step is a store round trip after a step's wait; then authorize and the POST.
+    return (
+      countdown * (COUNTDOWN_STEP_MS + 50) +
+      2 * this.deps.settings.upstreamTimeoutMs +
+      STORE_RESERVE_MS
+    );
+  }
+
+  /**
+   * Keeps what a read (sent at `sentAt`, answered at `now`) says of the connection's token: a
+   * valid token with the time the read proves it safe, and the lease on it (first seen now, on
+   * our clock). A token whose replacement's request may be out (its lease counted down, live
+   * or lapsed) is suspect: neither served nor kept.
+   */
+  #remember(
+    connection: ConnectionConfig,
+    { token, lease }: TokenState,
+    sentAt: number,
+    now: number,
+  ): { suspect: boolean; until: number } {
+    const { memory, settings } = this.deps;
+    if (lease) this.#watch.stale(connection.name, lease, now);
+    const valid = token && token.expiresAt > now ? token : undefined;
+    // Where the upstream does not revoke on re-issue, a replacement harms nobody.
+    const announced = connection.revokesOnReissue ? lease : undefined;
+    const suspect = valid !== undefined && replacementMayBeOut(announced);
+    if (!valid || suspect) {
+      memory.delete(connection.name);
+      return { suspect, until: sentAt };
+    }
+    const until = servableUntil(valid, announced, sentAt, settings);
+    memory.set({ record: valid, checkedAt: sentAt, until, lease: announced });
+    return { suspect, until };
+  }
+
+  /**
+   * The countdown a lease that replaces `valid` is written with: a fresh one lasts past every
+   * container's re-check; one that takes over a stale lease goes on from where that one was
+   * seen, never higher than any reader was told; nothing to announce without a valid token, or
+   * where the upstream does not revoke on re-issue.
+   */
+  #countdown(
+    connection: ConnectionConfig,
+    valid: TokenRecord | undefined,
+    takeOver: Lease | undefined,
+  ): number {
+    if (!connection.revokesOnReissue || !valid) return 0;
+    return takeOver ? takeOver.countdown : countdownFor(valid, this.deps.settings);
+  }
+
+  /** A countdown that cannot end before the deadline is not started (nothing would be sent). */
+  #checkTimeForCountdown(countdown: number, now: number, deadline: number): void {
+    if (countdown <= 1) return;
+    if (now + countdown * COUNTDOWN_STEP_MS + MIN_POST_MS + STORE_RESERVE_MS >= deadline) {
+      throw new UpstreamUnavailableError(
+        'Not enough time left to replace the token safely; retry shortly',
+        { retryAfterSeconds: 1 },
+      );
+    }
   }
 
   /** Reads the store; when it is down, falls back to a usable token in memory. */
@@ -310,23 +410,15 @@ export class LeasedIssuance {
       holder: flow.holder,
       deadline: flow.deadline,
       leasedAt: flow.leasedAt,
+      answeredAt: flow.answeredAt,
+      countdown: flow.countdown,
       upstreamTimeoutMs: settings.upstreamTimeoutMs,
       bounded: (operation, until) => this.#bounded(operation, until),
     });
     let record: TokenRecord;
     try {
-      if (flow.replacing && connection.revokesOnReissue) {
-        // Every container re-reads within its re-check interval, sees the lease, and stops
-        // serving the token this run replaces, before the upstream can revoke it.
-        const drain = drainMs(flow.replacing, clock.now(), settings);
-        if (clock.now() + drain + MIN_POST_MS + STORE_RESERVE_MS >= flow.deadline) {
-          throw new UpstreamUnavailableError(
-            'Not enough time left to replace the token safely; retry shortly',
-            { retryAfterSeconds: 1 },
-          );
-        }
-        await clock.sleep(drain);
-      }
+      // The authorization code is asked for while the lease counts down; the fence before the
+      // access-token request waits for the countdown's end (see HeldLease).
       const started = clock.now();
       const issued = await this.deps
         .issue(connection, {
@@ -349,9 +441,11 @@ export class LeasedIssuance {
       return LOST;
     }
     let written: boolean;
-    // When memory may vouch for the token: now, or, if it could not be written, only until
-    // other containers may take the confirmed lease over (and revoke it by issuing again).
-    let confirmedAt = clock.now();
+    // When memory may vouch for the token: a re-check from now, or, if it could not be
+    // written, only until other containers may take the confirmed lease over (and revoke it by
+    // issuing again).
+    const writtenAt = clock.now();
+    let until = writtenAt + recheckMs(record, settings);
     try {
       written = await this.#bounded(store.putToken(record, flow.holder), flow.deadline);
     } catch (error) {
@@ -362,8 +456,7 @@ export class LeasedIssuance {
         error: { name: (error as Error)?.name },
       });
       written = true;
-      const until = lease.confirmedUntil ?? clock.now();
-      confirmedAt = Math.min(clock.now(), until - DRAIN_MARGIN_MS - settings.memoryRecheckMs);
+      until = Math.min(until, (lease.confirmedUntil ?? writtenAt) - DRAIN_MARGIN_MS);
     }
     if (!written) {
       logger.warn('Lease was taken over while issuing; using the new holder’s token', {
@@ -371,15 +464,10 @@ export class LeasedIssuance {
         tokenDigest: record.tokenDigest,
       });
       // Our token request went out: the token it replaced is revoked, wherever it is held.
-      if (
-        flow.replacing &&
-        this.deps.memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest
-      ) {
-        this.deps.memory.delete(name);
-      }
+      if (flow.replacing) this.deps.memory.forget(flow.replacing);
       return LOST;
     }
-    this.deps.memory.set(record, confirmedAt);
+    this.deps.memory.set({ record, checkedAt: writtenAt, until });
     if (record.expiresAt - clock.now() <= flow.needMs) throw unsatisfiable(record, flow.needMs);
     return { record, source: 'upstream' };
   }

@@ -1,14 +1,16 @@
 /**
- * When a token is refreshed and how often memory is re-checked: pure functions of a token, the
- * time and the settings, with no I/O, so that every rule can be property-tested.
+ * When a token is refreshed, how long memory serves it between reads of the store, and what a
+ * lease's countdown tells a reader: pure functions of a token, a lease, the time and the
+ * settings, with no I/O, so that every rule can be property-tested.
  *
- * A token's life, seen from one container:
+ * A token's life, seen from one container (one read of the store per re-check, in every phase):
  *
- *   issuedAt ─────────── window start ───── window middle ───── expiresAt
- *   re-check every memoryRecheck │ re-check every WINDOW_RECHECK_MS       │
- *                                │ XFetch tries ··· ▸ due from the middle │
+ *   issuedAt ───────────── window start ─────── window middle ─────── expiresAt
+ *   read every recheckMs   │ XFetch tries ··· ▸ due from the middle │
+ *                          │ a try takes the lease with a countdown ─▸ cut-over: the
+ *                          │ old token is served until the countdown ends, then the new one
  */
-import type { TokenRecord } from '../ports.js';
+import type { Lease, TokenRecord } from '../ports.js';
 
 /** The settings the policy reads, in milliseconds. */
 export interface RefreshSettings {
@@ -21,33 +23,19 @@ export interface RefreshSettings {
 }
 
 /**
- * Inside the refresh window, memory is re-checked at least this often: a refresh elsewhere
- * (which may revoke the token in memory, if the upstream revokes on re-issue) is picked up
- * within this interval instead of `memoryRecheckSeconds`.
+ * One step of a lease's countdown (see `Lease.countdown`): each lease write of the countdown
+ * is sent at least this long after the previous one was answered. A caller arriving at the
+ * cut-over waits at most about one step plus one access-token round trip.
  */
-export const WINDOW_RECHECK_MS = 250;
-/** Clock skew between containers that the protocol tolerates (leases, drains). */
+export const COUNTDOWN_STEP_MS = 250;
+/** Clock skew between containers that the lease watch tolerates for a lease seen once. */
 export const SKEW_TOLERANCE_MS = 10_000;
 
-/** What a drain adds to the longest re-check interval: scheduling and clock-rate slack. */
-export const DRAIN_MARGIN_MS = 100;
-
 /**
- * How long a refresher that replaces a still-valid token waits, after its lease is written and
- * before it calls the upstream. Every container serving that token from memory re-reads the
- * store within the re-check interval it applies to the token (counted from when its read was
- * *sent*), sees the lease, and stops serving the token before the upstream can revoke it (as
- * many APIs do on re-issue; this one's behaviour is unknown, so assume it). The interval is
- * the token's own: 250 ms inside its window, `memoryRecheckSeconds` outside it (a caller's
- * `minValidity` can force a replacement there).
+ * Kept between the last instant a reader serves a token and the earliest instant a request
+ * that revokes it can leave: scheduling and clock-rate slack.
  */
-export const drainMs = (record: TokenRecord, now: number, settings: RefreshSettings): number =>
-  // Readers re-check fast from SKEW_TOLERANCE_MS before the window (recheckIntervalMs), so a
-  // token inside the window on this clock is re-checked fast by every container whose clock
-  // is off by less than that; a replacement outside the window drains the slow pace.
-  (inWindow(record, now, settings)
-    ? Math.min(WINDOW_RECHECK_MS, settings.memoryRecheckMs)
-    : settings.memoryRecheckMs) + DRAIN_MARGIN_MS;
+export const DRAIN_MARGIN_MS = 100;
 
 /** XFetch β: 1 is the value the paper shows optimal for a single recompute. */
 export const XFETCH_BETA = 1;
@@ -64,39 +52,74 @@ export const inWindow = (record: TokenRecord, now: number, settings: RefreshSett
   record.expiresAt - now <= windowMs(record, settings);
 
 /**
- * How long a memory entry may be served before the store is asked again: fast from
- * SKEW_TOLERANCE_MS before the refresh window on, so that a refresher whose clock runs ahead of
- * ours, and sees the window already, finds us re-checking fast when it drains.
+ * How long memory serves a token after a read of the store (sent) that found no lease on it:
+ * BROKER_MEMORY_RECHECK_SECONDS, and never more than a quarter of the token's window, so that
+ * a cut-over announced a re-check ahead still lands inside the window of a short-lived token.
+ * The same in every phase of the token's life: the countdown, not a faster pace, is what tells
+ * a reader that a replacement is coming.
  */
-export const recheckIntervalMs = (
+export const recheckMs = (record: TokenRecord, settings: RefreshSettings): number =>
+  Math.min(settings.memoryRecheckMs, Math.max(COUNTDOWN_STEP_MS, windowMs(record, settings) / 4));
+
+/**
+ * The countdown a lease that replaces `record` starts with: its last step (the confirmation
+ * before the token request) is sent more than a re-check (plus the margin) after the lease was
+ * written, so every container that read the token without a lease just before reads it again,
+ * sees the countdown, and stops serving the token at its end.
+ */
+export const countdownFor = (record: TokenRecord, settings: RefreshSettings): number =>
+  Math.ceil((recheckMs(record, settings) + DRAIN_MARGIN_MS) / COUNTDOWN_STEP_MS);
+
+/**
+ * How long after a read of the store was sent no token request under `lease` (or a lease taking
+ * it over) can leave, less the margin: 0 when one may be out already (countdown 0 or 1).
+ */
+export const announcedMs = (lease: Lease): number =>
+  Math.max(0, (lease.countdown - 1) * COUNTDOWN_STEP_MS - DRAIN_MARGIN_MS);
+
+/**
+ * Until when (local epoch ms) a read sent at `sentAt` proves a valid token safe to serve: no
+ * request that revokes it can leave before then. With no lease on it, a replacement still has
+ * to take the lease and count all the way down (more than a re-check); with one, what its
+ * countdown announced.
+ */
+export const servableUntil = (
   record: TokenRecord,
-  now: number,
+  lease: Lease | undefined,
+  sentAt: number,
   settings: RefreshSettings,
 ): number =>
-  record.expiresAt - now <= windowMs(record, settings) + SKEW_TOLERANCE_MS
-    ? Math.min(WINDOW_RECHECK_MS, settings.memoryRecheckMs)
-    : settings.memoryRecheckMs;
+  sentAt +
+  (lease
+    ? announcedMs(lease)
+    : countdownFor(record, settings) * COUNTDOWN_STEP_MS - DRAIN_MARGIN_MS);
+
+/** A token under a lease whose countdown has ended: its replacement's request may be out. */
+export const replacementMayBeOut = (lease: Lease | undefined): boolean =>
+  lease !== undefined && announcedMs(lease) <= 0;
 
 /**
  * Whether a token held in memory may be served for a caller who needs `needMs` more validity:
- * valid long enough, and confirmed by the store recently enough. Why re-check at all: another
- * container may have invalidated or replaced the shared token; a cache that never looks would
- * keep serving it.
+ * valid long enough, read from the store less than a re-check ago, and still inside the time
+ * that read proved it safe (`servableUntil`: shorter once a countdown is under way). Why
+ * re-check at all: another container may have invalidated or replaced the shared token; a
+ * cache that never looks would keep serving it.
  */
 export const servableFromMemory = (
-  entry: { readonly record: TokenRecord; readonly checkedAt: number },
+  entry: { readonly record: TokenRecord; readonly checkedAt: number; readonly until: number },
   now: number,
   needMs: number,
   settings: RefreshSettings,
 ): boolean =>
   entry.record.expiresAt - now > needMs &&
-  now - entry.checkedAt < recheckIntervalMs(entry.record, now, settings);
+  now < entry.until &&
+  now - entry.checkedAt < recheckMs(entry.record, settings);
 
 /**
  * XFetch (Vattani et al., VLDB 2015), aimed at the middle of the refresh window with its
  * earliness capped at half a window: the closer the middle, the likelier a request tries for
- * the lease, so the fleet does not try in step, and every try falls inside the window, where
- * all containers re-check their memory fast (a refresh may revoke what they hold). XFetch's
+ * the lease, so the fleet does not try in step, and every try falls inside the window, so that
+ * the cut-over its countdown announces lands inside the window as well. XFetch's
  * exponential tail is capped because a busy fleet draws it hundreds of times a second. It
  * decides when to *try*; the lease decides who mints.
  *
@@ -117,17 +140,14 @@ export const dueForRefresh = (
 
 /**
  * Whether a token held in memory may still be served although the store cannot confirm it now
- * (DynamoDB unreachable from this container, or a newer token could not be had). Another
- * container may have started replacing it since our last read: that replacement calls the
- * upstream no earlier than a drain after its lease was written, and the lease was written after
- * our read was sent. So until `checkedAt` + the drain, no replacement can have revoked it; past
- * that, only an operator's explicit outage grace lets it be served (a trade against the fleet
- * guarantee, for availability while DynamoDB is down everywhere).
+ * (DynamoDB unreachable from this container, or a newer token could not be had). Up to its
+ * `until`, no replacement elsewhere can have revoked it (every replacement announces a
+ * countdown that outlasts it); past that, only an operator's explicit outage grace lets it be
+ * served (a trade against the fleet guarantee, for availability while DynamoDB is down).
  */
 export const servableUnconfirmed = (
-  entry: { readonly record: TokenRecord; readonly checkedAt: number },
+  entry: { readonly record: TokenRecord; readonly until: number },
   now: number,
   settings: RefreshSettings,
 ): boolean =>
-  entry.record.expiresAt > now &&
-  now - entry.checkedAt < drainMs(entry.record, now, settings) + (settings.storeOutageGraceMs ?? 0);
+  entry.record.expiresAt > now && now < entry.until + (settings.storeOutageGraceMs ?? 0);

@@ -1,13 +1,17 @@
 /**
- * This container's copy of each connection's token, with the time the shared store last
- * confirmed it. Whether an entry may be served is the refresh policy's call; this only keeps it.
+ * This container's copy of each connection's token, with what the shared store last said of
+ * it. Whether an entry may be served is the refresh policy's call; this only keeps it.
  */
-import type { TokenRecord } from '../ports.js';
+import type { Lease, TokenRecord } from '../ports.js';
 
 export interface MemoryEntry {
   readonly record: TokenRecord;
-  /** When the shared store last confirmed this token (local epoch ms). */
+  /** When the read that last confirmed this token was sent (local epoch ms). */
   readonly checkedAt: number;
+  /** Until when that read proves the token safe to serve (the policy's `servableUntil`). */
+  readonly until: number;
+  /** The lease that read found on the token: its replacement is under way, cut-over announced. */
+  readonly lease?: Lease | undefined;
 }
 
 export class TokenMemory {
@@ -18,13 +22,19 @@ export class TokenMemory {
     return this.#entries.get(connection);
   }
 
-  /** Keeps `record` as confirmed at `checkedAt`. */
-  set(record: TokenRecord, checkedAt: number): void {
-    this.#entries.set(record.connection, { record, checkedAt });
+  set(entry: MemoryEntry): void {
+    this.#entries.set(entry.record.connection, entry);
   }
 
   delete(connection: string): void {
     this.#entries.delete(connection);
+  }
+
+  /** Drops the entry of `record`'s connection only if it still holds that token. */
+  forget(record: TokenRecord): void {
+    if (this.#entries.get(record.connection)?.record.tokenDigest === record.tokenDigest) {
+      this.#entries.delete(record.connection);
+    }
   }
 
   /** The last token this container held, if still valid at `now`, with when it was confirmed. */

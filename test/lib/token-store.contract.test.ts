@@ -61,6 +61,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     holder,
     leaseExpiresAt,
     durationMs: 10_000,
+    countdown: 0,
     takeOver,
     replaceIfExpiresBefore,
   });
@@ -68,6 +69,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     holder,
     expiresAt,
     durationMs: 10_000,
+    countdown: 0,
   });
 
   beforeAll(async () => {
@@ -114,7 +116,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     // Its expiry long past is no licence: without naming the version, no takeover.
     expect((await store.acquireLease('takeover', lease('early:1'))).acquired).toBe(false);
     // A version the holder has since renewed is not the one seen stale.
-    await store.renewLease('takeover', 'dead:1', now + 5_000, 10_000);
+    await store.renewLease('takeover', 'dead:1', now + 5_000, 10_000, 0);
     expect(
       (
         await store.acquireLease(
@@ -173,14 +175,15 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
 
   it('renews a lease only for its holder', async () => {
     await store.acquireLease('renew', lease('a:1'));
-    expect(await store.renewLease('renew', 'b:1', now + 99_000, 99_000)).toBe(false);
-    expect(await store.renewLease('renew', 'a:1', now + 20_000, 7_000)).toBe(true);
+    expect(await store.renewLease('renew', 'b:1', now + 99_000, 99_000, 0)).toBe(false);
+    expect(await store.renewLease('renew', 'a:1', now + 20_000, 7_000, 4)).toBe(true);
     expect((await store.read('renew')).lease).toEqual({
       holder: 'a:1',
       expiresAt: now + 20_000,
       durationMs: 7_000,
+      countdown: 4,
     });
-    expect(await store.renewLease('never-leased', 'a:1', now + 20_000, 7_000)).toBe(false);
+    expect(await store.renewLease('never-leased', 'a:1', now + 20_000, 7_000, 0)).toBe(false);
   });
 
   it('releases a lease only for its holder, and keeps the token', async () => {

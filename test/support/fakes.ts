@@ -1,5 +1,7 @@
 /** In-memory implementations of the ports, for unit tests of the core. */
 import type { BrokerLogger } from '../../lib/broker/index.js';
+import { type RefreshSettings, servableUntil } from '../../lib/broker/refresh-policy.js';
+import type { MemoryEntry } from '../../lib/broker/token-memory.js';
 import type { Clock } from '../../lib/clock.js';
 import type { ConnectionConfig } from '../../lib/config.js';
 import type { BrokerMetrics, MetricName } from '../../lib/metrics.js';
@@ -20,7 +22,7 @@ import type {
 /** The store port in memory, with the same conditions as the DynamoDB adapter. */
 export class InMemoryTokenStore implements TokenStore {
   readonly items = new Map<string, { token?: TokenRecord; lease?: Lease }>();
-  calls = { read: 0, acquire: 0, put: 0, release: 0, delete: 0 };
+  calls = { read: 0, acquire: 0, renew: 0, put: 0, release: 0, delete: 0 };
   failing = false;
 
   #check() {
@@ -57,6 +59,7 @@ export class InMemoryTokenStore implements TokenStore {
         holder: request.holder,
         expiresAt: request.leaseExpiresAt,
         durationMs: request.durationMs,
+        countdown: request.countdown,
       },
     });
     return { acquired: true };
@@ -74,13 +77,15 @@ export class InMemoryTokenStore implements TokenStore {
     holder: string,
     leaseExpiresAt: number,
     durationMs: number,
+    countdown: number,
   ): Promise<boolean> {
+    this.calls.renew += 1;
     this.#check();
     const item = this.items.get(connection);
     if (item?.lease?.holder !== holder) return false;
     this.items.set(connection, {
       ...item,
-      lease: { holder, expiresAt: leaseExpiresAt, durationMs },
+      lease: { holder, expiresAt: leaseExpiresAt, durationMs, countdown },
     });
     return true;
   }
@@ -258,3 +263,14 @@ export class ManualClock implements Clock {
 
 /** Lets every already-resolved promise chain run. */
 const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** A memory entry as a read sent at `checkedAt` that found no lease leaves it. */
+export const confirmedAt = (
+  record: TokenRecord,
+  checkedAt: number,
+  settings: RefreshSettings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 },
+): MemoryEntry => ({
+  record,
+  checkedAt,
+  until: servableUntil(record, undefined, checkedAt, settings),
+});

@@ -29,6 +29,7 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     holder,
     leaseExpiresAt,
     durationMs: 10_000,
+    countdown: 0,
     replaceIfExpiresBefore,
   });
   const rawItem = async (connection: string) =>
@@ -60,6 +61,7 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
       holder: 'a:1',
       expiresAt: now + 10_000,
       durationMs: 10_000,
+      countdown: 0,
     });
     const issuedAt = 1_795_262_400_123;
     const token = { ...record('tok-a', issuedAt + 86_400_000, 'roundtrip'), issuedAt };

@@ -84,6 +84,7 @@ describe('Class: KmsTokenCipher (loopback KMS, real SDK client)', () => {
       holder: 'a:1',
       leaseExpiresAt: now + 10_000,
       durationMs: 10_000,
+      countdown: 0,
       replaceIfExpiresBefore: now + 1,
     });
     expect(await store.putToken(record, 'a:1')).toBe(true);

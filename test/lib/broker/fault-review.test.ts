@@ -14,6 +14,7 @@ import type { IssueOptions, TokenRecord, TokenStore } from '../../../lib/ports.j
 import {
   CountingMetrics,
   captureLogger,
+  confirmedAt,
   connection,
   FakeSecretSource,
   InMemoryTokenStore,
@@ -25,7 +26,7 @@ const wrap = (store: InMemoryTokenStore, over: Partial<TokenStore>): TokenStore 
   read: (n) => store.read(n),
   acquireLease: (n, r) => store.acquireLease(n, r),
   putToken: (r, h) => store.putToken(r, h),
-  renewLease: (n, h, e, d) => store.renewLease(n, h, e, d),
+  renewLease: (n, h, e, d, c) => store.renewLease(n, h, e, d, c),
   releaseLease: (n, h) => store.releaseLease(n, h),
   deleteIfMatches: (n, d, o) => store.deleteIfMatches(n, d, o),
   ...over,
@@ -165,7 +166,7 @@ describe('Fleet guarantee: interleavings found by review', () => {
     const t0 = seed(store, up, T0 - 1_170_000, 1_200_000); // in window
     let fail: ((e: Error) => void) | undefined;
     const memA = new TokenMemory();
-    memA.set(t0, T0);
+    memA.set(confirmedAt(t0, T0));
     const a = new LeasedIssuance({
       store,
       clock: clockA,
@@ -199,13 +200,7 @@ describe('Fleet guarantee: interleavings found by review', () => {
     );
     await pending;
     const entry = memA.get('sandbox');
-    expect(
-      entry !== undefined &&
-        servableFromMemory(entry, clockA.now(), 0, {
-          refreshWindowMs: 60_000,
-          memoryRecheckMs: 5_000,
-        }),
-    ).toBe(false);
+    expect(entry !== undefined && servableFromMemory(entry, clockA.now(), 0)).toBe(false);
     expect(got.record.accessToken).not.toBe(t0.accessToken);
   });
   it('answers by its deadline after an unknown outcome even when DynamoDB takes 600 ms', async () => {
@@ -217,9 +212,9 @@ describe('Fleet guarantee: interleavings found by review', () => {
         await late();
         return store.deleteIfMatches(n, d, o);
       },
-      renewLease: async (n, h, e, d) => {
+      renewLease: async (n, h, e, d, c) => {
         await late();
-        return store.renewLease(n, h, e, d);
+        return store.renewLease(n, h, e, d, c);
       },
       releaseLease: async (n, h) => {
         await late();

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { Issue } from '../../../lib/broker/credential-rotation.js';
 import { LEASE_HEARTBEAT_MS, LEASE_MS } from '../../../lib/broker/held-lease.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
-import { DRAIN_MARGIN_MS, WINDOW_RECHECK_MS } from '../../../lib/broker/refresh-policy.js';
+import { COUNTDOWN_STEP_MS, countdownFor } from '../../../lib/broker/refresh-policy.js';
 import { TokenMemory } from '../../../lib/broker/token-memory.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
@@ -16,6 +16,7 @@ import { caught, unexpected } from '../../support/errors.js';
 import {
   CountingMetrics,
   captureLogger,
+  confirmedAt,
   connection,
   InMemoryTokenStore,
   ManualClock,
@@ -97,9 +98,9 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     const renewals: number[] = [];
     const renew = store.renewLease.bind(store);
-    store.renewLease = async (name, holder, until, duration) => {
+    store.renewLease = async (name, holder, until, duration, countdown) => {
       renewals.push(until);
-      return renew(name, holder, until, duration);
+      return renew(name, holder, until, duration, countdown);
     };
     const { issuance } = container(store, clock, async () => {
       await clock.sleep(2 * LEASE_HEARTBEAT_MS + 10);
@@ -134,19 +135,45 @@ describe('Class: LeasedIssuance', () => {
     expect(renewals).toEqual([T0 + 1_500]);
   });
 
-  it('drains before replacing a valid token of a revoking upstream, and only then', async () => {
+  it('counts its lease down, a step per write, before the access-token request of a revoking upstream, and only then', async () => {
     for (const revokesOnReissue of [true, false]) {
       const clock = new ManualClock(T0);
       const store = new InMemoryTokenStore();
-      store.setToken(record('current', T0 + 200_000));
-      const { issuance, calls } = container(store, clock);
+      const current = record('current', T0 + 200_000);
+      store.setToken(current);
+      const written: number[] = [];
+      const renew = store.renewLease.bind(store);
+      store.renewLease = async (name, holder, until, duration, countdown) => {
+        written.push(countdown);
+        return renew(name, holder, until, duration, countdown);
+      };
+      const posts: number[] = [];
+      const { issuance, calls } = container(store, clock, async (_c, options) => {
+        await options.beforeAccessToken?.();
+        posts.push(clock.now());
+        return {
+          accessToken: 'issued',
+          expiresIn: 3600,
+          upstreamTimestamp: undefined,
+          requestedAt: T0,
+        };
+      });
       const refreshed = await issuance.refresh(
         connection({ revokesOnReissue }),
-        record('current', T0 + 200_000),
-        T0 + 5_000,
+        current,
+        T0 + 10_000,
       );
       expect(refreshed?.record.accessToken).toBe('issued');
-      expect(calls).toEqual([revokesOnReissue ? T0 + WINDOW_RECHECK_MS + DRAIN_MARGIN_MS : T0]);
+      // The authorization code is asked for at once, while the lease counts down.
+      expect(calls).toEqual([T0]);
+      const steps = countdownFor(current, { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 });
+      expect(steps).toBe(21); // (5 s re-check + 100 ms margin) / 250 ms steps
+      expect(posts).toEqual([revokesOnReissue ? T0 + steps * COUNTDOWN_STEP_MS : T0]);
+      // Writes lower it by one each (a heartbeat would repeat a value), down to the
+      // confirmation's 0.
+      expect(written).toEqual(
+        revokesOnReissue ? Array.from({ length: steps }, (_, i) => steps - 1 - i) : [0],
+      );
     }
   });
 
@@ -155,10 +182,10 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     store.items.set('sandbox', {
       token: record('current', T0 + 200_000),
-      lease: { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: 3_000 },
+      lease: { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: 3_000, countdown: 0 },
     });
     const { issuance, calls } = container(store, clock);
-    expect(await issuance.refresh(sandbox, record('current', T0 + 200_000), T0 + 5_000)).toBe(
+    expect(await issuance.refresh(sandbox, record('current', T0 + 200_000), T0 + 10_000)).toBe(
       undefined,
     );
     expect(calls).toEqual([]);
@@ -169,7 +196,7 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     store.setToken(record('newer', T0 + HOUR));
     const { issuance, calls } = container(store, clock);
-    expect(await issuance.refresh(sandbox, record('older', T0 + 200_000), T0 + 5_000)).toBe(
+    expect(await issuance.refresh(sandbox, record('older', T0 + 200_000), T0 + 10_000)).toBe(
       undefined,
     );
     expect(calls).toEqual([]);
@@ -193,7 +220,7 @@ describe('Class: LeasedIssuance', () => {
     const { issuance, memory } = container(store, clock);
     store.failing = true;
     // Confirmed 50 ms ago: any replacement elsewhere is still draining (5 s + 100 ms here).
-    memory.set(record('remembered', T0 + HOUR), T0 - 50);
+    memory.set(confirmedAt(record('remembered', T0 + HOUR), T0 - 50));
     await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).resolves.toMatchObject({
       source: 'memory',
       record: { accessToken: 'remembered' },
@@ -203,7 +230,7 @@ describe('Class: LeasedIssuance', () => {
       StoreUnavailableError,
     );
     // Confirmed 10 s ago: another container may have replaced (and so revoked) it since.
-    memory.set(record('remembered', T0 + HOUR), T0 - 10_000);
+    memory.set(confirmedAt(record('remembered', T0 + HOUR), T0 - 10_000));
     await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
       StoreUnavailableError,
     );
@@ -228,7 +255,7 @@ describe('Class: LeasedIssuance', () => {
       metrics: new CountingMetrics(),
     });
     store.failing = true;
-    memory.set(record('remembered', T0 + HOUR), T0 - 30_000);
+    memory.set(confirmedAt(record('remembered', T0 + HOUR), T0 - 30_000));
     await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).resolves.toMatchObject({
       source: 'memory',
     });
@@ -341,7 +368,7 @@ describe('Class: LeasedIssuance under faults', () => {
         outcomeUnknown: true,
       });
     });
-    memory.set(current, T0);
+    memory.set(confirmedAt(current, T0));
     const error = await issuance.refresh(sandbox, current, T0 + 10_000).then(unexpected, caught);
     expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: true });
     expect(store.token('sandbox')).toBeUndefined();
@@ -355,7 +382,7 @@ describe('Class: LeasedIssuance under faults', () => {
     // A refresh that died mid-flight: its POST may have revoked this token.
     store.items.set('sandbox', {
       token: record('suspect', T0 + HOUR),
-      lease: { holder: 'dead:1', expiresAt: T0 - 1, durationMs: 3_000 },
+      lease: { holder: 'dead:1', expiresAt: T0 - 1, durationMs: 3_000, countdown: 0 },
     });
     const { issuance, memory, calls } = container(store, clock);
     const served = await issuance.obtain(sandbox, 60_000, T0 + 20_000, false);
@@ -390,13 +417,36 @@ describe('Class: LeasedIssuance under faults', () => {
     expect(memory.get('sandbox')?.checkedAt).toBe(T0);
   });
 
-  it('drains the full re-check interval before replacing a token outside its window', async () => {
+  it('announces the same countdown before replacing a token outside its window', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     store.setToken(record('current', T0 + 1_000_000)); // far outside a 600 s window
-    const { issuance, calls } = container(store, clock);
+    const posts: number[] = [];
+    const { issuance } = container(store, clock, async (_c, options) => {
+      await options.beforeAccessToken?.();
+      posts.push(clock.now());
+      return {
+        accessToken: 'issued',
+        expiresIn: 7200,
+        upstreamTimestamp: undefined,
+        requestedAt: T0,
+      };
+    });
     await issuance.obtain(sandbox, 1_200_000, T0 + 10_000, false);
-    expect(calls).toEqual([T0 + 5_000 + DRAIN_MARGIN_MS]);
+    expect(posts).toEqual([T0 + 21 * COUNTDOWN_STEP_MS]);
+  });
+
+  it('refuses at once a replacement whose countdown cannot end before the deadline', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.setToken(record('current', T0 + 1_000_000));
+    const { issuance, calls } = container(store, clock);
+    const error = await issuance
+      .obtain(sandbox, 1_200_000, T0 + 4_000, false)
+      .then(unexpected, caught);
+    expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE' });
+    expect(calls).toEqual([]);
+    expect(store.calls.acquire).toBe(0);
   });
 });
 
@@ -417,7 +467,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
       clock,
       slowIssue(clock, () =>
         store.items.set('sandbox', {
-          lease: { holder: 'other:1', expiresAt: T0 + 60_000, durationMs: 3_000 },
+          lease: { holder: 'other:1', expiresAt: T0 + 60_000, durationMs: 3_000, countdown: 0 },
         }),
       ),
     );
@@ -445,7 +495,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
     expect(posts).toBe(0);
   });
 
-  it('does not start a replacement it cannot drain before the deadline', async () => {
+  it('does not start a replacement whose countdown cannot end before the deadline', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     store.setToken(record('current', T0 + 1_000_000));
@@ -501,7 +551,7 @@ describe('Class: LeasedIssuance, clocks', () => {
     // The holder (true time T0) took the lease for 3 s and renews it every second.
     let holderNow = T0 + 100;
     store.items.set('sandbox', {
-      lease: { holder: 'alive:1', expiresAt: T0 + 3_000, durationMs: 3_000 },
+      lease: { holder: 'alive:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 0 },
     });
     const sleep = clock.sleep.bind(clock);
     clock.sleep = async (ms: number) => {
@@ -510,7 +560,12 @@ describe('Class: LeasedIssuance, clocks', () => {
       holderNow += ms;
       if (Math.floor(holderNow / 1_000) > Math.floor(before / 1_000)) {
         store.items.set('sandbox', {
-          lease: { holder: 'alive:1', expiresAt: holderNow + 3_000, durationMs: 3_000 },
+          lease: {
+            holder: 'alive:1',
+            expiresAt: holderNow + 3_000,
+            durationMs: 3_000,
+            countdown: 0,
+          },
         });
       }
     };
@@ -526,7 +581,7 @@ describe('Class: LeasedIssuance, clocks', () => {
     const clock = new ManualClock(T0 - 2_500); // this container runs 2.5 s behind
     const store = new InMemoryTokenStore();
     store.items.set('sandbox', {
-      lease: { holder: 'dead:1', expiresAt: T0 + 3_000, durationMs: 3_000 },
+      lease: { holder: 'dead:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 0 },
     });
     const { issuance, calls } = container(store, clock);
     const served = await issuance.obtain(sandbox, 60_000, clock.now() + 8_000, false);

@@ -1,15 +1,16 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
+  announcedMs,
+  COUNTDOWN_STEP_MS,
+  countdownFor,
   DRAIN_MARGIN_MS,
-  drainMs,
   dueForRefresh,
-  inWindow,
   type RefreshSettings,
-  recheckIntervalMs,
-  SKEW_TOLERANCE_MS,
+  recheckMs,
+  replacementMayBeOut,
   servableFromMemory,
-  WINDOW_RECHECK_MS,
+  servableUntil,
   windowMs,
 } from '../../../lib/broker/refresh-policy.js';
 import type { TokenRecord } from '../../../lib/ports.js';
@@ -104,64 +105,120 @@ describe('Module: refresh policy', () => {
     );
   });
 
-  it('re-checks memory at the configured interval until 10 s before the window, and at most every 250 ms from then on', () => {
+  it('re-checks memory at the configured interval, never more than a quarter of the window apart', () => {
+    fc.assert(
+      fc.property(arbitraries.lifetimeMs, arbitraries.settings, (lifetime, settings) => {
+        const record = token(lifetime);
+        const interval = recheckMs(record, settings);
+        expect(interval).toBeLessThanOrEqual(settings.memoryRecheckMs);
+        expect(interval).toBeLessThanOrEqual(
+          Math.max(COUNTDOWN_STEP_MS, windowMs(record, settings) / 4),
+        );
+        expect(interval).toBeGreaterThanOrEqual(
+          Math.min(COUNTDOWN_STEP_MS, settings.memoryRecheckMs),
+        );
+      }),
+    );
+  });
+
+  /**
+   * The cut-over's safety claim, simulated: a holder takes the lease on a token that readers
+   * hold, then writes its countdown down to 0 (each write sent at least a step after the
+   * previous one was answered, with arbitrary network delays), then sends the POST. Readers
+   * read at arbitrary instants and see the last write applied before their read took effect.
+   * Every reader must stop serving the token (by `servableUntil`) a margin before the POST.
+   */
+  it('keeps every reader from serving a token past the instant its replacement’s request can leave', () => {
+    // Delays are often 0: the worst case for the claim is a network that answers at once.
+    const delay = fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 400 }));
     fc.assert(
       fc.property(
         arbitraries.lifetimeMs,
-        arbitraries.settings,
-        fc.double({ min: 0, max: 1, noNaN: true }),
-        (lifetime, settings, at) => {
+        fc.record({
+          refreshWindowMs: fc.integer({ min: 1, max: 86_400 }).map((s) => s * 1000),
+          memoryRecheckMs: fc.integer({ min: 0, max: 30 }).map((s) => s * 1000),
+        }),
+        fc.array(fc.tuple(delay, delay, delay), { minLength: 1, maxLength: 50 }),
+        // Reads aimed just before one of the holder's writes takes effect: [write, how long
+        // before it, how long the read took to take effect after it was sent].
+        fc.array(fc.tuple(fc.nat(), fc.integer({ min: 1, max: 300 }), delay), { maxLength: 40 }),
+        delay,
+        (lifetime, settings, network, reads, beforeLease) => {
           const record = token(lifetime);
-          const now = T0 + Math.floor(at * lifetime);
-          const interval = recheckIntervalMs(record, now, settings);
-          if (inWindow(record, now + SKEW_TOLERANCE_MS, settings)) {
-            expect(interval).toBe(Math.min(WINDOW_RECHECK_MS, settings.memoryRecheckMs));
-          } else {
-            expect(interval).toBe(settings.memoryRecheckMs);
+          const countdown = countdownFor(record, settings);
+          // The holder's writes, [took effect at, value]: the lease itself takes effect
+          // `beforeLease` after a read that found none (sent and effective at T0).
+          const writes: Array<[number, number]> = [[T0 + beforeLease, countdown]];
+          let answeredAt = T0 + beforeLease;
+          for (let value = countdown - 1; value >= 0; value -= 1) {
+            const [extra, toApply, toAnswer] = network[value % network.length] ?? [0, 0, 0];
+            const applied = answeredAt + COUNTDOWN_STEP_MS + extra + toApply;
+            writes.push([applied, value]);
+            answeredAt = applied + toAnswer;
+          }
+          const postAt = answeredAt; // sent once the last write (0) is answered
+          expect(servableUntil(record, undefined, T0, settings)).toBeLessThanOrEqual(
+            postAt - DRAIN_MARGIN_MS,
+          );
+          for (const [index, before, lag] of reads) {
+            const target = writes[index % writes.length];
+            if (!target) continue;
+            const effective = target[0] - before;
+            const sentAt = effective - lag;
+            const seen = writes.filter(([applied]) => applied <= effective).at(-1);
+            const lease = seen
+              ? { holder: 'h', expiresAt: 0, durationMs: 0, countdown: seen[1] }
+              : undefined;
+            if (replacementMayBeOut(lease)) continue; // not served
+            const until = servableUntil(record, lease, sentAt, settings);
+            expect(until).toBeLessThanOrEqual(postAt - DRAIN_MARGIN_MS);
           }
         },
       ),
+      { numRuns: 300 },
     );
   });
 
-  it('drains for longer than the re-check interval any container applies to the token, whatever their clocks', () => {
+  it('counts down for longer than a re-check plus the margin, and announces nothing once down to 1', () => {
     fc.assert(
-      fc.property(
-        arbitraries.lifetimeMs,
-        arbitraries.settings,
-        fc.double({ min: 0, max: 1, noNaN: true }),
-        fc.integer({ min: -SKEW_TOLERANCE_MS, max: SKEW_TOLERANCE_MS }),
-        (lifetime, settings, at, skew) => {
-          const record = token(lifetime);
-          const now = T0 + Math.floor(at * lifetime);
-          // A reader whose clock reads `now + skew` re-checks at this interval.
-          const reader = recheckIntervalMs(record, now + skew, settings);
-          expect(drainMs(record, now, settings)).toBeGreaterThanOrEqual(reader + DRAIN_MARGIN_MS);
-        },
-      ),
+      fc.property(arbitraries.lifetimeMs, arbitraries.settings, (lifetime, settings) => {
+        const record = token(lifetime);
+        const fresh = { holder: 'h', expiresAt: 0, durationMs: 0 };
+        // A reader that found no lease: the lease and `countdown` more writes come after it.
+        expect(countdownFor(record, settings) * COUNTDOWN_STEP_MS).toBeGreaterThanOrEqual(
+          recheckMs(record, settings) + DRAIN_MARGIN_MS,
+        );
+        expect(announcedMs({ ...fresh, countdown: 3 })).toBe(
+          2 * COUNTDOWN_STEP_MS - DRAIN_MARGIN_MS,
+        );
+        expect(replacementMayBeOut({ ...fresh, countdown: 1 })).toBe(true);
+        expect(replacementMayBeOut({ ...fresh, countdown: 0 })).toBe(true);
+        expect(replacementMayBeOut({ ...fresh, countdown: 2 })).toBe(false);
+        expect(replacementMayBeOut(undefined)).toBe(false);
+      }),
     );
   });
 
-  it('serves memory only while valid for the need and confirmed within the re-check interval', () => {
+  it('serves memory only while valid for the need, read less than a re-check ago, and inside what that read proved', () => {
     const settings: RefreshSettings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 };
     fc.assert(
       fc.property(
         fc.integer({ min: 0, max: 3_600_000 }),
         fc.integer({ min: 0, max: 20_000 }),
+        fc.integer({ min: -20_000, max: 20_000 }),
         fc.integer({ min: 0, max: 3_600_000 }),
-        (elapsed, sinceCheck, needMs) => {
+        (elapsed, sinceCheck, untilOffset, needMs) => {
           const record = token(3_600_000);
           const now = T0 + elapsed;
           const servable = servableFromMemory(
-            { record, checkedAt: now - sinceCheck },
+            { record, checkedAt: now - sinceCheck, until: now + untilOffset },
             now,
             needMs,
             settings,
           );
-          const expected =
-            record.expiresAt - now > needMs &&
-            sinceCheck < recheckIntervalMs(record, now, settings);
-          expect(servable).toBe(expected);
+          expect(servable).toBe(
+            record.expiresAt - now > needMs && untilOffset > 0 && sinceCheck < 5_000,
+          );
         },
       ),
     );

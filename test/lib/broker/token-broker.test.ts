@@ -467,7 +467,12 @@ describe('Class: TokenBroker', () => {
       const issuer = new FakeIssuer();
       const holder = setup({ store, issuer });
       store.items.set('sandbox', {
-        lease: { holder: 'other-container:1', expiresAt: T0 + 10_000, durationMs: 3_000 },
+        lease: {
+          holder: 'other-container:1',
+          expiresAt: T0 + 10_000,
+          durationMs: 3_000,
+          countdown: 0,
+        },
       });
       let slept = 0;
       const waiter = setup({
@@ -494,7 +499,7 @@ describe('Class: TokenBroker', () => {
       const store = new InMemoryTokenStore();
       const { broker, issuer } = setup({ store });
       store.items.set('sandbox', {
-        lease: { holder: 'dead-container:1', expiresAt: T0 - 1, durationMs: 3_000 },
+        lease: { holder: 'dead-container:1', expiresAt: T0 - 1, durationMs: 3_000, countdown: 0 },
       });
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'token-1' } });
@@ -505,7 +510,7 @@ describe('Class: TokenBroker', () => {
     it('answers 503 rather than wait past its own deadline for another holder', async () => {
       const store = new InMemoryTokenStore();
       store.items.set('sandbox', {
-        lease: { holder: 'slow:1', expiresAt: T0 + 60_000, durationMs: 3_000 },
+        lease: { holder: 'slow:1', expiresAt: T0 + 60_000, durationMs: 3_000, countdown: 0 },
       });
       const { broker, issuer } = setup({
         store,
@@ -564,11 +569,11 @@ describe('Class: TokenBroker', () => {
       const { broker } = setup({ store });
       store.items.set('sandbox', {
         token: record('current', T0 + 3600_000),
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000 },
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
       });
       expect(await broker.invalidate('sandbox', 'current')).toBe(true);
       expect(store.items.get('sandbox')).toEqual({
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000 },
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
       });
     });
   });
@@ -622,7 +627,7 @@ describe('Class: TokenBroker', () => {
       inWindow(store, 300_000);
       store.items.set('sandbox', {
         ...store.items.get('sandbox'),
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000 },
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
       });
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'successor' } });
@@ -640,7 +645,7 @@ describe('Class: TokenBroker', () => {
       inWindow(store, 299_000);
       store.items.set('sandbox', {
         ...store.items.get('sandbox'),
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000 },
+        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
       });
       // A refresh elsewhere is in progress: the current token is served at once.
       expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
@@ -863,7 +868,12 @@ describe('Class: TokenBroker', () => {
       vi.advanceTimersByTime(3_400_000); // 200 s left: inside the window
       store.items.set('sandbox', {
         ...store.items.get('sandbox'),
-        lease: { holder: 'slow-refresher:1', expiresAt: Date.now() + 60_000, durationMs: 3_000 },
+        lease: {
+          holder: 'slow-refresher:1',
+          expiresAt: Date.now() + 60_000,
+          durationMs: 3_000,
+          countdown: 0,
+        },
       });
       const error = await broker
         .getToken('sandbox', { deadline: Date.now() + 2_000 })
