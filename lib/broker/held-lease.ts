@@ -55,6 +55,7 @@ export class HeldLease {
   /** Settles once the countdown is down to 1 (or the lease is lost, or the flow over). */
   readonly #counted: Promise<void>;
   #stopped = false;
+  readonly #stopLastCall: () => void;
   /** Settles when the lease is lost: nothing waits on a write that never comes back. */
   readonly #lost: Promise<void>;
   readonly #stopHeartbeat: () => void;
@@ -74,6 +75,15 @@ export class HeldLease {
     });
     this.#lost = new Promise((resolve) =>
       this.signal.addEventListener('abort', () => resolve(), { once: true }),
+    );
+    // A countdown (or a slow store) that has not reached the POST by the time the POST and the
+    // write after it no longer fit: nothing will be sent, so the lease is given up now.
+    this.#stopLastCall = clock.after(
+      Math.max(0, options.deadline - STORE_RESERVE_MS - MIN_POST_MS - clock.now()),
+      () => {
+        if (this.#confirmedUntil === undefined)
+          this.#lose('No time left for the access-token request');
+      },
     );
     this.#counted = this.#countDown();
   }
@@ -125,6 +135,7 @@ export class HeldLease {
   /** Stops the heartbeat and the POST's timer (the flow is over). */
   stop(): void {
     this.#stopped = true;
+    this.#stopLastCall();
     this.#stopHeartbeat();
     this.#stopPostTimer?.();
   }

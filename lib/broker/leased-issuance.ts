@@ -46,7 +46,6 @@ import {
   DEFAULT_ISSUANCE_MS,
   DRAIN_MARGIN_MS,
   type RefreshSettings,
-  recheckMs,
   replacementMayBeOut,
   servableUnconfirmed,
   servableUntil,
@@ -445,7 +444,7 @@ export class LeasedIssuance {
     // written, only until other containers may take the confirmed lease over (and revoke it by
     // issuing again).
     const writtenAt = clock.now();
-    let until = writtenAt + recheckMs(record, settings);
+    let until = servableUntil(record, undefined, writtenAt, settings);
     try {
       written = await this.#bounded(store.putToken(record, flow.holder), flow.deadline);
     } catch (error) {

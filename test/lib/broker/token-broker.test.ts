@@ -435,7 +435,11 @@ describe('Class: TokenBroker', () => {
     });
 
     it('uses the window clamped to half the lifetime, like every other path: tokens shorter than the configured window are issued once, not forever', async () => {
-      const { broker, issuer } = setup({ window: 600 });
+      // Waits are timers here: both connections count down at once, in the same fake time.
+      const { broker, issuer } = setup({
+        window: 600,
+        sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+      });
       issuer.expiresIn = 300;
       expect((await broker.warmUp(deadline())).connections.sandbox).toMatchObject({
         status: 'issued',
@@ -446,10 +450,12 @@ describe('Class: TokenBroker', () => {
         status: 'fresh',
       });
       vi.advanceTimersByTime(60_000); // now inside the window (140 s left)
-      expect((await broker.warmUp(deadline())).connections.sandbox).toMatchObject({
-        status: 'issued',
-      });
+      const started = Date.now();
+      const warming = broker.warmUp(deadline());
+      await vi.advanceTimersByTimeAsync(6_000); // the countdown (21 steps of 250 ms) and the POST
+      expect((await warming).connections.sandbox).toMatchObject({ status: 'issued' });
       expect(issuer.issued).toBe(4); // two rounds of issuance for the two connections
+      expect(Date.now() - started).toBe(6_000);
     });
   });
 
@@ -597,12 +603,18 @@ describe('Class: TokenBroker', () => {
       expect(issuer.issued).toBe(0);
     });
 
-    it('refreshes once inside the window, in the request that wins the lease', async () => {
+    it('refreshes once inside the window, in the background of the request that wins the lease', async () => {
       const { broker, store, issuer } = setup({ window: 600 });
       inWindow(store, 299_000);
+      // That caller is answered at once, with the current token: the countdown keeps it safe.
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
-      expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'token-1' } });
-      expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).source).toBe('memory');
+      expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'current' } });
+      expect(Date.now()).toBe(T0);
+      expect(store.items.get('sandbox')?.lease?.countdown).toBe(21);
+      await broker.idle();
+      expect(issuer.issued).toBe(1);
+      const next = await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+      expect(next).toMatchObject({ source: 'memory', record: { accessToken: 'token-1' } });
       expect(issuer.issued).toBe(1);
     });
 
@@ -651,24 +663,24 @@ describe('Class: TokenBroker', () => {
       expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
         'current',
       );
+      await broker.idle(); // this container's try lost to it
       store.items.set('sandbox', { token: store.token('sandbox') });
-      const refreshed = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
-      expect(refreshed.source).toBe('upstream');
+      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      await broker.idle();
       expect(issuer.issued).toBe(1);
+      expect(Date.now()).toBe(T0); // no countdown, no wait
+      const refreshed = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(refreshed.record.accessToken).toBe('token-1');
     });
 
-    it('drains before replacing a valid token: the upstream is called only after every container re-checked', async () => {
+    it('announces the cut-over: the token request leaves only after a countdown longer than any re-check', async () => {
       const { broker, store, issuer } = setup({ window: 600 });
       inWindow(store, 300_000);
-      let calledAt = 0;
-      const issue = issuer.issue.bind(issuer);
-      issuer.issue = async (...args) => {
-        calledAt = Date.now();
-        return issue(...args);
-      };
       await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      await broker.idle();
       expect(issuer.issued).toBe(1);
-      expect(calledAt - T0).toBeGreaterThan(250);
+      // 21 steps of 250 ms: more than the 5 s re-check and its 100 ms margin.
+      expect(store.token('sandbox')?.issuedAt).toBe(T0 + 21 * 250);
       expect(store.items.get('sandbox')?.lease).toBeUndefined();
     });
 
@@ -681,6 +693,7 @@ describe('Class: TokenBroker', () => {
       );
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served.record.accessToken).toBe('current');
+      await broker.idle();
       expect(metrics.get('RefreshFailures')).toBe(1);
       expect(
         logger.lines.some(
@@ -688,6 +701,9 @@ describe('Class: TokenBroker', () => {
         ),
       ).toBe(true);
       expect(store.items.get('sandbox')?.lease).toBeUndefined();
+      expect(
+        (await broker.getToken('sandbox', { deadline: Date.now() + 5_000 })).record.accessToken,
+      ).toBe('current');
     });
 
     it('tries earlier with XFetch as expiry nears, with a probability that grows towards the window', async () => {
@@ -697,6 +713,7 @@ describe('Class: TokenBroker', () => {
         const { broker, store, issuer } = setup({ window: 600, random: () => u });
         inWindow(store, remainingMs);
         await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+        await broker.idle();
         return issuer.issued;
       };
       expect(await tries(0.5, 301_000)).toBe(0);
@@ -711,29 +728,58 @@ describe('Class: TokenBroker', () => {
       expect(issuer.issued).toBe(0);
     });
 
-    it('re-checks memory against the store every 250 ms inside the window, to pick up a refresh elsewhere', async () => {
+    it('reads the store once per re-check inside the window too, and learns of a refresh elsewhere from its countdown', async () => {
       const { broker, store, issuer } = setup({ window: 600, recheck: 5 });
-      inWindow(store, 300_000);
-      // Another container wins every lease: this one only ever serves what the store holds.
-      store.acquireLease = async (name) => ({ acquired: false, state: await store.read(name) });
-      expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
-        'current',
-      );
-      store.setToken({
-        connection: 'sandbox',
-        accessToken: 'refreshed',
-        tokenDigest: tokenDigest('refreshed'),
-        issuedAt: T0,
-        expiresAt: T0 + 3600_000,
+      inWindow(store, 400_000); // inside the window, before its middle: this one does not try
+      const served = () =>
+        broker
+          .getToken('sandbox', { deadline: Date.now() + 5_000 })
+          .then((s) => s.record.accessToken);
+      expect(await served()).toBe('current');
+      for (let i = 0; i < 49; i += 1) {
+        vi.advanceTimersByTime(100);
+        expect(await served()).toBe('current');
+      }
+      expect(store.calls.read).toBe(1); // 4.9 s of requests, one read
+      // Another container takes the lease: its countdown announces 5 steps (1 s, less 100 ms).
+      store.items.set('sandbox', {
+        ...store.items.get('sandbox'),
+        lease: {
+          holder: 'other:1',
+          expiresAt: Date.now() + 3_000,
+          durationMs: 3_000,
+          countdown: 5,
+        },
       });
-      vi.advanceTimersByTime(200);
-      expect(
-        (await broker.getToken('sandbox', { deadline: Date.now() + 5_000 })).record.accessToken,
-      ).toBe('current');
       vi.advanceTimersByTime(100);
-      expect(
-        (await broker.getToken('sandbox', { deadline: Date.now() + 5_000 })).record.accessToken,
-      ).toBe('refreshed');
+      expect(await served()).toBe('current'); // read again at 5 s: still served
+      expect(store.calls.read).toBe(2);
+      vi.advanceTimersByTime(850);
+      expect(await served()).toBe('current'); // from memory, inside what was announced
+      expect(store.calls.read).toBe(2);
+      // The countdown it read has run out: no longer served from memory; the store says the
+      // replacement is out (countdown 0), and its token comes.
+      store.items.set('sandbox', {
+        ...store.items.get('sandbox'),
+        lease: {
+          holder: 'other:1',
+          expiresAt: Date.now() + 5_000,
+          durationMs: 5_000,
+          countdown: 0,
+        },
+      });
+      vi.advanceTimersByTime(100);
+      const waiting = served();
+      store.items.set('sandbox', {
+        token: {
+          connection: 'sandbox',
+          accessToken: 'refreshed',
+          tokenDigest: tokenDigest('refreshed'),
+          issuedAt: Date.now(),
+          expiresAt: Date.now() + 3600_000,
+        },
+      });
+      expect(await waiting).toBe('refreshed');
       expect(issuer.issued).toBe(0);
     });
 
@@ -744,9 +790,11 @@ describe('Class: TokenBroker', () => {
       await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       vi.advanceTimersByTime(100_000); // 200 s left: outside the clamped 150 s window
       await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+      await broker.idle();
       expect(issuer.issued).toBe(1);
       vi.advanceTimersByTime(130_000); // 70 s left: past the middle of that window
       await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+      await broker.idle();
       expect(issuer.issued).toBe(2);
     });
   });
@@ -844,7 +892,7 @@ describe('Class: TokenBroker', () => {
       await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       vi.advanceTimersByTime(3570_000); // 30 s left, below the 60 s default validity
       issuer.failWith = new UpstreamUnavailableError('down', { retryAfterSeconds: 1 });
-      const served = await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+      const served = await broker.getToken('sandbox', { deadline: Date.now() + 10_000 });
       expect(served).toMatchObject({ source: 'memory', record: { accessToken: 'token-1' } });
       expect(metrics.get('LastGoodTokenServed')).toBe(1);
     });
@@ -858,7 +906,7 @@ describe('Class: TokenBroker', () => {
         attempts += 1;
         throw new UpstreamUnavailableError('down', { retryAfterSeconds: 1 });
       };
-      await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+      await broker.getToken('sandbox', { deadline: Date.now() + 10_000 });
       expect(attempts).toBe(1);
     });
 
@@ -888,8 +936,11 @@ describe('Class: TokenBroker', () => {
       issuer.failWith = new UpstreamUnavailableError('access-token request timed out', {
         outcomeUnknown: true,
       });
+      // Served before the request left (the countdown's point); then the request is lost.
+      await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+      await broker.idle();
       const error = await broker
-        .getToken('sandbox', { deadline: Date.now() + 5_000 })
+        .getToken('sandbox', { deadline: Date.now() + 1_000 })
         .then(unexpected, caught);
       expect(error).toBeInstanceOf(UpstreamUnavailableError);
       expect(store.token('sandbox')).toBeUndefined();
