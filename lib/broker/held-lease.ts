@@ -61,6 +61,7 @@ export class HeldLease {
   readonly #stopHeartbeat: () => void;
   #stopPostTimer: (() => void) | undefined;
   #confirmedUntil: number | undefined;
+  #waitedMs = 0;
 
   constructor(private readonly options: HeldLeaseOptions) {
     const { clock } = options;
@@ -96,6 +97,11 @@ export class HeldLease {
     return this.#confirmedUntil;
   }
 
+  /** How long the flow waited for the countdown to end, in all (not part of an issuance). */
+  get waitedMs(): number {
+    return this.#waitedMs;
+  }
+
   /** Aborted when the lease is lost: stops every upstream request in flight. */
   get signal(): AbortSignal {
     return this.#aborter.signal;
@@ -108,12 +114,14 @@ export class HeldLease {
    */
   async confirmForPost(): Promise<void> {
     const { clock, store, connection, holder, deadline, upstreamTimeoutMs } = this.options;
+    const waitFrom = clock.now();
     await Promise.race([this.#counted, this.#lost]);
     this.#stopHeartbeat();
     await Promise.race([this.#writing, this.#lost]);
     if (this.#countdown > 0) await this.#stepGap(); // the confirmation is the last step
     if (this.signal.aborted) throw this.signal.reason;
     const sentAt = clock.now();
+    this.#waitedMs += sentAt - waitFrom;
     const budget = Math.min(upstreamTimeoutMs, deadline - sentAt - STORE_RESERVE_MS);
     if (budget < MIN_POST_MS) throw new LeaseLost('No time left for the access-token request');
     const lasts = budget + upstreamTimeoutMs;

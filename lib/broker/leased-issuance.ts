@@ -427,7 +427,7 @@ export class LeasedIssuance {
         })
         .finally(() => lease.stop());
       const took = clock.now() - started;
-      this.#issuanceMs.set(name, took);
+      this.#issuanceMs.set(name, took - lease.waitedMs);
       record = recordIssued(connection, issued, took, this.deps);
     } catch (error) {
       lease.stop();

@@ -116,15 +116,15 @@ export const servableFromMemory = (
   now - entry.checkedAt < recheckMs(entry.record, settings);
 
 /**
- * XFetch (Vattani et al., VLDB 2015), aimed at the middle of the refresh window with its
- * earliness capped at half a window: the closer the middle, the likelier a request tries for
- * the lease, so the fleet does not try in step, and every try falls inside the window, so that
- * the cut-over its countdown announces lands inside the window as well. XFetch's
- * exponential tail is capped because a busy fleet draws it hundreds of times a second. It
- * decides when to *try*; the lease decides who mints.
+ * XFetch (Vattani et al., VLDB 2015), aimed so that the cut-over lands at the middle of the
+ * refresh window: a try starts a countdown, so it is aimed a countdown earlier (never before
+ * the window starts). The closer that aim, the likelier a request tries for the lease, so the
+ * fleet does not try in step, and every try falls inside the window. XFetch's exponential tail
+ * is capped because a busy fleet draws it hundreds of times a second. It decides when to *try*;
+ * the lease decides who mints.
  *
  * @param draw uniform in [0, 1)
- * @param issuanceMs the last measured issuance duration (XFetch's δ)
+ * @param issuanceMs the last measured issuance duration, countdown excluded (XFetch's δ)
  */
 export const dueForRefresh = (
   record: TokenRecord,
@@ -134,8 +134,9 @@ export const dueForRefresh = (
   issuanceMs = DEFAULT_ISSUANCE_MS,
 ): boolean => {
   const half = windowMs(record, settings) / 2;
-  const earliness = Math.min(half, -issuanceMs * XFETCH_BETA * Math.log(1 - draw));
-  return now + earliness >= record.expiresAt - half;
+  const lead = Math.min(half, countdownFor(record, settings) * COUNTDOWN_STEP_MS);
+  const earliness = Math.min(half - lead, -issuanceMs * XFETCH_BETA * Math.log(1 - draw));
+  return now + earliness >= record.expiresAt - half - lead;
 };
 
 /**

@@ -177,6 +177,61 @@ describe('Class: LeasedIssuance', () => {
     }
   });
 
+  it('tries for the lease once per announced cut-over: a countdown it has read stops further tries', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    store.items.set('sandbox', {
+      token: current,
+      lease: { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS, countdown: 18 },
+    });
+    const { issuance, memory } = container(store, clock);
+    expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined();
+    expect(store.calls.acquire).toBe(1);
+    // The refused write showed the countdown: the token is kept, served until it ends.
+    expect(memory.get('sandbox')).toMatchObject({
+      until: T0 + 17 * COUNTDOWN_STEP_MS - 100,
+      lease: { countdown: 18 },
+    });
+    for (let i = 0; i < 10; i += 1) {
+      await clock.advance(100);
+      expect(await issuance.refresh(sandbox, current, clock.now() + 10_000)).toBeUndefined();
+    }
+    expect(store.calls.acquire).toBe(1);
+  });
+
+  it('takes over a countdown whose holder died, going on from where it was seen, never higher', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    const dead = { holder: 'dead:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS, countdown: 7 };
+    store.items.set('sandbox', { token: current, lease: dead });
+    const written: number[] = [];
+    const renew = store.renewLease.bind(store);
+    store.renewLease = async (name, holder, until, duration, countdown) => {
+      written.push(countdown);
+      return renew(name, holder, until, duration, countdown);
+    };
+    const posts: number[] = [];
+    const { issuance } = container(store, clock, async (_c, options) => {
+      await options.beforeAccessToken?.();
+      posts.push(clock.now());
+      return {
+        accessToken: 'issued',
+        expiresIn: 3600,
+        upstreamTimestamp: undefined,
+        requestedAt: T0,
+      };
+    });
+    expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined(); // first sight
+    await clock.advance(LEASE_MS); // unchanged for its duration, on our clock: stale
+    const takenAt = clock.now();
+    const refreshed = await issuance.refresh(sandbox, current, takenAt + 10_000);
+    expect(refreshed?.record.accessToken).toBe('issued');
+    expect(written).toEqual([6, 5, 4, 3, 2, 1, 0]);
+    expect(posts).toEqual([takenAt + 7 * COUNTDOWN_STEP_MS]);
+  });
+
   it('gives up a refresh at once when the lease went elsewhere', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();

@@ -707,8 +707,9 @@ describe('Class: TokenBroker', () => {
     });
 
     it('tries earlier with XFetch as expiry nears, with a probability that grows towards the window', async () => {
-      // δ (last issuance) 0.3 s by default; earliness = -δ·ln(1 - u). At 1 s before the middle
-      // of the window, u must exceed 1 - e^(-1/0.3) ≈ 0.9643 for a request to try.
+      // δ (last issuance) 0.3 s by default; earliness = -δ·ln(1 - u), aimed a countdown (21
+      // steps, 5.25 s) before the middle of the window. At 1 s before that aim, u must exceed
+      // 1 - e^(-1/0.3) ≈ 0.9643 for a request to try.
       const tries = async (u: number, remainingMs: number) => {
         const { broker, store, issuer } = setup({ window: 600, random: () => u });
         inWindow(store, remainingMs);
@@ -716,9 +717,9 @@ describe('Class: TokenBroker', () => {
         await broker.idle();
         return issuer.issued;
       };
-      expect(await tries(0.5, 301_000)).toBe(0);
-      expect(await tries(0.95, 301_000)).toBe(0);
-      expect(await tries(0.97, 301_000)).toBe(1);
+      expect(await tries(0.5, 306_250)).toBe(0);
+      expect(await tries(0.95, 306_250)).toBe(0);
+      expect(await tries(0.97, 306_250)).toBe(1);
     });
 
     it('never tries before the window starts, however the draw falls', async () => {
