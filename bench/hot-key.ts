@@ -13,8 +13,8 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
-import { percentile } from './fleet.js';
 import type { Stack } from '../local/stack.js';
+import { percentile } from './fleet.js';
 
 export interface HotKeySettings {
   readonly bundle: string;
@@ -29,14 +29,16 @@ export interface HotKeySettings {
 export interface HotKeyPhase {
   /** Seconds of the run spent in this phase. */
   readonly seconds: number;
-  /** DynamoDB requests per busy container per second in this phase. */
-  readonly perContainerSecond: number;
+  /** DynamoDB reads per busy container per second in this phase (they grow with the fleet). */
+  readonly readsPerContainerSecond: number;
+  /** DynamoDB writes per second on the item in this phase (the lease holder's: they do not). */
+  readonly writesPerSecond: number;
 }
 
 export interface HotKeyResult {
   readonly containers: number;
   readonly phases: Readonly<Record<'outside' | 'inside' | 'cutover', HotKeyPhase>>;
-  /** Busy containers at which the busiest phase reaches 3,000 reads per second on one item. */
+  /** Busy containers at which the busiest phase's reads reach 3,000 per second on one item. */
   readonly containersToSaturate: number;
   /** Callers who arrived at a cut-over: how many, and their wait (ms). */
   readonly cutover: { readonly callers: number; readonly p99Ms: number; readonly maxMs: number };
@@ -65,7 +67,7 @@ export const measureHotKey = async (
     const start = Date.now();
     const end = start + settings.durationMs;
     const issuedBefore = stack.simulator.issuanceTimes().length;
-    const samples: { at: number; requests: number }[] = [];
+    const samples: { at: number; requests: number; reads: number }[] = [];
     const calls: { at: number; took: number }[] = [];
     const busy = containers.map(async (container) => {
       while (Date.now() < end) {
@@ -76,7 +78,11 @@ export const measureHotKey = async (
       }
     });
     while (Date.now() < end) {
-      samples.push({ at: Date.now(), requests: stack.dynamodb.requests() });
+      samples.push({
+        at: Date.now(),
+        requests: stack.dynamodb.requests(),
+        reads: stack.dynamodb.reads(),
+      });
       await sleep(SAMPLE_MS);
     }
     await Promise.all(busy);
@@ -90,27 +96,30 @@ export const measureHotKey = async (
       return current + lifetimeMs - at <= windowMs ? 'inside' : 'outside';
     };
     const totals = {
-      outside: { ms: 0, requests: 0 },
-      inside: { ms: 0, requests: 0 },
-      cutover: { ms: 0, requests: 0 },
+      outside: { ms: 0, reads: 0, writes: 0 },
+      inside: { ms: 0, reads: 0, writes: 0 },
+      cutover: { ms: 0, reads: 0, writes: 0 },
     };
     for (let i = 1; i < samples.length; i += 1) {
       const [before, after] = [samples[i - 1], samples[i]];
       if (!before || !after) continue;
       const phase = totals[phaseAt(before.at)];
       phase.ms += after.at - before.at;
-      phase.requests += after.requests - before.requests;
+      const reads = after.reads - before.reads;
+      phase.reads += reads;
+      phase.writes += after.requests - before.requests - reads;
     }
-    const rate = ({ ms, requests }: { ms: number; requests: number }): HotKeyPhase => ({
+    const rate = ({ ms, reads, writes }: (typeof totals)['outside']): HotKeyPhase => ({
       seconds: ms / 1000,
-      perContainerSecond: ms === 0 ? 0 : requests / (ms / 1000) / settings.containers,
+      readsPerContainerSecond: ms === 0 ? 0 : reads / (ms / 1000) / settings.containers,
+      writesPerSecond: ms === 0 ? 0 : writes / (ms / 1000),
     });
     const phases = {
       outside: rate(totals.outside),
       inside: rate(totals.inside),
       cutover: rate(totals.cutover),
     };
-    const busiest = Math.max(...Object.values(phases).map((p) => p.perContainerSecond));
+    const busiest = Math.max(...Object.values(phases).map((p) => p.readsPerContainerSecond));
     // The first issuance is the cold start, not a cut-over.
     const cutovers = issuances.slice(1);
     const atCutover = calls

@@ -11,8 +11,12 @@ export interface LocalDynamoDB {
   readonly url: string;
   /** HTTP requests served so far (one per DynamoDB API call). */
   requests(): number;
+  /** Of those, the reads (GetItem, BatchGetItem, Query, Scan). */
+  reads(): number;
   close(): Promise<void>;
 }
+
+const READS = new Set(['GetItem', 'BatchGetItem', 'Query', 'Scan']);
 
 export const startDynalite = async ({
   host = '127.0.0.1',
@@ -20,11 +24,14 @@ export const startDynalite = async ({
 } = {}): Promise<LocalDynamoDB> => {
   const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
   let requests = 0;
-  server.on('request', () => {
+  let reads = 0;
+  server.on('request', (request: { headers: Record<string, string | string[] | undefined> }) => {
     requests += 1;
+    const operation = String(request.headers['x-amz-target'] ?? '').split('.')[1] ?? '';
+    if (READS.has(operation)) reads += 1;
   });
   const { url, close } = await listen(server, { host, port });
-  return { url, requests: () => requests, close };
+  return { url, requests: () => requests, reads: () => reads, close };
 };
 
 /** Creates the broker's table as infra/ declares it (key `pk`), if it does not exist. */

@@ -210,8 +210,11 @@ export class LeasedIssuance {
         );
       }
       // Full jitter below a doubling ceiling, at least 1 ms, never past the deadline; and no
-      // sooner than the lease's countdown runs out (no token can come before).
-      const ceiling = Math.min(POLL_CAP_MS, POLL_BASE_MS * 2 ** waits);
+      // sooner than the lease's countdown runs out (no token can come before). At a cut-over
+      // the token comes one access-token round trip (about half an issuance) after the
+      // countdown ends: the ceiling starts there, so a waiter reads a few times, not a dozen.
+      const base = valid ? Math.max(POLL_BASE_MS, this.issuanceMs(name) / 2) : POLL_BASE_MS;
+      const ceiling = Math.min(POLL_CAP_MS, base * 2 ** waits);
       const counting = (lease.countdown - 1) * COUNTDOWN_STEP_MS - (now - sentAt);
       const wait = Math.min(Math.max(1, clock.random() * ceiling, counting), deadline - now);
       waits += 1;
