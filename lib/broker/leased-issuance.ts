@@ -125,6 +125,7 @@ export class LeasedIssuance {
     const { clock, settings } = this.deps;
     let known: { state: TokenState; sentAt: number } | undefined;
     let waits = 0;
+    await this.#awaitCutOver(name, deadline);
     for (;;) {
       // A read reflects the store at some instant after it was sent: memory counts from then.
       const sentAt = known?.sentAt ?? clock.now();
@@ -287,6 +288,23 @@ export class LeasedIssuance {
       2 * this.deps.settings.upstreamTimeoutMs +
       STORE_RESERVE_MS
     );
+  }
+
+  /**
+   * A token whose announced countdown this container read has just run out: its successor comes
+   * one access-token request (about half an issuance) after the countdown's last step. Reading
+   * before then would only find the countdown ending, so the first read waits for it (within
+   * the deadline): at a cut-over a busy container reads about once, not once per step.
+   */
+  async #awaitCutOver(name: string, deadline: number): Promise<void> {
+    const { clock, memory } = this.deps;
+    const entry = memory.get(name);
+    if (!entry?.lease) return;
+    const now = clock.now();
+    const expected =
+      entry.checkedAt + entry.lease.countdown * COUNTDOWN_STEP_MS + this.issuanceMs(name) / 2;
+    if (now < entry.until || now >= expected) return;
+    await clock.sleep(Math.min(expected, deadline) - now);
   }
 
   /**

@@ -232,6 +232,30 @@ describe('Class: LeasedIssuance', () => {
     expect(posts).toEqual([takenAt + 7 * COUNTDOWN_STEP_MS]);
   });
 
+  it('at a cut-over, reads once when the successor is due rather than chasing the countdown', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    const successor = record('successor', T0 + HOUR);
+    const lease = { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS };
+    // The holder elsewhere: countdown 3 at T0, 1 from T0 + 500, its token written at T0 + 850.
+    store.read = async () => {
+      store.calls.read += 1;
+      const now = clock.now();
+      if (now >= T0 + 850) return { token: successor, lease: undefined };
+      return { token: current, lease: { ...lease, countdown: now >= T0 + 500 ? 1 : 3 } };
+    };
+    const { issuance } = container(store, clock);
+    const first = await issuance.obtain(sandbox, 60_000, T0 + 5_000, false);
+    expect(first.record.accessToken).toBe('current'); // served: 2 steps announced
+    await clock.advance(450); // past what that read proved (2 × 250 ms − 100 ms)
+    const next = await issuance.obtain(sandbox, 60_000, clock.now() + 5_000, false);
+    expect(next.record.accessToken).toBe('successor');
+    expect(store.calls.read).toBe(2);
+    // Its countdown's end (3 steps) plus half an issuance (300 ms by default), no later.
+    expect(clock.now()).toBe(T0 + 3 * COUNTDOWN_STEP_MS + 150);
+  });
+
   it('gives up a refresh at once when the lease went elsewhere', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
