@@ -228,7 +228,7 @@ const run = async (argv: string[]): Promise<number> => {
           ? `expires ${c.token.expiresAt} (${duration(c.token.expiresIn)} left), issued ${c.token.issuedAt}`
           : 'no valid token';
         const lease = c.lease
-          ? `, lease held by ${c.lease.holder} for ${c.lease.expiresInMs} ms`
+          ? `, lease held by ${c.lease.holder} for ${c.lease.expiresInMs} ms${c.lease.countdown ? `, cut-over in ${c.lease.countdown} steps` : ''}`
           : '';
         out(`${c.connection} (${c.variant}): ${token}${lease}`);
       }

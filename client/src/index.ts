@@ -104,7 +104,12 @@ export interface ConnectionStatus {
     readonly issuedAt: string;
     readonly tokenDigest: string;
   } | null;
-  readonly lease: { readonly holder: string; readonly expiresInMs: number } | null;
+  readonly lease: {
+    readonly holder: string;
+    readonly expiresInMs: number;
+    /** Lease writes left before its token request (0: the request may be out). */
+    readonly countdown: number;
+  } | null;
 }
 
 export type WarmUpOutcome =

@@ -20,6 +20,21 @@ export const createLogger = (): Logger => new Logger({ serviceName: 'token-broke
 export const createMetrics = (): EmfMetrics =>
   new EmfMetrics(new Metrics({ namespace: 'TokenBroker', serviceName: 'token-broker' }));
 
+/**
+ * Every AWS client's limits: a stalled connection (accepts, never answers) fails within
+ * `timeoutMs`, twice at most, instead of holding the caller past its Lambda deadline. Without
+ * `throwOnRequestTimeout`, the SDK's HTTP handler only logs a warning when `requestTimeout`
+ * passes and keeps waiting (found by the chaos suite: a lost DynamoDB answer held a call 5 s).
+ */
+export const boundedClientConfig = (timeoutMs: number) => ({
+  maxAttempts: 2,
+  requestHandler: {
+    connectionTimeout: timeoutMs,
+    requestTimeout: timeoutMs,
+    throwOnRequestTimeout: true,
+  },
+});
+
 export interface AwsClients {
   readonly dynamodb?: DynamoDBClient;
   readonly secretsManager?: SecretsManagerClient;
@@ -35,15 +50,7 @@ export const createAwsBroker = (
   // Secrets are needed only to issue a token, never to serve one from DynamoDB: the Secrets
   // Manager client is loaded on the first issuance, keeping it out of the cold start. In the
   // single-file bundle, esbuild turns these dynamic imports into lazily-initialised modules.
-  // Every AWS call is bounded: a stalled connection (accepts, never answers) fails within the
-  // limit, twice at most, instead of holding the caller past its Lambda deadline.
-  const bounded = {
-    maxAttempts: 2,
-    requestHandler: {
-      connectionTimeout: config.awsTimeoutMs,
-      requestTimeout: config.awsTimeoutMs,
-    },
-  };
+  const bounded = boundedClientConfig(config.awsTimeoutMs);
   const secrets = lazySecretSource(async () => {
     const [{ SecretsProvider }, { SecretsManagerClient }, { SecretsManagerSecretSource }] =
       await Promise.all([

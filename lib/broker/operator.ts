@@ -47,7 +47,11 @@ export const readStatus = (
           : null,
         lease:
           lease && lease.expiresAt >= at
-            ? { holder: lease.holder, expiresInMs: lease.expiresAt - at }
+            ? {
+                holder: lease.holder,
+                expiresInMs: lease.expiresAt - at,
+                countdown: lease.countdown,
+              }
             : null,
       };
     }),
