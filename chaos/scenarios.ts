@@ -57,7 +57,13 @@ const pauseAt =
         context.pause(node.index, PAUSE_MS);
       };
       node.upstream.setHooks(
-        when === 'request' ? { onRequest: act } : { onResponse: (request) => act(request) },
+        when === 'request'
+          ? { onRequest: act }
+          : {
+              onResponse: (request) => {
+                act(request);
+              },
+            },
       );
     }
   };
