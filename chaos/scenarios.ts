@@ -5,7 +5,7 @@
  * again within `cooldownMs`, so that one fault hits one issuance at a time.
  */
 import type { Scenario, ScenarioContext } from './harness.js';
-import type { ProxiedRequest } from './proxy.js';
+import type { ProxiedRequest, ProxiedResponse } from './proxy.js';
 
 /** Longer than the 3 s lease (so it lapses), shorter than the 8 s Lambda timeout. */
 const PAUSE_MS = 5_000;
@@ -138,6 +138,18 @@ const S = (seconds: number) => seconds * 1000;
  */
 const LONGER = { durationMs: 26_000 };
 
+/** A gateway's error page for a request the upstream did process. */
+const gatewayError = (status: 502 | 503): ProxiedResponse => ({
+  status,
+  headers: { 'content-type': 'application/json' },
+  body: Buffer.from(
+    JSON.stringify({
+      code: '999999',
+      message: status === 502 ? 'bad gateway' : 'service unavailable',
+    }),
+  ),
+});
+
 /** Shared between the storm scenario's hook and its callers (one run at a time). */
 const storm = { until: 0 };
 
@@ -254,6 +266,40 @@ export const SCENARIOS: readonly Scenario[] = [
         const from = context.elapsed();
         context.faulted(node.index, from, from + S(9));
       });
+    },
+  },
+  {
+    name: 'post-5xx-after-processing',
+    injects:
+      'at a refresh, the holder\u2019s access-token POST is processed (the token issued, the earlier one revoked) but answered 502, at the next refresh 503 (40 s run: two refreshes)',
+    // Two refreshes: the cold start's token is refreshed at ~12 s; after the 5xx the next
+    // token comes once the grace has passed (~18 s) and is refreshed at ~30 s.
+    settings: { durationMs: 40_000 },
+    install: (context) => {
+      // Aimed at refreshes (a valid token is out there), not at the cold start, nor at the
+      // issuance that follows the 5xx.
+      const fire = trigger(context, { max: 2, cooldownMs: S(12), afterMs: S(3) });
+      let fires = 0;
+      for (const node of context.nodes) {
+        node.upstream.setHooks({
+          onResponse: (request, response) => {
+            if (upstreamStep(request) !== 'access-token' || response.status !== 200) {
+              return undefined;
+            }
+            if (!fire()) return undefined;
+            const status = fires % 2 === 0 ? 502 : 503;
+            fires += 1;
+            context.inject(
+              `access-token POST processed (token issued), answered HTTP ${status}`,
+              node.index,
+            );
+            const from = context.elapsed();
+            // The grace (BROKER_UPSTREAM_TIMEOUT_MS, 5 s) the holder keeps its lease through.
+            context.faulted(node.index, from, from + S(5));
+            return { kind: 'replace', response: gatewayError(status) };
+          },
+        });
+      }
     },
   },
   {
