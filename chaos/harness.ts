@@ -366,7 +366,11 @@ export const runScenario = async (
       } else if (typeof answer.body.accessToken === 'string') {
         token = answer.body.accessToken;
         const history = await judge(token);
-        outcome = { kind: 'token', verdict: classify(history, sentAt, receivedAt) };
+        outcome = {
+          kind: 'token',
+          verdict: classify(history, sentAt, receivedAt),
+          revokedAt: history?.revokedAt ?? null,
+        };
       } else {
         throw new Error('a getToken answer without accessToken');
       }

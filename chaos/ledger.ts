@@ -43,7 +43,12 @@ export const classify = (
 
 /** How one caller request ended. */
 export type Outcome =
-  | { readonly kind: 'token'; readonly verdict: Verdict }
+  | {
+      readonly kind: 'token';
+      readonly verdict: Verdict;
+      /** When the upstream revoked the token (epoch ms), if it had by the time it was judged. */
+      readonly revokedAt?: number | null;
+    }
   /** The broker answered in time with an error of its own (a 4xx/5xx-style function error). */
   | { readonly kind: 'error'; readonly errorType: string }
   /** No answer of the broker's by the deadline: emulated Lambda timeout, late or no answer. */
@@ -74,6 +79,17 @@ export interface Tally {
   lastRevokedAtMs: number | null;
   /** Revoked-before-request answers per container. */
   revokedByContainer: Record<string, number>;
+  /**
+   * The first REVOKED_DETAILS answers with a revoked token (either verdict), run-relative ms:
+   * which container served it, when it was asked and answered, when the upstream revoked it.
+   */
+  revokedAnswers: {
+    container: number;
+    verdict: 'revoked-before-request' | 'revoked-during-request';
+    sentAtMs: number;
+    receivedAtMs: number;
+    revokedAtMs: number | null;
+  }[];
   /** Per container: answers with a token, revoked-before-request ones, misses, errors. */
   byContainer: Record<
     string,
@@ -98,6 +114,7 @@ export const emptyTally = (): Tally => ({
   firstRevokedAtMs: null,
   lastRevokedAtMs: null,
   revokedByContainer: {},
+  revokedAnswers: [],
   byContainer: {},
   latencyMs: { p50: 0, p99: 0, max: 0 },
 });
@@ -111,6 +128,9 @@ export const percentile = (values: readonly number[], p: number): number => {
 const bump = (counts: Record<string, number>, key: string) => {
   counts[key] = (counts[key] ?? 0) + 1;
 };
+
+/** How many revoked answers the tally lists one by one. */
+export const REVOKED_DETAILS = 50;
 
 /** A time span during which a fault was applied to a container (epoch ms, end exclusive). */
 export interface FaultSpan {
@@ -183,6 +203,20 @@ export class Ledger {
         continue;
       }
       tally.served += 1;
+      if (
+        (outcome.verdict === 'revoked-before-request' ||
+          outcome.verdict === 'revoked-during-request') &&
+        tally.revokedAnswers.length < REVOKED_DETAILS
+      ) {
+        tally.revokedAnswers.push({
+          container: entry.container,
+          verdict: outcome.verdict,
+          sentAtMs: entry.sentAt - this.startedAt,
+          receivedAtMs: entry.receivedAt - this.startedAt,
+          revokedAtMs:
+            typeof outcome.revokedAt === 'number' ? outcome.revokedAt - this.startedAt : null,
+        });
+      }
       switch (outcome.verdict) {
         case 'valid':
           tally.valid += 1;

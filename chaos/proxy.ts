@@ -16,6 +16,9 @@
  * Hooks let a scenario act at the exact step it aims at: pause the container the moment its
  * authorize answer arrives, hold its access-token POST, and so on. A request always reaches the
  * target once forwarded, even if the client gave up meanwhile (the far side still processes it).
+ * `onResponse` may also lose or change one answer the target gave (the request was processed):
+ * reset the client's connection instead of answering, never answer it, or answer something else
+ * (a gateway's 502, say). The link modes still apply to the answer a hook let through.
  */
 import {
   Agent,
@@ -54,11 +57,28 @@ export interface ProxiedResponse {
   readonly body: Buffer;
 }
 
+/**
+ * What `onResponse` may do with an answer the target gave (so the request took effect there):
+ * - `reset`: the client's connection is reset instead (it sees ECONNRESET after sending);
+ * - `drop`: the client never gets an answer (its own timeout fires), the connection stays open;
+ * - `replace`: the client gets `response` instead (e.g. a gateway's 502 for a processed request).
+ */
+export type AnswerFault =
+  | { readonly kind: 'reset' }
+  | { readonly kind: 'drop' }
+  | { readonly kind: 'replace'; readonly response: ProxiedResponse };
+
 export interface ProxyHooks {
   /** A request was read in full; it is forwarded once the returned promise settles. */
   onRequest?(request: ProxiedRequest): void | Promise<void>;
-  /** The target answered; the answer is passed on once the returned promise settles. */
-  onResponse?(request: ProxiedRequest, response: ProxiedResponse): void | Promise<void>;
+  /**
+   * The target answered; the answer is passed on once the returned promise settles, unless it
+   * settles with an {@link AnswerFault}.
+   */
+  onResponse?(
+    request: ProxiedRequest,
+    response: ProxiedResponse,
+  ): AnswerFault | undefined | Promise<AnswerFault | undefined>;
 }
 
 export interface ProxyStats {
@@ -69,6 +89,12 @@ export interface ProxyStats {
   blackholed: number;
   stalled: number;
   delayed: number;
+  /** Answers of the target lost by an `onResponse` fault: connection reset instead. */
+  answersReset: number;
+  /** Answers of the target lost by an `onResponse` fault: never answered. */
+  answersDropped: number;
+  /** Answers of the target replaced by an `onResponse` fault. */
+  answersReplaced: number;
   /** The target itself failed (connection error): the client's connection was reset. */
   targetErrors: number;
   /** A hook threw: counted, and the request went on as if the hook had returned. */
@@ -137,6 +163,9 @@ export const startFaultProxy = async (options: ProxyOptions): Promise<FaultProxy
     blackholed: 0,
     stalled: 0,
     delayed: 0,
+    answersReset: 0,
+    answersDropped: 0,
+    answersReplaced: 0,
     targetErrors: 0,
     hookErrors: 0,
   };
@@ -158,11 +187,12 @@ export const startFaultProxy = async (options: ProxyOptions): Promise<FaultProxy
     if (socket && !socket.destroyed) socket.resetAndDestroy();
   };
 
-  const runHook = async (hook: () => void | Promise<void>) => {
+  const runHook = async <T>(hook: () => T | Promise<T>): Promise<T | undefined> => {
     try {
-      await hook();
+      return await hook();
     } catch {
       stats.hookErrors += 1;
+      return undefined;
     }
   };
 
@@ -246,7 +276,20 @@ export const startFaultProxy = async (options: ProxyOptions): Promise<FaultProxy
       if (!admit(res, 'answer')) return;
     }
     const { onResponse } = hooks;
-    if (onResponse) await runHook(() => onResponse(request, response));
+    const fault = onResponse ? await runHook(() => onResponse(request, response)) : undefined;
+    if (fault?.kind === 'reset') {
+      stats.answersReset += 1;
+      reset(res.socket);
+      return;
+    }
+    if (fault?.kind === 'drop') {
+      stats.answersDropped += 1;
+      return;
+    }
+    if (fault?.kind === 'replace') {
+      stats.answersReplaced += 1;
+      response = fault.response;
+    }
     if (!admit(res, 'answer')) return;
     stats.answered += 1;
     res.writeHead(response.status, endToEnd(response.headers, response.body));

@@ -5,7 +5,7 @@
  * again within `cooldownMs`, so that one fault hits one issuance at a time.
  */
 import type { Scenario, ScenarioContext } from './harness.js';
-import type { ProxiedRequest } from './proxy.js';
+import type { ProxiedRequest, ProxiedResponse } from './proxy.js';
 
 /** Longer than the 3 s lease (so it lapses), shorter than the 8 s Lambda timeout. */
 const PAUSE_MS = 5_000;
@@ -57,7 +57,13 @@ const pauseAt =
         context.pause(node.index, PAUSE_MS);
       };
       node.upstream.setHooks(
-        when === 'request' ? { onRequest: act } : { onResponse: (request) => act(request) },
+        when === 'request'
+          ? { onRequest: act }
+          : {
+              onResponse: (request) => {
+                act(request);
+              },
+            },
       );
     }
   };
@@ -131,6 +137,153 @@ const S = (seconds: number) => seconds * 1000;
  * for the second one's consequences (the refresh comes ~11 s after the first token).
  */
 const LONGER = { durationMs: 26_000 };
+
+/**
+ * What a DynamoDB write of the broker is for, read from its body: `take` (acquire the lease),
+ * `confirm` (the fence before the access-token POST: a renewal longer than the 3 s lease),
+ * `heartbeat` (a 3 s renewal), `release`, `drop-token` (compare-and-delete), `put` (the token,
+ * which releases the lease), or `other` (reads).
+ */
+export type DynamodbWrite =
+  | 'take'
+  | 'confirm'
+  | 'heartbeat'
+  | 'release'
+  | 'drop-token'
+  | 'put'
+  | 'other';
+
+export const dynamodbWrite = (request: ProxiedRequest): DynamodbWrite => {
+  const operation = dynamodbOperation(request);
+  if (operation === 'PutItem') return 'put';
+  if (operation !== 'UpdateItem') return 'other';
+  let body: {
+    UpdateExpression?: string;
+    ExpressionAttributeValues?: Record<string, { N?: string }>;
+  };
+  try {
+    body = JSON.parse(request.body.toString('utf8'));
+  } catch {
+    return 'other';
+  }
+  const expression = body.UpdateExpression ?? '';
+  if (expression.startsWith('SET leaseHolder')) return 'take';
+  if (expression.startsWith('SET leaseExpiresAt')) {
+    const durationMs = Number(body.ExpressionAttributeValues?.[':durationMs']?.N);
+    return durationMs > 3_000 ? 'confirm' : 'heartbeat';
+  }
+  if (expression.startsWith('REMOVE leaseHolder')) return 'release';
+  if (expression.startsWith('REMOVE accessToken')) return 'drop-token';
+  return 'other';
+};
+
+/**
+ * One lost DynamoDB answer: which write, how, in which phase of the run, and whether the SDK's
+ * retries of it lose theirs too.
+ */
+interface AnswerShot {
+  readonly write: DynamodbWrite;
+  /**
+   * `reset`: the SDK sees ECONNRESET at once and retries (its maxAttempts is 2). `drop`: no
+   * answer; the broker's SDK client sets `requestTimeout` without `throwOnRequestTimeout`, which
+   * with @smithy/node-http-handler 4.x only warns, so nothing but the broker's own bound (the
+   * caller's deadline, or the POST budget for the fence) ends the wait, and nothing is retried.
+   */
+  readonly fault: 'reset' | 'drop';
+  /** `first`: the SDK's retry gets its answer; `every`: its retries (same body) lose theirs too. */
+  readonly attempts: 'first' | 'every';
+  /**
+   * `cold-start`: before any token was stored; `refresh`: a token was stored at least
+   * REFRESH_AFTER_MS before (so the flow replaces a valid token).
+   */
+  readonly phase: 'cold-start' | 'refresh';
+}
+
+/** A refresh-phase shot fires no earlier than this after the first token was stored. */
+const REFRESH_AFTER_MS = 3_000;
+/** How long the retries of a shot's write (same body) keep losing their answers. */
+const RETRIES_WITHIN_MS = 3_000;
+
+/**
+ * On every container's DynamoDB proxy: each shot, in order, fires on the first write of its kind
+ * that dynalite applied (HTTP 200) in its phase, once the shots before it fired or their phase
+ * passed. The write took effect; the container gets a reset or no answer instead. With `every`,
+ * the SDK's retries of that write (the same body, on that container) lose theirs too.
+ */
+const loseDynamodbAnswers = (shots: readonly AnswerShot[]) => (context: ScenarioContext) => {
+  const fired = shots.map(() => false);
+  const repeats: { node: number; body: Buffer; fault: AnswerShot['fault']; until: number }[] = [];
+  /** Run time at which dynalite first accepted a token PutItem. */
+  let storedAt: number | undefined;
+  const inPhase = (phase: AnswerShot['phase'], now: number) =>
+    phase === 'cold-start'
+      ? storedAt === undefined
+      : storedAt !== undefined && now - storedAt >= REFRESH_AFTER_MS;
+  const phasePassed = (phase: AnswerShot['phase']) =>
+    phase === 'cold-start' && storedAt !== undefined;
+  for (const node of context.nodes) {
+    node.dynamodb.setHooks({
+      onResponse: (request, response) => {
+        const now = context.elapsed();
+        const write = dynamodbWrite(request);
+        const repeat = repeats.find(
+          (r) => r.node === node.index && now < r.until && r.body.equals(request.body),
+        );
+        if (repeat) {
+          context.inject(`${write} retried by the SDK: answer lost too`, node.index);
+          return { kind: repeat.fault };
+        }
+        if (!context.running() || response.status !== 200) return undefined;
+        const index = shots.findIndex(
+          (shot, i) =>
+            !fired[i] &&
+            shot.write === write &&
+            inPhase(shot.phase, now) &&
+            shots.slice(0, i).every((earlier, j) => fired[j] || phasePassed(earlier.phase)),
+        );
+        if (write === 'put') storedAt ??= now;
+        const shot = shots[index];
+        if (!shot) return undefined;
+        fired[index] = true;
+        context.inject(
+          `${shot.phase}: ${write} applied, answer lost (${shot.fault === 'reset' ? 'connection reset' : 'no answer'}${shot.attempts === 'every' ? ', SDK retries too' : ''})`,
+          node.index,
+        );
+        // A reset is over once the SDK retried; a dropped answer holds the container up to
+        // its caller's deadline.
+        const span = shot.fault === 'reset' ? RETRIES_WITHIN_MS : context.settings.lambdaTimeoutMs;
+        context.faulted(node.index, now, now + span);
+        if (shot.attempts === 'every') {
+          repeats.push({
+            node: node.index,
+            body: request.body,
+            fault: shot.fault,
+            until: now + RETRIES_WITHIN_MS,
+          });
+        }
+        return { kind: shot.fault };
+      },
+    });
+  }
+};
+
+/** A gateway's error page for a request the upstream did process. */
+const gatewayError = (status: 502 | 503): ProxiedResponse => ({
+  status,
+  headers: { 'content-type': 'application/json' },
+  body: Buffer.from(
+    JSON.stringify({
+      code: '999999',
+      message: status === 502 ? 'bad gateway' : 'service unavailable',
+    }),
+  ),
+});
+
+/**
+ * A lost answer may hold a flow up to the caller's 8 s deadline at the cold start, which moves
+ * the refresh (and its lost answers) that much later: 30 s leaves room for its consequences.
+ */
+const DYNAMODB_ANSWER_LOST = { durationMs: 30_000 };
 
 /** Shared between the storm scenario's hook and its callers (one run at a time). */
 const storm = { until: 0 };
@@ -249,6 +402,62 @@ export const SCENARIOS: readonly Scenario[] = [
         context.faulted(node.index, from, from + S(9));
       });
     },
+  },
+  {
+    name: 'post-5xx-after-processing',
+    injects:
+      'at a refresh, the holder\u2019s access-token POST is processed (the token issued, the earlier one revoked) but answered 502, at the next refresh 503 (40 s run: two refreshes)',
+    // Two refreshes: the cold start's token is refreshed at ~12 s; after the 5xx the next
+    // token comes once the grace has passed (~18 s) and is refreshed at ~30 s.
+    settings: { durationMs: 40_000 },
+    install: (context) => {
+      // Aimed at refreshes (a valid token is out there), not at the cold start, nor at the
+      // issuance that follows the 5xx.
+      const fire = trigger(context, { max: 2, cooldownMs: S(12), afterMs: S(3) });
+      let fires = 0;
+      for (const node of context.nodes) {
+        node.upstream.setHooks({
+          onResponse: (request, response) => {
+            if (upstreamStep(request) !== 'access-token' || response.status !== 200) {
+              return undefined;
+            }
+            if (!fire()) return undefined;
+            const status = fires % 2 === 0 ? 502 : 503;
+            fires += 1;
+            context.inject(
+              `access-token POST processed (token issued), answered HTTP ${status}`,
+              node.index,
+            );
+            const from = context.elapsed();
+            // The grace (BROKER_UPSTREAM_TIMEOUT_MS, 5 s) the holder keeps its lease through.
+            context.faulted(node.index, from, from + S(5));
+            return { kind: 'replace', response: gatewayError(status) };
+          },
+        });
+      }
+    },
+  },
+  {
+    name: 'dynamodb-answer-lost',
+    settings: DYNAMODB_ANSWER_LOST,
+    injects:
+      'a lease UpdateItem applied by DynamoDB, its answer lost on the holder\u2019s link. Cold start: the lease take (reset; the SDK retry answered), then the fence before the POST (no answer). Refresh: the take (no answer), then the next holder\u2019s fence (reset, SDK retry too)',
+    install: loseDynamodbAnswers([
+      { write: 'take', fault: 'reset', attempts: 'first', phase: 'cold-start' },
+      { write: 'confirm', fault: 'drop', attempts: 'first', phase: 'cold-start' },
+      { write: 'take', fault: 'drop', attempts: 'first', phase: 'refresh' },
+      { write: 'confirm', fault: 'reset', attempts: 'every', phase: 'refresh' },
+    ]),
+  },
+  {
+    name: 'dynamodb-answer-lost-put',
+    settings: DYNAMODB_ANSWER_LOST,
+    injects:
+      'the token PutItem applied by DynamoDB (releasing the lease with it), its answer lost on the holder\u2019s link. Cold start: reset (the SDK retry answered: its condition fails). Refresh: no answer',
+    install: loseDynamodbAnswers([
+      { write: 'put', fault: 'reset', attempts: 'first', phase: 'cold-start' },
+      { write: 'put', fault: 'drop', attempts: 'first', phase: 'refresh' },
+    ]),
   },
   {
     name: 'clock-skew-ahead',

@@ -117,6 +117,47 @@ describe('Function: startFaultProxy', () => {
     expect(seen).toEqual(['request POST /x?y=1 {"a":1}', 'answer 200 {"ok":true}']);
   });
 
+  it('an answer fault "reset": the target processed the request, the client sees a reset', async () => {
+    proxy = await startFaultProxy({ target: targetUrl });
+    proxy.setHooks({ onResponse: () => ({ kind: 'reset' }) });
+    const result = await call(proxy.url, 1_000);
+    expect(result.error).toBe('failed');
+    expect(result.ms).toBeLessThan(900);
+    expect(hits).toEqual(['POST /x?y=1']);
+    expect(proxy.stats()).toMatchObject({ forwarded: 1, answered: 0, answersReset: 1 });
+  });
+
+  it('an answer fault "drop": the target processed the request, the client never hears back', async () => {
+    proxy = await startFaultProxy({ target: targetUrl });
+    proxy.setHooks({ onResponse: () => ({ kind: 'drop' }) });
+    expect(await call(proxy.url, 200)).toMatchObject({ error: 'timeout' });
+    expect(hits).toEqual(['POST /x?y=1']);
+    expect(proxy.stats()).toMatchObject({ forwarded: 1, answered: 0, answersDropped: 1 });
+  });
+
+  it('an answer fault "replace": the target processed the request, the client gets another answer', async () => {
+    proxy = await startFaultProxy({ target: targetUrl });
+    proxy.setHooks({
+      onResponse: async () => ({
+        kind: 'replace',
+        response: {
+          status: 502,
+          headers: { 'content-type': 'application/json' },
+          body: Buffer.from('{"code":"999999","message":"bad gateway"}'),
+        },
+      }),
+    });
+    expect(await call(proxy.url, 1_000)).toMatchObject({
+      status: 502,
+      body: '{"code":"999999","message":"bad gateway"}',
+    });
+    expect(hits).toEqual(['POST /x?y=1']);
+    expect(proxy.stats()).toMatchObject({ answered: 1, answersReplaced: 1 });
+    // Only the answer it was returned for: the next one passes.
+    proxy.setHooks({});
+    expect(await call(proxy.url)).toMatchObject({ status: 200, body: '{"ok":true}' });
+  });
+
   it('a held request is still forwarded after its client gave up', async () => {
     proxy = await startFaultProxy({ target: targetUrl });
     proxy.setHooks({ onRequest: () => new Promise((resolve) => setTimeout(resolve, 150)) });
