@@ -228,8 +228,10 @@ export class OpenApiClient implements TokenIssuer {
     const code = protocol.parseAuthorize(authorizeBody, connection, sensitive);
     const withCode = [...sensitive, code];
 
-    // Expiry counts from the moment the token request leaves, never from the upstream clock.
-    const requestedAt = this.#now();
+    // Expiry counts from the moment the token request leaves (after the fence, which may wait
+    // out the lease's countdown), never from the upstream clock. Only an attempt proved unsent
+    // is retried, so the one that answers is the last one built.
+    let requestedAt = this.#now();
     // The code is single-use: a retry of this step may be refused, which is then reported.
     // Each attempt is built (and signed, with its own timestamp) afresh.
     const signing = signingOf(connection);
@@ -239,7 +241,8 @@ export class OpenApiClient implements TokenIssuer {
     const signedRequest = async () => {
       // The lease holder's fence: a POST leaves only under a lease that covers it.
       await beforeAccessToken?.();
-      const request = accessTokenRequest(connection, credentials, code, this.#now());
+      requestedAt = this.#now();
+      const request = accessTokenRequest(connection, credentials, code, requestedAt);
       const signature = request.headers.get(SIGNATURE_HEADER);
       if (signature !== null) tokenSensitive.push(signature);
       return request;

@@ -227,6 +227,20 @@ describe('Class: OpenApiClient against the simulator', () => {
   });
   afterAll(() => simulator.close());
 
+  it('counts expiry from when the token request leaves, after the fence, not from the authorize', async () => {
+    let fenceDone = 0;
+    const token = await openApi().issue(v3, client, {
+      deadline: deadline(),
+      // The lease holder's fence waits out its countdown here.
+      beforeAccessToken: async () => {
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        fenceDone = Date.now();
+      },
+    });
+    expect(fenceDone).toBeGreaterThan(0);
+    expect(token.requestedAt).toBeGreaterThanOrEqual(fenceDone);
+  });
+
   it('runs the v3 flow and never sends the client secret', async () => {
     const before = Date.now();
     const token = await openApi().issue(v3, client, { deadline: deadline() });
