@@ -114,7 +114,25 @@ export class UpstreamRejectedError extends BrokerError {
 export class UpstreamBadResponseError extends BrokerError {
   override readonly name = 'UpstreamBadResponseError';
   readonly code = ErrorCode.UPSTREAM_BAD_RESPONSE;
+  /**
+   * The answer to an access-token request could not be read (too large, not JSON, no token):
+   * the request was processed, so a token may have been issued (and the earlier ones revoked).
+   */
+  readonly outcomeUnknown: boolean;
+
+  constructor(message: string, options: BrokerErrorOptions & { outcomeUnknown?: boolean } = {}) {
+    super(message, options);
+    this.outcomeUnknown = options.outcomeUnknown ?? false;
+  }
 }
+
+/**
+ * Whether a failed flow's token request may have issued a token all the same (and so revoked
+ * the earlier ones): timed out, reset after sending, answered 5xx, or answered unreadably.
+ */
+export const isOutcomeUnknown = (error: unknown): boolean =>
+  (error instanceof UpstreamUnavailableError || error instanceof UpstreamBadResponseError) &&
+  error.outcomeUnknown;
 
 export interface UpstreamUnavailableOptions extends UpstreamAnswerOptions {
   /** Seconds after which a caller's retry makes sense, when known. */

@@ -93,8 +93,9 @@ export interface TokenStore {
   putToken(record: TokenRecord, holder: string): Promise<boolean>;
   /**
    * Writes a new version of the lease (`leaseExpiresAt`, `durationMs`, `countdown`) if `holder`
-   * still holds it: a heartbeat, a step of the countdown, or the confirmation before a token
-   * request.
+   * still holds it, and only forward: not to an earlier expiry, nor to a higher countdown (a
+   * retried write that lands late changes nothing). A heartbeat, a step of the countdown, or
+   * the confirmation before a token request.
    */
   renewLease(
     connection: string,

@@ -213,7 +213,11 @@ export class DynamoDBTokenStore implements TokenStore {
           Key: tokenKey(connection),
           UpdateExpression:
             'SET leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown',
-          ConditionExpression: 'leaseHolder = :holder',
+          // The holder's writes only move forward: its expiry never goes back and its countdown
+          // never goes up, so an attempt the SDK retried, applied late after later writes,
+          // changes nothing (a reader trusting a raised countdown would serve too long).
+          ConditionExpression:
+            'leaseHolder = :holder AND leaseExpiresAt <= :leaseExpiresAt AND (attribute_not_exists(leaseCountdown) OR leaseCountdown >= :countdown)',
           ExpressionAttributeValues: {
             ':holder': { S: holder },
             ':leaseExpiresAt': { N: String(leaseExpiresAt) },

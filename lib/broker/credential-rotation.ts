@@ -3,10 +3,12 @@
  * the secret is read again bypassing every cache and, if it changed (a rotation), the flow is
  * tried once more with the new one. An unchanged secret means the rejection stands.
  */
+import { type Clock, systemClock } from '../clock.js';
 import type { ConnectionConfig } from '../config.js';
 import { UpstreamRejectedError } from '../errors.js';
 import type { IssuedToken, IssueOptions, SecretSource, TokenIssuer } from '../ports.js';
 import { SIGNATURE_REFUSAL, TIMESTAMP_REFUSAL } from '../upstream/rejections.js';
+import { withDeadline } from './single-flight.js';
 import type { BrokerLogger } from './types.js';
 
 /** Runs the flow for a connection with whatever credentials are current. */
@@ -35,15 +37,23 @@ export const withCredentialRotation =
     readonly secrets: SecretSource;
     readonly issuer: TokenIssuer;
     readonly logger: BrokerLogger;
+    readonly clock?: Clock | undefined;
   }): Issue =>
   async (connection, options) => {
     const { secrets, issuer, logger } = deps;
+    const clock = deps.clock ?? systemClock;
     const credentials = await secrets.getCredentials(connection.secretId);
     try {
       return await issuer.issue(connection, credentials, options);
     } catch (error) {
       if (!isCredentialRejection(error)) throw error;
-      const fresh = await secrets.getCredentials(connection.secretId, { forceFetch: true });
+      // Within the caller's deadline: past it, the rejection is the answer.
+      const fresh = await withDeadline(
+        secrets.getCredentials(connection.secretId, { forceFetch: true }),
+        options.deadline - clock.now(),
+        clock,
+        () => error as Error,
+      );
       if (
         fresh.clientId === credentials.clientId &&
         fresh.clientSecret === credentials.clientSecret

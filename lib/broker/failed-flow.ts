@@ -8,7 +8,7 @@
  *   replaced is good again.
  */
 import type { ConnectionConfig } from '../config.js';
-import { UpstreamUnavailableError } from '../errors.js';
+import { isOutcomeUnknown } from '../errors.js';
 import { MetricName } from '../metrics.js';
 import { LeaseLost } from './held-lease.js';
 import type { LeasedFlow, LeasedIssuanceDeps } from './leased-issuance.js';
@@ -23,7 +23,10 @@ export const afterFailedFlow = async (
     readonly bounded: <T>(operation: Promise<T>) => Promise<T>;
   },
   connection: ConnectionConfig,
-  flow: LeasedFlow,
+  flow: LeasedFlow & {
+    /** Until when the fence's confirmation reserved the lease for the POST and its grace. */
+    readonly confirmedUntil: number | undefined;
+  },
   error: unknown,
 ): Promise<undefined> => {
   const { name } = connection;
@@ -37,7 +40,7 @@ export const afterFailedFlow = async (
     });
     return undefined;
   }
-  if (error instanceof UpstreamUnavailableError && error.outcomeUnknown) {
+  if (isOutcomeUnknown(error)) {
     // The POST may still land and revoke the token it replaces: that token is dropped now,
     // everywhere, and the lease is held through the grace so that no other POST starts
     // while this one could land. The next caller after the grace issues afresh.
@@ -52,13 +55,8 @@ export const afterFailedFlow = async (
       await bounded(store.deleteIfMatches(name, flow.replacing.tokenDigest)).catch(() => undefined);
     }
     await bounded(
-      store.renewLease(
-        name,
-        flow.holder,
-        clock.now() + settings.upstreamTimeoutMs,
-        settings.upstreamTimeoutMs,
-        0,
-      ),
+      // Never shorter than what the confirmation reserved: the POST may land until then.
+      renewForGrace(store, name, flow.holder, clock.now(), settings.upstreamTimeoutMs, flow),
     ).catch(() => undefined);
     throw error;
   }
@@ -80,4 +78,19 @@ export const afterFailedFlow = async (
     } else memory.delete(name);
   }
   throw error;
+};
+
+/** The lease through the grace after a POST that may still land, and the reservation before it. */
+const renewForGrace = (
+  store: LeasedIssuanceDeps['store'],
+  connection: string,
+  holder: string,
+  now: number,
+  graceMs: number,
+  { confirmedUntil }: { readonly confirmedUntil: number | undefined },
+): Promise<boolean> => {
+  // A new version (its expiry differs from the confirmation's), whose duration watchers count
+  // from when they first see it: never shorter, on anyone's clock, than the reservation.
+  const until = Math.max(now + graceMs, (confirmedUntil ?? 0) + 1);
+  return store.renewLease(connection, holder, until, until - now, 0);
 };

@@ -62,10 +62,13 @@ export class HeldLease {
   #stopPostTimer: (() => void) | undefined;
   #confirmedUntil: number | undefined;
   #waitedMs = 0;
+  /** The expiry last written: each write's is later, so every write is a new version. */
+  #expiresAt: number;
 
   constructor(private readonly options: HeldLeaseOptions) {
     const { clock } = options;
     this.#until = options.leasedAt + LEASE_MS;
+    this.#expiresAt = Math.min(options.deadline, options.leasedAt + LEASE_MS);
     this.#countdown = options.countdown;
     this.#answeredAt = options.answeredAt;
     this.#stopHeartbeat = clock.every(LEASE_HEARTBEAT_MS, () => {
@@ -124,13 +127,14 @@ export class HeldLease {
     this.#waitedMs += sentAt - waitFrom;
     const budget = Math.min(upstreamTimeoutMs, deadline - sentAt - STORE_RESERVE_MS);
     if (budget < MIN_POST_MS) throw new LeaseLost('No time left for the access-token request');
-    const lasts = budget + upstreamTimeoutMs;
-    const confirm = store.renewLease(connection, holder, sentAt + lasts, lasts, 0);
+    const expiresAt = Math.max(sentAt + budget + upstreamTimeoutMs, this.#expiresAt + 1);
+    const confirm = store.renewLease(connection, holder, expiresAt, expiresAt - sentAt, 0);
     // Unconfirmed (taken over, or the store unreachable) means unsent: nothing to undo.
     const confirmed = await this.options.bounded(confirm, sentAt + budget).catch(() => false);
     if (!confirmed) throw new LeaseLost('Lease not confirmed before the access-token request');
     this.#countdown = 0;
-    this.#confirmedUntil = sentAt + lasts;
+    this.#expiresAt = expiresAt;
+    this.#confirmedUntil = expiresAt;
     // Paused between the confirmation and here? Then the POST no longer fits its lease.
     const left = sentAt + budget - clock.now();
     if (left < MIN_POST_MS) throw new LeaseLost('Lease confirmation is stale');
@@ -175,7 +179,8 @@ export class HeldLease {
       const sentAt = clock.now();
       if (sentAt >= this.#until) return this.#lose('Lease time ran out');
       const value = countdown ?? this.#countdown;
-      const until = Math.min(deadline, sentAt + LEASE_MS);
+      // Capped at the deadline, and yet later than the last: a version nobody has seen.
+      const until = Math.max(Math.min(deadline, sentAt + LEASE_MS), this.#expiresAt + 1);
       try {
         if (!(await store.renewLease(connection, holder, until, until - sentAt, value))) {
           return this.#lose('Lease taken over');
@@ -183,6 +188,7 @@ export class HeldLease {
       } catch {
         return this.#lose('Lease renewal failed');
       }
+      this.#expiresAt = until;
       this.#until = Math.max(this.#until, sentAt + LEASE_MS);
       this.#countdown = value;
       this.#answeredAt = clock.now();

@@ -19,6 +19,7 @@ import { type Clock, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
 import {
   BadRequestError,
+  isOutcomeUnknown,
   StoreUnavailableError,
   toBrokerError,
   UnknownConnectionError,
@@ -108,7 +109,7 @@ export class TokenBroker {
     this.#issuance = new LeasedIssuance({
       store: deps.store,
       clock: this.#clock,
-      issue: withCredentialRotation(deps),
+      issue: withCredentialRotation({ ...deps, clock: this.#clock }),
       memory: this.#memory,
       settings: this.#settings,
       logger: deps.logger,
@@ -244,8 +245,8 @@ export class TokenBroker {
     // While a refresh of a revoking upstream is in progress elsewhere, the token held may
     // already be revoked.
     const suspect =
-      error instanceof UpstreamUnavailableError &&
-      (error.refreshInProgress === true || error.outcomeUnknown);
+      (error instanceof UpstreamUnavailableError && error.refreshInProgress === true) ||
+      isOutcomeUnknown(error);
     if (explicit || suspect || !isUpstreamFailure(error) || !last) throw error;
     const failure = toBrokerError(error);
     this.deps.logger.warn('Could not get a newer token; serving the last good one', {

@@ -26,4 +26,12 @@ export class LeaseWatch {
     }
     return now - seen.seenAt >= lease.durationMs;
   }
+
+  /** When this container first saw `lease`'s version, if it is the one it last saw. */
+  firstSeen(connection: string, lease: Lease): number | undefined {
+    const seen = this.#seen.get(connection);
+    return seen && seen.holder === lease.holder && seen.expiresAt === lease.expiresAt
+      ? seen.seenAt
+      : undefined;
+  }
 }

@@ -47,6 +47,7 @@ import {
   DRAIN_MARGIN_MS,
   type RefreshSettings,
   replacementMayBeOut,
+  SKEW_TOLERANCE_MS,
   servableUnconfirmed,
   servableUntil,
   windowMs,
@@ -138,6 +139,13 @@ export class LeasedIssuance {
       const valid = token && token.expiresAt > now ? token : undefined;
       const needMs = need === 'outside-window' ? (valid ? windowMs(valid, settings) : 0) : need;
       const { suspect, until } = this.#remember(connection, state, sentAt, now);
+      if (valid && !suspect && lease && this.#watch.stale(name, lease, now)) {
+        // A countdown nobody advances (its holder died before the cut-over): readers would
+        // re-read at each of its ends. It is taken over and let go, so they are back to one
+        // read per re-check; any later replacement counts down afresh from the top.
+        await this.#letGo(name, lease, valid, deadline);
+        continue;
+      }
       if (valid && !suspect && valid.expiresAt - now > needMs) {
         // An answer that took longer than its proof lasts may predate a replacement that has
         // since revoked the token (a slow link): ask again rather than serve it.
@@ -158,7 +166,10 @@ export class LeasedIssuance {
             refreshInProgress: suspect,
           });
         }
-        const countdown = this.#countdown(connection, valid, lease);
+        // A token that expired a moment ago on this clock may still be valid on a container
+        // whose clock runs behind: its replacement is announced too.
+        const recent = token && token.expiresAt + SKEW_TOLERANCE_MS > now ? token : undefined;
+        const countdown = this.#countdown(connection, recent, lease);
         this.#checkTimeForCountdown(countdown, now, deadline);
         const holder = this.#nextHolder();
         const attempt = await this.#store('take the lease', () =>
@@ -300,9 +311,14 @@ export class LeasedIssuance {
     const { clock, memory } = this.deps;
     const entry = memory.get(name);
     if (!entry?.lease) return;
+    // A countdown that did not move between two reads (its holder gone or starved) announces
+    // nothing to wait for.
+    const since = this.#watch.firstSeen(name, entry.lease);
+    if (since === undefined || since < entry.checkedAt - COUNTDOWN_STEP_MS) return;
     const now = clock.now();
-    const expected =
-      entry.checkedAt + entry.lease.countdown * COUNTDOWN_STEP_MS + this.issuanceMs(name) / 2;
+    // The access-token round trip, as last measured here (a slow one is not waited for whole).
+    const roundTrip = Math.min(this.issuanceMs(name) / 2, POLL_CAP_MS);
+    const expected = entry.checkedAt + entry.lease.countdown * COUNTDOWN_STEP_MS + roundTrip;
     if (now < entry.until || now >= expected) return;
     await clock.sleep(Math.min(expected, deadline) - now);
   }
@@ -337,8 +353,8 @@ export class LeasedIssuance {
   /**
    * The countdown a lease that replaces `valid` is written with: a fresh one lasts past every
    * container's re-check; one that takes over a stale lease goes on from where that one was
-   * seen, never higher than any reader was told; nothing to announce without a valid token, or
-   * where the upstream does not revoke on re-issue.
+   * seen, never higher than any reader was told; nothing to announce without a token that some
+   * container may still serve, or where the upstream does not revoke on re-issue.
    */
   #countdown(
     connection: ConnectionConfig,
@@ -347,6 +363,30 @@ export class LeasedIssuance {
   ): number {
     if (!connection.revokesOnReissue || !valid) return 0;
     return takeOver ? takeOver.countdown : countdownFor(valid, this.deps.settings);
+  }
+
+  /** Takes a stale lease over and releases it at once; best effort (another may do it). */
+  async #letGo(name: string, stale: Lease, valid: TokenRecord, deadline: number): Promise<void> {
+    const { clock, store, logger } = this.deps;
+    const holder = this.#nextHolder();
+    const now = clock.now();
+    try {
+      const attempt = await this.#bounded(
+        store.acquireLease(name, {
+          holder,
+          leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
+          durationMs: Math.min(deadline - now, LEASE_MS),
+          countdown: stale.countdown,
+          takeOver: stale,
+          replaceIfExpiresBefore: valid.expiresAt + 1,
+        }),
+        deadline,
+      );
+      if (attempt.acquired) await this.#bounded(store.releaseLease(name, holder), deadline);
+      logger.info('Stale lease let go', { connection: name, countdown: stale.countdown });
+    } catch {
+      // The next read tries again, or finds it gone.
+    }
   }
 
   /** A countdown that cannot end before the deadline is not started (nothing would be sent). */
@@ -455,7 +495,7 @@ export class LeasedIssuance {
       await afterFailedFlow(
         { ...this.deps, bounded: (operation) => this.#bounded(operation, flow.deadline) },
         connection,
-        flow,
+        { ...flow, confirmedUntil: lease.confirmedUntil },
         error,
       );
       return LOST;

@@ -263,6 +263,10 @@ export class OpenApiClient implements TokenIssuer {
       if (connection.variant === 'v3' && isSignatureRejection(error, signing !== undefined)) {
         throw signatureRejection(error, connection, signing);
       }
+      // An answer we cannot read came from a request the upstream processed: it may have issued.
+      if (error instanceof UpstreamBadResponseError && !error.outcomeUnknown) {
+        throw new UpstreamBadResponseError(error.message, { cause: error, outcomeUnknown: true });
+      }
       throw error;
     }
   }

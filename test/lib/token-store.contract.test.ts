@@ -173,8 +173,24 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect(await store.read('never-leased')).toEqual({ token: undefined, lease: undefined });
   });
 
+  it('renews a lease only forward: never to an earlier expiry, never to a higher countdown', async () => {
+    await store.acquireLease('forward', { ...lease('a:1'), countdown: 5 });
+    expect(await store.renewLease('forward', 'a:1', now + 12_000, 3_000, 3)).toBe(true);
+    // A retried attempt of an earlier write, applied late: refused either way.
+    expect(await store.renewLease('forward', 'a:1', now + 11_000, 3_000, 3)).toBe(false);
+    expect(await store.renewLease('forward', 'a:1', now + 13_000, 3_000, 4)).toBe(false);
+    // The same write twice (its first answer lost): accepted, nothing changes.
+    expect(await store.renewLease('forward', 'a:1', now + 12_000, 3_000, 3)).toBe(true);
+    expect((await store.read('forward')).lease).toEqual({
+      holder: 'a:1',
+      expiresAt: now + 12_000,
+      durationMs: 3_000,
+      countdown: 3,
+    });
+  });
+
   it('renews a lease only for its holder', async () => {
-    await store.acquireLease('renew', lease('a:1'));
+    await store.acquireLease('renew', { ...lease('a:1'), countdown: 5 });
     expect(await store.renewLease('renew', 'b:1', now + 99_000, 99_000, 0)).toBe(false);
     expect(await store.renewLease('renew', 'a:1', now + 20_000, 7_000, 4)).toBe(true);
     expect((await store.read('renew')).lease).toEqual({

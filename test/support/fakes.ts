@@ -83,6 +83,7 @@ export class InMemoryTokenStore implements TokenStore {
     this.#check();
     const item = this.items.get(connection);
     if (item?.lease?.holder !== holder) return false;
+    if (item.lease.expiresAt > leaseExpiresAt || item.lease.countdown < countdown) return false;
     this.items.set(connection, {
       ...item,
       lease: { holder, expiresAt: leaseExpiresAt, durationMs, countdown },

@@ -119,7 +119,7 @@ describe('Class: LeasedIssuance', () => {
     expect(clock.pending()).toBe(0);
   });
 
-  it('never renews its lease past the caller’s deadline', async () => {
+  it('never renews its lease past the caller’s deadline, but for the 1 ms that makes each write a new version', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const renewals: number[] = [];
@@ -132,7 +132,9 @@ describe('Class: LeasedIssuance', () => {
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
     await issuance.obtain(sandbox, 60_000, T0 + 1_500, false);
-    expect(renewals).toEqual([T0 + 1_500]);
+    // The lease was taken until the deadline; the heartbeat cannot repeat that expiry (a
+    // watcher would see the version unchanged and take a live lease over).
+    expect(renewals).toEqual([T0 + 1_501]);
   });
 
   it('counts its lease down, a step per write, before the access-token request of a revoking upstream, and only then', async () => {
@@ -452,7 +454,9 @@ describe('Class: LeasedIssuance under faults', () => {
     expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: true });
     expect(store.token('sandbox')).toBeUndefined();
     expect(memory.get('sandbox')).toBeUndefined();
-    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000);
+    // Held for all the confirmation reserved (the POST's 2 s budget and the 2 s grace after it),
+    // as a new version: the POST failed at once, so the reservation outlasts now + the grace.
+    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000 + 2_000 + 1);
   });
 
   it('never serves a valid token that has a lease on it, live or lapsed, and replaces a lapsed one', async () => {
