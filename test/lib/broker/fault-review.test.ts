@@ -4,93 +4,29 @@
  * its fix. The upstream model revokes every earlier token on each issuance.
  */
 import { describe, expect, it } from 'vitest';
-import { TokenBroker } from '../../../lib/broker/index.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
 import { servableFromMemory } from '../../../lib/broker/refresh-policy.js';
 import { TokenMemory } from '../../../lib/broker/token-memory.js';
-import { tokenDigest } from '../../../lib/broker/types.js';
 import { UpstreamUnavailableError } from '../../../lib/errors.js';
-import type { IssueOptions, TokenRecord, TokenStore } from '../../../lib/ports.js';
+import type { TokenStore } from '../../../lib/ports.js';
 import {
   CountingMetrics,
   captureLogger,
   confirmedAt,
-  connection,
-  FakeSecretSource,
   InMemoryTokenStore,
   ManualClock,
 } from '../../support/fakes.js';
+import {
+  fleetBroker,
+  issuerFor,
+  sandbox,
+  seed,
+  Upstream,
+  wrap,
+} from '../../support/fleet-model.js';
 
 const T0 = 1_795_262_400_000;
-const wrap = (store: InMemoryTokenStore, over: Partial<TokenStore>): TokenStore => ({
-  read: (n) => store.read(n),
-  acquireLease: (n, r) => store.acquireLease(n, r),
-  putToken: (r, h) => store.putToken(r, h),
-  renewLease: (n, h, e, d, c) => store.renewLease(n, h, e, d, c),
-  releaseLease: (n, h) => store.releaseLease(n, h),
-  deleteIfMatches: (n, d, o) => store.deleteIfMatches(n, d, o),
-  ...over,
-});
-const sandbox = connection();
-
-/** Upstream model: every POST revokes every token issued before it. */
-class Upstream {
-  n = 0;
-  live: string | undefined;
-  revoked = new Set<string>();
-  post(now: number, expiresIn = 1200) {
-    if (this.live) this.revoked.add(this.live);
-    this.n += 1;
-    this.live = `tok-${this.n}`;
-    return { accessToken: this.live, expiresIn, upstreamTimestamp: undefined, requestedAt: now };
-  }
-}
-const issuerFor = (up: Upstream, clock: ManualClock, expiresIn = 1200) => ({
-  issue: async (_c: unknown, _cr: unknown, o: IssueOptions) => {
-    await o.beforeAccessToken?.();
-    return up.post(clock.now(), expiresIn);
-  },
-});
-const seed = (
-  store: InMemoryTokenStore,
-  up: Upstream,
-  issuedAt: number,
-  lifeMs: number,
-): TokenRecord => {
-  const t = up.post(issuedAt).accessToken;
-  const r = {
-    connection: 'sandbox',
-    accessToken: t,
-    tokenDigest: tokenDigest(t),
-    issuedAt,
-    expiresAt: issuedAt + lifeMs,
-  };
-  store.setToken(r);
-  return r;
-};
-const broker = (
-  store: TokenStore,
-  clock: ManualClock,
-  up: Upstream,
-  o: { recheck?: number; floor?: number; window?: number; timeout?: number } = {},
-) =>
-  new TokenBroker({
-    config: {
-      connections: new Map([[sandbox.name, sandbox]]),
-      defaultMinValiditySeconds: 1,
-      refreshWindowSeconds: o.window ?? 60,
-      memoryRecheckSeconds: o.recheck ?? 5,
-      maxTokenLifetimeSeconds: 86_400,
-      upstreamTimeoutMs: o.timeout ?? 5_000,
-      invalidateMinAgeSeconds: o.floor ?? 2,
-    },
-    store,
-    secrets: new FakeSecretSource(),
-    issuer: issuerFor(up, clock) as never,
-    logger: captureLogger(),
-    metrics: new CountingMetrics(),
-    clock,
-  });
+const broker = fleetBroker;
 
 describe('Fleet guarantee: interleavings found by review', () => {
   it('a 600 ms read does not hand out a token revoked by a refresh whose countdown began after the read was sent', async () => {
@@ -102,7 +38,7 @@ describe('Fleet guarantee: interleavings found by review', () => {
       new LeasedIssuance({
         store: s,
         clock,
-        issue: (c, o) => issuerFor(up, clock).issue(c, {}, o),
+        issue: (c, o) => issuerFor(up, clock).issue(c, {} as never, o),
         memory: new TokenMemory(),
         settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
         logger: captureLogger(),
@@ -185,7 +121,7 @@ describe('Fleet guarantee: interleavings found by review', () => {
       store,
       clock: clockB,
       memory: new TokenMemory(),
-      issue: (c, o) => issuerFor(up, clockB).issue(c, {}, o),
+      issue: (c, o) => issuerFor(up, clockB).issue(c, {} as never, o),
       settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
       logger: captureLogger(),
       metrics: new CountingMetrics(),
@@ -273,7 +209,7 @@ describe('Fleet guarantee: interleavings found by review', () => {
       store: retrying,
       clock,
       memory: new TokenMemory(),
-      issue: (c, o) => issuerFor(up, clock).issue(c, {}, o),
+      issue: (c, o) => issuerFor(up, clock).issue(c, {} as never, o),
       settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
       logger: captureLogger(),
       metrics: new CountingMetrics(),

@@ -15,10 +15,9 @@
  * judged at the moment it is served (right after getToken resolves, before any time passes).
  */
 import { describe, expect, it } from 'vitest';
-import { TokenBroker } from '../../../lib/broker/index.js';
+import type { TokenBroker } from '../../../lib/broker/index.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
 import { TokenMemory } from '../../../lib/broker/token-memory.js';
-import { tokenDigest } from '../../../lib/broker/types.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import {
   UpstreamBadResponseError,
@@ -30,102 +29,26 @@ import type {
   IssueOptions,
   SecretSource,
   TokenIssuer,
-  TokenRecord,
   TokenStore,
 } from '../../../lib/ports.js';
 import {
   CountingMetrics,
   captureLogger,
-  connection,
-  FakeSecretSource,
   InMemoryTokenStore,
   ManualClock,
 } from '../../support/fakes.js';
+import {
+  type FleetBrokerOptions,
+  fleetBroker,
+  issuerFor,
+  sandbox,
+  seed,
+  Upstream,
+  wrap,
+} from '../../support/fleet-model.js';
 
 const T0 = 1_795_262_400_000;
-const sandbox = connection();
-
-const wrap = (store: InMemoryTokenStore, over: Partial<TokenStore>): TokenStore => ({
-  read: (n) => store.read(n),
-  acquireLease: (n, r) => store.acquireLease(n, r),
-  putToken: (r, h) => store.putToken(r, h),
-  renewLease: (n, h, e, d, c) => store.renewLease(n, h, e, d, c),
-  releaseLease: (n, h) => store.releaseLease(n, h),
-  deleteIfMatches: (n, d, o) => store.deleteIfMatches(n, d, o),
-  ...over,
-});
-
-/** Upstream model: every issuance revokes every token issued before it. */
-class Upstream {
-  n = 0;
-  live: string | undefined;
-  readonly revoked = new Set<string>();
-  readonly issuedAt: number[] = [];
-  post(now: number, expiresIn = 1200) {
-    if (this.live) this.revoked.add(this.live);
-    this.n += 1;
-    this.live = `tok-${this.n}`;
-    this.issuedAt.push(now);
-    return { accessToken: this.live, expiresIn, upstreamTimestamp: undefined, requestedAt: now };
-  }
-}
-
-/** The real client's order: authorize, the fence, then the POST (issued when it lands). */
-const issuerFor = (up: Upstream, clock: { now(): number }, expiresIn = 1200): TokenIssuer => ({
-  issue: async (_c, _cr, o: IssueOptions) => {
-    await o.beforeAccessToken?.();
-    o.signal?.throwIfAborted();
-    return up.post(clock.now(), expiresIn);
-  },
-});
-
-const seed = (
-  store: InMemoryTokenStore,
-  up: Upstream,
-  issuedAt: number,
-  lifeMs: number,
-): TokenRecord => {
-  const t = up.post(issuedAt, lifeMs / 1000).accessToken;
-  const r = {
-    connection: 'sandbox',
-    accessToken: t,
-    tokenDigest: tokenDigest(t),
-    issuedAt,
-    expiresAt: issuedAt + lifeMs,
-  };
-  store.setToken(r);
-  return r;
-};
-
-interface BrokerOptions {
-  recheck?: number;
-  window?: number;
-  timeout?: number;
-  floor?: number;
-  issuer?: TokenIssuer;
-  secrets?: SecretSource;
-  conn?: ConnectionConfig;
-}
-const broker = (store: TokenStore, clock: ManualClock, up: Upstream, o: BrokerOptions = {}) => {
-  const conn = o.conn ?? sandbox;
-  return new TokenBroker({
-    config: {
-      connections: new Map([[conn.name, conn]]),
-      defaultMinValiditySeconds: 1,
-      refreshWindowSeconds: o.window ?? 60,
-      memoryRecheckSeconds: o.recheck ?? 5,
-      maxTokenLifetimeSeconds: 86_400,
-      upstreamTimeoutMs: o.timeout ?? 5_000,
-      invalidateMinAgeSeconds: o.floor ?? 2,
-    },
-    store,
-    secrets: o.secrets ?? new FakeSecretSource(),
-    issuer: o.issuer ?? issuerFor(up, clock),
-    logger: captureLogger(),
-    metrics: new CountingMetrics(),
-    clock,
-  });
-};
+const broker = fleetBroker;
 
 const issuance = (
   store: TokenStore,
@@ -316,7 +239,7 @@ class Sim {
 const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 type SimClock = ReturnType<Sim['clock']>;
-const simBroker = (store: TokenStore, clock: SimClock, up: Upstream, o: BrokerOptions = {}) =>
+const simBroker = (store: TokenStore, clock: SimClock, up: Upstream, o: FleetBrokerOptions = {}) =>
   broker(store, clock as unknown as ManualClock, up, {
     ...o,
     issuer: o.issuer ?? issuerFor(up, clock),
