@@ -63,6 +63,26 @@ const container = (
 
 const sandbox: ConnectionConfig = connection();
 
+/** Records the countdown of every lease renewal `store` accepts a call for. */
+const recordCountdowns = (store: InMemoryTokenStore): number[] => {
+  const written: number[] = [];
+  const renew = store.renewLease.bind(store);
+  store.renewLease = async (name, holder, until, duration, countdown) => {
+    written.push(countdown);
+    return renew(name, holder, until, duration, countdown);
+  };
+  return written;
+};
+
+/** An issue() that passes the fence, then records when its access-token request leaves. */
+const fencedIssue =
+  (clock: ManualClock, posts: number[], expiresIn = 3600): Issue =>
+  async (_c, options) => {
+    await options.beforeAccessToken?.();
+    posts.push(clock.now());
+    return { accessToken: 'issued', expiresIn, upstreamTimestamp: undefined, requestedAt: T0 };
+  };
+
 describe('Class: LeasedIssuance', () => {
   it('loses its lease while issuing, drops its own token and serves the new holder’s', async () => {
     const clock = new ManualClock(T0);
@@ -143,23 +163,9 @@ describe('Class: LeasedIssuance', () => {
       const store = new InMemoryTokenStore();
       const current = record('current', T0 + 200_000);
       store.setToken(current);
-      const written: number[] = [];
-      const renew = store.renewLease.bind(store);
-      store.renewLease = async (name, holder, until, duration, countdown) => {
-        written.push(countdown);
-        return renew(name, holder, until, duration, countdown);
-      };
+      const written = recordCountdowns(store);
       const posts: number[] = [];
-      const { issuance, calls } = container(store, clock, async (_c, options) => {
-        await options.beforeAccessToken?.();
-        posts.push(clock.now());
-        return {
-          accessToken: 'issued',
-          expiresIn: 3600,
-          upstreamTimestamp: undefined,
-          requestedAt: T0,
-        };
-      });
+      const { issuance, calls } = container(store, clock, fencedIssue(clock, posts));
       const refreshed = await issuance.refresh(
         connection({ revokesOnReissue }),
         current,
@@ -208,23 +214,9 @@ describe('Class: LeasedIssuance', () => {
     const current = record('current', T0 + 200_000);
     const dead = { holder: 'dead:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS, countdown: 7 };
     store.items.set('sandbox', { token: current, lease: dead });
-    const written: number[] = [];
-    const renew = store.renewLease.bind(store);
-    store.renewLease = async (name, holder, until, duration, countdown) => {
-      written.push(countdown);
-      return renew(name, holder, until, duration, countdown);
-    };
+    const written = recordCountdowns(store);
     const posts: number[] = [];
-    const { issuance } = container(store, clock, async (_c, options) => {
-      await options.beforeAccessToken?.();
-      posts.push(clock.now());
-      return {
-        accessToken: 'issued',
-        expiresIn: 3600,
-        upstreamTimestamp: undefined,
-        requestedAt: T0,
-      };
-    });
+    const { issuance } = container(store, clock, fencedIssue(clock, posts));
     expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined(); // first sight
     await clock.advance(LEASE_MS); // unchanged for its duration, on our clock: stale
     const takenAt = clock.now();
@@ -505,16 +497,7 @@ describe('Class: LeasedIssuance under faults', () => {
     const store = new InMemoryTokenStore();
     store.setToken(record('current', T0 + 1_000_000)); // far outside a 600 s window
     const posts: number[] = [];
-    const { issuance } = container(store, clock, async (_c, options) => {
-      await options.beforeAccessToken?.();
-      posts.push(clock.now());
-      return {
-        accessToken: 'issued',
-        expiresIn: 7200,
-        upstreamTimestamp: undefined,
-        requestedAt: T0,
-      };
-    });
+    const { issuance } = container(store, clock, fencedIssue(clock, posts, 7200));
     await issuance.obtain(sandbox, 1_200_000, T0 + 10_000, false);
     expect(posts).toEqual([T0 + 21 * COUNTDOWN_STEP_MS]);
   });
