@@ -34,7 +34,14 @@ import {
   UpstreamUnavailableError,
 } from '../errors.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { Lease, TokenRecord, TokenState, TokenStore } from '../ports.js';
+import type {
+  Lease,
+  LeaseAttempt,
+  LeaseRequest,
+  TokenRecord,
+  TokenState,
+  TokenStore,
+} from '../ports.js';
 import type { Issue } from './credential-rotation.js';
 import { afterFailedFlow } from './failed-flow.js';
 import { HeldLease, LEASE_MS, MIN_POST_MS, STORE_RESERVE_MS } from './held-lease.js';
@@ -173,18 +180,12 @@ export class LeasedIssuance {
         this.#checkTimeForCountdown(countdown, now, deadline);
         const holder = this.#nextHolder();
         const attempt = await this.#store('take the lease', () =>
-          this.#bounded(
-            this.deps.store.acquireLease(name, {
-              holder,
-              leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
-              durationMs: Math.min(deadline - now, LEASE_MS),
-              countdown,
-              takeOver: lease,
-              // Replace the token we saw (a suspect one whatever its expiry), never a newer one.
-              replaceIfExpiresBefore: valid && suspect ? valid.expiresAt + 1 : now + needMs + 1,
-            }),
-            deadline,
-          ),
+          this.#acquire(name, holder, now, deadline, {
+            countdown,
+            takeOver: lease,
+            // Replace the token we saw (a suspect one whatever its expiry), never a newer one.
+            replaceIfExpiresBefore: valid && suspect ? valid.expiresAt + 1 : now + needMs + 1,
+          }),
         );
         // A write that was applied but whose answer was lost (then retried) shows our own
         // holder in the state that won: the lease is ours.
@@ -246,7 +247,7 @@ export class LeasedIssuance {
     deadline: number,
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
-    const { clock, memory, store } = this.deps;
+    const { clock, memory } = this.deps;
     const now = clock.now();
     const entry = memory.get(name);
     const seen = entry?.record.tokenDigest === current.tokenDigest ? entry.lease : undefined;
@@ -255,18 +256,12 @@ export class LeasedIssuance {
     const countdown = this.#countdown(connection, current, seen);
     this.#checkTimeForCountdown(countdown, now, deadline);
     const holder = this.#nextHolder();
-    const attempt = await this.#bounded(
-      store.acquireLease(name, {
-        holder,
-        leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
-        durationMs: Math.min(deadline - now, LEASE_MS),
-        countdown,
-        takeOver: seen,
-        // Replace the token we saw, never a newer one another container wrote meanwhile.
-        replaceIfExpiresBefore: current.expiresAt + 1,
-      }),
-      deadline,
-    );
+    const attempt = await this.#acquire(name, holder, now, deadline, {
+      countdown,
+      takeOver: seen,
+      // Replace the token we saw, never a newer one another container wrote meanwhile.
+      replaceIfExpiresBefore: current.expiresAt + 1,
+    });
     if (!attempt.acquired && attempt.state.lease?.holder !== holder) {
       // What won is a read as good as any: no other try until it changes.
       this.#remember(connection, attempt.state, now, clock.now());
@@ -365,23 +360,36 @@ export class LeasedIssuance {
     return takeOver ? takeOver.countdown : countdownFor(valid, this.deps.settings);
   }
 
+  /** Asks for the lease for `holder` (LEASE_MS, cut to the deadline), within the deadline. */
+  #acquire(
+    name: string,
+    holder: string,
+    now: number,
+    deadline: number,
+    terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replaceIfExpiresBefore'>,
+  ): Promise<LeaseAttempt> {
+    return this.#bounded(
+      this.deps.store.acquireLease(name, {
+        holder,
+        leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
+        durationMs: Math.min(deadline - now, LEASE_MS),
+        ...terms,
+      }),
+      deadline,
+    );
+  }
+
   /** Takes a stale lease over and releases it at once; best effort (another may do it). */
   async #letGo(name: string, stale: Lease, valid: TokenRecord, deadline: number): Promise<void> {
     const { clock, store, logger } = this.deps;
     const holder = this.#nextHolder();
     const now = clock.now();
     try {
-      const attempt = await this.#bounded(
-        store.acquireLease(name, {
-          holder,
-          leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
-          durationMs: Math.min(deadline - now, LEASE_MS),
-          countdown: stale.countdown,
-          takeOver: stale,
-          replaceIfExpiresBefore: valid.expiresAt + 1,
-        }),
-        deadline,
-      );
+      const attempt = await this.#acquire(name, holder, now, deadline, {
+        countdown: stale.countdown,
+        takeOver: stale,
+        replaceIfExpiresBefore: valid.expiresAt + 1,
+      });
       if (attempt.acquired) await this.#bounded(store.releaseLease(name, holder), deadline);
       logger.info('Stale lease let go', { connection: name, countdown: stale.countdown });
     } catch {

@@ -28,7 +28,11 @@ export interface RefreshSettings {
  * cut-over waits at most about one step plus one access-token round trip.
  */
 export const COUNTDOWN_STEP_MS = 250;
-/** Clock skew between containers that the lease watch tolerates for a lease seen once. */
+/**
+ * Clock skew between containers that the protocol allows for: a lease whose own expiry is
+ * further past than this is stale at first sight, and a token expired less than this ago may
+ * still be served on a slower clock (its replacement is counted down too).
+ */
 export const SKEW_TOLERANCE_MS = 10_000;
 
 /**
@@ -46,10 +50,6 @@ export const DEFAULT_ISSUANCE_MS = 300;
 export const windowMs = (record: TokenRecord, settings: RefreshSettings): number =>
   // A window as long as the lifetime would refresh on every request, forever.
   Math.min(settings.refreshWindowMs, (record.expiresAt - record.issuedAt) / 2);
-
-/** Whether the token has entered its refresh window at `now`. */
-export const inWindow = (record: TokenRecord, now: number, settings: RefreshSettings): boolean =>
-  record.expiresAt - now <= windowMs(record, settings);
 
 /**
  * How long memory serves a token after a read of the store (sent) that found no lease on it:
