@@ -1,4 +1,7 @@
 /** DynamoDB for local runs and tests: dynalite in this process, plus the broker's table. */
+
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   CreateTableCommand,
   DynamoDBClient,
@@ -18,6 +21,9 @@ export interface LocalDynamoDB {
 
 const READS = new Set(['GetItem', 'BatchGetItem', 'Query', 'Scan']);
 
+/** How long `close()` lets the requests dynalite has taken finish before it cuts them off. */
+const DRAIN_MS = 2_000;
+
 export const startDynalite = async ({
   host = '127.0.0.1',
   port = 0,
@@ -25,13 +31,35 @@ export const startDynalite = async ({
   const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
   let requests = 0;
   let reads = 0;
-  server.on('request', (request: { headers: Record<string, string | string[] | undefined> }) => {
+  // Requests whose handler is still running. dynalite goes on with a request after its client
+  // has gone, and throws from a database callback if the database was closed under it, which
+  // ends the whole process (a chaos run closes it right after cutting its containers off).
+  const running = new Set<ServerResponse>();
+  server.on('request', (request: IncomingMessage, response: ServerResponse) => {
     requests += 1;
     const operation = String(request.headers['x-amz-target'] ?? '').split('.')[1] ?? '';
     if (READS.has(operation)) reads += 1;
+    running.add(response);
+    // dynalite also throws when a client goes before its body has arrived ("aborted"): that
+    // request is over, and its handler never runs.
+    request.removeAllListeners('error');
+    request.on('error', () => {
+      running.delete(response);
+      response.destroy();
+    });
+    response.once('finish', () => running.delete(response));
   });
-  const { url, close } = await listen(server, { host, port });
-  return { url, requests: () => requests, reads: () => reads, close };
+  const bound = await listen(server, { host, port });
+  const busy = () => {
+    for (const response of running) if (response.writableEnded) running.delete(response);
+    return running.size > 0;
+  };
+  const close = async () => {
+    const until = Date.now() + DRAIN_MS;
+    while (busy() && Date.now() < until) await sleep(5);
+    await bound.close();
+  };
+  return { url: bound.url, requests: () => requests, reads: () => reads, close };
 };
 
 /** Creates the broker's table as infra/ declares it (key `pk`), if it does not exist. */
