@@ -102,6 +102,15 @@ export interface LeasedFlow {
   readonly countdown: number;
 }
 
+/** The deadline came while another container held the lease. */
+const waitTimedOut = (suspect: boolean) =>
+  new UpstreamUnavailableError(
+    'Timed out waiting for another container to issue the token',
+    // While a replacement is under way the current token may already be revoked: it must not
+    // be served as the last good one.
+    { retryAfterSeconds: 1, refreshInProgress: suspect },
+  );
+
 /** The lease was lost during a flow: the new holder's token wins. */
 const LOST = Symbol('lost');
 
@@ -214,14 +223,7 @@ export class LeasedIssuance {
           leaseExpiresInMs: lease.expiresAt - now,
         });
       }
-      if (deadline - now <= 0) {
-        throw new UpstreamUnavailableError(
-          'Timed out waiting for another container to issue the token',
-          // While a replacement is under way the current token may already be revoked: it
-          // must not be served as the last good one.
-          { retryAfterSeconds: 1, refreshInProgress: suspect },
-        );
-      }
+      if (deadline - now <= 0) throw waitTimedOut(suspect);
       // Full jitter below a doubling ceiling, at least 1 ms, never past the deadline; and no
       // sooner than the lease's countdown runs out (no token can come before). At a cut-over
       // the token comes one access-token round trip (about half an issuance) after the
@@ -232,6 +234,9 @@ export class LeasedIssuance {
       const wait = Math.min(Math.max(1, clock.random() * ceiling, counting), deadline - now);
       waits += 1;
       await clock.sleep(wait);
+      // A read sent now could not answer in time: the caller is told what kept it waiting
+      // (the holder), not that the store failed.
+      if (clock.now() >= deadline) throw waitTimedOut(suspect);
     }
   }
 

@@ -643,6 +643,28 @@ describe('Class: LeasedIssuance, clocks', () => {
     expect(calls).toEqual([]);
   });
 
+  it('says it timed out waiting for the holder, not that the store failed, when a read cannot answer by the deadline', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.items.set('sandbox', {
+      lease: { holder: 'alive:1', expiresAt: T0 + 60_000, durationMs: 3_000, countdown: 0 },
+    });
+    // A read sent at the deadline fails, as one bound to it does (see `#bounded`).
+    const read = store.read.bind(store);
+    store.read = async (name: string) => {
+      if (clock.now() >= T0 + 2_000) throw new Error('no time left for the read');
+      return read(name);
+    };
+    clock.draw = 0.99;
+    const { issuance, calls } = container(store, clock);
+    const error = await issuance
+      .obtain(sandbox, 60_000, T0 + 2_000, false)
+      .then(unexpected, caught);
+    expect(error).toBeInstanceOf(UpstreamUnavailableError);
+    expect(error.message).toBe('Timed out waiting for another container to issue the token');
+    expect(calls).toEqual([]);
+  });
+
   it('takes over a lease nobody renews once it saw it unchanged for its duration, on its own clock', async () => {
     const clock = new ManualClock(T0 - 2_500); // this container runs 2.5 s behind
     const store = new InMemoryTokenStore();
