@@ -6,6 +6,10 @@
  *
  *   before the window ─── the window (countdown announced) ─── cut-over (±1 s around an issuance)
  *
+ * The cold start (every container racing for the first token, up to 1 s after it was issued)
+ * happens once per fleet, not once per lifetime: it is reported on its own, as reads per
+ * container in all, and left out of the phases and of the saturation figure.
+ *
  * DynamoDB serves at most 3,000 strongly consistent reads per second from one item: the
  * busiest phase's rate says at how many busy containers that item saturates. The same run
  * times every caller, and reports the wait of those who arrived at a cut-over (from 1 s before
@@ -38,6 +42,8 @@ export interface HotKeyPhase {
 export interface HotKeyResult {
   readonly containers: number;
   readonly phases: Readonly<Record<'outside' | 'inside' | 'cutover', HotKeyPhase>>;
+  /** The cold start, once per fleet: its length and the reads each container made in it. */
+  readonly coldStart: { readonly seconds: number; readonly readsPerContainer: number };
   /** Busy containers at which the busiest phase's reads reach 3,000 per second on one item. */
   readonly containersToSaturate: number;
   /** Callers who arrived at a cut-over: how many, and their wait (ms). */
@@ -89,13 +95,15 @@ export const measureHotKey = async (
     const issuances = stack.simulator.issuanceTimes().slice(issuedBefore);
     const lifetimeMs = settings.lifetimeSeconds * 1000;
     const windowMs = Math.min(settings.windowSeconds * 1000, lifetimeMs / 2);
-    const phaseAt = (at: number): 'outside' | 'inside' | 'cutover' => {
+    const first = issuances[0];
+    const phaseAt = (at: number): 'cold' | 'outside' | 'inside' | 'cutover' => {
+      if (first === undefined || at <= first + 1_000) return 'cold';
       if (issuances.some((issued) => Math.abs(at - issued) <= 1_000)) return 'cutover';
-      const current = issuances.filter((issued) => issued <= at).at(-1);
-      if (current === undefined) return 'cutover';
+      const current = issuances.filter((issued) => issued <= at).at(-1) ?? first;
       return current + lifetimeMs - at <= windowMs ? 'inside' : 'outside';
     };
     const totals = {
+      cold: { ms: 0, reads: 0, writes: 0 },
       outside: { ms: 0, reads: 0, writes: 0 },
       inside: { ms: 0, reads: 0, writes: 0 },
       cutover: { ms: 0, reads: 0, writes: 0 },
@@ -129,6 +137,10 @@ export const measureHotKey = async (
     return {
       containers: settings.containers,
       phases,
+      coldStart: {
+        seconds: totals.cold.ms / 1000,
+        readsPerContainer: totals.cold.reads / settings.containers,
+      },
       containersToSaturate:
         busiest === 0 ? Number.POSITIVE_INFINITY : ITEM_READS_PER_SECOND / busiest,
       cutover: {
