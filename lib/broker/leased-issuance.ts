@@ -66,6 +66,8 @@ import type { BrokerLogger, ServedToken } from './types.js';
 /** Polling a lease held elsewhere: first wait and cap (full jitter in between). */
 const POLL_BASE_MS = 25;
 const POLL_CAP_MS = 500;
+/** The most a reader counts per countdown step for the holder's lease write. */
+const MAX_STEP_WRITE_MS = 15;
 
 /** Validity a caller needs, in ms, or "not inside its refresh window" (the warm-up's need). */
 export type Need = number | 'outside-window';
@@ -120,6 +122,8 @@ export class LeasedIssuance {
   /** Last measured issuance duration per connection: XFetch's δ. */
   readonly #issuanceMs = new Map<string, number>();
   readonly #watch = new LeaseWatch();
+  /** Last measured store read round trip per connection: a countdown step takes that longer. */
+  readonly #readMs = new Map<string, number>();
 
   constructor(private readonly deps: LeasedIssuanceDeps) {}
 
@@ -147,9 +151,11 @@ export class LeasedIssuance {
       // A read reflects the store at some instant after it was sent: memory counts from then.
       const sentAt = known?.sentAt ?? clock.now();
       const state = known?.state ?? (await this.#read(name, need, bypassMemory, deadline));
+      const fresh = known === undefined;
       known = undefined;
       if ('source' in state) return state; // the store is down; memory had a usable token
       const now = clock.now();
+      if (fresh) this.#readMs.set(name, now - sentAt);
       const { token, lease } = state;
       // DynamoDB deletes expired items late (up to days): expiry is always checked here.
       const valid = token && token.expiresAt > now ? token : undefined;
@@ -318,7 +324,11 @@ export class LeasedIssuance {
     const now = clock.now();
     // The access-token round trip, as last measured here (a slow one is not waited for whole).
     const roundTrip = Math.min(this.issuanceMs(name) / 2, POLL_CAP_MS);
-    const expected = entry.checkedAt + entry.lease.countdown * COUNTDOWN_STEP_MS + roundTrip;
+    // Each step is a lease write after the step's wait, and the token a write after the POST:
+    // about a store round trip each (as last measured here; a slow one is not counted whole).
+    const write = Math.min(this.#readMs.get(name) ?? 0, MAX_STEP_WRITE_MS);
+    const expected =
+      entry.checkedAt + entry.lease.countdown * (COUNTDOWN_STEP_MS + write) + roundTrip + write;
     if (now < entry.until || now >= expected) return;
     await clock.sleep(Math.min(expected, deadline) - now);
   }

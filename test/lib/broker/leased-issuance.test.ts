@@ -250,6 +250,41 @@ describe('Class: LeasedIssuance', () => {
     expect(clock.now()).toBe(T0 + 3 * COUNTDOWN_STEP_MS + 150);
   });
 
+  it('at a cut-over, counts a store round trip per countdown step, so its one read finds the successor', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    const successor = record('successor', T0 + HOUR);
+    const ROUND_TRIP = 12;
+    const STEP = COUNTDOWN_STEP_MS + ROUND_TRIP; // each write is sent a step after the last answer
+    const confirmedAt = T0 + 21 * STEP;
+    const writtenAt = confirmedAt + 150 + ROUND_TRIP; // the POST, then the token's write
+    // The holder elsewhere took the lease at T0 with a countdown of 21 (a 5 s re-check).
+    store.read = async () => {
+      store.calls.read += 1;
+      await clock.sleep(ROUND_TRIP);
+      const now = clock.now();
+      if (now >= writtenAt) return { token: successor, lease: undefined };
+      const countdown = Math.max(0, 21 - Math.floor((now - T0) / STEP));
+      const lease = {
+        holder: 'other:1',
+        expiresAt: T0 + LEASE_MS + (21 - countdown) * STEP,
+        durationMs: LEASE_MS,
+        countdown,
+      };
+      return { token: current, lease };
+    };
+    const { issuance } = container(store, clock);
+    const first = await issuance.obtain(sandbox, 60_000, T0 + 10_000, false);
+    expect(first.record.accessToken).toBe('current');
+    await clock.advance(5_000 - ROUND_TRIP); // past what that read proved (20 × 250 ms − 100 ms)
+    const next = await issuance.obtain(sandbox, 60_000, clock.now() + 5_000, false);
+    expect(next.record.accessToken).toBe('successor');
+    // One read at the cut-over, not one before the token was there and more after.
+    expect(store.calls.read).toBe(2);
+    expect(clock.now() - writtenAt).toBeLessThanOrEqual(2 * ROUND_TRIP);
+  });
+
   it('gives up a refresh at once when the lease went elsewhere', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
