@@ -261,15 +261,16 @@ export class LeasedIssuance {
     const { clock, memory } = this.deps;
     const now = clock.now();
     const entry = memory.get(name);
-    const seen = entry?.record.tokenDigest === current.tokenDigest ? entry.lease : undefined;
-    // Announced at our last read: left to its holder, unless it went stale (on our clock).
-    if (seen && !this.#watch.stale(name, seen, now)) return undefined;
-    const countdown = this.#countdown(connection, current, seen);
+    // A countdown announced at our last read is left to its holder. Whether that holder died
+    // only a read can tell (the same version seen again after its duration): that read comes
+    // when the countdown has run out on our clock (`obtain`), which lets a dead one go. A
+    // write here would be a failed conditional write per busy container per countdown.
+    if (entry?.lease && entry.record.tokenDigest === current.tokenDigest) return undefined;
+    const countdown = this.#countdown(connection, current, undefined);
     this.#checkTimeForCountdown(countdown, now, deadline);
     const holder = this.#nextHolder();
     const attempt = await this.#acquire(name, holder, now, deadline, {
       countdown,
-      takeOver: seen,
       // Replace the token we saw, never a newer one another container wrote meanwhile.
       replaceIfExpiresBefore: current.expiresAt + 1,
     });

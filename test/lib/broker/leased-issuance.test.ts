@@ -208,22 +208,53 @@ describe('Class: LeasedIssuance', () => {
     expect(store.calls.acquire).toBe(1);
   });
 
-  it('takes over a countdown whose holder died, going on from where it was seen, never higher', async () => {
+  it('makes no write for a countdown it read, even once the lease is older than its duration: only a read can show it stale', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const current = record('current', T0 + 200_000);
+    const lease = { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS };
+    store.items.set('sandbox', { token: current, lease: { ...lease, countdown: 21 } });
+    const { issuance, memory } = container(store, clock);
+    expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined();
+    expect(store.calls.acquire).toBe(1); // refused: it showed the countdown
+    // The holder goes on counting down; this container has not read since (a 5 s re-check)
+    // and still serves the token it proved safe until the countdown's end.
+    store.items.set('sandbox', {
+      token: current,
+      lease: { ...lease, expiresAt: T0 + 2 * LEASE_MS, countdown: 7 },
+    });
+    await clock.advance(LEASE_MS + 500);
+    expect(clock.now()).toBeLessThan(memory.get('sandbox')?.until ?? 0);
+    expect(await issuance.refresh(sandbox, current, clock.now() + 10_000)).toBeUndefined();
+    // Every busy container would make this write once per countdown: a fleet-sized write load
+    // on the one item, where only the holder's writes belong.
+    expect(store.calls.acquire).toBe(1);
+  });
+
+  it('takes over a countdown whose holder died, going on from where it was seen, never higher', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    // Expired a second ago here, maybe not yet on a container whose clock runs behind: its
+    // replacement is counted down, and the holder of that countdown died at 7.
+    const current = record('current', T0 - 1_000);
     const dead = { holder: 'dead:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS, countdown: 7 };
     store.items.set('sandbox', { token: current, lease: dead });
     const written = recordCountdowns(store);
+    const takeovers: number[] = [];
+    const acquire = store.acquireLease.bind(store);
+    store.acquireLease = async (name, request) => {
+      if (request.takeOver) takeovers.push(clock.now());
+      return acquire(name, request);
+    };
     const posts: number[] = [];
     const { issuance } = container(store, clock, fencedIssue(clock, posts));
-    expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined(); // first sight
-    await clock.advance(LEASE_MS); // unchanged for its duration, on our clock: stale
-    const takenAt = clock.now();
-    const refreshed = await issuance.refresh(sandbox, current, takenAt + 10_000);
-    expect(refreshed?.record.accessToken).toBe('issued');
+    // The caller's reads see the lease unchanged for its duration: then it takes it over.
+    const served = await issuance.obtain(sandbox, 60_000, T0 + 10_000, false);
+    expect(served.record.accessToken).toBe('issued');
+    expect(takeovers).toHaveLength(1);
+    expect(takeovers[0]).toBeGreaterThanOrEqual(T0 + LEASE_MS); // stale on our clock only then
     expect(written).toEqual([6, 5, 4, 3, 2, 1, 0]);
-    expect(posts).toEqual([takenAt + 7 * COUNTDOWN_STEP_MS]);
+    expect(posts).toEqual([(takeovers[0] ?? 0) + 7 * COUNTDOWN_STEP_MS]);
   });
 
   it('at a cut-over, reads once when the successor is due rather than chasing the countdown', async () => {
