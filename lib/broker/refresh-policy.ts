@@ -41,6 +41,14 @@ export const SKEW_TOLERANCE_MS = 10_000;
  */
 export const DRAIN_MARGIN_MS = 100;
 
+/**
+ * A countdown read more than twice this before its end is read once more this close to its end:
+ * the cut-over is then aimed from a countdown a few steps long, not from one a re-check long
+ * (each step lasts a write longer than 250 ms, which a reader cannot count on). Twice, so that
+ * the second read, whose countdown may run a little longer than it proves, is the last.
+ */
+export const CUT_OVER_REREAD_MS = 1_000;
+
 /** XFetch β: 1 is the value the paper shows optimal for a single recompute. */
 export const XFETCH_BETA = 1;
 /** Issuance duration assumed before one was measured (two loopback-to-internet round trips). */
@@ -101,19 +109,30 @@ export const replacementMayBeOut = (lease: Lease | undefined): boolean =>
 /**
  * Whether a token held in memory may be served for a caller who needs `needMs` more validity:
  * valid long enough, read from the store less than a re-check ago, and still inside the time
- * that read proved it safe (`servableUntil`: shorter once a countdown is under way). Why
+ * that read proved it safe (`servableUntil`: shorter once a countdown is under way; a countdown
+ * read long before its end is read again `CUT_OVER_REREAD_MS` before it). Why
  * re-check at all: another container may have invalidated or replaced the shared token; a
  * cache that never looks would keep serving it.
  */
 export const servableFromMemory = (
-  entry: { readonly record: TokenRecord; readonly checkedAt: number; readonly until: number },
+  entry: {
+    readonly record: TokenRecord;
+    readonly checkedAt: number;
+    readonly until: number;
+    readonly lease?: Lease | undefined;
+  },
   now: number,
   needMs: number,
   settings: RefreshSettings,
 ): boolean =>
   entry.record.expiresAt - now > needMs &&
   now < entry.until &&
-  now - entry.checkedAt < recheckMs(entry.record, settings);
+  now - entry.checkedAt < recheckMs(entry.record, settings) &&
+  !(
+    entry.lease !== undefined &&
+    entry.until - entry.checkedAt > 2 * CUT_OVER_REREAD_MS &&
+    now >= entry.until - CUT_OVER_REREAD_MS
+  );
 
 /**
  * XFetch (Vattani et al., VLDB 2015), aimed so that the cut-over lands at the middle of the

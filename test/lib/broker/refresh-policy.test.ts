@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   announcedMs,
   COUNTDOWN_STEP_MS,
+  CUT_OVER_REREAD_MS,
   countdownFor,
   DRAIN_MARGIN_MS,
   dueForRefresh,
@@ -218,6 +219,35 @@ describe('Module: refresh policy', () => {
           );
           expect(servable).toBe(
             record.expiresAt - now > needMs && untilOffset > 0 && sinceCheck < 5_000,
+          );
+        },
+      ),
+    );
+  });
+
+  it('reads a countdown read more than 2 s before its end once more, a second before that end', () => {
+    const settings: RefreshSettings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 };
+    const record = token(3_600_000);
+    const lease = { holder: 'h:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 21 };
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 4_999 }),
+        fc.integer({ min: 1, max: 5_000 }),
+        (sinceCheck, untilAfterCheck) => {
+          const now = T0 + 10_000;
+          const entry = {
+            record,
+            checkedAt: now - sinceCheck,
+            until: now - sinceCheck + untilAfterCheck,
+          };
+          const plain = servableFromMemory(entry, now, 0, settings);
+          const counted = servableFromMemory({ ...entry, lease }, now, 0, settings);
+          // With no countdown read, nothing changes; with one, it is not served in the last
+          // second before its end, unless the read that saw it came less than 2 s before it.
+          expect(plain).toBe(now < entry.until);
+          expect(counted).toBe(
+            now < entry.until &&
+              (untilAfterCheck <= 2 * CUT_OVER_REREAD_MS || now < entry.until - CUT_OVER_REREAD_MS),
           );
         },
       ),
