@@ -30,6 +30,8 @@ export const startContainer = ({ runner, bundle, env }: ContainerSpec): Promise<
     let output = '';
     let ready = false;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    // A process that could not be spawned (EAGAIN, ENOMEM) fails the start, not this process.
+    child.once('error', fail);
     child.stderr.on('data', (chunk) => {
       output += chunk;
     });

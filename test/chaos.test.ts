@@ -38,8 +38,11 @@ describe('Function: startFaultProxy', () => {
     await new Promise<void>((resolve) => target.close(() => resolve()));
   });
 
-  /** One request through the proxy, on a fresh connection; never throws. */
-  const call = async (url: string, limitMs = 300) => {
+  /**
+   * One request through the proxy, on a fresh connection; never throws. The limit is the
+   * client's own timeout: short only where the test waits for one (blackhole, stall, drop).
+   */
+  const call = async (url: string, limitMs = 5_000) => {
     const started = Date.now();
     try {
       const response = await fetch(`${url}/x?y=1`, {
@@ -63,9 +66,8 @@ describe('Function: startFaultProxy', () => {
 
   it('refuse: the client fails at once and nothing reaches the target', async () => {
     proxy = await startFaultProxy({ target: targetUrl, mode: { kind: 'refuse' } });
-    const result = await call(proxy.url);
-    expect(result.error).toBe('failed');
-    expect(result.ms).toBeLessThan(250);
+    // Failed, not timed out: refused at once.
+    expect((await call(proxy.url)).error).toBe('failed');
     expect(hits).toEqual([]);
   });
 
@@ -79,7 +81,8 @@ describe('Function: startFaultProxy', () => {
   it('stall: the request reaches the target, its answer never comes back', async () => {
     proxy = await startFaultProxy({ target: targetUrl, mode: { kind: 'stall' } });
     expect(await call(proxy.url, 200)).toMatchObject({ error: 'timeout' });
-    expect(hits).toEqual(['POST /x?y=1']);
+    // The target may read it after the client gave up, on a loaded machine.
+    await expect.poll(() => hits).toEqual(['POST /x?y=1']);
   });
 
   it('delay: the answer comes after the drawn delay', async () => {
@@ -120,9 +123,8 @@ describe('Function: startFaultProxy', () => {
   it('an answer fault "reset": the target processed the request, the client sees a reset', async () => {
     proxy = await startFaultProxy({ target: targetUrl });
     proxy.setHooks({ onResponse: () => ({ kind: 'reset' }) });
-    const result = await call(proxy.url, 1_000);
-    expect(result.error).toBe('failed');
-    expect(result.ms).toBeLessThan(900);
+    // Failed, not timed out: reset.
+    expect((await call(proxy.url)).error).toBe('failed');
     expect(hits).toEqual(['POST /x?y=1']);
     expect(proxy.stats()).toMatchObject({ forwarded: 1, answered: 0, answersReset: 1 });
   });
@@ -131,8 +133,10 @@ describe('Function: startFaultProxy', () => {
     proxy = await startFaultProxy({ target: targetUrl });
     proxy.setHooks({ onResponse: () => ({ kind: 'drop' }) });
     expect(await call(proxy.url, 200)).toMatchObject({ error: 'timeout' });
+    await expect
+      .poll(() => proxy?.stats())
+      .toMatchObject({ forwarded: 1, answered: 0, answersDropped: 1 });
     expect(hits).toEqual(['POST /x?y=1']);
-    expect(proxy.stats()).toMatchObject({ forwarded: 1, answered: 0, answersDropped: 1 });
   });
 
   it('an answer fault "replace": the target processed the request, the client gets another answer', async () => {
@@ -162,8 +166,7 @@ describe('Function: startFaultProxy', () => {
     proxy = await startFaultProxy({ target: targetUrl });
     proxy.setHooks({ onRequest: () => new Promise((resolve) => setTimeout(resolve, 150)) });
     expect(await call(proxy.url, 50)).toMatchObject({ error: 'timeout' });
-    await new Promise((resolve) => setTimeout(resolve, 250));
-    expect(hits).toEqual(['POST /x?y=1']);
+    await expect.poll(() => hits).toEqual(['POST /x?y=1']);
   });
 });
 
