@@ -35,11 +35,27 @@ const stop = async (child: ChildProcess): Promise<void> => {
   await exited;
 };
 
-/** Starts DynamoDB Local in memory on 127.0.0.1 and waits until it answers. */
+/** A start that failed because the process exited before it answered (its port taken, say). */
+class ExitedEarly extends Error {}
+
+/**
+ * Starts DynamoDB Local in memory on 127.0.0.1 and waits until it answers. The port is free
+ * when picked but only bound by Java a second or two later: another process may take it
+ * meanwhile, so a start whose process exits early is tried again on a new port (3 tries).
+ */
 export const startAmazonDynamoDBLocal = async ({
   readyWithinMs = 30_000,
 } = {}): Promise<AmazonDynamoDBLocal> => {
-  const port = await freePort();
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await startOn(await freePort(), readyWithinMs);
+    } catch (error) {
+      if (!(error instanceof ExitedEarly) || attempt === 3) throw error;
+    }
+  }
+};
+
+const startOn = async (port: number, readyWithinMs: number): Promise<AmazonDynamoDBLocal> => {
   const child = spawn({ port, sharedDb: true, stdio: 'pipe' });
   let output = '';
   child.stdout?.on('data', (chunk) => {
@@ -54,7 +70,9 @@ export const startAmazonDynamoDBLocal = async ({
   try {
     for (;;) {
       if (child.exitCode !== null) {
-        throw new Error(`DynamoDB Local exited with ${child.exitCode}: ${output.slice(-1000)}`);
+        throw new ExitedEarly(
+          `DynamoDB Local exited with ${child.exitCode}: ${output.slice(-1000)}`,
+        );
       }
       try {
         await client.send(new ListTablesCommand({}));
