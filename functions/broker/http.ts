@@ -2,7 +2,7 @@
  * HTTP callers: API Gateway HTTP API or Function URL, payload format 2.0, IAM-authenticated.
  *
  *   GET  /health                          → 200 { status, connections }
- *   GET  /tokens/{connection}?minValidity → 200 { connection, accessToken, expiresAt, expiresIn }
+ *   GET  /tokens/{connection}?minValidity → 200 { connection, accessToken, expiresAt, expiresIn, maxAgeMs }
  *   POST /tokens/{connection}/invalidate  → 200 { invalidated }
  *   GET  /status                          → 200 { connections: [metadata, never a token] }
  *   POST /warm                            → 200 the warm-up report
@@ -23,7 +23,7 @@ import { BadRequestError, CallerNotAllowedError, RouteNotFoundError } from '../.
 import type { BrokerMetrics } from '../../lib/metrics.js';
 import { answerFailure } from './errors.js';
 import { parseHttpRequest } from './requests.js';
-import { deadlineOf, logServed, tokenResponse } from './shared.js';
+import { cacheControl, deadlineOf, logServed, tokenResponse } from './shared.js';
 
 export type HttpEvent = APIGatewayProxyEventV2WithIAMAuthorizer;
 type HttpResult = APIGatewayProxyStructuredResultV2;
@@ -74,7 +74,8 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
       deadline: deadlineOf(context),
     });
     logServed(logger, served);
-    return json(200, tokenResponse(connection.name, served.record));
+    const answer = tokenResponse(connection.name, served);
+    return json(200, answer, { 'cache-control': cacheControl(answer.maxAgeMs) });
   };
 
   const invalidate = async (event: HttpEvent): Promise<HttpResult> => {

@@ -1,6 +1,6 @@
 /**
  * Direct (Lambda-to-Lambda) invoke:
- *   { "action": "getToken", "connection": "…", "minValidity"?: n } → token object
+ *   { "action": "getToken", "connection": "…", "minValidity"?: n } → token object (with maxAgeMs)
  *   { "action": "invalidate", "connection": "…", "accessToken": "…" } → { invalidated }
  * Failures are thrown; Lambda reports the error's `name` as `errorType`.
  */
@@ -31,7 +31,7 @@ export const createInvokeHandler =
         deadline: deadlineOf(context),
       });
       logServed(logger, served);
-      return tokenResponse(request.connection, served.record);
+      return tokenResponse(request.connection, served);
     } catch (error) {
       const named = (event as { connection?: unknown }).connection;
       throw answerFailure(error, {

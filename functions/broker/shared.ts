@@ -1,7 +1,6 @@
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
-import type { ServedToken } from '../../lib/broker/index.js';
-import type { TokenRecord } from '../../lib/ports.js';
+import type { ServedToken, TokenAnswer } from '../../lib/broker/index.js';
 
 /** Kept free before the Lambda deadline to serialise and return the answer. */
 const ANSWER_MARGIN_MS = 500;
@@ -17,13 +16,31 @@ export const deadlineOf = (context: Pick<Context, 'getRemainingTimeInMillis'>): 
   return Date.now() + Math.max(0, remaining - ANSWER_MARGIN_MS);
 };
 
-/** The token as every caller kind receives it. The refresh token never leaves the broker. */
-export const tokenResponse = (connection: string, record: TokenRecord, now = Date.now()) => ({
+/**
+ * The token as every caller kind receives it. The refresh token never leaves the broker.
+ * `maxAgeMs`: for how many ms after sending its request the caller may reuse the token without
+ * asking again (0: not at all); HTTP answers carry it as `Cache-Control` too (`cacheControl`).
+ */
+export const tokenResponse = (
+  connection: string,
+  { record, reusableUntil }: Pick<TokenAnswer, 'record' | 'reusableUntil'>,
+  now = Date.now(),
+) => ({
   connection,
   accessToken: record.accessToken,
   expiresAt: new Date(record.expiresAt).toISOString(),
   expiresIn: Math.max(0, Math.floor((record.expiresAt - now) / 1000)),
+  maxAgeMs: Math.max(0, Math.floor(reusableUntil - now)),
 });
+
+/**
+ * The `Cache-Control` of a token answer: `private` (one caller's, never a shared cache's) for
+ * the whole seconds of `maxAgeMs`, or `no-store` when not even one second may be reused.
+ */
+export const cacheControl = (maxAgeMs: number): string => {
+  const seconds = Math.floor(maxAgeMs / 1000);
+  return seconds > 0 ? `private, max-age=${seconds}` : 'no-store';
+};
 
 /**
  * One line per served token. Memory hits are the hot path and are counted by the TokensServed

@@ -35,6 +35,7 @@ import { readStatus, warmUp } from './operator.js';
 import {
   dueForRefresh,
   type RefreshSettings,
+  reusableUntil,
   servableFromMemory,
   servableUnconfirmed,
   windowMs,
@@ -46,6 +47,7 @@ import {
   type ConnectionStatus,
   type GetTokenOptions,
   type ServedToken,
+  type TokenAnswer,
   tokenDigest,
   type WarmUpReport,
 } from './types.js';
@@ -134,8 +136,11 @@ export class TokenBroker {
     return connection;
   }
 
-  /** Returns a token valid for at least `minValiditySeconds`, issuing one only when needed. */
-  async getToken(name: string, options: GetTokenOptions): Promise<ServedToken> {
+  /**
+   * Returns a token valid for at least `minValiditySeconds`, issuing one only when needed, with
+   * how long the caller may reuse it (see `reusableUntil`).
+   */
+  async getToken(name: string, options: GetTokenOptions): Promise<TokenAnswer> {
     const connection = this.connection(name);
     const needMs = this.#needMs(options.minValiditySeconds);
     let served: ServedToken;
@@ -144,13 +149,26 @@ export class TokenBroker {
         this.#fromMemory(name, needMs) ??
         (await this.#load(connection, needMs, options.deadline, false));
     } catch (error) {
-      return this.#lastGood(name, error, options.minValiditySeconds !== undefined);
+      const last = this.#lastGood(name, error, options.minValiditySeconds !== undefined);
+      return { ...last, reusableUntil: this.#reusableUntil(last.record, needMs) };
     }
     if (served.source !== 'upstream' && this.#dueForRefresh(served.record)) {
       this.#refreshAhead(connection, served.record);
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
-    return served;
+    return { ...served, reusableUntil: this.#reusableUntil(served.record, needMs) };
+  }
+
+  /**
+   * How long the caller may reuse `record`: what this container's memory holds of it now (the
+   * read or the write that last confirmed it), whichever path served it. A token that memory
+   * no longer holds (dropped after an unknown outcome, say) is not to be reused at all.
+   */
+  #reusableUntil(record: TokenRecord, needMs: number): number {
+    const entry = this.#memory.get(record.connection);
+    return entry?.record.tokenDigest === record.tokenDigest
+      ? reusableUntil(entry, needMs, this.#settings)
+      : this.#clock.now();
   }
 
   /**

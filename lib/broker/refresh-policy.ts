@@ -42,6 +42,14 @@ export const SKEW_TOLERANCE_MS = 10_000;
 export const DRAIN_MARGIN_MS = 100;
 
 /**
+ * Kept between the end of what a read proves and the end of the reuse granted to a caller with
+ * the answer: the rate difference between this clock and the caller's over a reuse of seconds,
+ * and scheduling slack. The way back needs none: the caller counts from when it sent its
+ * request, which was before this container looked at its clock.
+ */
+export const REUSE_MARGIN_MS = 100;
+
+/**
  * A countdown read more than twice this before its end is read once more this close to its end:
  * the cut-over is then aimed from a countdown a few steps long, not from one a re-check long
  * (each step lasts a write longer than 250 ms, which a reader cannot count on). Twice, so that
@@ -171,3 +179,19 @@ export const servableUnconfirmed = (
   settings: RefreshSettings,
 ): boolean =>
   entry.record.expiresAt > now && now < entry.until + (settings.storeOutageGraceMs ?? 0);
+
+/**
+ * Until when (local epoch ms) the caller just served `entry`'s token may reuse it without asking
+ * again (the `maxAgeMs` of the answer): no longer than this container would serve it from memory
+ * (its last read's proof, at most a re-check after that read), less the margin, and never past
+ * the instant the token keeps only the `needMs` of validity the caller asked for. Another cache
+ * in front of the same token proves nothing of its own: it may only borrow this proof.
+ */
+export const reusableUntil = (
+  entry: { readonly record: TokenRecord; readonly checkedAt: number; readonly until: number },
+  needMs: number,
+  settings: RefreshSettings,
+): number => {
+  const proof = Math.min(entry.until, entry.checkedAt + recheckMs(entry.record, settings));
+  return Math.min(proof - REUSE_MARGIN_MS, entry.record.expiresAt - needMs);
+};

@@ -10,6 +10,17 @@ export interface ServedToken {
   readonly source: TokenSource;
 }
 
+/** A token as the facade answers a caller: with how long that caller may keep reusing it. */
+export interface TokenAnswer extends ServedToken {
+  /**
+   * Local epoch ms (this container's clock) until which the caller may reuse the token without
+   * asking again: never past what this container's last store read proves safe, nor past the
+   * point where the token no longer has the validity the caller asked for. At or before the
+   * answer itself: not to be reused at all.
+   */
+  readonly reusableUntil: number;
+}
+
 /** The subset of a structured logger the core uses (Powertools Logger fits). */
 export interface BrokerLogger {
   debug(message: string, ...attributes: Record<string, unknown>[]): void;

@@ -78,21 +78,25 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
     handler = newContainer();
   });
 
-  it('GET /tokens/{connection} returns the token with no-store, for both variants', async () => {
+  it('GET /tokens/{connection} returns the token with its reuse time as private max-age, for both variants', async () => {
     for (const connection of ['sandbox', 'legacy']) {
       const before = Date.now();
       const response = await http(handler, 'GET', `/tokens/${connection}`);
       expect(response.status).toBe(200);
-      expect(response.headers).toMatchObject({
-        'content-type': 'application/json',
-        'cache-control': 'no-store',
-      });
       expect(Object.keys(response.json).sort()).toEqual([
         'accessToken',
         'connection',
         'expiresAt',
         'expiresIn',
+        'maxAgeMs',
       ]);
+      // Just issued: reusable for the re-check (5 s by default) less the margin, never longer.
+      expect(response.json.maxAgeMs).toBeGreaterThan(0);
+      expect(response.json.maxAgeMs).toBeLessThanOrEqual(5_000 - 100);
+      expect(response.headers).toMatchObject({
+        'content-type': 'application/json',
+        'cache-control': `private, max-age=${Math.floor(response.json.maxAgeMs / 1000)}`,
+      });
       expect(response.json.connection).toBe(connection);
       expect(stack.simulator.isValid(response.json.accessToken)).toBe(true);
       expect(response.json.expiresAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
@@ -359,9 +363,16 @@ describe('Handler: direct invoke', () => {
       'connection',
       'expiresAt',
       'expiresIn',
+      'maxAgeMs',
     ]);
     const viaHttp = await http(handler, 'GET', '/tokens/legacy');
-    expect(viaHttp.json).toEqual({ ...result, expiresIn: viaHttp.json.expiresIn });
+    expect(viaHttp.json).toEqual({
+      ...result,
+      expiresIn: viaHttp.json.expiresIn,
+      maxAgeMs: viaHttp.json.maxAgeMs,
+    });
+    // Served from the same memory entry: the later answer may not be reused for longer.
+    expect(viaHttp.json.maxAgeMs).toBeLessThanOrEqual(result.maxAgeMs as number);
   });
 
   it('invalidate returns { invalidated }', async () => {

@@ -99,7 +99,11 @@ describe('Class: TokenBroker', () => {
       });
       const reads = store.calls.read;
       const second = await broker.getToken('sandbox', { deadline: deadline() });
-      expect(second).toEqual({ record: first.record, source: 'memory' });
+      expect(second).toEqual({
+        record: first.record,
+        source: 'memory',
+        reusableUntil: first.reusableUntil,
+      });
       expect(store.calls.read).toBe(reads);
       expect(issuer.issued).toBe(1);
     });
@@ -115,7 +119,7 @@ describe('Class: TokenBroker', () => {
       };
       store.setToken(record);
       const served = await broker.getToken('sandbox', { deadline: deadline() });
-      expect(served).toEqual({ record, source: 'dynamodb' });
+      expect(served).toEqual({ record, source: 'dynamodb', reusableUntil: expect.any(Number) });
       expect(issuer.issued).toBe(0);
       expect(secrets.calls).toBe(0);
     });
@@ -797,6 +801,95 @@ describe('Class: TokenBroker', () => {
       await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
       await broker.idle();
       expect(issuer.issued).toBe(2);
+    });
+  });
+
+  describe('Reuse time: how long a caller may keep a token without asking again', () => {
+    const storeToken = (store: InMemoryTokenStore, remainingMs: number, accessToken = 'current') =>
+      store.setToken({
+        connection: 'sandbox',
+        accessToken,
+        tokenDigest: tokenDigest(accessToken),
+        issuedAt: T0 + remainingMs - 3600_000,
+        expiresAt: T0 + remainingMs,
+      });
+
+    it('lasts what the read that served the token proves, less the margin, counted from that read', async () => {
+      const { broker, store } = setup({ recheck: 5 });
+      storeToken(store, 3000_000);
+      const first = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(first.source).toBe('dynamodb');
+      // The read proves the token safe for a re-check (5 s); the answer keeps 100 ms of it.
+      expect(first.reusableUntil).toBe(T0 + 5_000 - 100);
+      await vi.advanceTimersByTimeAsync(3_000);
+      const later = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(later.source).toBe('memory');
+      // From memory, the same proof: 3 s of it are gone.
+      expect(later.reusableUntil).toBe(first.reusableUntil);
+    });
+
+    it('never runs past the validity the caller asked for', async () => {
+      const { broker, store } = setup({ recheck: 5 });
+      storeToken(store, 3000_000);
+      const served = await broker.getToken('sandbox', {
+        deadline: deadline(),
+        minValiditySeconds: 2998,
+      });
+      expect(served.reusableUntil).toBe(T0 + 3000_000 - 2998_000);
+    });
+
+    it('is over, not negative, when less than the margin of the proof is left', async () => {
+      const { broker, store } = setup({ recheck: 5 });
+      storeToken(store, 3000_000);
+      await broker.getToken('sandbox', { deadline: deadline() });
+      await vi.advanceTimersByTimeAsync(4_950);
+      const served = await broker.getToken('sandbox', { deadline: deadline() });
+      // Still served from memory (the re-check is 50 ms away), but not to be reused.
+      expect(served.source).toBe('memory');
+      expect(served.reusableUntil).toBeLessThanOrEqual(Date.now());
+    });
+
+    it('ends before the request that revokes the token leaves, on every container that served it (I: no revoked token served, at the caller)', async () => {
+      // Container B serves callers while container A replaces the token with a countdown. Every
+      // reuse B granted for the old token must end before A's access-token request leaves.
+      const store = new InMemoryTokenStore();
+      const issuer = new FakeIssuer();
+      const b = setup({ store, issuer, window: 600 });
+      const granted: { accessToken: string; at: number; reusableUntil: number }[] = [];
+      const serveB = async () => {
+        const answer = await b.broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+        granted.push({
+          accessToken: answer.record.accessToken,
+          at: Date.now(),
+          reusableUntil: answer.reusableUntil,
+        });
+      };
+      const a = setup({
+        store,
+        issuer,
+        window: 600,
+        // Every wait of A's countdown lets B serve a caller in between, in 100 ms steps.
+        sleep: async (ms) => {
+          for (let left = ms; left > 0; left -= 100) {
+            await vi.advanceTimersByTimeAsync(Math.min(100, left));
+            await serveB();
+          }
+        },
+      });
+      storeToken(store, 299_000);
+      // A's request takes the lease and starts the replacement; B only ever reads it.
+      await a.broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      expect(store.items.get('sandbox')?.lease?.countdown).toBeGreaterThan(1);
+      await a.broker.idle();
+      const successor = store.items.get('sandbox')?.token;
+      expect(successor?.accessToken).toBe('token-1');
+      const old = granted.filter((g) => g.accessToken === 'current');
+      expect(old.length).toBeGreaterThan(10);
+      const postedAt = successor?.issuedAt as number;
+      const late = old.filter((g) => g.reusableUntil > postedAt);
+      expect(late).toEqual([]);
+      // And reuse is not withheld for nothing: B granted seconds of it early in the countdown.
+      expect(Math.max(...old.map((g) => g.reusableUntil - g.at))).toBeGreaterThan(1_000);
     });
   });
 
