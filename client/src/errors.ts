@@ -36,6 +36,8 @@ export const ClientErrorCode = {
   ABORTED: 'ABORTED',
   /** Region, credentials, URL or an option of the client is missing or malformed. */
   CLIENT_CONFIG_INVALID: 'CLIENT_CONFIG_INVALID',
+  /** A token was reported rejected twice in one invocation: the fresh one was rejected too. */
+  TOKEN_REJECTED_AGAIN: 'TOKEN_REJECTED_AGAIN',
 } as const;
 export type ClientErrorCode = (typeof ClientErrorCode)[keyof typeof ClientErrorCode];
 
@@ -123,6 +125,19 @@ export class ClientConfigError extends TokenBrokerError {
   override readonly name = 'ClientConfigError';
   constructor(message: string, options: ErrorOptions = {}) {
     super(message, ClientErrorCode.CLIENT_CONFIG_INVALID, options);
+  }
+}
+
+/**
+ * The middleware's `tokenRejected` was called a second time for one key in one invocation: the
+ * Open API rejected the fresh token too. Nothing was sent; the client does not loop. A fresh
+ * token refused at once points elsewhere (the wrong client ID for this API, a missing scope, a
+ * second system issuing tokens for the same client ID).
+ */
+export class TokenRejectedAgainError extends TokenBrokerError {
+  override readonly name = 'TokenRejectedAgainError';
+  constructor(message: string) {
+    super(message, ClientErrorCode.TOKEN_REJECTED_AGAIN);
   }
 }
 

@@ -46,14 +46,22 @@ export interface AccessToken {
   readonly expiresAt: Date;
   /** Whole seconds left when the broker answered. */
   readonly expiresIn: number;
+  /**
+   * For how many ms, counted from when the request was sent, the broker lets this token be
+   * reused without asking again (0: not at all). The broker replaces tokens long before they
+   * expire, and each replacement revokes the old one: past this, ask again (the client's cache
+   * does). A broker older than 0.5.0 of this client sends none: 0 then.
+   */
+  readonly maxAgeMs: number;
 }
 
 export interface TokenClientOptions {
   /** Direct Lambda invoke, or HTTP to the Function URL signed with SigV4. */
   readonly transport: TransportOptions | Transport;
   /**
-   * A cached token is reused until this many seconds before it expires; default 60. The
-   * broker's own validity default is 60 s too, so a fresh answer is never refused here.
+   * A cached token is reused for as long as the broker said it may be (`maxAgeMs`, a few
+   * seconds), and never closer than this many seconds to its expiry; default 60. The broker's
+   * own validity default is 60 s too, so a fresh answer is never refused here.
    */
   readonly marginSeconds?: number;
   /** Limit of each call unless the call sets its own; default 10 000 ms. */
@@ -70,7 +78,10 @@ export interface TokenClientOptions {
 export interface CallOptions {
   /** Gives up with a `TransportError` (`ABORTED`) when this signal fires. */
   readonly signal?: AbortSignal;
-  /** Gives up with a `TransportError` (`TIMEOUT`) after this many ms; default the client's. */
+  /**
+   * Gives up with a `TransportError` (`TIMEOUT`) after this many ms; default the client's. Each
+   * caller keeps its own, also when it shares a request with concurrent callers.
+   */
   readonly timeoutMs?: number;
 }
 
@@ -168,12 +179,17 @@ export const isUnauthorized = (outcome: unknown): boolean => {
   return status === 401;
 };
 
+/** The reuse time of an answer: what the broker said, or none (an older broker, a bad value). */
+const maxAgeOf = (value: unknown): number =>
+  typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : 0;
+
 const toAccessToken = (body: unknown): AccessToken => {
   const value = body as {
     connection?: unknown;
     accessToken?: unknown;
     expiresAt?: unknown;
     expiresIn?: unknown;
+    maxAgeMs?: unknown;
   };
   if (typeof value?.accessToken !== 'string' || typeof value.expiresAt !== 'string') {
     throw new TransportError('The broker answered without a token', 'TRANSPORT_FAILED');
@@ -183,6 +199,7 @@ const toAccessToken = (body: unknown): AccessToken => {
     accessToken: value.accessToken,
     expiresAt: new Date(value.expiresAt),
     expiresIn: Number(value.expiresIn),
+    maxAgeMs: maxAgeOf(value.maxAgeMs),
   };
 };
 
@@ -291,6 +308,26 @@ const abortedError = (signal: AbortSignal, caller: AbortSignal | undefined, time
         { cause: signal.reason },
       );
 
+/** A token in the cache, and until when (monotonic ms) the broker lets it be reused. */
+interface Cached {
+  readonly token: AccessToken;
+  readonly reuseUntil: number;
+}
+
+/** One token request and the callers waiting for it. */
+interface Flight {
+  readonly promise: Promise<AccessToken>;
+  waiting: number;
+  readonly abandon: () => void;
+}
+
+/**
+ * The client's own monotonic clock: reuse times count on it, so that neither a wall clock that
+ * steps nor one that differs from the broker's can stretch them. Looked up on every call, so
+ * that a test's fake timers apply.
+ */
+const monotonic = () => performance.now();
+
 const emitWarning = (message: string) =>
   process.emitWarning(message, { type: 'TokenBrokerWarning', code: 'TOKEN_BROKER_LOCAL_DEFAULTS' });
 
@@ -313,8 +350,8 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
   const defaultTimeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const now = options.now ?? (() => Date.now());
   // Maps, not objects: connection names must not reach prototype members.
-  const cache = new Map<string, AccessToken>();
-  const inflight = new Map<string, Promise<AccessToken>>();
+  const cache = new Map<string, Cached>();
+  const inflight = new Map<string, Flight>();
 
   /**
    * Runs `work` under the call's timeout and signal. Whatever fails comes out as a
@@ -356,34 +393,80 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
   const send = (operation: Operation, signal: AbortSignal) => transport.send(operation, { signal });
 
   /**
-   * Concurrent calls for the same token share one request. That request runs under the first
-   * caller's timeout, not its signal: one caller giving up must not fail the others.
+   * The token request for `connection` and `minValidity`, shared by every caller that asks while
+   * it runs. It has no time limit of its own: each caller waits for it under its own timeout and
+   * signal (`call`), and it is aborted only once every caller waiting for it has given up, so
+   * that one caller's short timeout or abort never fails the others.
    */
-  const fetchToken = (
-    connection: string,
-    minValidity: number | undefined,
-    timeoutMs: number,
-  ): Promise<AccessToken> => {
+  const shared = (connection: string, minValidity: number | undefined): Flight => {
     const key = `${connection}\u0000${minValidity ?? ''}`;
-    let pending = inflight.get(key);
-    if (!pending) {
-      pending = call({ timeoutMs }, async (signal) => {
-        const token = toAccessToken(
-          await send(
-            {
-              action: 'getToken',
-              connection,
-              ...(minValidity === undefined ? {} : { minValidity }),
-            },
-            signal,
-          ),
-        );
-        cache.set(connection, token);
-        return token;
-      }).finally(() => inflight.delete(key));
-      inflight.set(key, pending);
+    const running = inflight.get(key);
+    if (running) return running;
+    const controller = new AbortController();
+    // Counted before the request leaves: the broker's proof is at least this recent.
+    const sentAt = monotonic();
+    const flight: Flight = {
+      waiting: 0,
+      abandon: () => {
+        // Nobody may join a request that is being abandoned.
+        if (inflight.get(key) === flight) inflight.delete(key);
+        controller.abort(new DOMException('Every caller gave up', 'AbortError'));
+      },
+      promise: send(
+        { action: 'getToken', connection, ...(minValidity === undefined ? {} : { minValidity }) },
+        controller.signal,
+      )
+        .then((body) => {
+          const token = toAccessToken(body);
+          remember(connection, token, sentAt);
+          return token;
+        })
+        .finally(() => {
+          if (inflight.get(key) === flight) inflight.delete(key);
+        }),
+    };
+    // Abandoned by every caller, its failure has nobody to reach: not an unhandled rejection.
+    flight.promise.catch(() => undefined);
+    inflight.set(key, flight);
+    return flight;
+  };
+
+  /** Waits for `flight` until it settles or `signal` (this caller's) fires. */
+  const join = (flight: Flight, signal: AbortSignal): Promise<AccessToken> => {
+    flight.waiting += 1;
+    let left = false;
+    const leave = () => {
+      if (left) return;
+      left = true;
+      flight.waiting -= 1;
+      if (flight.waiting === 0 && signal.aborted) flight.abandon();
+    };
+    signal.addEventListener('abort', leave, { once: true });
+    return flight.promise.finally(() => {
+      signal.removeEventListener('abort', leave);
+      leave();
+    });
+  };
+
+  /** Keeps `token` for as long as the broker lets it be reused, counted from `sentAt`. */
+  const remember = (connection: string, token: AccessToken, sentAt: number) => {
+    if (token.maxAgeMs > 0) {
+      cache.set(connection, { token, reuseUntil: sentAt + token.maxAgeMs });
+    } else {
+      // Not to be reused: whatever was cached before is older still.
+      cache.delete(connection);
     }
-    return pending;
+  };
+
+  /** The cached token, if the broker still lets it be reused and it keeps `needMs` of validity. */
+  const cached = (connection: string, needMs: number): AccessToken | undefined => {
+    const entry = cache.get(connection);
+    if (!entry) return undefined;
+    if (monotonic() >= entry.reuseUntil) {
+      cache.delete(connection);
+      return undefined;
+    }
+    return entry.token.expiresAt.getTime() - now() > needMs ? entry.token : undefined;
   };
 
   const client: TokenClient = {
@@ -395,9 +478,11 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       checkTimeout(timeoutMs, 'timeoutMs');
       checkNotAborted(tokenOptions.signal);
       const needMs = Math.max(marginMs, (minValidity ?? 0) * 1000);
-      const cached = cache.get(connection);
-      if (!forceRefresh && cached && cached.expiresAt.getTime() - now() > needMs) return cached;
-      return call(tokenOptions, () => fetchToken(connection, minValidity, timeoutMs));
+      const hit = forceRefresh ? undefined : cached(connection, needMs);
+      if (hit) return hit;
+      return call({ ...tokenOptions, timeoutMs }, (signal) =>
+        join(shared(connection, minValidity), signal),
+      );
     },
 
     provider(connection, tokenOptions = {}) {
@@ -412,7 +497,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       checkConnection(connection);
       checkAccessToken(accessToken);
       checkNotAborted(callOptions.signal);
-      if (cache.get(connection)?.accessToken === accessToken) cache.delete(connection);
+      if (cache.get(connection)?.token.accessToken === accessToken) cache.delete(connection);
       const body = (await call(callOptions, (signal) =>
         send({ action: 'invalidate', connection, accessToken }, signal),
       )) as { invalidated?: unknown };

@@ -15,10 +15,15 @@
  * ```
  *
  * The client (and so its cache) is created once, with the middleware, at module scope: warm
- * invocations reuse the token until it nears expiry, without calling the broker.
+ * invocations reuse the token for as long as the broker lets it be reused (`maxAgeMs`, a few
+ * seconds), then ask again; a warm broker answers that from memory.
+ *
+ * When the Open API rejects the token (401), `await context.tokenRejected('openApiToken')`
+ * reports exactly that token to the broker and returns a fresh one (also set on the context),
+ * as `withToken` does: once per key and invocation, never in a loop.
  */
 
-import { ClientConfigError } from './errors.js';
+import { ClientConfigError, TokenRejectedAgainError } from './errors.js';
 import { createTokenClient, type GetTokenOptions, type TokenClient } from './index.js';
 import type { Transport, TransportOptions } from './transports.js';
 
@@ -50,8 +55,22 @@ export interface TokenBrokerMiddleware {
   before(request: MiddyRequestLike): Promise<void>;
 }
 
-/** The context type your handler sees: the Lambda context plus one string per key. */
-export type TokenContext<TContext, TKey extends string> = TContext & Readonly<Record<TKey, string>>;
+/** What the middleware adds to the context besides the tokens. */
+export interface TokenBrokerContextControls<TKey extends string> {
+  /**
+   * Reports that the Open API rejected the token this invocation was given under `key`, and
+   * returns a fresh one, which also replaces it on the context and in `request.internal`. The
+   * same semantics as `withToken`: that exact token is invalidated at the broker, the token is
+   * fetched once more, and a second report for the same key in the same invocation throws a
+   * `TokenRejectedAgainError` instead of looping.
+   */
+  tokenRejected(key: TKey): Promise<string>;
+}
+
+/** The context type your handler sees: the Lambda context, one string per key, `tokenRejected`. */
+export type TokenContext<TContext, TKey extends string> = TContext &
+  Readonly<Record<TKey, string>> &
+  TokenBrokerContextControls<TKey>;
 
 /**
  * Fetches every token in `fetchData` before the handler. When one cannot be had, the invocation
@@ -100,19 +119,59 @@ export const tokenBroker = <TKey extends string>(
         options.tokenOptions?.timeoutMs ?? Number.POSITIVE_INFINITY,
         budget ?? Number.POSITIVE_INFINITY,
       );
+      const tokenOptions = {
+        ...options.tokenOptions,
+        ...(Number.isFinite(timeoutMs) ? { timeoutMs } : {}),
+      };
+      const set = (key: TKey, accessToken: string) => {
+        request.internal[key] = accessToken;
+        if (setToContext) Object.assign(request.context, { [key]: accessToken });
+      };
       const tokens = await Promise.all(
         entries.map(async ([key, connection]) => {
-          const token = await client.getToken(connection, {
-            ...options.tokenOptions,
-            ...(Number.isFinite(timeoutMs) ? { timeoutMs } : {}),
-          });
+          const token = await client.getToken(connection, tokenOptions);
           return [key, token.accessToken] as const;
         }),
       );
-      for (const [key, accessToken] of tokens) {
-        request.internal[key] = accessToken;
-        if (setToContext) Object.assign(request.context, { [key]: accessToken });
-      }
+      const given = new Map<TKey, string>(tokens);
+      for (const [key, accessToken] of tokens) set(key, accessToken);
+      const reported = new Set<TKey>();
+      const controls: TokenBrokerContextControls<TKey> = {
+        async tokenRejected(key) {
+          const connection = options.fetchData[key];
+          const rejected = given.get(key);
+          if (connection === undefined || rejected === undefined) {
+            throw new ClientConfigError(
+              `tokenRejected: "${String(key)}" is not a key of fetchData`,
+            );
+          }
+          if (reported.has(key)) {
+            throw new TokenRejectedAgainError(
+              `The Open API rejected a fresh token for "${String(key)}" (connection '${connection}') too; not retrying again`,
+            );
+          }
+          reported.add(key);
+          // The handler's own time: what is left of the invocation now, less the reserve.
+          const left = request.context.getRemainingTimeInMillis?.();
+          const retryOptions = {
+            ...options.tokenOptions,
+            ...(left === undefined
+              ? {}
+              : { timeoutMs: Math.max(1, Math.min(timeoutMs, left - reserveMs)) }),
+          };
+          const { timeoutMs: callTimeout } = retryOptions;
+          await client.invalidate(
+            connection,
+            rejected,
+            callTimeout === undefined ? {} : { timeoutMs: callTimeout },
+          );
+          const fresh = await client.getToken(connection, retryOptions);
+          given.set(key, fresh.accessToken);
+          set(key, fresh.accessToken);
+          return fresh.accessToken;
+        },
+      };
+      Object.assign(request.context, controls);
     },
   };
 };
