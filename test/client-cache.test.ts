@@ -1,0 +1,288 @@
+/**
+ * The client's cache and its shared requests, against a scripted transport on fake timers: how
+ * long a token is reused (the broker's `maxAgeMs`, counted from the send on a monotonic clock),
+ * and how concurrent callers share one request while each keeps its own timeout and signal.
+ * The same client against the real broker is in client.test.ts and client-package.test.ts.
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import {
+  type AccessToken,
+  createTokenClient,
+  type Operation,
+  TokenRejectedAgainError,
+  type Transport,
+  TransportError,
+} from '../client/src/index.js';
+import { type TokenContext, tokenBroker } from '../client/src/middy.js';
+import { caught, unexpected } from './support/errors.js';
+
+const T0 = new Date('2026-11-24T12:00:00Z').getTime();
+
+interface Sent {
+  readonly operation: Operation;
+  readonly signal: AbortSignal;
+  readonly answer: (body: unknown) => void;
+  readonly fail: (error: unknown) => void;
+}
+
+/** A transport whose every request waits until the test answers it. */
+const scripted = () => {
+  const sent: Sent[] = [];
+  const transport: Transport = {
+    send: (operation, { signal }) =>
+      new Promise((resolve, reject) => {
+        sent.push({ operation, signal, answer: resolve, fail: reject });
+      }),
+  };
+  return { sent, transport };
+};
+
+let tokens = 0;
+/** A broker answer: a token valid for an hour, reusable for `maxAgeMs`. */
+const answer = (maxAgeMs: number | undefined, expiresInMs = 3_600_000) => {
+  tokens += 1;
+  return {
+    connection: 'sandbox',
+    accessToken: `at_${tokens}`,
+    expiresAt: new Date(Date.now() + expiresInMs).toISOString(),
+    expiresIn: Math.floor(expiresInMs / 1000),
+    ...(maxAgeMs === undefined ? {} : { maxAgeMs }),
+  };
+};
+
+/** Lets the client's promise chains run (fake timers do not run microtasks on their own). */
+const flush = () => vi.advanceTimersByTimeAsync(0);
+
+describe('Client cache: reuse as long as the broker says, no longer', () => {
+  beforeEach(() => {
+    vi.useFakeTimers().setSystemTime(T0);
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('reuses a token for maxAgeMs counted from when the request was sent, then asks again', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const first = client.getToken('sandbox');
+    await flush();
+    // The answer takes 500 ms to come back: those count against the reuse time.
+    await vi.advanceTimersByTimeAsync(500);
+    sent[0]?.answer(answer(3_000));
+    const token = await first;
+    expect(token.maxAgeMs).toBe(3_000);
+    await vi.advanceTimersByTimeAsync(2_499);
+    expect((await client.getToken('sandbox')).accessToken).toBe(token.accessToken);
+    expect(sent).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(1);
+    const again = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(2);
+    sent[1]?.answer(answer(3_000));
+    expect((await again).accessToken).not.toBe(token.accessToken);
+  });
+
+  it('does not reuse an answer with maxAgeMs 0, or without one (a broker before the field)', async () => {
+    for (const maxAgeMs of [0, undefined, -5, Number.NaN]) {
+      const { sent, transport } = scripted();
+      const client = createTokenClient({ transport });
+      const first = client.getToken('sandbox');
+      await flush();
+      sent[0]?.answer(answer(maxAgeMs));
+      expect((await first).maxAgeMs).toBe(0);
+      const second = client.getToken('sandbox');
+      await flush();
+      expect(sent).toHaveLength(2);
+      sent[1]?.answer(answer(maxAgeMs));
+      await second;
+    }
+  });
+
+  it('keeps the margin before expiry on top of maxAgeMs', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport, marginSeconds: 60 });
+    const first = client.getToken('sandbox');
+    await flush();
+    // Reusable for 5 s, but it expires in 61 s: 60 s of margin leave 1 s of it.
+    sent[0]?.answer(answer(5_000, 61_000));
+    await first;
+    await vi.advanceTimersByTimeAsync(1_000);
+    const second = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(2);
+    sent[1]?.answer(answer(5_000));
+    await second;
+  });
+
+  it('is not stretched by a wall clock that steps back: reuse counts on the monotonic clock', async () => {
+    const { sent, transport } = scripted();
+    let wall = T0;
+    const client = createTokenClient({ transport, now: () => wall });
+    const first = client.getToken('sandbox');
+    await flush();
+    sent[0]?.answer(answer(2_000));
+    await first;
+    await vi.advanceTimersByTimeAsync(2_000);
+    // The process's wall clock steps back an hour: the reuse time has still run out.
+    wall = T0 - 3_600_000;
+    const second = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(2);
+    sent[1]?.answer(answer(2_000));
+    await second;
+  });
+
+  it('drops the cached token when the broker answers one that may not be reused', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const first = client.getToken('sandbox');
+    await flush();
+    sent[0]?.answer(answer(5_000));
+    await first;
+    // A forced call brings a token not to be reused: the cached one is older, so it goes too.
+    const forced = client.getToken('sandbox', { forceRefresh: true });
+    await flush();
+    sent[1]?.answer(answer(0));
+    await forced;
+    const third = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(3);
+    sent[2]?.answer(answer(5_000));
+    await third;
+  });
+});
+
+describe('Client: concurrent calls share one request, each under its own limits', () => {
+  beforeEach(() => {
+    vi.useFakeTimers().setSystemTime(T0);
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('a second caller does not inherit the first caller’s 1 ms timeout', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const hasty = client.getToken('sandbox', { timeoutMs: 1 }).then(unexpected, caught);
+    const patient = client.getToken('sandbox', { timeoutMs: 5_000 });
+    await vi.advanceTimersByTimeAsync(50);
+    const error = await hasty;
+    expect(error).toBeInstanceOf(TransportError);
+    expect(error.code).toBe('TIMEOUT');
+    expect(sent).toHaveLength(1);
+    expect(sent[0]?.signal.aborted).toBe(false);
+    sent[0]?.answer(answer(5_000));
+    expect((await patient).accessToken).toMatch(/^at_/);
+  });
+
+  it('a caller that aborts does not cancel the shared request for the others', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const controller = new AbortController();
+    const leaving = client
+      .getToken('sandbox', { signal: controller.signal })
+      .then(unexpected, caught);
+    const staying = client.getToken('sandbox');
+    await flush();
+    controller.abort();
+    const error = await leaving;
+    expect(error.code).toBe('ABORTED');
+    expect(sent[0]?.signal.aborted).toBe(false);
+    sent[0]?.answer(answer(5_000));
+    const token: AccessToken = await staying;
+    expect(token.accessToken).toMatch(/^at_/);
+    expect(sent).toHaveLength(1);
+  });
+
+  it('aborts the request once every caller has given up, and a later caller starts a new one', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const a = client.getToken('sandbox', { timeoutMs: 100 }).then(unexpected, caught);
+    const b = client.getToken('sandbox', { timeoutMs: 200 }).then(unexpected, caught);
+    await vi.advanceTimersByTimeAsync(150);
+    expect((await a).code).toBe('TIMEOUT');
+    expect(sent[0]?.signal.aborted).toBe(false);
+    await vi.advanceTimersByTimeAsync(100);
+    expect((await b).code).toBe('TIMEOUT');
+    expect(sent[0]?.signal.aborted).toBe(true);
+    const later = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(2);
+    sent[1]?.answer(answer(5_000));
+    await later;
+    // The abandoned request's late failure reaches nobody, and is no unhandled rejection.
+    sent[0]?.fail(new DOMException('aborted', 'AbortError'));
+    await flush();
+  });
+});
+
+describe('Middy middleware: tokenRejected', () => {
+  beforeEach(() => {
+    vi.useFakeTimers().setSystemTime(T0);
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  const context = () =>
+    ({ getRemainingTimeInMillis: () => 5_000 }) as unknown as TokenContext<object, 'openApiToken'>;
+
+  it('invalidates the token given, fetches once more, sets it, and never loops', async () => {
+    const { sent, transport } = scripted();
+    const middleware = tokenBroker({ transport, fetchData: { openApiToken: 'sandbox' } });
+    const request = { context: context(), internal: {} as Record<string, unknown> };
+    const before = middleware.before(request);
+    await flush();
+    sent[0]?.answer(answer(5_000));
+    await before;
+    const given = request.context.openApiToken;
+    expect(request.internal.openApiToken).toBe(given);
+
+    const fresh = request.context.tokenRejected('openApiToken');
+    await flush();
+    expect(sent[1]?.operation).toEqual({
+      action: 'invalidate',
+      connection: 'sandbox',
+      accessToken: given,
+    });
+    sent[1]?.answer({ invalidated: true });
+    await flush();
+    // The cached token was the rejected one: the client asks the broker, not its cache.
+    expect(sent[2]?.operation).toEqual({ action: 'getToken', connection: 'sandbox' });
+    sent[2]?.answer(answer(5_000));
+    const token = await fresh;
+    expect(token).not.toBe(given);
+    expect(request.context.openApiToken).toBe(token);
+    expect(request.internal.openApiToken).toBe(token);
+
+    const again = await request.context.tokenRejected('openApiToken').then(unexpected, caught);
+    expect(again).toBeInstanceOf(TokenRejectedAgainError);
+    expect(again.code).toBe('TOKEN_REJECTED_AGAIN');
+    expect(sent).toHaveLength(3);
+    expect(again.message).not.toContain(token);
+    expect(again.message).not.toContain(given);
+  });
+
+  it('refuses a key that fetchData does not name, and starts afresh on the next invocation', async () => {
+    const { sent, transport } = scripted();
+    const middleware = tokenBroker({ transport, fetchData: { openApiToken: 'sandbox' } });
+    const first = { context: context(), internal: {} };
+    const before = middleware.before(first);
+    await flush();
+    sent[0]?.answer(answer(5_000));
+    await before;
+    const error = await first.context
+      .tokenRejected('constructor' as 'openApiToken')
+      .then(unexpected, caught);
+    expect(error.code).toBe('CLIENT_CONFIG_INVALID');
+    // A new invocation may report once more.
+    const second = { context: context(), internal: {} };
+    await middleware.before(second);
+    const fresh = second.context.tokenRejected('openApiToken');
+    await flush();
+    sent.at(-1)?.answer({ invalidated: true });
+    await flush();
+    sent.at(-1)?.answer(answer(5_000));
+    expect(await fresh).toMatch(/^at_/);
+  });
+});
