@@ -8,6 +8,7 @@ import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { startStack } from '../local/stack.js';
 import { fleetChart } from './chart.js';
+import { type ClientCacheResult, measureClientCache } from './client-cache.js';
 import { type ColdCost, measureCold, measureWarm, type WarmCost } from './costs.js';
 import { type FleetResult, runFleet } from './fleet.js';
 import { type HotKeyResult, measureHotKey } from './hot-key.js';
@@ -107,6 +108,44 @@ let hotKey: HotKeyResult;
     await stack.close();
   }
 }
+
+// Where the token is used: a service process with the client's default options (a 60 s margin,
+// so tokens live 180 s here: the broker's default window, clamped to 90 s, outlasts the margin
+// as production's 600 s window does), the warm-up every 5 s, and another caller forcing a
+// replacement every 20 s. Before and after run side by side, each on a stack of its own.
+const clientCacheSettings = {
+  durationMs: quick ? 30_000 : 90_000,
+  loops: 4,
+  thinkMs: 50,
+  warmUpEveryMs: 5_000,
+  forceEveryMs: 20_000,
+  forceMinValidity: 175,
+  lifetimeSeconds: 180,
+};
+log(`client cache: 0.4.0's policy and today's, ${clientCacheSettings.durationMs / 1000}s each …`);
+const clientCache: ClientCacheResult[] = await Promise.all(
+  (['before', 'after'] as const).map(async (mode) => {
+    const stack = await startStack(
+      {
+        expiresIn: clientCacheSettings.lifetimeSeconds,
+        latencyMs: upstreamLatencyMs,
+        revokeOnReissue: true,
+      },
+      ['sandbox'],
+    );
+    try {
+      return await measureClientCache(stack, {
+        mode,
+        bundle: paths.broker,
+        runner: paths.container,
+        env: { ...stack.env, POWERTOOLS_LOG_LEVEL: 'WARN' },
+        ...clientCacheSettings,
+      });
+    } finally {
+      await stack.close();
+    }
+  }),
+);
 
 let warm: WarmCost;
 let cold: ColdCost;
@@ -226,6 +265,27 @@ const cutoverRows: [string, string, string][] = [
   ],
 ];
 
+const clientRows: string[][] = [
+  [
+    'upstream issuances (each revoked its predecessor)',
+    ...clientCache.map((r) => String(r.issuances)),
+  ],
+  ['token uses (pings of the Open API)', ...clientCache.map((r) => String(r.uses))],
+  [
+    'uses refused by the upstream, per 1,000',
+    ...clientCache.map((r) => `${r.refusedPerThousand.toFixed(1)} (${r.refused})`),
+  ],
+  [
+    'broker calls per minute, one process',
+    ...clientCache.map((r) => r.brokerCallsPerMinute.toFixed(1)),
+  ],
+  [
+    'getToken calls answered from the client cache',
+    ...clientCache.map((r) => `${(100 * r.cacheHitShare).toFixed(1)} %`),
+  ],
+  ['calls that failed', ...clientCache.map((r) => String(r.errors))],
+];
+
 const machine = `${cpus().length} cores, Node ${process.versions.node}`;
 const settingsLine = `${fleetSettings.durationMs / 1000}s per mode, ≤${fleetSettings.maxContainers} containers, ${fleetSettings.callers} callers, a container killed every ${fleetSettings.killEveryMs / 1000}s, upstream latency ${upstreamLatencyMs} ms per request, token lifetime ${lifetimeSeconds}s, old tokens revoked on re-issue, warm-up every ${fleetSettings.scheduleEveryMs / 1000}s (broker)`;
 const table = (head: string[], body: string[][]) =>
@@ -263,13 +323,17 @@ const markdown = [
   '',
   table(['callers', 'p99 (ms)', 'max (ms)'], cutoverRows),
   '',
+  `Client cache: one service process with the client's default options, ${clientCacheSettings.loops} loops each using a token every ${clientCacheSettings.thinkMs} ms through \`provider()\` for ${clientCacheSettings.durationMs / 1000}s; tokens living ${clientCacheSettings.lifetimeSeconds}s, the broker's defaults, the warm-up every ${clientCacheSettings.warmUpEveryMs / 1000}s, another caller asking for minValidity ${clientCacheSettings.forceMinValidity} every ${clientCacheSettings.forceEveryMs / 1000}s. Before: 0.4.0's cache (a token kept until its margin before expiry); after: the broker's maxAgeMs obeyed.`,
+  '',
+  table(['', 'before (0.4.0)', 'after'], clientRows),
+  '',
 ].join('\n');
 
 log();
 log(markdown);
 writeFileSync(
   join(resultsDir, 'fleet.json'),
-  `${JSON.stringify({ settings: { ...fleetSettings, upstreamLatencyMs, brokerEnv, machine, hotKey: hotKeySettings }, fleets, warm, cold, hotKey }, null, 2)}\n`,
+  `${JSON.stringify({ settings: { ...fleetSettings, upstreamLatencyMs, brokerEnv, machine, hotKey: hotKeySettings, clientCache: clientCacheSettings }, fleets, warm, cold, hotKey, clientCache }, null, 2)}\n`,
 );
 writeFileSync(join(resultsDir, 'fleet.svg'), `${fleetChart(fleets, settingsLine)}\n`);
 writeFileSync(join(resultsDir, 'results.md'), markdown);
