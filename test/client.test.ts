@@ -81,7 +81,14 @@ const ping = (token: string) =>
 beforeAll(async () => {
   build = buildPrivate('client');
   stack = await startStack({}, ['sandbox', 'legacy'], { encrypt: true });
-  broker = await startContainer({ runner: build.container, bundle: build.bundle, env: stack.env });
+  broker = await startContainer({
+    runner: build.container,
+    bundle: build.bundle,
+    // A re-check of a minute: the reuse time the broker grants is up to a minute, so that the
+    // cache tests below never land in the last milliseconds of one (client-cache.test.ts
+    // covers the reuse time itself, on fake timers).
+    env: { ...stack.env, BROKER_MEMORY_RECHECK_SECONDS: '60' },
+  });
 }, 60_000);
 afterAll(async () => {
   await broker.kill();
@@ -688,6 +695,11 @@ describe('CLI: token-broker', () => {
   it('token shows metadata, and the token only with --reveal; over HTTP too', async () => {
     const hidden = await cli('token', 'sandbox', '--json', ...target());
     expect(JSON.parse(hidden.stdout)).not.toHaveProperty('accessToken');
+    // The reuse time, for a script that keeps the token: never past the broker's re-check.
+    expect(JSON.parse(hidden.stdout).maxAgeMs).toBeGreaterThanOrEqual(0);
+    expect(JSON.parse(hidden.stdout).maxAgeMs).toBeLessThanOrEqual(60_000);
+    const plain = await cli('token', 'sandbox', ...target());
+    expect(plain.stdout).toMatch(/reuse it for \d+\.\d s at most, then ask again/);
     const shown = await cli('token', 'sandbox', '--json', '--reveal', '--url', broker.url);
     const { accessToken } = JSON.parse(shown.stdout);
     expect((await ping(accessToken)).status).toBe(200);

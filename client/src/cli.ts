@@ -244,10 +244,14 @@ const run = async (argv: string[]): Promise<number> => {
         connection: token.connection,
         expiresAt: token.expiresAt.toISOString(),
         expiresIn: token.expiresIn,
+        // How long a script may reuse the token it was shown: past this, ask again.
+        maxAgeMs: token.maxAgeMs,
         ...(values.reveal ? { accessToken: token.accessToken } : {}),
       };
       if (values.json) return done(JSON.stringify(shown, null, 2));
-      out(`${shown.connection}: expires ${shown.expiresAt} (${duration(shown.expiresIn)} left)`);
+      out(
+        `${shown.connection}: expires ${shown.expiresAt} (${duration(shown.expiresIn)} left); reuse it for ${(shown.maxAgeMs / 1000).toFixed(1)} s at most, then ask again`,
+      );
       if (values.reveal) out(token.accessToken);
       return 0;
     }
