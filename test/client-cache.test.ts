@@ -132,6 +132,39 @@ describe('Client cache: reuse as long as the broker says, no longer', () => {
     await second;
   });
 
+  it('is not stretched by a monotonic clock that stood still while the process was frozen: the wall clock counts too', async () => {
+    const { sent, transport } = scripted();
+    let wall = T0;
+    const client = createTokenClient({ transport, now: () => wall });
+    const first = client.getToken('sandbox');
+    await flush();
+    sent[0]?.answer(answer(5_000));
+    await first;
+    // Frozen for ten minutes: the wall clock moved on, the monotonic clock did not.
+    wall = T0 + 600_000;
+    const second = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(2);
+    sent[1]?.answer(answer(5_000));
+    await second;
+  });
+
+  it('ends the reuse when the wall clock steps back, even with no monotonic time gone', async () => {
+    const { sent, transport } = scripted();
+    let wall = T0;
+    const client = createTokenClient({ transport, now: () => wall });
+    const first = client.getToken('sandbox');
+    await flush();
+    sent[0]?.answer(answer(5_000));
+    await first;
+    wall = T0 - 1;
+    const second = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(2);
+    sent[1]?.answer(answer(5_000));
+    await second;
+  });
+
   it('drops the cached token when the broker answers one that may not be reused', async () => {
     const { sent, transport } = scripted();
     const client = createTokenClient({ transport });

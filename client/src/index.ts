@@ -308,10 +308,16 @@ const abortedError = (signal: AbortSignal, caller: AbortSignal | undefined, time
         { cause: signal.reason },
       );
 
-/** A token in the cache, and until when (monotonic ms) the broker lets it be reused. */
+/** A token in the cache, and when its request was sent, on both clocks. */
 interface Cached {
   readonly token: AccessToken;
-  readonly reuseUntil: number;
+  readonly sent: Instant;
+}
+
+/** One instant on the monotonic clock and on the wall clock. */
+interface Instant {
+  readonly monotonic: number;
+  readonly wall: number;
 }
 
 /** One token request and the callers waiting for it. */
@@ -322,9 +328,7 @@ interface Flight {
 }
 
 /**
- * The client's own monotonic clock: reuse times count on it, so that neither a wall clock that
- * steps nor one that differs from the broker's can stretch them. Looked up on every call, so
- * that a test's fake timers apply.
+ * The client's own monotonic clock. Looked up on every call, so that a test's fake timers apply.
  */
 const monotonic = () => performance.now();
 
@@ -404,7 +408,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     if (running) return running;
     const controller = new AbortController();
     // Counted before the request leaves: the broker's proof is at least this recent.
-    const sentAt = monotonic();
+    const sent: Instant = { monotonic: monotonic(), wall: now() };
     const flight: Flight = {
       waiting: 0,
       abandon: () => {
@@ -418,7 +422,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       )
         .then((body) => {
           const token = toAccessToken(body);
-          remember(connection, token, sentAt);
+          remember(connection, token, sent);
           return token;
         })
         .finally(() => {
@@ -448,25 +452,33 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     });
   };
 
-  /** Keeps `token` for as long as the broker lets it be reused, counted from `sentAt`. */
-  const remember = (connection: string, token: AccessToken, sentAt: number) => {
+  /** Keeps `token` for as long as the broker lets it be reused, counted from `sent`. */
+  const remember = (connection: string, token: AccessToken, sent: Instant) => {
     if (token.maxAgeMs > 0) {
-      cache.set(connection, { token, reuseUntil: sentAt + token.maxAgeMs });
+      cache.set(connection, { token, sent });
     } else {
       // Not to be reused: whatever was cached before is older still.
       cache.delete(connection);
     }
   };
 
-  /** The cached token, if the broker still lets it be reused and it keeps `needMs` of validity. */
+  /**
+   * The cached token, if the broker still lets it be reused and it keeps `needMs` of validity.
+   * The time since the send is read on both clocks, and the reuse is over when either says so:
+   * a wall clock that steps (back: a negative elapsed time) cannot stretch it, nor can a
+   * monotonic clock that stood still while the process was frozen (a paused VM between two
+   * Lambda invocations may not count that time).
+   */
   const cached = (connection: string, needMs: number): AccessToken | undefined => {
     const entry = cache.get(connection);
     if (!entry) return undefined;
-    if (monotonic() >= entry.reuseUntil) {
+    const wall = now();
+    const elapsed = Math.max(monotonic() - entry.sent.monotonic, wall - entry.sent.wall);
+    if (!(elapsed < entry.token.maxAgeMs && wall >= entry.sent.wall)) {
       cache.delete(connection);
       return undefined;
     }
-    return entry.token.expiresAt.getTime() - now() > needMs ? entry.token : undefined;
+    return entry.token.expiresAt.getTime() - wall > needMs ? entry.token : undefined;
   };
 
   const client: TokenClient = {
