@@ -20,8 +20,11 @@ import {
   type FaultSpan,
   Ledger,
   type Outcome,
+  type ReuseGrant,
+  type ReuseTally,
   type Tally,
   type TokenHistory,
+  tallyReuse,
 } from './ledger.js';
 import { type FaultProxy, startFaultProxy } from './proxy.js';
 
@@ -154,6 +157,8 @@ export interface RunResult {
   }[];
   readonly invalidations: number;
   readonly timeline: ReturnType<Ledger['timeline']>;
+  /** Every answer's `maxAgeMs` judged, after the run, against the upstream's revocations. */
+  readonly reuse: ReuseTally;
 }
 
 const digestOf = (token: string) => createHash('sha256').update(token).digest('base64url');
@@ -325,12 +330,18 @@ export const runScenario = async (
       running,
     };
 
-    const judge = async (token: string): Promise<TokenHistory | undefined> => {
-      const response = await fetch(`${simulatorUrl}/__simulator/tokens/${digestOf(token)}`);
+    /** What the upstream knows of a token, by digest. */
+    const history = async (digest: string): Promise<TokenHistory | undefined> => {
+      const response = await fetch(`${simulatorUrl}/__simulator/tokens/${digest}`);
       if (response.status === 404) return undefined;
       if (!response.ok) throw new Error(`simulator ledger answered ${response.status}`);
       return (await response.json()) as TokenHistory;
     };
+    const judge = (token: string) => history(digestOf(token));
+    // Each answer's reuse grant, and the tokens callers reported: judged once the run is over,
+    // when every revocation that could cut a grant short has happened.
+    const grants: ReuseGrant[] = [];
+    const reported = new Set<string>();
 
     /** One invocation, judged and recorded; returns the token served, if any. */
     const call = async (
@@ -367,12 +378,18 @@ export const runScenario = async (
         // process's wall time would add its own event-loop delays (it runs dynalite, the
         // simulator and the proxies too) to a broker that answers 500 ms before the deadline.
         token = answer.body.accessToken;
-        const history = await judge(token);
+        const known = await judge(token);
         outcome = {
           kind: 'token',
-          verdict: classify(history, sentAt, receivedAt),
-          revokedAt: history?.revokedAt ?? null,
+          verdict: classify(known, sentAt, receivedAt),
+          revokedAt: known?.revokedAt ?? null,
         };
+        const maxAgeMs = answer.body.maxAgeMs;
+        grants.push({
+          digest: digestOf(token),
+          sentAt,
+          maxAgeMs: typeof maxAgeMs === 'number' ? maxAgeMs : 0,
+        });
       } else {
         throw new Error('a getToken answer without accessToken');
       }
@@ -384,6 +401,7 @@ export const runScenario = async (
       const node = nodes[index];
       if (!node) return;
       invalidations += 1;
+      reported.add(digestOf(token));
       await invokeOnce(
         node.container.url,
         { action: 'invalidate', connection: 'sandbox', accessToken: token },
@@ -444,6 +462,11 @@ export const runScenario = async (
       .filter((t) => t <= startedAt + durationMs);
     const tally = ledger.tally();
     if (tally.served === 0) throw new Error('no token was served at all: the harness is broken');
+    const digests = [...new Set(grants.map((g) => g.digest))];
+    const histories = new Map(
+      await Promise.all(digests.map(async (d) => [d, await history(d)] as const)),
+    );
+    const reuse = tallyReuse(grants, histories, reported);
     const lifetimeMs = settings.lifetimeSeconds * 1000;
     const result: RunResult = {
       scenario: scenario.name,
@@ -468,6 +491,7 @@ export const runScenario = async (
       })),
       invalidations,
       timeline: ledger.timeline(1_000, durationMs, issuanceTimes),
+      reuse,
     };
     return result;
   } finally {

@@ -291,3 +291,62 @@ export const duplicateIssuances = (times: readonly number[], minGapMs: number): 
   }
   return duplicates;
 };
+
+/**
+ * A token answer's reuse grant (`maxAgeMs`): a caller's cache may use the token until
+ * `sentAt + maxAgeMs` on the caller's clock (here the harness's, which the upstream shares).
+ */
+export interface ReuseGrant {
+  readonly digest: string;
+  readonly sentAt: number;
+  readonly maxAgeMs: number;
+}
+
+/** The guarantee where the token is used: grants judged against the upstream's revocations. */
+export interface ReuseTally {
+  /** Answers that let the caller reuse the token (`maxAgeMs` > 0). */
+  grants: number;
+  /** Mean `maxAgeMs` of those, ms. */
+  meanMaxAgeMs: number;
+  /**
+   * Grants that outlived their token: the upstream revoked it after the request was sent and
+   * before the grant ran out, so a caller's cache obeying it could have used a revoked token.
+   * Tokens a caller had reported with `invalidate` are counted apart (the documented bound).
+   */
+  pastRevocation: number;
+  pastRevocationReported: number;
+  /** The longest a grant outlived its token's revocation (reported tokens aside), ms. */
+  maxOverrunMs: number;
+}
+
+export const tallyReuse = (
+  grants: readonly ReuseGrant[],
+  histories: ReadonlyMap<string, TokenHistory | undefined>,
+  reported: ReadonlySet<string>,
+): ReuseTally => {
+  const tally: ReuseTally = {
+    grants: 0,
+    meanMaxAgeMs: 0,
+    pastRevocation: 0,
+    pastRevocationReported: 0,
+    maxOverrunMs: 0,
+  };
+  let total = 0;
+  for (const grant of grants) {
+    if (grant.maxAgeMs <= 0) continue;
+    tally.grants += 1;
+    total += grant.maxAgeMs;
+    const revokedAt = histories.get(grant.digest)?.revokedAt ?? null;
+    const until = grant.sentAt + grant.maxAgeMs;
+    // Revoked before the request was sent: the answer itself is counted (revoked-before-request).
+    if (revokedAt === null || revokedAt < grant.sentAt || revokedAt >= until) continue;
+    if (reported.has(grant.digest)) {
+      tally.pastRevocationReported += 1;
+      continue;
+    }
+    tally.pastRevocation += 1;
+    tally.maxOverrunMs = Math.max(tally.maxOverrunMs, until - revokedAt);
+  }
+  tally.meanMaxAgeMs = tally.grants === 0 ? 0 : total / tally.grants;
+  return tally;
+};

@@ -27,6 +27,7 @@ export const HEADER = [
   'not answered in time (on faulted container)',
   'answer p99 / max (s)',
   'broker errors',
+  'reuse grants past revocation (of grants; reported tokens apart)',
 ];
 
 export const row = (summary: ScenarioSummary): string[] => {
@@ -70,7 +71,18 @@ export const row = (summary: ScenarioSummary): string[] => {
     `${sum(runs, (r) => r.tally.unanswered)} (${sum(runs, (r) => r.tally.unansweredOnFaulted)})`,
     `${fmt(Math.max(...runs.map((r) => r.tally.latencyMs.p99)) / 1000)} / ${fmt(Math.max(...runs.map((r) => r.tally.latencyMs.max)) / 1000)}`,
     errorText,
+    reuseText(runs),
   ];
+};
+
+/** The `maxAgeMs` grants that outlived their token, as the table shows them. */
+const reuseText = (runs: readonly RunResult[]): string => {
+  const past = sum(runs, (r) => r.reuse.pastRevocation);
+  const grants = sum(runs, (r) => r.reuse.grants);
+  const reported = sum(runs, (r) => r.reuse.pastRevocationReported);
+  const overrun = Math.max(...runs.map((r) => r.reuse.maxOverrunMs));
+  const head = past === 0 ? '0' : `**${past}** (up to ${fmt(overrun / 1000)} s)`;
+  return `${head} of ${grants}${reported > 0 ? `; ${reported} reported` : ''}`;
 };
 
 export const table = (summaries: readonly ScenarioSummary[]): string => {

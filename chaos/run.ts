@@ -79,7 +79,8 @@ for (const scenario of selected) {
       const t = result.tally;
       log(
         `  ${scenario.name} #${run}: ${t.served} served, ${t.revokedBeforeRequest} revoked, ` +
-          `${t.unanswered} unanswered, ${result.issuances} issuances, ${result.faultsInjected} faults ` +
+          `${t.unanswered} unanswered, ${result.issuances} issuances, ${result.faultsInjected} faults, ` +
+          `${result.reuse.pastRevocation} reuse grants past revocation of ${result.reuse.grants} ` +
           `(${((Date.now() - started) / 1000).toFixed(1)} s)`,
       );
     } catch (error) {

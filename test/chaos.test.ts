@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { classify, duplicateIssuances, Ledger } from '../chaos/ledger.js';
+import { classify, duplicateIssuances, Ledger, tallyReuse } from '../chaos/ledger.js';
 import { type FaultProxy, startFaultProxy } from '../chaos/proxy.js';
 import { generateClient, type Simulator, startSimulator } from '../local/simulator.js';
 
@@ -194,6 +194,52 @@ describe('Function: classify', () => {
   it('flags expired and unknown tokens', () => {
     expect(classify(history(null, 1_005), 1_000, 1_010)).toBe('expired');
     expect(classify(undefined, 1_000, 1_010)).toBe('unknown');
+  });
+});
+
+describe('Function: tallyReuse', () => {
+  const revoked = (revokedAt: number | null) => ({ issuedAt: 0, expiresAt: 100_000, revokedAt });
+
+  it('counts a grant that outlives its token’s revocation, and by how long', () => {
+    const tally = tallyReuse(
+      [
+        { digest: 'a', sentAt: 1_000, maxAgeMs: 4_000 },
+        { digest: 'b', sentAt: 1_000, maxAgeMs: 4_000 },
+        { digest: 'c', sentAt: 1_000, maxAgeMs: 0 },
+      ],
+      new Map([
+        ['a', revoked(4_500)],
+        ['b', revoked(5_000)],
+        ['c', revoked(1_500)],
+      ]),
+      new Set(),
+    );
+    // a: revoked 500 ms before its grant ran out; b: exactly at its end (allowed); c: no grant.
+    expect(tally).toEqual({
+      grants: 2,
+      meanMaxAgeMs: 4_000,
+      pastRevocation: 1,
+      pastRevocationReported: 0,
+      maxOverrunMs: 500,
+    });
+  });
+
+  it('leaves answers revoked before their request to the ledger, and counts reported tokens apart', () => {
+    const tally = tallyReuse(
+      [
+        { digest: 'a', sentAt: 1_000, maxAgeMs: 4_000 },
+        { digest: 'r', sentAt: 1_000, maxAgeMs: 4_000 },
+        { digest: 'n', sentAt: 1_000, maxAgeMs: 4_000 },
+      ],
+      new Map([
+        ['a', revoked(999)],
+        ['r', revoked(2_000)],
+        ['n', revoked(null)],
+      ]),
+      new Set(['r']),
+    );
+    expect(tally.pastRevocation).toBe(0);
+    expect(tally.pastRevocationReported).toBe(1);
   });
 });
 
