@@ -200,8 +200,12 @@ describe('Local runtime: npm start', () => {
   it('serves tokens for both variants over HTTP and the Lambda Invoke API', async () => {
     const v3 = await fetch(`${url}/tokens/demo-v3`);
     expect(v3.status).toBe(200);
-    expect(v3.headers.get('cache-control')).toBe('no-store');
-    const v3Body = (await v3.json()) as { accessToken: string };
+    const v3Body = (await v3.json()) as { accessToken: string; maxAgeMs: number };
+    // The reuse time, in HTTP's terms: whole seconds, private; no-store under one second.
+    const seconds = Math.floor(v3Body.maxAgeMs / 1000);
+    expect(v3.headers.get('cache-control')).toBe(
+      seconds > 0 ? `private, max-age=${seconds}` : 'no-store',
+    );
     const legacy = (await (await fetch(`${url}/tokens/demo-legacy`)).json()) as {
       accessToken: string;
     };

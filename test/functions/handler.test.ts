@@ -108,6 +108,19 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
     }
   });
 
+  it('marks every answer but a token as not to be stored: errors, status, health', async () => {
+    for (const [method, path] of [
+      ['GET', '/tokens/nope'],
+      ['GET', '/tokens/sandbox?minValidity=x'],
+      ['GET', '/status'],
+      ['GET', '/health'],
+      ['GET', '/nowhere'],
+    ] as const) {
+      const response = await http(handler, method, path);
+      expect(response.headers['cache-control'], `${method} ${path}`).toBe('no-store');
+    }
+  });
+
   it('serves repeat calls without reaching the upstream, and a new container from DynamoDB', async () => {
     const issued = stack.simulator.stats().issuances;
     const first = await http(handler, 'GET', '/tokens/sandbox');
