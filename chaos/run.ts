@@ -4,9 +4,10 @@
  * chaos/results/<scenario>.json (plus chaos/results/table.md when every scenario ran).
  *
  * With `--check` (what CI runs) it fails (exit 3) when a guarantee was violated: a token served
- * that the upstream had revoked before the request was sent, or a caller not answered before
- * its deadline by a container that was not itself paused (a SIGSTOPped process answers no one,
- * in Lambda or here). Without it, it only measures. Exit 1: the harness itself broke; 2: a
+ * that the upstream had revoked before the request was sent, an answer whose `maxAgeMs` let its
+ * caller reuse a token past its revocation (a token reported with invalidate aside), or a
+ * caller not answered before its deadline by a container that was not itself paused (a
+ * SIGSTOPped process answers no one, in Lambda or here). Without it, it only measures. Exit 1: the harness itself broke; 2: a
  * wrong argument.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -136,6 +137,12 @@ const violations = summaries.flatMap(({ scenario, runs: results }) =>
         : []),
       ...(unanswered > 0
         ? [`${scenario} #${index + 1}: ${unanswered} callers not answered before their deadline`]
+        : []),
+      // Where the token is used: a caller's cache obeying maxAgeMs must never outlive a token.
+      ...(result.reuse.pastRevocation > 0
+        ? [
+            `${scenario} #${index + 1}: ${result.reuse.pastRevocation} answers let a caller reuse a token past its revocation`,
+          ]
         : []),
     ];
   }),
