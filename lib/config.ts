@@ -131,6 +131,41 @@ const connectionSchema = z.strictObject({
   signing: z.optional(z.unknown()),
 });
 
+/** The fields a connection takes, for the message about one it does not. */
+const CONNECTION_FIELDS = Object.keys(connectionSchema.shape);
+
+/** Edit distance of two short strings (insertions, deletions, substitutions). */
+const distance = (a: string, b: string): number => {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i += 1) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j += 1) {
+      current[j] = Math.min(
+        (previous[j] ?? 0) + 1,
+        (current[j - 1] ?? 0) + 1,
+        (previous[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    }
+    previous = current;
+  }
+  return previous[b.length] ?? 0;
+};
+
+/**
+ * The first field of a connection that is not one it takes, with the known field it is most
+ * likely a typo of: a typo in a required field (`secretID`) is named as such, not reported as
+ * the required field missing.
+ */
+const unknownField = (value: unknown): string | undefined => {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  const key = Object.keys(value).find((k) => !CONNECTION_FIELDS.includes(k));
+  if (key === undefined) return undefined;
+  const near = CONNECTION_FIELDS.find(
+    (known) => known.toLowerCase() === key.toLowerCase() || distance(known, key) <= 2,
+  );
+  return `field "${printable(key, 40)}": unknown field${near ? ` (did you mean "${near}"?)` : ''}; known: ${CONNECTION_FIELDS.join(', ')}`;
+};
+
 /** A problem in a connection's settings: the field (dotted path) and what is wrong with it. */
 class FieldProblem {
   constructor(
@@ -202,6 +237,8 @@ const parseConnections = (raw: string | undefined): Map<string, ConnectionConfig
         `${variable}: connection "${name.slice(0, 80)}": the name must be 1-64 characters of letters, digits, '.', '_' or '-'`,
       );
     }
+    const typo = unknownField(value);
+    if (typo !== undefined) throw new ConfigError(`${variable}: connection "${name}", ${typo}`);
     const result = connectionSchema.safeParse(value);
     if (!result.success) {
       const issue = result.error.issues[0];

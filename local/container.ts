@@ -9,6 +9,7 @@
  * emulated function timeout.
  */
 import { pathToFileURL } from 'node:url';
+import { applyLambdaEnvironment } from './lambda-environment.js';
 import { DEFAULT_LAMBDA, type LambdaHandler } from './lambda-events.js';
 import { startLambdaServer } from './lambda-server.js';
 
@@ -17,6 +18,7 @@ if (!bundle) {
   process.stderr.write('usage: container.mjs <bundle.mjs>\n');
   process.exit(2);
 }
+applyLambdaEnvironment();
 const timeoutMs = Number(process.env.BROKER_LOCAL_TIMEOUT_MS ?? DEFAULT_LAMBDA.timeoutMs);
 const { handler } = (await import(pathToFileURL(bundle).href)) as { handler: LambdaHandler };
 const server = await startLambdaServer(handler, { settings: { ...DEFAULT_LAMBDA, timeoutMs } });

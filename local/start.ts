@@ -12,9 +12,11 @@ import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { ensureTable, localDynamoDBClient, startDynalite } from './dynamodb-local.js';
 import { startKmsEmulator } from './kms-emulator.js';
+import { applyLambdaEnvironment } from './lambda-environment.js';
 import { DEFAULT_LAMBDA, type LambdaHandler, scheduledEvent } from './lambda-events.js';
 import { invokeHandler } from './lambda-invoke.js';
 import { startLambdaServer } from './lambda-server.js';
+import { listenFailure, networkWarning, upstreamNotice } from './notices.js';
 import { startSecretsEmulator } from './secrets-manager-emulator.js';
 import { generateClient, startSimulator } from './simulator.js';
 
@@ -37,6 +39,13 @@ const settings = {
 const closers: (() => Promise<void>)[] = [];
 const log = (line: string) => process.stdout.write(`${line}\n`);
 
+/** Ends the start with one clear line on stderr, after stopping what already runs. */
+const fail = async (line: string): Promise<never> => {
+  process.stderr.write(`${line}\n`);
+  await Promise.allSettled(closers.reverse().map((close) => close()));
+  process.exit(1);
+};
+
 // DynamoDB: dynalite unless an endpoint is given.
 if (!env.AWS_ENDPOINT_URL_DYNAMODB) {
   const dynamodb = await startDynalite();
@@ -53,7 +62,8 @@ await ensureTable(localDynamoDBClient(env.AWS_ENDPOINT_URL_DYNAMODB), env.BROKER
 
 // Connections: your own (BROKER_CONNECTIONS) or two demo ones against the simulator.
 let secrets: Record<string, string> = {};
-if (!env.BROKER_CONNECTIONS) {
+const simulated = !env.BROKER_CONNECTIONS;
+if (simulated) {
   const v3Client = generateClient('demo-v3');
   const legacyClient = generateClient('demo-legacy');
   const simulator = await startSimulator({
@@ -96,18 +106,23 @@ if (!env.BROKER_KMS_KEY_ID && !env.AWS_ENDPOINT_URL_KMS) {
   env.BROKER_KMS_KEY_ID = kms.keyArn;
 }
 
+applyLambdaEnvironment();
 // Loaded only now: the bundle reads its configuration at import, like a Lambda cold start.
 const bundle = new URL('../broker/index.mjs', import.meta.url);
-const { handler } = (await import(pathToFileURL(bundle.pathname).href)) as {
-  handler: LambdaHandler;
-};
+const { handler } = (await import(pathToFileURL(bundle.pathname).href).catch((error: unknown) =>
+  // A configuration error names the variable, the connection and the field: that line alone,
+  // not Node's dump of the minified line that threw.
+  fail(`The broker did not start: ${(error as Error)?.message ?? String(error)}`),
+)) as { handler: LambdaHandler };
 
 const lambda = { ...DEFAULT_LAMBDA, timeoutMs: settings.timeoutMs };
 const server = await startLambdaServer(handler, {
   host: settings.host,
   port: settings.port,
   settings: lambda,
-});
+}).catch((error: NodeJS.ErrnoException) =>
+  fail(listenFailure(settings.host, settings.port, error)),
+);
 closers.push(server.close);
 
 const warmUp = async () => {
@@ -118,13 +133,21 @@ await warmUp();
 const schedule =
   settings.scheduleSeconds > 0 ? setInterval(warmUp, settings.scheduleSeconds * 1000) : undefined;
 
-const names = Object.keys(JSON.parse(env.BROKER_CONNECTIONS));
+const connections = JSON.parse(env.BROKER_CONNECTIONS ?? '{}') as Record<
+  string,
+  { baseUrl?: unknown }
+>;
+const names = Object.keys(connections);
+const upstreams = Object.values(connections).map((c) => String(c?.baseUrl));
 log(`DynamoDB             ${env.AWS_ENDPOINT_URL_DYNAMODB}  (table ${env.BROKER_TABLE_NAME})`);
 log(`Secrets Manager      ${env.AWS_ENDPOINT_URL_SECRETS_MANAGER}`);
 log(
   `KMS                  ${env.AWS_ENDPOINT_URL_KMS ?? 'AWS'}  (tokens encrypted with ${env.BROKER_KMS_KEY_ID})`,
 );
 log(`Token broker         ${server.url}  (connections: ${names.join(', ')})`);
+const warning = networkWarning(settings.host, server.port);
+if (warning) log(`\n${warning}`);
+if (!simulated) log(`\n${upstreamNotice(upstreams)}`);
 log('');
 log(`  curl -s ${server.url}/tokens/${names[0]}`);
 log(

@@ -36,6 +36,32 @@ const failure = (env: Record<string, string | undefined>) => {
 };
 
 describe('Function: loadConfig', () => {
+  it('names a typo in a required field as the typo, with the field it resembles', () => {
+    expect(
+      failure(withConnection({ variant: 'v3', baseUrl: 'https://a.example.com', secretID: 's' })),
+    ).toBe(
+      'BROKER_CONNECTIONS: connection "sandbox", field "secretID": unknown field (did you mean "secretId"?); known: variant, baseUrl, secretId, callers, codeField, revokesOnReissue, signing',
+    );
+    expect(
+      failure(
+        withConnection({
+          variant: 'v3',
+          baseUrl: 'https://a.example.com',
+          secretId: 's',
+          caller: ['arn:aws:iam::1:role/x'],
+        }),
+      ),
+    ).toContain('field "caller": unknown field (did you mean "callers"?)');
+    // Nothing like any field: no guess, the list of known ones.
+    expect(
+      failure(
+        withConnection({ variant: 'v3', baseUrl: 'https://a.example.com', secretId: 's', zzz: 1 }),
+      ),
+    ).toBe(
+      'BROKER_CONNECTIONS: connection "sandbox", field "zzz": unknown field; known: variant, baseUrl, secretId, callers, codeField, revokesOnReissue, signing',
+    );
+  });
+
   it('returns a frozen config with normalised connections and defaults', () => {
     const config = loadConfig(good);
     expect(Object.isFrozen(config)).toBe(true);
