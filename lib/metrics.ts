@@ -24,6 +24,22 @@ export const MetricName = {
   UnknownOutcomes: 'UnknownOutcomes',
   /** A request answered with a server-side failure (HTTP 5xx, or a thrown non-input error). */
   RequestErrors: 'RequestErrors',
+  /** Issuances per cause (see `issuance-cause.ts`); UpstreamIssuances counts them all. */
+  IssuedForFirstToken: 'IssuedForFirstToken',
+  IssuedForExpired: 'IssuedForExpired',
+  IssuedForWarmUp: 'IssuedForWarmUp',
+  IssuedForRefreshAhead: 'IssuedForRefreshAhead',
+  IssuedForMinValidity: 'IssuedForMinValidity',
+  IssuedForInvalidate: 'IssuedForInvalidate',
+  IssuedForTakeover: 'IssuedForTakeover',
+  IssuedForUnknownOutcome: 'IssuedForUnknownOutcome',
+  /** One run of the scheduled warm-up: its absence means the schedule stopped. */
+  WarmUpRuns: 'WarmUpRuns',
+  /**
+   * The upstream rejected a token this broker issued and still holds as current (a caller
+   * reported it): another system may be issuing tokens for the same client ID.
+   */
+  AnotherIssuerSuspected: 'AnotherIssuerSuspected',
 } as const;
 export type MetricName = (typeof MetricName)[keyof typeof MetricName];
 

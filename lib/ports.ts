@@ -50,6 +50,11 @@ export interface Lease {
 export interface TokenState {
   readonly token: TokenRecord | undefined;
   readonly lease: Lease | undefined;
+  /**
+   * When a caller's invalidate report last dropped the token (epoch ms, the reporter's clock),
+   * until the next token is written: only tells why a token is missing (an issuance's cause).
+   */
+  readonly invalidatedAt?: number | undefined;
 }
 
 /** Who asks for the lease, for how long, which stale lease it replaces and which token. */
@@ -120,6 +125,8 @@ export interface TokenStore {
     options?: {
       /** Only a token issued before this (epoch ms) is removed: a floor on re-issuance. */
       readonly issuedBefore?: number | undefined;
+      /** Recorded as `invalidatedAt` when the token is removed (epoch ms). */
+      readonly reportedAt?: number | undefined;
     },
   ): Promise<boolean>;
 }

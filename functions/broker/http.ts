@@ -54,6 +54,10 @@ export const isHttpEvent = (event: unknown): event is HttpEvent => {
 };
 
 export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: BrokerMetrics) => {
+  /** Who asks, as an issuance's audit line names it. */
+  const callerOf = (event: HttpEvent) =>
+    event.requestContext.authorizer?.iam?.userArn ?? 'HTTP caller without an IAM identity';
+
   const connectionFor = (event: HttpEvent) => {
     const connection = broker.connection(event.pathParameters?.connection ?? '');
     const callerArn = event.requestContext.authorizer?.iam?.userArn;
@@ -72,6 +76,7 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
     const served = await broker.getToken(connection.name, {
       minValiditySeconds: minValidity,
       deadline: deadlineOf(context),
+      caller: callerOf(event),
     });
     logServed(logger, served);
     const answer = tokenResponse(connection.name, served);
@@ -81,7 +86,7 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
   const invalidate = async (event: HttpEvent): Promise<HttpResult> => {
     const connection = connectionFor(event);
     const { accessToken } = parseHttpRequest('invalidate', event);
-    const invalidated = await broker.invalidate(connection.name, accessToken);
+    const invalidated = await broker.invalidate(connection.name, accessToken, callerOf(event));
     return json(200, { invalidated });
   };
 
@@ -109,7 +114,7 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
         path: '/warm',
         handler: async (event: HttpEvent, context: Context) => {
           parseHttpRequest('warmUp', event);
-          return json(200, await broker.warmUp(deadlineOf(context)));
+          return json(200, await broker.warmUp(deadlineOf(context), callerOf(event)));
         },
       },
       {

@@ -12,6 +12,12 @@ import { answerFailure } from './errors.js';
 import { parseInvokeRequest } from './requests.js';
 import { deadlineOf, logServed, tokenResponse } from './shared.js';
 
+/**
+ * Who asks, for a direct invoke: Lambda hands the function no identity of its invoker (access
+ * is `lambda:InvokeFunction`), so the audit line can only say how it came.
+ */
+const DIRECT_INVOKE = 'direct invoke';
+
 export const isInvokeEvent = (event: unknown): boolean =>
   typeof event === 'object' && event !== null && 'action' in event;
 
@@ -21,14 +27,21 @@ export const createInvokeHandler =
     try {
       const request = parseInvokeRequest(event);
       if (request.action === 'status') return { connections: await broker.status() };
-      if (request.action === 'warmUp') return broker.warmUp(deadlineOf(context));
+      if (request.action === 'warmUp') return broker.warmUp(deadlineOf(context), DIRECT_INVOKE);
       logger.appendKeys({ connection: request.connection, action: request.action });
       if (request.action === 'invalidate') {
-        return { invalidated: await broker.invalidate(request.connection, request.accessToken) };
+        return {
+          invalidated: await broker.invalidate(
+            request.connection,
+            request.accessToken,
+            DIRECT_INVOKE,
+          ),
+        };
       }
       const served = await broker.getToken(request.connection, {
         minValiditySeconds: request.minValidity,
         deadline: deadlineOf(context),
+        caller: DIRECT_INVOKE,
       });
       logServed(logger, served);
       return tokenResponse(request.connection, served);

@@ -18,6 +18,7 @@
  * | leaseExpiresAt  | N    | epoch ms (holder's clock) until which the holder counts on it |
  * | leaseDurationMs | N    | how long this lease version lasts on anyone's clock           |
  * | leaseCountdown  | N    | lease writes left before the holder's token request           |
+ * | invalidatedAt   | N    | epoch ms at which an invalidate report removed the token      |
  */
 import {
   type AttributeValue,
@@ -100,7 +101,12 @@ const fromItem = async (
     Number.isInteger(countdown)
       ? { holder, expiresAt: leaseExpiresAt, durationMs, countdown }
       : undefined;
-  return { token, lease };
+  const invalidatedAt = Number(item?.invalidatedAt?.N);
+  return {
+    token,
+    lease,
+    ...(Number.isFinite(invalidatedAt) && !token ? { invalidatedAt } : {}),
+  };
 };
 
 /** The lease duration of items written before durations were recorded. */
@@ -246,7 +252,13 @@ export class DynamoDBTokenStore implements TokenStore {
   async deleteIfMatches(
     connection: string,
     tokenDigest: string,
-    { issuedBefore }: { readonly issuedBefore?: number | undefined } = {},
+    {
+      issuedBefore,
+      reportedAt = Date.now(),
+    }: {
+      readonly issuedBefore?: number | undefined;
+      readonly reportedAt?: number | undefined;
+    } = {},
   ): Promise<boolean> {
     return this.#conditional(async () =>
       this.client.send(
@@ -255,8 +267,10 @@ export class DynamoDBTokenStore implements TokenStore {
           Key: tokenKey(connection),
           // Only the token goes; a lease in progress stays, so the refresh it guards is not
           // started a second time by someone else.
+          // The report's time stays until the next token is written (putToken replaces the
+          // item): the next issuance's cause.
           UpdateExpression:
-            'REMOVE accessToken, tokenCiphertext, tokenDataKey, tokenDigest, issuedAt, expiresAt, #ttl',
+            'REMOVE accessToken, tokenCiphertext, tokenDataKey, tokenDigest, issuedAt, expiresAt, #ttl SET invalidatedAt = :reportedAt',
           // Compare-and-delete: a late report about an older token must not drop a newer one;
           // and a token younger than the floor stays (a storm of reports issues once per floor).
           ConditionExpression:
@@ -266,6 +280,7 @@ export class DynamoDBTokenStore implements TokenStore {
           ExpressionAttributeNames: { '#ttl': 'ttl' },
           ExpressionAttributeValues: {
             ':digest': { S: tokenDigest },
+            ':reportedAt': { N: String(reportedAt) },
             ...(issuedBefore === undefined ? {} : { ':issuedBefore': { N: String(issuedBefore) } }),
           },
         }),

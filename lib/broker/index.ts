@@ -30,6 +30,7 @@ import {
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../ports.js';
 import { withCredentialRotation } from './credential-rotation.js';
+import { type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
 import { LeasedIssuance, type Need, unsatisfiable } from './leased-issuance.js';
 import { readStatus, warmUp } from './operator.js';
 import {
@@ -142,18 +143,19 @@ export class TokenBroker {
    */
   async getToken(name: string, options: GetTokenOptions): Promise<TokenAnswer> {
     const connection = this.connection(name);
+    const trigger = options.caller ?? UNNAMED_TRIGGER;
     const needMs = this.#needMs(options.minValiditySeconds);
     let served: ServedToken;
     try {
       served =
         this.#fromMemory(name, needMs) ??
-        (await this.#load(connection, needMs, options.deadline, false));
+        (await this.#load(connection, needMs, options.deadline, false, trigger));
     } catch (error) {
       const last = this.#lastGood(name, error, options.minValiditySeconds !== undefined);
       return { ...last, reusableUntil: this.#reusableUntil(last.record, needMs) };
     }
     if (served.source !== 'upstream' && this.#dueForRefresh(served.record)) {
-      this.#refreshAhead(connection, served.record);
+      this.#refreshAhead(connection, served.record, trigger);
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
     return { ...served, reusableUntil: this.#reusableUntil(served.record, needMs) };
@@ -177,12 +179,31 @@ export class TokenBroker {
    * `invalidateMinAgeSeconds`, so that a storm of reports (or one caller's bug) re-issues a
    * connection at most once per that floor. Returns whether it was dropped.
    */
-  async invalidate(name: string, accessToken: string): Promise<boolean> {
+  async invalidate(name: string, accessToken: string, caller?: string): Promise<boolean> {
     this.connection(name);
     const digest = tokenDigest(accessToken);
     const floorMs = this.deps.config.invalidateMinAgeSeconds * 1000;
-    const issuedBefore = floorMs > 0 ? this.#clock.now() - floorMs : undefined;
-    const held = this.#memory.get(name)?.record;
+    const now = this.#clock.now();
+    const issuedBefore = floorMs > 0 ? now - floorMs : undefined;
+    const entry = this.#memory.get(name);
+    const held = entry?.record;
+    // The upstream rejected the token this container holds as current, with no replacement of
+    // ours under way that could have revoked it, in the first half of its life: only another
+    // issuance for the same client ID, elsewhere, revokes it then.
+    if (
+      held?.tokenDigest === digest &&
+      entry?.lease === undefined &&
+      now - held.issuedAt < (held.expiresAt - held.issuedAt) / 2
+    ) {
+      this.#metrics.record(MetricName.AnotherIssuerSuspected, name);
+      this.deps.logger.error('Another system may be issuing tokens for this client ID', {
+        connection: name,
+        tokenDigest: digest,
+        tokenAgeSeconds: Math.round((now - held.issuedAt) / 1000),
+        reportedBy: caller ?? UNNAMED_TRIGGER,
+        runbook: 'One client ID, one broker (docs/operations.md)',
+      });
+    }
     if (
       held?.tokenDigest === digest &&
       (issuedBefore === undefined || held.issuedAt < issuedBefore)
@@ -191,7 +212,10 @@ export class TokenBroker {
     }
     let deleted: boolean;
     try {
-      deleted = await this.deps.store.deleteIfMatches(name, digest, { issuedBefore });
+      deleted = await this.deps.store.deleteIfMatches(name, digest, {
+        issuedBefore,
+        reportedAt: now,
+      });
     } catch (error) {
       throw new StoreUnavailableError('The token store could not be updated; retry shortly', {
         cause: error,
@@ -201,6 +225,7 @@ export class TokenBroker {
       connection: name,
       tokenDigest: digest,
       invalidated: deleted,
+      reportedBy: caller ?? UNNAMED_TRIGGER,
     });
     return deleted;
   }
@@ -225,10 +250,12 @@ export class TokenBroker {
    * Makes sure every connection holds a token valid beyond the refresh window; issues only where
    * one is missing or inside the window. A failing connection does not stop the others.
    */
-  warmUp(deadline: number): Promise<WarmUpReport> {
+  warmUp(deadline: number, trigger: Trigger = 'schedule'): Promise<WarmUpReport> {
+    // Counted per connection it checks: the alarm on its absence says the schedule stopped.
+    for (const name of this.connectionNames()) this.#metrics.record(MetricName.WarmUpRuns, name);
     return warmUp(this.deps.config.connections.values(), {
       // The same window as every other path: a token outside its (clamped) window is fresh.
-      load: (connection) => this.#load(connection, 'outside-window', deadline, true),
+      load: (connection) => this.#load(connection, 'outside-window', deadline, true, trigger),
       now: () => this.#clock.now(),
       logger: this.deps.logger,
       metrics: this.#metrics,
@@ -302,12 +329,12 @@ export class TokenBroker {
    * token is still served, unless the failed request may have revoked it (an unknown outcome):
    * then the issuance has dropped it everywhere.
    */
-  #refreshAhead(connection: ConnectionConfig, current: TokenRecord): void {
+  #refreshAhead(connection: ConnectionConfig, current: TokenRecord, trigger: Trigger): void {
     const { name } = connection;
     if (this.#refreshing.has(name) || this.#loads.has(name)) return;
     const deadline = this.#clock.now() + this.#issuance.refreshBudgetMs(connection, current);
     const run = this.#issuance
-      .refresh(connection, current, deadline)
+      .refresh(connection, current, deadline, trigger)
       .then(
         () => undefined,
         (error: unknown) => {
@@ -329,8 +356,9 @@ export class TokenBroker {
     need: Need,
     deadline: number,
     bypassMemory: boolean,
+    trigger: Trigger,
   ): Promise<ServedToken> {
-    const obtain = () => this.#issuance.obtain(connection, need, deadline, bypassMemory);
+    const obtain = () => this.#issuance.obtain(connection, need, deadline, bypassMemory, trigger);
     const { value: shared, joined } = await this.#loads.run(
       connection.name,
       obtain,

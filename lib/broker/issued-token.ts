@@ -6,6 +6,7 @@
 import type { ConnectionConfig } from '../config.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
 import type { IssuedToken, TokenRecord } from '../ports.js';
+import { CAUSE_METRIC, type IssuanceCause, type Trigger } from './issuance-cause.js';
 import { type BrokerLogger, tokenDigest } from './types.js';
 
 /** Clock skew between us and the upstream beyond which a warning is logged. */
@@ -16,9 +17,15 @@ export const recordIssued = (
   issued: IssuedToken,
   tookMs: number,
   { logger, metrics }: { readonly logger: BrokerLogger; readonly metrics: BrokerMetrics },
+  {
+    cause,
+    trigger,
+    needMs,
+  }: { readonly cause: IssuanceCause; readonly trigger: Trigger; readonly needMs: number },
 ): TokenRecord => {
   const { name } = connection;
   metrics.record(MetricName.UpstreamIssuances, name);
+  metrics.record(CAUSE_METRIC[cause], name);
   metrics.record(MetricName.UpstreamLatency, name, tookMs);
   const record: TokenRecord = {
     connection: name,
@@ -36,9 +43,13 @@ export const recordIssued = (
       });
     }
   }
+  // The audit line of every issuance: why, at whose request, and for what validity.
   logger.info('Token issued by the Open API', {
     connection: name,
     variant: connection.variant,
+    cause,
+    trigger,
+    ...(cause === 'min-validity' ? { minValidity: Math.ceil(needMs / 1000) } : {}),
     tokenDigest: record.tokenDigest,
     expiresIn: issued.expiresIn,
     issuanceMs: tookMs,

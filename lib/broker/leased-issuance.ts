@@ -45,6 +45,7 @@ import type {
 import type { Issue } from './credential-rotation.js';
 import { afterFailedFlow } from './failed-flow.js';
 import { HeldLease, LEASE_MS, MIN_POST_MS, STORE_RESERVE_MS } from './held-lease.js';
+import { causeOf, IssuanceCause, type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
 import { recordIssued } from './issued-token.js';
 import { LeaseWatch } from './lease-watch.js';
 import {
@@ -102,6 +103,9 @@ export interface LeasedFlow {
   readonly answeredAt: number;
   /** The countdown the lease was written with. */
   readonly countdown: number;
+  /** Why the token is issued, and at whose request (logged and counted with the issuance). */
+  readonly cause: IssuanceCause;
+  readonly trigger: Trigger;
 }
 
 /** The deadline came while another container held the lease. */
@@ -135,12 +139,14 @@ export class LeasedIssuance {
   /**
    * Reads the store until it holds a token that meets `need`, issuing it under the lease.
    * @param bypassMemory never fall back to memory when the store is unreadable (the warm-up)
+   * @param trigger who asked (logged with an issuance)
    */
   async obtain(
     connection: ConnectionConfig,
     need: Need,
     deadline: number,
     bypassMemory: boolean,
+    trigger: Trigger = UNNAMED_TRIGGER,
   ): Promise<ServedToken> {
     const { name } = connection;
     const { clock, settings } = this.deps;
@@ -213,6 +219,14 @@ export class LeasedIssuance {
             leasedAt: now,
             answeredAt: clock.now(),
             countdown,
+            cause: causeOf({
+              state,
+              valid,
+              suspect,
+              takeOver: lease,
+              warmUp: need === 'outside-window',
+            }),
+            trigger,
           });
           if (issued !== LOST) return issued;
           continue; // our lease was taken over while we ran: wait for the new holder's token
@@ -256,6 +270,7 @@ export class LeasedIssuance {
     connection: ConnectionConfig,
     current: TokenRecord,
     deadline: number,
+    trigger: Trigger = UNNAMED_TRIGGER,
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
     const { clock, memory } = this.deps;
@@ -291,10 +306,12 @@ export class LeasedIssuance {
       leasedAt: now,
       answeredAt: clock.now(),
       countdown,
+      cause: IssuanceCause.RefreshAhead,
+      trigger,
     });
     // Lost after our token request went out: it has revoked `current`, which must not be served;
     // whatever the store holds now (ours, or the new holder's) is.
-    return issued === LOST ? this.obtain(connection, 0, deadline, false) : issued;
+    return issued === LOST ? this.obtain(connection, 0, deadline, false, trigger) : issued;
   }
 
   /** How long a refresh of `record` may take, announced countdown included (ms). */
@@ -513,7 +530,7 @@ export class LeasedIssuance {
         .finally(() => lease.stop());
       const took = clock.now() - started;
       this.#issuanceMs.set(name, took - lease.waitedMs);
-      record = recordIssued(connection, issued, took, this.deps);
+      record = recordIssued(connection, issued, took, this.deps, flow);
     } catch (error) {
       lease.stop();
       await afterFailedFlow(

@@ -34,6 +34,8 @@ export interface GetTokenOptions {
   readonly minValiditySeconds?: number | undefined;
   /** Epoch ms by which an answer is due (derived from the Lambda's remaining time). */
   readonly deadline: number;
+  /** Who asks (an HTTP caller's IAM ARN, `direct invoke`): logged with an issuance it causes. */
+  readonly caller?: string | undefined;
 }
 
 export type WarmUpOutcome =

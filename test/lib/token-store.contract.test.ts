@@ -220,10 +220,14 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect(await store.deleteIfMatches('cad', tokenDigest('older'))).toBe(false);
     expect((await store.read('cad')).token?.accessToken).toBe('current');
     await store.acquireLease('cad', lease('b:1', now + 10_000, now + 3_600_001));
-    expect(await store.deleteIfMatches('cad', tokenDigest('current'))).toBe(true);
+    expect(
+      await store.deleteIfMatches('cad', tokenDigest('current'), { reportedAt: now + 5 }),
+    ).toBe(true);
+    // The report's time stays, to tell why the token is missing (the next issuance's cause).
     expect(await store.read('cad')).toEqual({
       token: undefined,
       lease: version('b:1'),
+      invalidatedAt: now + 5,
     });
     expect(await store.deleteIfMatches('cad', tokenDigest('current'))).toBe(false);
     expect(await store.deleteIfMatches('never-stored', tokenDigest('current'))).toBe(false);
@@ -241,6 +245,19 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
       true,
     );
     expect((await store.read('floor')).token).toBeUndefined();
+  });
+
+  it('forgets the invalidate report once a new token is written', async () => {
+    await store.acquireLease('reported', lease('a:1'));
+    await store.putToken(record('first', now + 3_600_000, 'reported'), 'a:1');
+    await store.deleteIfMatches('reported', tokenDigest('first'), { reportedAt: now });
+    expect((await store.read('reported')).invalidatedAt).toBe(now);
+    await store.acquireLease('reported', lease('b:1'));
+    // A lease write keeps it: the token is still missing.
+    expect((await store.read('reported')).invalidatedAt).toBe(now);
+    const next = record('second', now + 3_600_000, 'reported');
+    await store.putToken(next, 'b:1');
+    expect(await store.read('reported')).toEqual({ token: next, lease: undefined });
   });
 
   it('keeps connections apart', async () => {

@@ -21,7 +21,10 @@ import type {
 
 /** The store port in memory, with the same conditions as the DynamoDB adapter. */
 export class InMemoryTokenStore implements TokenStore {
-  readonly items = new Map<string, { token?: TokenRecord; lease?: Lease }>();
+  readonly items = new Map<
+    string,
+    { token?: TokenRecord; lease?: Lease; invalidatedAt?: number }
+  >();
   calls = { read: 0, acquire: 0, renew: 0, put: 0, release: 0, delete: 0 };
   failing = false;
 
@@ -38,7 +41,13 @@ export class InMemoryTokenStore implements TokenStore {
     this.calls.read += 1;
     this.#check();
     const item = this.items.get(connection);
-    return { token: item?.token, lease: item?.lease };
+    return {
+      token: item?.token,
+      lease: item?.lease,
+      ...(item?.invalidatedAt !== undefined && !item.token
+        ? { invalidatedAt: item.invalidatedAt }
+        : {}),
+    };
   }
   async acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt> {
     this.calls.acquire += 1;
@@ -101,14 +110,20 @@ export class InMemoryTokenStore implements TokenStore {
   async deleteIfMatches(
     connection: string,
     tokenDigest: string,
-    { issuedBefore }: { issuedBefore?: number | undefined } = {},
+    {
+      issuedBefore,
+      reportedAt = Date.now(),
+    }: { issuedBefore?: number | undefined; reportedAt?: number | undefined } = {},
   ): Promise<boolean> {
     this.calls.delete += 1;
     this.#check();
     const item = this.items.get(connection);
     if (item?.token?.tokenDigest !== tokenDigest) return false;
     if (issuedBefore !== undefined && item.token.issuedAt >= issuedBefore) return false;
-    this.items.set(connection, { ...(item.lease ? { lease: item.lease } : {}) });
+    this.items.set(connection, {
+      ...(item.lease ? { lease: item.lease } : {}),
+      invalidatedAt: reportedAt,
+    });
     return true;
   }
 }

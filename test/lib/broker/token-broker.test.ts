@@ -584,6 +584,8 @@ describe('Class: TokenBroker', () => {
       expect(await broker.invalidate('sandbox', 'current')).toBe(true);
       expect(store.items.get('sandbox')).toEqual({
         lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
+        // When the report came: why the next token is issued.
+        invalidatedAt: T0,
       });
     });
   });

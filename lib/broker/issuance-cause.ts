@@ -1,0 +1,66 @@
+/**
+ * Why a token was issued, and at whose request: every issuance is logged with both and counted
+ * per cause, so that an operator can tell a warm-up from a caller forcing replacements, an
+ * invalidate storm or a fleet that lost a holder.
+ */
+import { MetricName } from '../metrics.js';
+import type { Lease, TokenRecord, TokenState } from '../ports.js';
+
+export const IssuanceCause = {
+  /** No token had been stored for the connection. */
+  FirstToken: 'first-token',
+  /** The stored token had expired: nothing refreshed it in time. */
+  Expired: 'expired',
+  /** The warm-up replaced a token inside its refresh window. */
+  WarmUp: 'warm-up',
+  /** A request replaced a token inside its refresh window, in the background. */
+  RefreshAhead: 'refresh-ahead',
+  /** The stored token was valid but too short for the validity a caller asked for. */
+  MinValidity: 'min-validity',
+  /** A caller's invalidate report had dropped the token. */
+  Invalidate: 'invalidate',
+  /** A holder stopped during its flow: its stale lease was taken over. */
+  Takeover: 'takeover',
+  /** A token request's outcome was unknown: the token it may have replaced was dropped. */
+  UnknownOutcome: 'unknown-outcome',
+} as const;
+export type IssuanceCause = (typeof IssuanceCause)[keyof typeof IssuanceCause];
+
+/** The metric each cause is counted under. */
+export const CAUSE_METRIC: Readonly<Record<IssuanceCause, MetricName>> = {
+  'first-token': MetricName.IssuedForFirstToken,
+  expired: MetricName.IssuedForExpired,
+  'warm-up': MetricName.IssuedForWarmUp,
+  'refresh-ahead': MetricName.IssuedForRefreshAhead,
+  'min-validity': MetricName.IssuedForMinValidity,
+  invalidate: MetricName.IssuedForInvalidate,
+  takeover: MetricName.IssuedForTakeover,
+  'unknown-outcome': MetricName.IssuedForUnknownOutcome,
+};
+
+/** Who asked: an HTTP caller's IAM ARN, `direct invoke`, `schedule` (the warm-up). */
+export type Trigger = string;
+
+/** The trigger when nobody is named (a caller without an identity, a test). */
+export const UNNAMED_TRIGGER: Trigger = 'unnamed caller';
+
+/**
+ * Why the lease just taken issues a token, from the read that led to it: the stale lease it
+ * takes over, a suspect token (an unknown outcome), a valid one replaced for the warm-up or for
+ * a caller's validity, an expired one, or none at all (reported, or never stored).
+ */
+export const causeOf = (read: {
+  readonly state: TokenState;
+  readonly valid: TokenRecord | undefined;
+  readonly suspect: boolean;
+  readonly takeOver: Lease | undefined;
+  readonly warmUp: boolean;
+}): IssuanceCause => {
+  if (read.takeOver) return IssuanceCause.Takeover;
+  if (read.suspect) return IssuanceCause.UnknownOutcome;
+  if (read.valid) return read.warmUp ? IssuanceCause.WarmUp : IssuanceCause.MinValidity;
+  if (read.state.token) return IssuanceCause.Expired;
+  return read.state.invalidatedAt === undefined
+    ? IssuanceCause.FirstToken
+    : IssuanceCause.Invalidate;
+};
