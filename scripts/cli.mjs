@@ -10,8 +10,7 @@ import { pathToFileURL } from 'node:url';
 const cli = join('dist', 'client', 'esm', 'cli.js');
 const sources = readdirSync(join('client', 'src')).map((name) => join('client', 'src', name));
 const stale =
-  !existsSync(cli) ||
-  sources.some((source) => statSync(source).mtimeMs > statSync(cli).mtimeMs);
+  !existsSync(cli) || sources.some((source) => statSync(source).mtimeMs > statSync(cli).mtimeMs);
 if (stale) {
   process.stderr.write('Building the CLI (dist/client) first …\n');
   execFileSync(process.execPath, ['scripts/build.mjs', 'client'], {
