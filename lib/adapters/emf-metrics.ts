@@ -7,7 +7,9 @@
  *
  * Metric names (namespace POWERTOOLS_METRICS_NAMESPACE, default `TokenBroker`):
  * TokensServedFromMemory, TokensServedFromDynamoDB, TokensServedFromUpstream, UpstreamIssuances,
- * UpstreamLatency (ms), RefreshFailures, LeaseWaits, LastGoodTokenServed, UnknownOutcomes.
+ * UpstreamLatency (ms), RefreshFailures, LeaseWaits, LastGoodTokenServed, UnknownOutcomes,
+ * RequestErrors, CircuitOpened, IssuedFor<Cause> (one per issuance cause), WarmUpRuns,
+ * AnotherIssuerSuspected.
  */
 import { type Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
