@@ -4,6 +4,7 @@
  * a client's earlier tokens whenever it issues a new one).
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { ensureTable, localDynamoDBClient } from '../local/dynamodb-local.js';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
 import { type Stack, startStack } from '../local/stack.js';
 import { buildPrivate, type PrivateBuild } from './support/build.js';
@@ -40,6 +41,31 @@ describe('Fleet of container processes', () => {
     containers = [];
   });
   afterAll(() => stack.close());
+
+  it('two brokers on one client ID: the one whose token the other revoked says so (ERROR line), when a caller reports the 401', async () => {
+    // Two deployments (two tables: two stages, or npm start with production credentials) that
+    // share the simulator's client ID, as the evaluation did by accident.
+    const otherTable = `${stack.tableName}-other`;
+    await ensureTable(localDynamoDBClient(stack.dynamodb.url), otherTable);
+    const [first] = await start(1);
+    const [second] = await start(1, { BROKER_TABLE_NAME: otherTable });
+    if (!first || !second) throw new Error('containers did not start');
+    const mine = tokenOf(await first.invoke(getToken));
+    // The other broker issues for the same client ID: the upstream revokes the first's token.
+    tokenOf(await second.invoke(getToken));
+    expect(stack.simulator.isValid(mine)).toBe(false);
+    // A caller of the first gets 401 and reports it, as the client's withToken does.
+    await first.invoke({ action: 'invalidate', connection: 'sandbox', accessToken: mine });
+    await new Promise((done) => setTimeout(done, 100));
+    const errors = first
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('"level":"ERROR"'));
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toContain('Another system may be issuing tokens for this client ID');
+    expect(errors[0]).not.toContain(mine);
+    expect(second.output()).not.toContain('Another system may be issuing tokens');
+  });
 
   it('N containers racing a cold cache cause exactly one issuance and hold one token', async () => {
     const fleet = await start(6);
