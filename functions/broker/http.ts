@@ -6,6 +6,7 @@
  *   POST /tokens/{connection}/invalidate  → 200 { invalidated }
  *   GET  /status                          → 200 { connections: [metadata, never a token] }
  *   POST /warm                            → 200 the warm-up report
+ *   GET  /ready                           → 200 (or 503) the readiness report, per connection
  */
 import type { Logger } from '@aws-lambda-powertools/logger';
 import middy from '@middy/core';
@@ -107,6 +108,16 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
         handler: async (event: HttpEvent) => {
           parseHttpRequest('status', event);
           return json(200, { connections: await broker.status() });
+        },
+      },
+      {
+        method: 'GET',
+        path: '/ready',
+        handler: async (event: HttpEvent, context: Context) => {
+          parseHttpRequest('ready', event);
+          const report = await broker.ready(deadlineOf(context));
+          // 503 while any connection is not ready: a deploy pipeline or probe can gate on it.
+          return json(report.ready ? 200 : 503, report);
         },
       },
       {

@@ -28,6 +28,8 @@ export const createInvokeHandler =
       const request = parseInvokeRequest(event);
       if (request.action === 'status') return { connections: await broker.status() };
       if (request.action === 'warmUp') return broker.warmUp(deadlineOf(context), DIRECT_INVOKE);
+      // Answered, not thrown, when a connection is not ready: the report says which and why.
+      if (request.action === 'ready') return broker.ready(deadlineOf(context));
       logger.appendKeys({ connection: request.connection, action: request.action });
       if (request.action === 'invalidate') {
         return {

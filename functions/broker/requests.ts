@@ -16,7 +16,7 @@ export const REQUEST_LIMITS = {
 
 /** The rule of each field, in the words every refusal uses (zod's own name the type only). */
 const RULES: Readonly<Record<string, string>> = {
-  action: 'must be "getToken", "invalidate", "status" or "warmUp"',
+  action: 'must be "getToken", "invalidate", "status", "warmUp" or "ready"',
   connection: `must be a string of 1 to ${REQUEST_LIMITS.connectionLength} characters`,
   minValidity: `must be a whole number of seconds from 0 to ${REQUEST_LIMITS.maxMinValidity}`,
   accessToken: `must be a string of 1 to ${REQUEST_LIMITS.accessTokenLength} characters`,
@@ -40,6 +40,7 @@ const requestSchema = z.discriminatedUnion('action', [
   // Operator actions (the CLI): metadata only, and the warm-up on demand.
   z.strictObject({ action: z.literal('status') }),
   z.strictObject({ action: z.literal('warmUp') }),
+  z.strictObject({ action: z.literal('ready') }),
 ]);
 
 export type BrokerRequest = z.infer<typeof requestSchema>;

@@ -33,6 +33,7 @@ import { withCredentialRotation } from './credential-rotation.js';
 import { type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
 import { LeasedIssuance, type Need, unsatisfiable } from './leased-issuance.js';
 import { readStatus, warmUp } from './operator.js';
+import { checkReadiness, type ReadinessReport } from './readiness.js';
 import {
   dueForRefresh,
   type RefreshSettings,
@@ -54,6 +55,7 @@ import {
 } from './types.js';
 
 export { isCredentialRejection } from './credential-rotation.js';
+export type { ConnectionReadiness, ReadinessReport } from './readiness.js';
 export * from './types.js';
 
 export interface TokenBrokerDeps {
@@ -244,6 +246,19 @@ export class TokenBroker {
     return readStatus(this.deps.config.connections.values(), this.deps.store, () =>
       this.#clock.now(),
     );
+  }
+
+  /**
+   * Readiness of every connection: its secret readable and well-formed, and a valid token held
+   * or obtainable now (the normal path, issuing only where none is valid). A deploy gates on it.
+   */
+  ready(deadline: number, caller = 'readiness check'): Promise<ReadinessReport> {
+    return checkReadiness(this.deps.config.connections.values(), {
+      secrets: this.deps.secrets,
+      getToken: (connection) => this.getToken(connection.name, { deadline, caller }),
+      now: () => this.#clock.now(),
+      logger: this.deps.logger,
+    });
   }
 
   /**

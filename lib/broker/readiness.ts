@@ -1,0 +1,86 @@
+/**
+ * Readiness, per connection: its secret is readable and well-formed, and it has a valid token
+ * or can get one now (through the normal path: served from memory or DynamoDB, or issued under
+ * the lease). What a deploy pipeline gates on; `/health` stays liveness and touches nothing.
+ */
+import type { ConnectionConfig } from '../config.js';
+import { toBrokerError } from '../errors.js';
+import type { SecretSource } from '../ports.js';
+import type { BrokerLogger, TokenAnswer } from './types.js';
+
+/** One check's outcome; a failure carries the broker's code and message (never a credential). */
+export type CheckOutcome =
+  | { readonly status: 'ok' }
+  | {
+      readonly status: 'failed';
+      readonly error: { readonly code: string; readonly message: string };
+    }
+  /** Not run: an earlier check of the connection failed. */
+  | { readonly status: 'skipped' };
+
+export interface ConnectionReadiness {
+  readonly ready: boolean;
+  readonly secret: CheckOutcome;
+  readonly token: CheckOutcome & { readonly expiresIn?: number; readonly source?: string };
+}
+
+export interface ReadinessReport {
+  /** Every connection ready. */
+  readonly ready: boolean;
+  readonly connections: Readonly<Record<string, ConnectionReadiness>>;
+}
+
+export interface ReadinessDeps {
+  readonly secrets: SecretSource;
+  /** A token for the connection, as any caller gets it. */
+  readonly getToken: (connection: ConnectionConfig) => Promise<TokenAnswer>;
+  readonly now: () => number;
+  readonly logger: BrokerLogger;
+}
+
+const failed = (error: unknown): CheckOutcome => {
+  const failure = toBrokerError(error);
+  return { status: 'failed', error: { code: failure.code, message: failure.message } };
+};
+
+const checkConnection = async (
+  connection: ConnectionConfig,
+  deps: ReadinessDeps,
+): Promise<ConnectionReadiness> => {
+  try {
+    await deps.secrets.getCredentials(connection.secretId);
+  } catch (error) {
+    // A valid token may still be served, but none can be issued: not ready.
+    return { ready: false, secret: failed(error), token: { status: 'skipped' } };
+  }
+  try {
+    const { record, source } = await deps.getToken(connection);
+    const expiresIn = Math.floor((record.expiresAt - deps.now()) / 1000);
+    return { ready: true, secret: { status: 'ok' }, token: { status: 'ok', expiresIn, source } };
+  } catch (error) {
+    return { ready: false, secret: { status: 'ok' }, token: failed(error) };
+  }
+};
+
+/** Checks every connection in parallel; one failing does not stop the others. */
+export const checkReadiness = async (
+  connections: Iterable<ConnectionConfig>,
+  deps: ReadinessDeps,
+): Promise<ReadinessReport> => {
+  const checked = await Promise.all(
+    [...connections].map(async (c) => [c.name, await checkConnection(c, deps)] as const),
+  );
+  for (const [name, outcome] of checked) {
+    if (!outcome.ready) {
+      deps.logger.warn('Connection not ready', {
+        connection: name,
+        secret: outcome.secret,
+        token: outcome.token,
+      });
+    }
+  }
+  return {
+    ready: checked.every(([, outcome]) => outcome.ready),
+    connections: Object.fromEntries(checked),
+  };
+};
