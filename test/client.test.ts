@@ -153,6 +153,48 @@ describe.each(['lambda', 'http'] as const)('Client over %s', (transport) => {
     const report = await client.warmUp();
     expect(report.failed).toBe(0);
   });
+
+  it('reports readiness per connection', async () => {
+    const report = await client.ready();
+    expect(report).toMatchObject({
+      ready: true,
+      connections: {
+        sandbox: { ready: true, secret: { status: 'ok' }, token: { status: 'ok' } },
+        legacy: { ready: true, secret: { status: 'ok' }, token: { status: 'ok' } },
+      },
+    });
+  });
+});
+
+describe('Client readiness over HTTP', () => {
+  it('takes the 503 of a broker not ready as its answer, and any other 503 as an error', async () => {
+    const report = {
+      ready: false,
+      connections: {
+        partner: {
+          ready: false,
+          secret: { status: 'failed', error: { code: 'SECRET_UNAVAILABLE', message: 'x' } },
+          token: { status: 'skipped' },
+        },
+      },
+    };
+    const answering = (body: unknown) =>
+      createTokenClient({
+        transport: {
+          type: 'http',
+          url: 'http://127.0.0.1:9',
+          region: 'us-east-1',
+          credentials,
+          fetch: async () => new Response(JSON.stringify(body), { status: 503 }),
+        },
+      });
+    expect(await answering(report).ready()).toEqual(report);
+    const error = await answering({ message: 'Service Unavailable' })
+      .ready()
+      .then(unexpected, caught);
+    expect(error).toBeInstanceOf(TransportError);
+    expect(error.status).toBe(503);
+  });
 });
 
 describe('Client types', () => {
@@ -679,6 +721,12 @@ describe('CLI: token-broker', () => {
     expect(longToken.code).toBe(2);
     expect(longToken.stderr).toContain('"accessToken"');
     expect(longToken.stderr).not.toContain('xxxx');
+  });
+
+  it('ready exits 0 and says each connection is ready', async () => {
+    const { code, stdout } = await cli('ready', ...target());
+    expect(code).toBe(0);
+    expect(stdout.trim().split('\n')).toEqual(['sandbox: ready', 'legacy: ready']);
   });
 
   it('status --json lists every connection, never a token', async () => {

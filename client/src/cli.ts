@@ -27,6 +27,8 @@ Commands:
                                   when --token is absent (a token given as the value itself shows in ps
                                   and in shell history)
   warm                            run the warm-up now
+  ready                           every connection's readiness (its secret, a token held or
+                                  obtainable); exits 1 while any is not ready: a deploy gate
 
 Target (one of; or TOKEN_BROKER_FUNCTION / TOKEN_BROKER_URL):
   --function <name|arn>           direct Lambda invoke
@@ -96,6 +98,7 @@ const COMMAND_OPTIONS: Readonly<Record<string, readonly string[]>> = {
   token: ['min-validity', 'reveal'],
   invalidate: ['token'],
   warm: [],
+  ready: [],
 };
 
 /** An option the command does not take is refused, not ignored. */
@@ -277,6 +280,22 @@ const run = async (argv: string[]): Promise<number> => {
         out(`${name}: ${outcome.status}${detail}`);
       }
       return report.failed > 0 ? 1 : 0;
+    }
+    case 'ready': {
+      const report = await clientFor(values).ready();
+      if (values.json) {
+        out(JSON.stringify(report, null, 2));
+        return report.ready ? 0 : 1;
+      }
+      for (const [name, outcome] of Object.entries(report.connections)) {
+        const failed = [outcome.secret, outcome.token].find((check) => check.status === 'failed');
+        const detail =
+          failed?.status === 'failed'
+            ? ` — ${outcome.secret.status === 'failed' ? 'secret' : 'token'}: ${failed.error.code}: ${failed.error.message}`
+            : '';
+        out(`${name}: ${outcome.ready ? 'ready' : 'NOT READY'}${detail}`);
+      }
+      return report.ready ? 0 : 1;
     }
     default:
       throw new UsageError(`Unknown command '${command}'`);

@@ -136,6 +136,26 @@ export interface WarmUpReport {
   readonly failed: number;
 }
 
+/** One readiness check of a connection (see the broker's README, "Readiness"). */
+export type ReadinessCheck =
+  | { readonly status: 'ok' }
+  | {
+      readonly status: 'failed';
+      readonly error: { readonly code: string; readonly message: string };
+    }
+  | { readonly status: 'skipped' };
+
+export interface ConnectionReadiness {
+  readonly ready: boolean;
+  readonly secret: ReadinessCheck;
+  readonly token: ReadinessCheck & { readonly expiresIn?: number; readonly source?: string };
+}
+
+export interface ReadinessReport {
+  readonly ready: boolean;
+  readonly connections: Readonly<Record<string, ConnectionReadiness>>;
+}
+
 export interface TokenClient {
   /** A token valid for at least `minValidity` (or the margin), from the cache when it can. */
   getToken(connection: string, options?: GetTokenOptions): Promise<AccessToken>;
@@ -156,6 +176,11 @@ export interface TokenClient {
   status(options?: CallOptions): Promise<ConnectionStatus[]>;
   /** Operators: run the broker's warm-up now. */
   warmUp(options?: CallOptions): Promise<WarmUpReport>;
+  /**
+   * Operators and deploy pipelines: every connection's readiness (its secret, and a token held
+   * or obtainable now). Resolves with the report whether ready or not.
+   */
+  ready(options?: CallOptions): Promise<ReadinessReport>;
 }
 
 /** The broker's own limits, so that a bad value is refused here exactly as the broker would. */
@@ -562,6 +587,13 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       return (await call(callOptions, (signal) =>
         send({ action: 'warmUp' }, signal),
       )) as WarmUpReport;
+    },
+
+    async ready(callOptions = {}) {
+      checkOptions(callOptions, CALL_OPTIONS, 'ready');
+      return (await call(callOptions, (signal) =>
+        send({ action: 'ready' }, signal),
+      )) as ReadinessReport;
     },
   };
   return client;

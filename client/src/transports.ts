@@ -18,7 +18,8 @@ export type Operation =
   | { readonly action: 'getToken'; readonly connection: string; readonly minValidity?: number }
   | { readonly action: 'invalidate'; readonly connection: string; readonly accessToken: string }
   | { readonly action: 'status' }
-  | { readonly action: 'warmUp' };
+  | { readonly action: 'warmUp' }
+  | { readonly action: 'ready' };
 
 export interface SendOptions {
   /** Aborts the request: the call's timeout and the caller's own signal. */
@@ -320,6 +321,8 @@ const httpTransport = (options: HttpTransportOptions, { warn }: TransportContext
         return { method: 'GET', path: '/status', query: {} };
       case 'warmUp':
         return { method: 'POST', path: '/warm', query: {} };
+      case 'ready':
+        return { method: 'GET', path: '/ready', query: {} };
     }
   };
 
@@ -391,6 +394,14 @@ const httpTransport = (options: HttpTransportOptions, { warn }: TransportContext
           response.status,
           retryAfterSeconds,
         );
+      }
+      // `/ready` answers 503 with its report while a connection is not ready: an answer.
+      if (
+        operation.action === 'ready' &&
+        response.status === 503 &&
+        typeof (json as { ready?: unknown } | null)?.ready === 'boolean'
+      ) {
+        return json as Record<string, unknown>;
       }
       if (!response.ok) {
         // Not the broker's answer: AWS's own (an IAM denial, throttling, a gateway error).
