@@ -193,7 +193,7 @@ describe('Client readiness over HTTP', () => {
       .ready()
       .then(unexpected, caught);
     expect(error).toBeInstanceOf(TransportError);
-    expect(error.status).toBe(503);
+    expect((error as TransportError).status).toBe(503);
   });
 });
 
