@@ -1,0 +1,89 @@
+/**
+ * What `npm run validate -- --stage <stage>` refuses before packaging, on the resolved
+ * configuration `serverless print` gives: an unknown stage, connections the broker's cold start
+ * would refuse, and secrets the function may not read. The real serverless.yml is checked by
+ * CI's `npm run validate` for each example stage.
+ */
+import { describe, expect, it } from 'vitest';
+import { checkStage, type PrintedConfig, secretCovered } from '../infra/stage-check.js';
+
+const ARN = 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:token-broker/production-GhIjKl';
+
+const printed = (connections: string, secretArns: unknown[] = [ARN]): PrintedConfig => ({
+  params: { default: {}, dev: {}, prod: {} },
+  provider: {
+    environment: {
+      // As `serverless print` shows it: CloudFormation resolves these at deploy time.
+      BROKER_TABLE_NAME: { Ref: 'TokenTable' },
+      BROKER_KMS_KEY_ID: { 'Fn::GetAtt': ['TokenKey', 'Arn'] },
+      BROKER_CONNECTIONS: connections,
+      BROKER_REFRESH_WINDOW_SECONDS: '600',
+    },
+    iam: {
+      role: { statements: [{ Sid: 'ConnectionSecrets', Resource: secretArns }] },
+    },
+  },
+});
+
+const production = (secretId: string) =>
+  JSON.stringify({
+    production: { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId },
+  });
+
+describe('Function: checkStage', () => {
+  it('passes a declared stage whose connections are valid and whose secrets are readable', () => {
+    expect(checkStage('prod', printed(production(ARN)))).toEqual([]);
+  });
+
+  it('refuses a stage serverless.yml does not declare, naming the ones it does', () => {
+    expect(checkStage('qa', printed(production(ARN)))).toEqual([
+      "Unknown stage 'qa': serverless.yml declares 'dev', 'prod'. Add params.qa with this stage's connections and secret ARNs; the defaults are examples (account 123456789012).",
+    ]);
+  });
+
+  it('refuses connections the broker would refuse at cold start, with its own message', () => {
+    expect(checkStage('prod', printed('{"production": {'))).toEqual([
+      "Stage 'prod': BROKER_CONNECTIONS is not valid JSON",
+    ]);
+    expect(
+      checkStage(
+        'prod',
+        printed(
+          JSON.stringify({
+            production: { variant: 'v3', baseUrl: 'https://a.example.com', secretID: ARN },
+          }),
+        ),
+      )[0],
+    ).toContain('field "secretID": unknown field (did you mean "secretId"?)');
+  });
+
+  it('refuses a connection whose secret the function may not read', () => {
+    expect(checkStage('prod', printed(production('token-broker/partner')))).toEqual([
+      `Stage 'prod': connection "production" reads secret 'token-broker/partner', which params.prod.secretArns does not list: the function could not read it. Add its full ARN (with the 6-character suffix).`,
+    ]);
+  });
+});
+
+describe('Function: secretCovered', () => {
+  it('matches a full ARN, a name and a partial ARN against the listed ARNs', () => {
+    expect(secretCovered(ARN, [ARN])).toBe(true);
+    expect(secretCovered('token-broker/production', [ARN])).toBe(true);
+    expect(
+      secretCovered(
+        'arn:aws:secretsmanager:eu-west-1:123456789012:secret:token-broker/production',
+        [ARN],
+      ),
+    ).toBe(true);
+  });
+
+  it('honours IAM wildcards, and refuses another account, region or name', () => {
+    const all = 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:token-broker/*';
+    expect(secretCovered('token-broker/anything', [all])).toBe(true);
+    expect(secretCovered(ARN, [all])).toBe(true);
+    expect(secretCovered(ARN.replace('123456789012', '999999999999'), [all])).toBe(false);
+    expect(secretCovered(ARN.replace('eu-west-1', 'us-east-1'), [ARN])).toBe(false);
+    expect(secretCovered('token-broker/productio', [ARN])).toBe(false);
+    expect(secretCovered('other/production', [all])).toBe(false);
+    expect(secretCovered('anything', ['*'])).toBe(true);
+  });
+});
