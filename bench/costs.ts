@@ -28,6 +28,8 @@ export interface ColdCost {
   readonly ratio: number;
   readonly brokerInitMedianMs: number;
   readonly bareInitMedianMs: number;
+  /** The broker with its source map loaded (NODE_OPTIONS=--enable-source-maps, as deployed). */
+  readonly sourceMapsMedianMs: number;
   readonly rounds: number;
   readonly brokerBundleBytes: number;
   readonly bareBundleBytes: number;
@@ -120,11 +122,18 @@ export const measureCold = async (
   rounds = 15,
 ): Promise<ColdCost> => {
   const broker: { initMs: number; totalMs: number }[] = [];
+  const mapped: { initMs: number; totalMs: number }[] = [];
   const bare: { initMs: number; totalMs: number }[] = [];
   const event = { action: 'getToken', connection: 'sandbox' };
   const issued = stack.simulator.stats().issuances;
   for (let i = 0; i < rounds; i += 1) {
     broker.push(await coldOnce(paths.runner, paths.broker, event, stack.env));
+    mapped.push(
+      await coldOnce(paths.runner, paths.broker, event, {
+        ...stack.env,
+        NODE_OPTIONS: '--enable-source-maps',
+      }),
+    );
     bare.push(await coldOnce(paths.runner, paths.bare, { connection: 'sandbox' }, stack.env));
   }
   if (stack.simulator.stats().issuances !== issued) {
@@ -137,6 +146,7 @@ export const measureCold = async (
     brokerMedianMs,
     bareMedianMs,
     ratio: brokerMedianMs / bareMedianMs,
+    sourceMapsMedianMs: median(mapped.map((b) => b.totalMs)),
     brokerInitMedianMs: median(broker.map((b) => b.initMs)),
     bareInitMedianMs: median(bare.map((b) => b.initMs)),
     rounds,

@@ -217,6 +217,11 @@ const costRows: [string, string, string][] = [
     `${cold.ratio.toFixed(2)}× (target ≤ 1.3×)`,
   ],
   [
+    'cold: with the source map loaded (--enable-source-maps, as deployed) vs without (median)',
+    `${cold.sourceMapsMedianMs.toFixed(1)} ms vs ${cold.brokerMedianMs.toFixed(1)} ms`,
+    `${(cold.sourceMapsMedianMs / cold.brokerMedianMs).toFixed(2)}×`,
+  ],
+  [
     'cold: init (import) alone, median',
     `${cold.brokerInitMedianMs.toFixed(1)} ms vs ${cold.bareInitMedianMs.toFixed(1)} ms`,
     `${(cold.brokerInitMedianMs / cold.bareInitMedianMs).toFixed(2)}×`,
