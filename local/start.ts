@@ -6,7 +6,7 @@
  * then loads the built Lambda bundle (dist/broker/index.mjs) like Lambda does and serves it:
  * the HTTP routes, the Lambda Invoke API, and the warm-up schedule.
  *
- * Settings (all optional): see README "Local run".
+ * Settings (all optional): see docs/guide.md, "The local runtime".
  */
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';

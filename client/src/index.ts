@@ -136,7 +136,7 @@ export interface WarmUpReport {
   readonly failed: number;
 }
 
-/** One readiness check of a connection (see the broker's README, "Readiness"). */
+/** One readiness check of a connection (see the broker's docs/contract.md, "Readiness"). */
 export type ReadinessCheck =
   | { readonly status: 'ok' }
   | {

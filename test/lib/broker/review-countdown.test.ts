@@ -6,7 +6,7 @@
  *   (3) every caller is answered before its deadline,
  * or under which callers waited far longer than needed / the store was read far more than once
  * per memory re-check. Every test failed on the code reviewed; each title says what broke, the
- * assertions what holds now. Findings kept as documented bounds instead (README, "What the
+ * assertions what holds now. Findings kept as documented bounds instead (docs/benchmarks.md, "What the
  * guarantee costs"): an invalidate's re-issue announces no countdown (F2); containers of one
  * deployment with different re-check settings (F3); a POST in the socket of a container frozen
  * after its fence (F10); a background refresh in a container thawed only now and then (F12).
