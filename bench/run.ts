@@ -227,7 +227,7 @@ const costRows: [string, string, string][] = [
     `${(cold.brokerInitMedianMs / cold.bareInitMedianMs).toFixed(2)}×`,
   ],
   [
-    'bundle size',
+    'bundle size (index.mjs; the SSM reader, loaded only with BROKER_CONNECTIONS_PARAMETER, aside)',
     `${(cold.brokerBundleBytes / 1024).toFixed(0)} KiB vs ${(cold.bareBundleBytes / 1024).toFixed(0)} KiB`,
     `${(cold.brokerBundleBytes / cold.bareBundleBytes).toFixed(2)}×`,
   ],

@@ -87,9 +87,18 @@ export const checkStage = (stage: string, printed: PrintedConfig): string[] => {
       `Unknown stage '${stage}': serverless.yml declares ${declared.map((s) => `'${s}'`).join(', ') || 'none'}. Add params.${stage} with this stage's connections and secret ARNs; the defaults are examples (account 123456789012).`,
     ];
   }
+  const env = environmentOf(printed);
+  if (env.BROKER_CONNECTIONS_PARAMETER?.trim()) {
+    // The connections live in SSM: the cold start checks them, and readiness after the deploy.
+    return env.BROKER_CONNECTIONS?.trim()
+      ? [
+          `Stage '${stage}': both connections and connectionsParameter are set; set connections: '' when the connections come from the SSM parameter.`,
+        ]
+      : [];
+  }
   let connections: ReturnType<typeof loadConfig>['connections'];
   try {
-    connections = loadConfig(environmentOf(printed)).connections;
+    connections = loadConfig(env).connections;
   } catch (error) {
     if (error instanceof ConfigError) return [`Stage '${stage}': ${error.message}`];
     throw error;

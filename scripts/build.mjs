@@ -23,6 +23,20 @@ const common = {
   logLevel: 'warning',
 };
 
+/**
+ * The broker's entry imports `lib/adapters/ssm-connections.js` only when it is needed; in the
+ * bundle that import stays an import, of the file built beside it.
+ */
+const besideTheBundle = {
+  name: 'ssm-connections-beside-the-bundle',
+  setup(build) {
+    build.onResolve({ filter: /\/ssm-connections\.js$/ }, () => ({
+      path: './ssm-connections.mjs',
+      external: true,
+    }));
+  },
+};
+
 // BUILD_OUTDIR lets tests build a private copy without racing the one in dist/.
 const outdir = process.env.BUILD_OUTDIR ?? 'dist';
 const pieces = ['broker', 'local', 'client'];
@@ -37,6 +51,15 @@ if (only.has('broker')) {
     ...common,
     entryPoints: ['functions/broker/index.ts'],
     outfile: `${outdir}/broker/index.mjs`,
+    minify: true,
+    plugins: [besideTheBundle],
+  });
+  // Read only with BROKER_CONNECTIONS_PARAMETER: a file of its own beside index.mjs, so that no
+  // other cold start parses the SSM client (about 200 KiB).
+  await build({
+    ...common,
+    entryPoints: ['lib/adapters/ssm-connections.ts'],
+    outfile: `${outdir}/broker/ssm-connections.mjs`,
     minify: true,
   });
 }

@@ -11,6 +11,7 @@ import { LambdaClient } from '@aws-sdk/client-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTokenClient, UnknownConnectionError } from '../client/src/index.js';
 import { httpEvent, scheduledEvent } from '../local/lambda-events.js';
+import { startSsmEmulator } from '../local/ssm-emulator.js';
 import { type Stack, startStack } from '../local/stack.js';
 import { buildPrivate, type PrivateBuild, root } from './support/build.js';
 
@@ -125,6 +126,26 @@ describe('Bundle: dist/broker/index.mjs loaded like Lambda loads it', () => {
     expect(secrets.filter((value) => value.startsWith('clientId='))).toHaveLength(1);
     expect(output).toContain('"message":"Token served"');
     expect(secrets.filter((value) => output.includes(value))).toEqual([]);
+  });
+
+  it('reads its connections from an SSM parameter at cold start (BROKER_CONNECTIONS_PARAMETER)', async () => {
+    const ssm = await startSsmEmulator();
+    try {
+      const { BROKER_CONNECTIONS: connections, ...env } = stack.env;
+      ssm.setParameter('/token-broker/test/connections', String(connections));
+      const { results } = await runBundle(
+        {
+          ...env,
+          BROKER_CONNECTIONS_PARAMETER: '/token-broker/test/connections',
+          AWS_ENDPOINT_URL_SSM: ssm.url,
+        },
+        [{ action: 'getToken', connection: 'sandbox' }],
+      );
+      expect(stack.simulator.isValid(String(results[0]?.result?.accessToken))).toBe(true);
+      expect(ssm.calls()).toBe(1);
+    } finally {
+      await ssm.close();
+    }
   });
 
   it('refuses the HTTPS upstream when its certificate is not trusted', async () => {

@@ -78,11 +78,28 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     expect(fn().Timeout).toBeLessThanOrEqual(30);
   });
 
-  it('ships only the bundle', () => {
+  it('ships only the bundle: its entry, the SSM reader it loads on demand, their source maps', () => {
     const zip = readFileSync(join(dir, stage, 'token-broker.zip'));
     expect(zip.includes(Buffer.from('dist/broker/index.mjs'))).toBe(true);
+    expect(zip.includes(Buffer.from('dist/broker/index.mjs.map'))).toBe(true);
+    expect(zip.includes(Buffer.from('dist/broker/ssm-connections.mjs'))).toBe(true);
     expect(zip.includes(Buffer.from('node_modules/'))).toBe(false);
-    expect(zip.includes(Buffer.from('index.mjs.map'))).toBe(false);
+    expect(zip.includes(Buffer.from('dist/local/'))).toBe(false);
+    expect(zip.includes(Buffer.from('dist/client/'))).toBe(false);
+    // Stack traces in AWS point into the sources.
+    expect(fn().Environment.Variables.NODE_OPTIONS).toBe('--enable-source-maps');
+  });
+
+  it('lets the function read an SSM parameter of connections only when one is configured', () => {
+    const env = fn().Environment.Variables as Record<string, unknown>;
+    expect(env.BROKER_CONNECTIONS_PARAMETER).toBe('');
+    const role = template().Resources.IamRoleLambdaExecution?.Properties;
+    const statements = role.Policies.flatMap(
+      (p: { PolicyDocument: { Statement: unknown[] } }) => p.PolicyDocument.Statement,
+    ) as { Action: string[]; Resource: unknown }[];
+    const ssm = statements.find((s) => s.Action.includes('ssm:GetParameter'));
+    // No parameter configured: the ARN ends at "parameter", which names none.
+    expect(JSON.stringify(ssm?.Resource)).toContain('":parameter"');
   });
 
   it('configures connections that pass the broker’s own config loader', () => {

@@ -64,6 +64,29 @@ describe('Function: checkStage', () => {
   });
 });
 
+describe('Function: checkStage, with connections in an SSM parameter', () => {
+  const withParameter = (connections: string): PrintedConfig => {
+    const base = printed(connections);
+    return {
+      ...base,
+      provider: {
+        ...base.provider,
+        environment: {
+          ...base.provider?.environment,
+          BROKER_CONNECTIONS_PARAMETER: '/token-broker/prod/connections',
+        },
+      },
+    };
+  };
+
+  it('leaves them to the cold start, and refuses both ways at once', () => {
+    expect(checkStage('prod', withParameter(''))).toEqual([]);
+    expect(checkStage('prod', withParameter(production(ARN)))).toEqual([
+      "Stage 'prod': both connections and connectionsParameter are set; set connections: '' when the connections come from the SSM parameter.",
+    ]);
+  });
+});
+
 describe('Function: secretCovered', () => {
   it('matches a full ARN, a name and a partial ARN against the listed ARNs', () => {
     expect(secretCovered(ARN, [ARN])).toBe(true);

@@ -6,7 +6,14 @@ import { createAwsBroker, createLogger, createMetrics } from '../../lib/adapters
 import { loadConfig } from '../../lib/config.js';
 import { createHandler } from './handler.js';
 
-const config = loadConfig(process.env);
+// Connections from an SSM parameter when BROKER_CONNECTIONS_PARAMETER names one (read once);
+// its module, and the SSM client with it, is loaded only then (a file of its own in the build).
+const env = process.env.BROKER_CONNECTIONS_PARAMETER?.trim()
+  ? await (await import('../../lib/adapters/ssm-connections.js')).withConnectionsParameter(
+      process.env,
+    )
+  : process.env;
+const config = loadConfig(env);
 const logger = createLogger();
 const metrics = createMetrics();
 
