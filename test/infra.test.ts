@@ -182,14 +182,39 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     expect(rule?.Properties.Targets[0].Input).toBeUndefined();
   });
 
-  it('alarms on refresh failures, request errors and function errors, to an SNS topic', () => {
+  it('alarms on failures, throttling, concurrency, a stopped schedule, the issuance rate and another issuer, to an SNS topic', () => {
     const alarms = Object.fromEntries(
       resourcesOfType(template(), 'AWS::CloudWatch::Alarm').map(([, a]) => [
-        a.Properties.MetricName,
+        a.Properties.MetricName ?? 'DynamoDBThrottles',
         a.Properties,
       ]),
     );
-    expect(Object.keys(alarms).sort()).toEqual(['Errors', 'RefreshFailures', 'RequestErrors']);
+    expect(Object.keys(alarms).sort()).toEqual([
+      'AnotherIssuerSuspected',
+      'ConcurrentExecutions',
+      'DynamoDBThrottles',
+      'Errors',
+      'RefreshFailures',
+      'RequestErrors',
+      'Throttles',
+      'UpstreamIssuances',
+      'WarmUpRuns',
+    ]);
+    // A schedule that stopped sends nothing: missing data is the alarm.
+    expect(alarms.WarmUpRuns).toMatchObject({
+      Namespace: 'TokenBroker',
+      ComparisonOperator: 'LessThanThreshold',
+      Threshold: 1,
+      TreatMissingData: 'breaching',
+    });
+    expect(alarms.UpstreamIssuances).toMatchObject({ Period: 3600, Threshold: 12 });
+    expect(alarms.ConcurrentExecutions).toMatchObject({ Namespace: 'AWS/Lambda', Threshold: 100 });
+    expect(alarms.Throttles).toMatchObject({ Namespace: 'AWS/Lambda' });
+    // Errors does not count throttled invocations: its description must not claim it does.
+    expect(alarms.Errors.AlarmDescription).not.toMatch(/throttl.* of direct invokes/);
+    expect(JSON.stringify(alarms.DynamoDBThrottles.Metrics)).toContain('ReadThrottleEvents');
+    expect(JSON.stringify(alarms.DynamoDBThrottles.Metrics)).toContain('WriteThrottleEvents');
+    expect(alarms.AnotherIssuerSuspected.AlarmDescription).toContain('One client ID, one broker');
     expect(alarms.RefreshFailures).toMatchObject({
       Namespace: 'TokenBroker',
       Dimensions: [{ Name: 'service', Value: 'token-broker' }],
@@ -201,6 +226,47 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     expect(template().Resources.AlarmTopic?.Type).toBe('AWS::SNS::Topic');
   });
 
+  it('has a dashboard of the broker’s own metrics, the issuance causes among them', () => {
+    const [[, dashboard] = []] = resourcesOfType(template(), 'AWS::CloudWatch::Dashboard');
+    expect(dashboard?.Properties.DashboardName).toBe(`token-broker-${stage}`);
+    const [body, values] = dashboard?.Properties.DashboardBody['Fn::Sub'] as [string, Json];
+    const widgets = JSON.parse(body.replace(/\$\{[\w:]+\}/g, 'x')).widgets as {
+      properties: { metrics: string[][] };
+    }[];
+    const names = new Set(widgets.flatMap((w) => w.properties.metrics.map((m) => m[1])));
+    for (const metric of [
+      'TokensServedFromMemory',
+      'UpstreamIssuances',
+      'IssuedForMinValidity',
+      'IssuedForInvalidate',
+      'WarmUpRuns',
+      'AnotherIssuerSuspected',
+      'Throttles',
+      'ReadThrottleEvents',
+    ]) {
+      expect(names, metric).toContain(metric);
+    }
+    expect(values).toEqual({
+      FunctionName: { Ref: 'BrokerLambdaFunction' },
+      TableName: { Ref: 'TokenTable' },
+    });
+  });
+
+  it('grants kms:Decrypt on the secrets’ key only where the stage names one, through Secrets Manager', () => {
+    const policy = template().Resources.SecretsKeyPolicy;
+    expect(policy?.Condition).toBe('HasSecretsKmsKey');
+    const [statement] = policy?.Properties.PolicyDocument.Statement ?? [];
+    expect(statement).toMatchObject({
+      Action: 'kms:Decrypt',
+      Resource: { Ref: 'SecretsKmsKeyArn' },
+    });
+    expect(JSON.stringify(statement.Condition)).toContain('secretsmanager.');
+    const parameter = (template() as unknown as { Parameters: Json }).Parameters
+      .SecretsKmsKeyArn as { Default: string };
+    if (stage === 'prod') expect(parameter.Default).toMatch(/^arn:aws:kms:/);
+    else expect(parameter.Default).toBe('');
+  });
+
   it('attaches a VPC only where the stage asks for one', () => {
     const role = template().Resources.IamRoleLambdaExecution?.Properties;
     if (stage === 'prod') {
@@ -209,6 +275,40 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     } else {
       expect(fn().VpcConfig).toBeUndefined();
       expect(role.ManagedPolicyArns).toBeUndefined();
+    }
+  });
+});
+
+describe('Template: the optional egress stack (infra/egress.yml)', () => {
+  it('passes cfn-lint where the machine has it, as CI lints the packaged templates', async () => {
+    const lint = await run('cfn-lint', [join(root, 'infra/egress.yml')]).then(
+      () => 'clean',
+      (error: { code?: unknown; stdout?: string }) =>
+        error.code === 'ENOENT' ? 'no cfn-lint' : `findings: ${error.stdout}`,
+    );
+    expect(['clean', 'no cfn-lint']).toContain(lint);
+  });
+
+  it('gives the function private subnets behind one NAT gateway with a fixed IP, and endpoints for DynamoDB, Secrets Manager and KMS', () => {
+    const text = readFileSync(join(root, 'infra/egress.yml'), 'utf8');
+    for (const type of [
+      'AWS::EC2::VPC',
+      'AWS::EC2::NatGateway',
+      'AWS::EC2::EIP',
+      'AWS::EC2::VPCEndpoint',
+    ]) {
+      expect(text).toContain(`Type: ${type}`);
+    }
+    for (const service of ['dynamodb', 'secretsmanager', 'kms']) {
+      expect(text).toContain(`com.amazonaws.\${AWS::Region}.${service}`);
+    }
+    for (const output of [
+      'PrivateSubnetA',
+      'PrivateSubnetB',
+      'FunctionSecurityGroup',
+      'EgressIp',
+    ]) {
+      expect(text).toMatch(new RegExp(`^  ${output}:\\n    (Description: .*\\n    )?Value:`, 'm'));
     }
   });
 });
