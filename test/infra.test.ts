@@ -86,8 +86,10 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     expect(zip.includes(Buffer.from('node_modules/'))).toBe(false);
     expect(zip.includes(Buffer.from('dist/local/'))).toBe(false);
     expect(zip.includes(Buffer.from('dist/client/'))).toBe(false);
-    // Stack traces in AWS point into the sources.
-    expect(fn().Environment.Variables.NODE_OPTIONS).toBe('--enable-source-maps');
+    // Loading them costs cold-start time (npm run bench): on in dev, off in prod by default.
+    expect(fn().Environment.Variables.NODE_OPTIONS).toBe(
+      stage === 'dev' ? '--enable-source-maps' : '',
+    );
   });
 
   it('lets the function read an SSM parameter of connections only when one is configured', () => {
