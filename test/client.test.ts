@@ -17,6 +17,7 @@ import {
   type ConnectionStatus,
   createTokenClient,
   LIMITS,
+  type ReadinessReport,
   type TokenBrokerError,
   type TokenClient,
   TransportError,
@@ -28,6 +29,7 @@ import { type TokenContext, tokenBroker } from '../client/src/middy.js';
 import { REQUEST_LIMITS } from '../functions/broker/requests.js';
 import type {
   ConnectionStatus as BrokerConnectionStatus,
+  ReadinessReport as BrokerReadinessReport,
   WarmUpReport as BrokerWarmUpReport,
 } from '../lib/broker/index.js';
 import { ErrorCode } from '../lib/errors.js';
@@ -201,6 +203,7 @@ describe('Client types', () => {
   it('restate the broker’s wire types exactly (checked by the type-checker)', () => {
     expectTypeOf<ConnectionStatus>().toEqualTypeOf<BrokerConnectionStatus>();
     expectTypeOf<WarmUpReport>().toEqualTypeOf<BrokerWarmUpReport>();
+    expectTypeOf<ReadinessReport>().toEqualTypeOf<BrokerReadinessReport>();
   });
 
   it('restate the broker’s error codes exactly (checked by the type-checker)', () => {
