@@ -6,7 +6,7 @@
  */
 import { createCipheriv, createDecipheriv, randomBytes, randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { readBody, sendJson, serve } from './loopback.js';
+import { readBody, sendAwsJson, serve } from './loopback.js';
 
 export interface KmsEmulator {
   readonly url: string;
@@ -32,11 +32,7 @@ export const startKmsEmulator = async ({
   const counts: Record<string, number> = {};
   const failures: { left: number; errorType: string }[] = [];
 
-  const reply = (res: ServerResponse, status: number, body: unknown) =>
-    sendJson(res, status, body, {
-      'content-type': 'application/x-amz-json-1.1',
-      'x-amzn-requestid': randomUUID(),
-    });
+  const reply = sendAwsJson;
   const error = (res: ServerResponse, type: string, message: string) =>
     reply(res, 400, { __type: type, message });
 

@@ -3,6 +3,7 @@
  * endpoints, dynalite, the Lambda emulator): listen on 127.0.0.1 and port 0 unless told
  * otherwise, answer JSON, and close without waiting for idle keep-alive sockets.
  */
+import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import {
   createServer as createHttpServer,
@@ -92,3 +93,10 @@ export const sendJson = (
   res.writeHead(status, { 'content-type': 'application/json', ...headers });
   res.end(JSON.stringify(body));
 };
+
+/** Answers as an AWS JSON 1.1 service does (Secrets Manager, KMS, SSM), with a request id. */
+export const sendAwsJson = (res: ServerResponse, status: number, body: unknown): void =>
+  sendJson(res, status, body, {
+    'content-type': 'application/x-amz-json-1.1',
+    'x-amzn-requestid': randomUUID(),
+  });

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { readBody, sendJson, serve } from './loopback.js';
+import { readBody, sendAwsJson, serve } from './loopback.js';
 
 export interface SecretsEmulator {
   readonly url: string;
@@ -34,11 +34,7 @@ export const startSecretsEmulator = async (
   const failures: { left: number; errorType: string; status: number }[] = [];
   let calls = 0;
 
-  const reply = (res: ServerResponse, status: number, body: unknown) =>
-    sendJson(res, status, body, {
-      'content-type': 'application/x-amz-json-1.1',
-      'x-amzn-requestid': randomUUID(),
-    });
+  const reply = sendAwsJson;
   const error = (res: ServerResponse, status: number, type: string, message: string) =>
     reply(res, status, { __type: `com.amazonaws.secretsmanager#${type}`, message });
 

@@ -3,9 +3,8 @@
  * real `@aws-sdk/client-ssm` (through AWS_ENDPOINT_URL_SSM) reads connections from a parameter
  * in tests. Signatures are not checked; SecureString values are returned as stored.
  */
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { readBody, sendJson, serve } from './loopback.js';
+import { readBody, sendAwsJson, serve } from './loopback.js';
 
 export interface SsmEmulator {
   readonly url: string;
@@ -21,11 +20,7 @@ export const startSsmEmulator = async ({
 } = {}): Promise<SsmEmulator> => {
   const parameters = new Map<string, { value: string; type: string }>();
   let calls = 0;
-  const reply = (res: ServerResponse, status: number, body: unknown) =>
-    sendJson(res, status, body, {
-      'content-type': 'application/x-amz-json-1.1',
-      'x-amzn-requestid': randomUUID(),
-    });
+  const reply = sendAwsJson;
   const error = (res: ServerResponse, type: string, message: string) =>
     reply(res, 400, { __type: type, message });
 
