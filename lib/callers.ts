@@ -31,3 +31,13 @@ export const allowsCaller = (
   if (!callerArn) return false;
   return patterns.some((pattern) => toRegExp(pattern).test(callerArn));
 };
+
+/**
+ * Whether a caller may force a replacement on `connection` (its `forceCallers`): an HTTP caller
+ * by its IAM ARN; a direct invoke (`callerArn` undefined, no identity) only where every caller
+ * may.
+ */
+export const mayForce = (
+  connection: { readonly forceCallers?: readonly string[] | undefined },
+  callerArn: string | undefined | null,
+): boolean => allowsCaller(connection.forceCallers, callerArn);

@@ -5,8 +5,13 @@
  * global timers directly.
  */
 export interface Clock {
-  /** Epoch milliseconds. */
+  /** Epoch milliseconds: for token expiry and stored stamps only. */
   now(): number;
+  /**
+   * Milliseconds on a clock that never steps (`performance.now()`): for durations measured on
+   * one container, such as how long it has known a token. Its origin means nothing.
+   */
+  monotonic(): number;
   /** Resolves after `ms` milliseconds. */
   sleep(ms: number): Promise<void>;
   /** Uniform in [0, 1): drives XFetch and backoff jitter. */
@@ -23,6 +28,7 @@ export interface Clock {
  */
 export const systemClock: Clock = Object.freeze({
   now: () => Date.now(),
+  monotonic: () => performance.now(),
   sleep: (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)),
   random: () => Math.random(),
   every: (ms: number, tick: () => void) => {

@@ -22,6 +22,13 @@ export interface ConnectionConfig {
   readonly secretId: string;
   /** IAM ARN globs (`*`, `?`) allowed to call over HTTP; `undefined` means anyone IAM let in. */
   readonly callers: readonly string[] | undefined;
+  /**
+   * IAM ARN globs of the HTTP callers that may force a replacement (a `minValidity` the current
+   * token cannot give); `undefined` means every caller, `[]` none. Direct invoke carries no
+   * identity: it may force only when this is `undefined`. Reporting a rejected token
+   * (invalidate) is everyone's right and needs no listing.
+   */
+  readonly forceCallers?: readonly string[] | undefined;
   /** v3 only: the field of the authorize response's `data` that holds the authorization code. */
   readonly codeField: string;
   /**
@@ -63,6 +70,13 @@ export interface BrokerConfig {
    * a connection is re-issued at most once per this many seconds on their word.
    */
   readonly invalidateMinAgeSeconds: number;
+  /**
+   * A token issued on a caller's word (a forcing `minValidity`, an invalidate report) is not
+   * replaced on a caller's word before it is this old; undefined: its refresh window (the
+   * configured window, at most half its lifetime). So no caller replaces tokens more than once
+   * per window.
+   */
+  readonly forcedMinAgeSeconds: number | undefined;
   /**
    * How long past its last confirmation a token in memory may still be served while DynamoDB
    * cannot be read. 0 keeps the fleet guarantee (a container cut off from DynamoDB cannot know
@@ -125,6 +139,8 @@ const connectionSchema = z.strictObject({
         ),
       ),
   ),
+  // Empty is meaningful here: nobody may force.
+  forceCallers: z.optional(z.array(nonEmpty('must be a non-empty IAM ARN pattern'))),
   codeField: z.optional(z.string().check(z.regex(FIELD_NAME, 'must be a plain JSON field name'))),
   revokesOnReissue: z.optional(z.boolean()),
   // Checked by `parseSigning`, which names the exact sub-field and problem.
@@ -245,7 +261,8 @@ const parseConnections = (raw: string | undefined): Map<string, ConnectionConfig
       const where = describePath([name, ...(issue?.path ?? [])]);
       throw new ConfigError(`${variable}: ${where}${issue?.message ?? 'invalid'}`);
     }
-    const { variant, baseUrl, secretId, callers, codeField, revokesOnReissue } = result.data;
+    const { variant, baseUrl, secretId, callers, forceCallers, codeField, revokesOnReissue } =
+      result.data;
     for (const [field, present] of [
       ['codeField', codeField !== undefined],
       ['signing', result.data.signing !== undefined],
@@ -273,6 +290,7 @@ const parseConnections = (raw: string | undefined): Map<string, ConnectionConfig
         baseUrl,
         secretId,
         callers: callers ? Object.freeze([...callers]) : undefined,
+        forceCallers: forceCallers ? Object.freeze([...forceCallers]) : undefined,
         codeField: codeField ?? 'code',
         revokesOnReissue: revokesOnReissue ?? true,
         signing,
@@ -346,6 +364,9 @@ export const loadConfig = (env: Env): BrokerConfig => {
     upstreamTimeoutMs: integer(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 5000, 100, 60_000),
     awsTimeoutMs: integer(env, 'BROKER_AWS_TIMEOUT_MS', 1000, 50, 30_000),
     invalidateMinAgeSeconds: integer(env, 'BROKER_INVALIDATE_MIN_AGE_SECONDS', 2, 0, 3600),
+    forcedMinAgeSeconds: env.BROKER_FORCED_MIN_AGE_SECONDS?.trim()
+      ? integer(env, 'BROKER_FORCED_MIN_AGE_SECONDS', 0, 0, day)
+      : undefined,
     storeOutageGraceSeconds: integer(env, 'BROKER_STORE_OUTAGE_GRACE_SECONDS', 0, 0, day),
     secretMaxAgeSeconds: integer(env, 'BROKER_SECRET_MAX_AGE_SECONDS', 300, 0, day),
     secretStaleMaxSeconds: integer(env, 'BROKER_SECRET_STALE_MAX_SECONDS', 3600, 0, 7 * day),

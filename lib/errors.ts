@@ -14,6 +14,8 @@ export const ErrorCode = {
   UNKNOWN_CONNECTION: 'UNKNOWN_CONNECTION',
   ROUTE_NOT_FOUND: 'ROUTE_NOT_FOUND',
   MIN_VALIDITY_UNSATISFIABLE: 'MIN_VALIDITY_UNSATISFIABLE',
+  FORCE_NOT_ALLOWED: 'FORCE_NOT_ALLOWED',
+  REPLACEMENT_TOO_SOON: 'REPLACEMENT_TOO_SOON',
   UPSTREAM_REJECTED: 'UPSTREAM_REJECTED',
   UPSTREAM_BAD_RESPONSE: 'UPSTREAM_BAD_RESPONSE',
   UPSTREAM_UNAVAILABLE: 'UPSTREAM_UNAVAILABLE',
@@ -80,6 +82,49 @@ export class RouteNotFoundError extends BrokerError {
 export class MinValidityUnsatisfiableError extends BrokerError {
   override readonly name = 'MinValidityUnsatisfiableError';
   readonly code = ErrorCode.MIN_VALIDITY_UNSATISFIABLE;
+}
+
+/** What a caller refused a replacement may ask for instead. */
+export interface ReplacementRefusalOptions extends BrokerErrorOptions {
+  /**
+   * The largest `minValidity` (whole seconds) the current token gives, at the time of the
+   * answer: a request for this much or less is served without a replacement.
+   */
+  readonly availableMinValidity: number;
+}
+
+/**
+ * The caller asked for more validity than the current token has, outside its refresh window,
+ * and may not force a replacement (the connection's `forceCallers`).
+ */
+export class ForceNotAllowedError extends BrokerError {
+  override readonly name = 'ForceNotAllowedError';
+  readonly code = ErrorCode.FORCE_NOT_ALLOWED;
+  readonly availableMinValidity: number;
+  constructor(message: string, options: ReplacementRefusalOptions) {
+    super(message, options);
+    this.availableMinValidity = options.availableMinValidity;
+  }
+}
+
+/**
+ * A replacement at a caller's word would come too soon after the last one: no caller's word
+ * replaces a token more than once per refresh window (see `caller-bounds.ts`).
+ */
+export class ReplacementTooSoonError extends BrokerError {
+  override readonly name = 'ReplacementTooSoonError';
+  readonly code = ErrorCode.REPLACEMENT_TOO_SOON;
+  readonly availableMinValidity: number;
+  /** Seconds after which this container would replace the token on such a request. */
+  readonly retryAfterSeconds: number;
+  constructor(
+    message: string,
+    options: ReplacementRefusalOptions & { readonly retryAfterSeconds: number },
+  ) {
+    super(message, options);
+    this.availableMinValidity = options.availableMinValidity;
+    this.retryAfterSeconds = options.retryAfterSeconds;
+  }
 }
 
 /** What the upstream said when it refused or failed a request. */

@@ -40,6 +40,14 @@ export const MetricName = {
    * reported it): another system may be issuing tokens for the same client ID.
    */
   AnotherIssuerSuspected: 'AnotherIssuerSuspected',
+  /**
+   * A `minValidity` that would have replaced the current token was refused: the caller may not
+   * force (`FORCE_NOT_ALLOWED`), or it came too soon after the last forced one
+   * (`REPLACEMENT_TOO_SOON`).
+   */
+  ReplacementsRefused: 'ReplacementsRefused',
+  /** An invalidate report about a token too young to go: kept, and acted on later. */
+  InvalidateDeferred: 'InvalidateDeferred',
 } as const;
 export type MetricName = (typeof MetricName)[keyof typeof MetricName];
 

@@ -20,6 +20,12 @@ export interface TokenRecord {
   readonly issuedAt: number;
   /** Epoch ms after which the token must not be handed out. */
   readonly expiresAt: number;
+  /**
+   * Issued at a caller's word (a `minValidity` the token it replaced could not give, or an
+   * invalidate report), not by the schedule or the token's age: no caller's word replaces it
+   * before it is a refresh window old (see `caller-bounds.ts`). Absent means false.
+   */
+  readonly forced?: boolean;
 }
 
 /**
@@ -55,6 +61,11 @@ export interface TokenState {
    * until the next token is written: only tells why a token is missing (an issuance's cause).
    */
   readonly invalidatedAt?: number | undefined;
+  /**
+   * A caller reported the stored token as rejected while it was too young to be replaced on a
+   * caller's word: the report is kept here, and the token is replaced once it is old enough.
+   */
+  readonly reported?: boolean;
 }
 
 /** Who asks for the lease, for how long, which stale lease it replaces and which token. */
@@ -115,20 +126,23 @@ export interface TokenStore {
    */
   releaseLease(connection: string, holder: string): Promise<boolean>;
   /**
-   * Removes the token only if its digest is `tokenDigest` (compare-and-delete) and, when
-   * `issuedBefore` is given, it is at least that old; a lease in progress is left alone.
-   * Returns whether it removed the token.
+   * Removes the token only if its digest is `tokenDigest` (compare-and-delete); a lease in
+   * progress is left alone. Compares no clock: whether the token is old enough to go is the
+   * caller's call, on its own clock. Returns whether it removed the token.
    */
   deleteIfMatches(
     connection: string,
     tokenDigest: string,
     options?: {
-      /** Only a token issued before this (epoch ms) is removed: a floor on re-issuance. */
-      readonly issuedBefore?: number | undefined;
       /** Recorded as `invalidatedAt` when the token is removed (epoch ms). */
       readonly reportedAt?: number | undefined;
     },
   ): Promise<boolean>;
+  /**
+   * Keeps a report about the stored token, only if its digest is `tokenDigest`, until the token
+   * is replaced (`TokenState.reported`). Returns whether the token was the stored one.
+   */
+  markReported(connection: string, tokenDigest: string): Promise<boolean>;
 }
 
 /** Where connection credentials come from (Secrets Manager in production). */

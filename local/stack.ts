@@ -63,6 +63,7 @@ export const startStack = async (
     BROKER_TABLE_NAME: tableName,
     // Tests report a token right after it was issued; the production floor is tested on its own.
     BROKER_INVALIDATE_MIN_AGE_SECONDS: '0',
+    BROKER_FORCED_MIN_AGE_SECONDS: '0',
     BROKER_CONNECTIONS: JSON.stringify(
       Object.fromEntries(
         connections.map((name) => [

@@ -265,7 +265,7 @@ const run = async (argv: string[]): Promise<number> => {
       out(
         invalidated
           ? 'Invalidated: the next request gets a new token.'
-          : 'Not invalidated: that is not the current token.',
+          : 'Not invalidated now: that is not the current token, or it is too young to be replaced on a caller’s word (the broker then keeps the report and replaces it once it may).',
       );
       return 0;
     }

@@ -16,6 +16,8 @@ export const BrokerErrorCode = {
   UNKNOWN_CONNECTION: 'UNKNOWN_CONNECTION',
   ROUTE_NOT_FOUND: 'ROUTE_NOT_FOUND',
   MIN_VALIDITY_UNSATISFIABLE: 'MIN_VALIDITY_UNSATISFIABLE',
+  FORCE_NOT_ALLOWED: 'FORCE_NOT_ALLOWED',
+  REPLACEMENT_TOO_SOON: 'REPLACEMENT_TOO_SOON',
   UPSTREAM_REJECTED: 'UPSTREAM_REJECTED',
   UPSTREAM_BAD_RESPONSE: 'UPSTREAM_BAD_RESPONSE',
   UPSTREAM_UNAVAILABLE: 'UPSTREAM_UNAVAILABLE',
@@ -48,6 +50,8 @@ export interface TokenBrokerErrorOptions extends ErrorOptions {
   readonly status?: number | undefined;
   /** Seconds to wait before retrying, when the broker said. */
   readonly retryAfterSeconds?: number | undefined;
+  /** A refused replacement: the largest `minValidity` to be had now (HTTP only). */
+  readonly availableMinValidity?: number | undefined;
 }
 
 // `name` is set explicitly on every class: a minifier renames classes.
@@ -78,6 +82,33 @@ export class BadRequestError extends TokenBrokerError {
 /** The asked validity is longer than the Open API's token lifetime (400). */
 export class MinValidityUnsatisfiableError extends TokenBrokerError {
   override readonly name = 'MinValidityUnsatisfiableError';
+}
+/**
+ * The `minValidity` asked for would replace the current token, which this caller may not force
+ * (the connection's `forceCallers`, 403). Ask for `availableMinValidity` or less.
+ */
+export class ForceNotAllowedError extends TokenBrokerError {
+  override readonly name = 'ForceNotAllowedError';
+  /** The largest `minValidity` the current token gave when the broker answered (HTTP only). */
+  readonly availableMinValidity: number | undefined;
+  constructor(message: string, code: string, options: TokenBrokerErrorOptions = {}) {
+    super(message, code, options);
+    this.availableMinValidity = options.availableMinValidity;
+  }
+}
+/**
+ * The `minValidity` asked for would replace the current token sooner than a caller's word may
+ * (once per refresh window, 429): ask for `availableMinValidity` or less now, or retry after
+ * `retryAfterSeconds`. Not retried by the client.
+ */
+export class ReplacementTooSoonError extends TokenBrokerError {
+  override readonly name = 'ReplacementTooSoonError';
+  /** The largest `minValidity` the current token gave when the broker answered (HTTP only). */
+  readonly availableMinValidity: number | undefined;
+  constructor(message: string, code: string, options: TokenBrokerErrorOptions = {}) {
+    super(message, code, options);
+    this.availableMinValidity = options.availableMinValidity;
+  }
 }
 /** This caller is not in the connection's `callers` (403). */
 export class CallerNotAllowedError extends TokenBrokerError {
@@ -153,6 +184,8 @@ const BY_CODE: { readonly [code in BrokerErrorCode]: ErrorClass } = {
   BAD_REQUEST: BadRequestError,
   ROUTE_NOT_FOUND: BadRequestError,
   MIN_VALIDITY_UNSATISFIABLE: MinValidityUnsatisfiableError,
+  FORCE_NOT_ALLOWED: ForceNotAllowedError,
+  REPLACEMENT_TOO_SOON: ReplacementTooSoonError,
   CALLER_NOT_ALLOWED: CallerNotAllowedError,
   UNKNOWN_CONNECTION: UnknownConnectionError,
   UPSTREAM_REJECTED: UpstreamRejectedError,
@@ -169,6 +202,8 @@ const CODE_BY_NAME = new Map<string, BrokerErrorCode>([
   ['BadRequestError', 'BAD_REQUEST'],
   ['RouteNotFoundError', 'ROUTE_NOT_FOUND'],
   ['MinValidityUnsatisfiableError', 'MIN_VALIDITY_UNSATISFIABLE'],
+  ['ForceNotAllowedError', 'FORCE_NOT_ALLOWED'],
+  ['ReplacementTooSoonError', 'REPLACEMENT_TOO_SOON'],
   ['CallerNotAllowedError', 'CALLER_NOT_ALLOWED'],
   ['UnknownConnectionError', 'UNKNOWN_CONNECTION'],
   ['UpstreamRejectedError', 'UPSTREAM_REJECTED'],
@@ -183,13 +218,14 @@ const CODE_BY_NAME = new Map<string, BrokerErrorCode>([
 const classFor = (code: string): ErrorClass =>
   Object.hasOwn(BY_CODE, code) ? BY_CODE[code as BrokerErrorCode] : TokenBrokerError;
 
-/** The typed error for an HTTP error body `{ error: { code, message } }`. */
+/** The typed error for an HTTP error body `{ error: { code, message, … } }`. */
 export const fromHttpError = (
   code: string,
   message: string,
   status: number,
   retryAfterSeconds?: number,
-) => new (classFor(code))(message, code, { status, retryAfterSeconds });
+  availableMinValidity?: number,
+) => new (classFor(code))(message, code, { status, retryAfterSeconds, availableMinValidity });
 
 /** The typed error for a Lambda function error `{ errorType, errorMessage }`. */
 export const fromFunctionError = (errorType: string, errorMessage: string) => {

@@ -386,13 +386,18 @@ const httpTransport = (options: HttpTransportOptions, { warn }: TransportContext
       }
       const retryAfter = Number(response.headers.get('retry-after') ?? Number.NaN);
       const retryAfterSeconds = Number.isFinite(retryAfter) ? retryAfter : undefined;
-      const error = (json as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+      const error = (
+        json as {
+          error?: { code?: unknown; message?: unknown; availableMinValidity?: unknown };
+        } | null
+      )?.error;
       if (!response.ok && typeof error?.code === 'string') {
         throw fromHttpError(
           error.code,
           String(error.message ?? `HTTP ${response.status}`),
           response.status,
           retryAfterSeconds,
+          typeof error.availableMinValidity === 'number' ? error.availableMinValidity : undefined,
         );
       }
       // `/ready` answers 503 with its report while a connection is not ready: an answer.

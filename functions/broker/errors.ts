@@ -9,7 +9,9 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import {
   BadRequestError,
   type BrokerError,
+  ForceNotAllowedError,
   InternalError,
+  ReplacementTooSoonError,
   StoreUnavailableError,
   toBrokerError,
   UpstreamRejectedError,
@@ -32,7 +34,7 @@ const ownError = (error: unknown): BrokerError =>
 export interface Failure {
   readonly error: BrokerError;
   readonly status: number;
-  /** Seconds a caller should wait before retrying a 503; undefined for other errors. */
+  /** Seconds a caller should wait before retrying a 503 or a 429; undefined for others. */
   readonly retryAfterSeconds: number | undefined;
 }
 
@@ -103,9 +105,22 @@ const defined = (fields: Record<string, unknown>) =>
 
 const retryAfter = (error: BrokerError): number | undefined => {
   if (error instanceof UpstreamUnavailableError) return error.retryAfterSeconds ?? 1;
+  if (error instanceof ReplacementTooSoonError) return error.retryAfterSeconds;
   if (error instanceof StoreUnavailableError) return 1;
   return undefined;
 };
+
+/**
+ * The error object of an HTTP answer: its stable code, its message and, for a refused
+ * replacement, the largest `minValidity` that can be had now without one.
+ */
+export const errorBody = (error: BrokerError) => ({
+  code: error.code,
+  message: error.message,
+  ...(error instanceof ReplacementTooSoonError || error instanceof ForceNotAllowedError
+    ? { availableMinValidity: error.availableMinValidity }
+    : {}),
+});
 
 /** For events no handler recognises: logged like every other refusal, then thrown. */
 export const logRefusal = (logger: Logger, error: BrokerError) => logError(logger, error);

@@ -19,10 +19,10 @@ import type {
   Context,
 } from 'aws-lambda';
 import type { TokenBroker } from '../../lib/broker/index.js';
-import { allowsCaller } from '../../lib/callers.js';
+import { allowsCaller, mayForce } from '../../lib/callers.js';
 import { BadRequestError, CallerNotAllowedError, RouteNotFoundError } from '../../lib/errors.js';
 import type { BrokerMetrics } from '../../lib/metrics.js';
-import { answerFailure } from './errors.js';
+import { answerFailure, errorBody } from './errors.js';
 import { parseHttpRequest } from './requests.js';
 import { cacheControl, deadlineOf, logServed, tokenResponse } from './shared.js';
 
@@ -78,6 +78,7 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
       minValiditySeconds: minValidity,
       deadline: deadlineOf(context),
       caller: callerOf(event),
+      mayForce: mayForce(connection, event.requestContext.authorizer?.iam?.userArn),
     });
     logServed(logger, served);
     const answer = tokenResponse(connection.name, served);
@@ -87,8 +88,7 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
   const invalidate = async (event: HttpEvent): Promise<HttpResult> => {
     const connection = connectionFor(event);
     const { accessToken } = parseHttpRequest('invalidate', event);
-    const invalidated = await broker.invalidate(connection.name, accessToken, callerOf(event));
-    return json(200, { invalidated });
+    return json(200, await broker.invalidate(connection.name, accessToken, callerOf(event)));
   };
 
   const router = httpRouterHandler({
@@ -163,7 +163,7 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
         });
         request.response = json(
           status,
-          { error: { code: error.code, message: error.message } },
+          { error: errorBody(error) },
           retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) },
         );
       },

@@ -1,12 +1,14 @@
 /**
  * Direct (Lambda-to-Lambda) invoke:
  *   { "action": "getToken", "connection": "…", "minValidity"?: n } → token object (with maxAgeMs)
- *   { "action": "invalidate", "connection": "…", "accessToken": "…" } → { invalidated }
+ *   { "action": "invalidate", "connection": "…", "accessToken": "…" }
+ *     → { invalidated, deferredSeconds? }
  * Failures are thrown; Lambda reports the error's `name` as `errorType`.
  */
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
 import type { TokenBroker } from '../../lib/broker/index.js';
+import { mayForce } from '../../lib/callers.js';
 import type { BrokerMetrics } from '../../lib/metrics.js';
 import { answerFailure } from './errors.js';
 import { parseInvokeRequest } from './requests.js';
@@ -32,18 +34,14 @@ export const createInvokeHandler =
       if (request.action === 'ready') return broker.ready(deadlineOf(context));
       logger.appendKeys({ connection: request.connection, action: request.action });
       if (request.action === 'invalidate') {
-        return {
-          invalidated: await broker.invalidate(
-            request.connection,
-            request.accessToken,
-            DIRECT_INVOKE,
-          ),
-        };
+        return broker.invalidate(request.connection, request.accessToken, DIRECT_INVOKE);
       }
       const served = await broker.getToken(request.connection, {
         minValiditySeconds: request.minValidity,
         deadline: deadlineOf(context),
         caller: DIRECT_INVOKE,
+        // No identity to match against `forceCallers`: only where every caller may force.
+        mayForce: mayForce(broker.connection(request.connection), undefined),
       });
       logServed(logger, served);
       return tokenResponse(request.connection, served);

@@ -11,6 +11,8 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.freeze({
   [ErrorCode.UNKNOWN_CONNECTION]: 404,
   [ErrorCode.ROUTE_NOT_FOUND]: 404,
   [ErrorCode.MIN_VALIDITY_UNSATISFIABLE]: 400,
+  [ErrorCode.FORCE_NOT_ALLOWED]: 403,
+  [ErrorCode.REPLACEMENT_TOO_SOON]: 429,
   [ErrorCode.UPSTREAM_REJECTED]: 502,
   [ErrorCode.UPSTREAM_BAD_RESPONSE]: 502,
   [ErrorCode.UPSTREAM_UNAVAILABLE]: 503,

@@ -18,6 +18,8 @@
  * | leaseExpiresAt  | N    | epoch ms (holder's clock) until which the holder counts on it |
  * | leaseDurationMs | N    | how long this lease version lasts on anyone's clock           |
  * | leaseCountdown  | N    | lease writes left before the holder's token request           |
+ * | forced          | BOOL | issued at a caller's word (see TokenRecord.forced); else absent |
+ * | reportedDigest  | S    | digest of a token reported too young to go: replaced later    |
  * | invalidatedAt   | N    | epoch ms at which an invalidate report removed the token      |
  */
 import {
@@ -50,6 +52,7 @@ const toItem = async (record: TokenRecord, cipher: TokenCipher | undefined): Pro
   expiresAt: { N: String(record.expiresAt) },
   // expiresAt = issuedAt + expiresIn·1000, so this is issuance (s) + expiresIn exactly.
   ttl: { N: String(Math.floor(record.expiresAt / 1000)) },
+  ...(record.forced ? { forced: { BOOL: true } } : {}),
 });
 
 const sealed = async (record: TokenRecord, cipher: TokenCipher): Promise<Item> => {
@@ -86,7 +89,14 @@ const fromItem = async (
     tokenDigest &&
     Number.isFinite(issuedAt) &&
     Number.isFinite(expiresAt)
-      ? { connection, accessToken, tokenDigest, issuedAt, expiresAt }
+      ? {
+          connection,
+          accessToken,
+          tokenDigest,
+          issuedAt,
+          expiresAt,
+          ...(item?.forced?.BOOL === true ? { forced: true } : {}),
+        }
       : undefined;
   const holder = item?.leaseHolder?.S;
   const leaseExpiresAt = Number(item?.leaseExpiresAt?.N);
@@ -106,6 +116,8 @@ const fromItem = async (
     token,
     lease,
     ...(Number.isFinite(invalidatedAt) && !token ? { invalidatedAt } : {}),
+    // A report about an earlier token (the attribute outlived it) says nothing of this one.
+    ...(token && item?.reportedDigest?.S === token.tokenDigest ? { reported: true } : {}),
   };
 };
 
@@ -252,13 +264,7 @@ export class DynamoDBTokenStore implements TokenStore {
   async deleteIfMatches(
     connection: string,
     tokenDigest: string,
-    {
-      issuedBefore,
-      reportedAt = Date.now(),
-    }: {
-      readonly issuedBefore?: number | undefined;
-      readonly reportedAt?: number | undefined;
-    } = {},
+    { reportedAt = Date.now() }: { readonly reportedAt?: number | undefined } = {},
   ): Promise<boolean> {
     return this.#conditional(async () =>
       this.client.send(
@@ -270,19 +276,31 @@ export class DynamoDBTokenStore implements TokenStore {
           // The report's time stays until the next token is written (putToken replaces the
           // item): the next issuance's cause.
           UpdateExpression:
-            'REMOVE accessToken, tokenCiphertext, tokenDataKey, tokenDigest, issuedAt, expiresAt, #ttl SET invalidatedAt = :reportedAt',
-          // Compare-and-delete: a late report about an older token must not drop a newer one;
-          // and a token younger than the floor stays (a storm of reports issues once per floor).
-          ConditionExpression:
-            issuedBefore === undefined
-              ? 'tokenDigest = :digest'
-              : 'tokenDigest = :digest AND issuedAt < :issuedBefore',
+            'REMOVE accessToken, tokenCiphertext, tokenDataKey, tokenDigest, issuedAt, expiresAt, #ttl, forced, reportedDigest SET invalidatedAt = :reportedAt',
+          // Compare-and-delete: a late report about an older token must not drop a newer one.
+          // No age is compared here: the reporter's clock against the writer's stamp would let
+          // a clock running ahead drop young tokens (the floor is judged by the broker core).
+          ConditionExpression: 'tokenDigest = :digest',
           ExpressionAttributeNames: { '#ttl': 'ttl' },
           ExpressionAttributeValues: {
             ':digest': { S: tokenDigest },
             ':reportedAt': { N: String(reportedAt) },
-            ...(issuedBefore === undefined ? {} : { ':issuedBefore': { N: String(issuedBefore) } }),
           },
+        }),
+      ),
+    );
+  }
+
+  async markReported(connection: string, tokenDigest: string): Promise<boolean> {
+    return this.#conditional(async () =>
+      this.client.send(
+        new UpdateItemCommand({
+          TableName: this.tableName,
+          Key: tokenKey(connection),
+          // Kept until the next token is written (putToken replaces the whole item).
+          UpdateExpression: 'SET reportedDigest = :digest',
+          ConditionExpression: 'tokenDigest = :digest',
+          ExpressionAttributeValues: { ':digest': { S: tokenDigest } },
         }),
       ),
     );

@@ -29,25 +29,26 @@ import {
 } from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../ports.js';
+import { type CallerBoundSettings, waitBeforeReplacing } from './caller-bounds.js';
 import { withCredentialRotation } from './credential-rotation.js';
-import { type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
+import { IssuanceCause, type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
 import { LeasedIssuance, type Need, unsatisfiable } from './leased-issuance.js';
 import { readStatus, warmUp } from './operator.js';
 import { checkReadiness, type ReadinessReport } from './readiness.js';
 import {
   dueForRefresh,
-  type RefreshSettings,
   reusableUntil,
   servableFromMemory,
   servableUnconfirmed,
   windowMs,
 } from './refresh-policy.js';
 import { SingleFlight } from './single-flight.js';
-import { TokenMemory } from './token-memory.js';
+import { type MemoryEntry, TokenMemory } from './token-memory.js';
 import {
   type BrokerLogger,
   type ConnectionStatus,
   type GetTokenOptions,
+  type InvalidateOutcome,
   type ServedToken,
   type TokenAnswer,
   tokenDigest,
@@ -69,7 +70,7 @@ export interface TokenBrokerDeps {
     | 'upstreamTimeoutMs'
     | 'invalidateMinAgeSeconds'
   > &
-    Partial<Pick<BrokerConfig, 'storeOutageGraceSeconds'>>;
+    Partial<Pick<BrokerConfig, 'storeOutageGraceSeconds' | 'forcedMinAgeSeconds'>>;
   readonly store: TokenStore;
   readonly secrets: SecretSource;
   readonly issuer: TokenIssuer;
@@ -92,24 +93,29 @@ const joinTimedOut = () =>
   });
 
 export class TokenBroker {
-  readonly #memory = new TokenMemory();
+  readonly #memory: TokenMemory;
   readonly #loads: SingleFlight<string, ServedToken>;
   /** Refreshes running in the background, per connection (one at a time in a container). */
   readonly #refreshing = new Map<string, Promise<void>>();
   readonly #issuance: LeasedIssuance;
-  readonly #settings: RefreshSettings & { readonly upstreamTimeoutMs: number };
+  readonly #settings: CallerBoundSettings & { readonly upstreamTimeoutMs: number };
   readonly #clock: Clock;
   readonly #metrics: BrokerMetrics;
 
   constructor(private readonly deps: TokenBrokerDeps) {
     this.#clock = deps.clock ?? systemClock;
     this.#metrics = deps.metrics ?? noMetrics;
+    this.#memory = new TokenMemory(() => this.#clock.monotonic());
     this.#loads = new SingleFlight(this.#clock);
     this.#settings = {
       refreshWindowMs: deps.config.refreshWindowSeconds * 1000,
       memoryRecheckMs: deps.config.memoryRecheckSeconds * 1000,
       upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
       storeOutageGraceMs: (deps.config.storeOutageGraceSeconds ?? 0) * 1000,
+      invalidateFloorMs: deps.config.invalidateMinAgeSeconds * 1000,
+      ...(deps.config.forcedMinAgeSeconds === undefined
+        ? {}
+        : { forcedMinAgeMs: deps.config.forcedMinAgeSeconds * 1000 }),
     };
     this.#issuance = new LeasedIssuance({
       store: deps.store,
@@ -151,13 +157,24 @@ export class TokenBroker {
     try {
       served =
         this.#fromMemory(name, needMs) ??
-        (await this.#load(connection, needMs, options.deadline, false, trigger));
+        (await this.#load(
+          connection,
+          needMs,
+          options.deadline,
+          false,
+          trigger,
+          options.mayForce ?? true,
+        ));
     } catch (error) {
       const last = this.#lastGood(name, error, options.minValiditySeconds !== undefined);
       return { ...last, reusableUntil: this.#reusableUntil(last.record, needMs) };
     }
-    if (served.source !== 'upstream' && this.#dueForRefresh(served.record)) {
-      this.#refreshAhead(connection, served.record, trigger);
+    if (served.source !== 'upstream') {
+      if (this.#reportDue(served.record)) {
+        this.#refreshAhead(connection, served.record, trigger, IssuanceCause.Invalidate);
+      } else if (this.#dueForRefresh(served.record)) {
+        this.#refreshAhead(connection, served.record, trigger, IssuanceCause.RefreshAhead);
+      }
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
     return { ...served, reusableUntil: this.#reusableUntil(served.record, needMs) };
@@ -176,60 +193,105 @@ export class TokenBroker {
   }
 
   /**
-   * Drops the cached token of `name` only if it is `accessToken` (compare-and-delete), so that a
-   * late report about an older token cannot drop a fresh one, and only if it is older than
-   * `invalidateMinAgeSeconds`, so that a storm of reports (or one caller's bug) re-issues a
-   * connection at most once per that floor. Returns whether it was dropped.
+   * A caller's report that the upstream rejected `accessToken`. Only that token is acted on
+   * (compare-and-delete: a late report about an older token cannot drop a fresh one). A token
+   * old enough to be replaced on a caller's word (see `caller-bounds.ts`, measured on this
+   * container's own clock) is dropped, and the next request issues its successor; a younger
+   * one is kept with the report, and replaced, once, when it is old enough.
    */
-  async invalidate(name: string, accessToken: string, caller?: string): Promise<boolean> {
+  async invalidate(name: string, accessToken: string, caller?: string): Promise<InvalidateOutcome> {
     this.connection(name);
     const digest = tokenDigest(accessToken);
-    const floorMs = this.deps.config.invalidateMinAgeSeconds * 1000;
+    const reportedBy = caller ?? UNNAMED_TRIGGER;
     const now = this.#clock.now();
-    const issuedBefore = floorMs > 0 ? now - floorMs : undefined;
     const entry = this.#memory.get(name);
-    const held = entry?.record;
-    // The upstream rejected the token this container holds as current, with no replacement of
-    // ours under way that could have revoked it, in the first half of its life: only another
-    // issuance for the same client ID, elsewhere, revokes it then.
-    if (
-      held?.tokenDigest === digest &&
-      entry?.lease === undefined &&
-      now - held.issuedAt < (held.expiresAt - held.issuedAt) / 2
-    ) {
-      this.#metrics.record(MetricName.AnotherIssuerSuspected, name);
-      this.deps.logger.error('Another system may be issuing tokens for this client ID', {
-        connection: name,
-        tokenDigest: digest,
-        tokenAgeSeconds: Math.round((now - held.issuedAt) / 1000),
-        reportedBy: caller ?? UNNAMED_TRIGGER,
-        runbook: 'One client ID, one broker (docs/operations.md)',
-      });
+    if (entry?.record.tokenDigest === digest) this.#suspectAnotherIssuer(entry, now, reportedBy);
+    // The token as this container holds it, else as the store does (its `forced` mark decides
+    // how long it is kept): a report about any other token changes nothing.
+    const token =
+      entry?.record.tokenDigest === digest ? entry.record : await this.#storedToken(name, digest);
+    let outcome: InvalidateOutcome = { invalidated: false };
+    if (token) {
+      const knownForMs = this.#memory.knownFor(name, digest);
+      const waitMs = waitBeforeReplacing(token, knownForMs, this.#settings);
+      outcome =
+        waitMs <= 0
+          ? { invalidated: await this.#drop(token, now) }
+          : await this.#deferReport(token, waitMs);
     }
-    if (
-      held?.tokenDigest === digest &&
-      (issuedBefore === undefined || held.issuedAt < issuedBefore)
-    ) {
-      this.#memory.delete(name);
-    }
-    let deleted: boolean;
+    this.deps.logger.info('Invalidate request handled', {
+      connection: name,
+      tokenDigest: digest,
+      ...outcome,
+      reportedBy,
+    });
+    return outcome;
+  }
+
+  /** The stored token of `name` if its digest is `digest`. */
+  async #storedToken(name: string, digest: string): Promise<TokenRecord | undefined> {
+    const { token } = await this.#storeCall(() => this.deps.store.read(name));
+    return token?.tokenDigest === digest && token.expiresAt > this.#clock.now() ? token : undefined;
+  }
+
+  /** Drops `token` here and in the store (if still the stored one). */
+  async #drop(token: TokenRecord, now: number): Promise<boolean> {
+    this.#memory.forget(token);
+    return this.#storeCall(() =>
+      this.deps.store.deleteIfMatches(token.connection, token.tokenDigest, { reportedAt: now }),
+    );
+  }
+
+  /** Keeps the report in the store and here: the token is replaced once it is old enough. */
+  async #deferReport(token: TokenRecord, waitMs: number): Promise<InvalidateOutcome> {
+    const kept = await this.#storeCall(() =>
+      this.deps.store.markReported(token.connection, token.tokenDigest),
+    );
+    if (!kept) return { invalidated: false };
+    this.#memory.report(token.connection, token.tokenDigest);
+    this.#metrics.record(MetricName.InvalidateDeferred, token.connection);
+    return { invalidated: false, deferredSeconds: Math.ceil(waitMs / 1000) };
+  }
+
+  async #storeCall<T>(call: () => Promise<T>): Promise<T> {
     try {
-      deleted = await this.deps.store.deleteIfMatches(name, digest, {
-        issuedBefore,
-        reportedAt: now,
-      });
+      return await call();
     } catch (error) {
       throw new StoreUnavailableError('The token store could not be updated; retry shortly', {
         cause: error,
       });
     }
-    this.deps.logger.info('Invalidate request handled', {
-      connection: name,
-      tokenDigest: digest,
-      invalidated: deleted,
-      reportedBy: caller ?? UNNAMED_TRIGGER,
+  }
+
+  /**
+   * The upstream rejected the token this container holds as current, with no replacement of
+   * ours under way that could have revoked it, in the first half of its life: only another
+   * issuance for the same client ID, elsewhere, revokes it then.
+   */
+  #suspectAnotherIssuer(entry: MemoryEntry, now: number, reportedBy: string): void {
+    const held = entry.record;
+    if (entry.lease !== undefined || now - held.issuedAt >= (held.expiresAt - held.issuedAt) / 2) {
+      return;
+    }
+    this.#metrics.record(MetricName.AnotherIssuerSuspected, held.connection);
+    this.deps.logger.error('Another system may be issuing tokens for this client ID', {
+      connection: held.connection,
+      tokenDigest: held.tokenDigest,
+      tokenAgeSeconds: Math.round((now - held.issuedAt) / 1000),
+      reportedBy,
+      runbook: 'One client ID, one broker (docs/operations.md)',
     });
-    return deleted;
+  }
+
+  /**
+   * Whether a report kept about `record` is due: the token may now be replaced on a caller's
+   * word, as this container measures its age.
+   */
+  #reportDue(record: TokenRecord): boolean {
+    const entry = this.#memory.get(record.connection);
+    if (!entry?.reported || entry.record.tokenDigest !== record.tokenDigest) return false;
+    const knownForMs = this.#memory.knownFor(record.connection, record.tokenDigest);
+    return waitBeforeReplacing(record, knownForMs, this.#settings) <= 0;
   }
 
   /**
@@ -344,12 +406,17 @@ export class TokenBroker {
    * token is still served, unless the failed request may have revoked it (an unknown outcome):
    * then the issuance has dropped it everywhere.
    */
-  #refreshAhead(connection: ConnectionConfig, current: TokenRecord, trigger: Trigger): void {
+  #refreshAhead(
+    connection: ConnectionConfig,
+    current: TokenRecord,
+    trigger: Trigger,
+    cause: IssuanceCause,
+  ): void {
     const { name } = connection;
     if (this.#refreshing.has(name) || this.#loads.has(name)) return;
     const deadline = this.#clock.now() + this.#issuance.refreshBudgetMs(connection, current);
     const run = this.#issuance
-      .refresh(connection, current, deadline, trigger)
+      .refresh(connection, current, deadline, trigger, cause)
       .then(
         () => undefined,
         (error: unknown) => {
@@ -372,8 +439,10 @@ export class TokenBroker {
     deadline: number,
     bypassMemory: boolean,
     trigger: Trigger,
+    mayForce = true,
   ): Promise<ServedToken> {
-    const obtain = () => this.#issuance.obtain(connection, need, deadline, bypassMemory, trigger);
+    const obtain = () =>
+      this.#issuance.obtain(connection, need, deadline, bypassMemory, trigger, mayForce);
     const { value: shared, joined } = await this.#loads.run(
       connection.name,
       obtain,

@@ -38,6 +38,13 @@ export const CAUSE_METRIC: Readonly<Record<IssuanceCause, MetricName>> = {
   'unknown-outcome': MetricName.IssuedForUnknownOutcome,
 };
 
+/**
+ * Causes that are a caller's word rather than a token's age: the token they issue is `forced`,
+ * and no caller's word replaces it before it is a refresh window old (`caller-bounds.ts`).
+ */
+export const isCallersWord = (cause: IssuanceCause): boolean =>
+  cause === IssuanceCause.MinValidity || cause === IssuanceCause.Invalidate;
+
 /** Who asked: an HTTP caller's IAM ARN, `direct invoke`, `schedule` (the warm-up). */
 export type Trigger = string;
 

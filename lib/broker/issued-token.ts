@@ -6,7 +6,7 @@
 import type { ConnectionConfig } from '../config.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
 import type { IssuedToken, TokenRecord } from '../ports.js';
-import { CAUSE_METRIC, type IssuanceCause, type Trigger } from './issuance-cause.js';
+import { CAUSE_METRIC, type IssuanceCause, isCallersWord, type Trigger } from './issuance-cause.js';
 import { type BrokerLogger, tokenDigest } from './types.js';
 
 /** Clock skew between us and the upstream beyond which a warning is logged. */
@@ -33,6 +33,7 @@ export const recordIssued = (
     tokenDigest: tokenDigest(issued.accessToken),
     issuedAt: issued.requestedAt,
     expiresAt: issued.requestedAt + issued.expiresIn * 1000,
+    ...(isCallersWord(cause) ? { forced: true } : {}),
   };
   if (issued.upstreamTimestamp !== undefined) {
     const skewMs = issued.upstreamTimestamp * 1000 - issued.requestedAt;

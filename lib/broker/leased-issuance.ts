@@ -42,6 +42,7 @@ import type {
   TokenState,
   TokenStore,
 } from '../ports.js';
+import { type CallerBoundSettings, forcingRefusal } from './caller-bounds.js';
 import type { Issue } from './credential-rotation.js';
 import { afterFailedFlow } from './failed-flow.js';
 import { HeldLease, LEASE_MS, MIN_POST_MS, STORE_RESERVE_MS } from './held-lease.js';
@@ -53,7 +54,6 @@ import {
   countdownFor,
   DEFAULT_ISSUANCE_MS,
   DRAIN_MARGIN_MS,
-  type RefreshSettings,
   replacementMayBeOut,
   SKEW_TOLERANCE_MS,
   servableUnconfirmed,
@@ -78,7 +78,7 @@ export interface LeasedIssuanceDeps {
   readonly clock: Clock;
   readonly issue: Issue;
   readonly memory: TokenMemory;
-  readonly settings: RefreshSettings & {
+  readonly settings: CallerBoundSettings & {
     /**
      * The upstream request timeout: the grace after a POST during which it may still land, and
      * during which no other POST for the connection starts.
@@ -140,6 +140,7 @@ export class LeasedIssuance {
    * Reads the store until it holds a token that meets `need`, issuing it under the lease.
    * @param bypassMemory never fall back to memory when the store is unreadable (the warm-up)
    * @param trigger who asked (logged with an issuance)
+   * @param mayForce whether the caller may force a replacement (see `caller-bounds.ts`)
    */
   async obtain(
     connection: ConnectionConfig,
@@ -147,6 +148,7 @@ export class LeasedIssuance {
     deadline: number,
     bypassMemory: boolean,
     trigger: Trigger = UNNAMED_TRIGGER,
+    mayForce = true,
   ): Promise<ServedToken> {
     const { name } = connection;
     const { clock, settings } = this.deps;
@@ -187,6 +189,30 @@ export class LeasedIssuance {
       if (token && token.expiresAt - token.issuedAt <= needMs) throw unsatisfiable(token, needMs);
 
       const leaseLive = lease !== undefined && !this.#watch.stale(name, lease, now);
+      // A caller's validity that only a replacement gives, with none under way: bounded.
+      if (valid && !suspect && !leaseLive && need !== 'outside-window') {
+        const refusal = forcingRefusal(
+          {
+            record: valid,
+            needMs,
+            now,
+            knownForMs: this.deps.memory.knownFor(name, valid.tokenDigest),
+            mayForce,
+          },
+          settings,
+        );
+        if (refusal) {
+          this.deps.metrics.record(MetricName.ReplacementsRefused, name);
+          this.deps.logger.info('Replacement on a caller’s word refused', {
+            connection: name,
+            caller: trigger,
+            code: refusal.code,
+            minValidity: Math.ceil(needMs / 1000),
+            availableMinValidity: refusal.availableMinValidity,
+          });
+          throw refusal;
+        }
+      }
       if (!leaseLive) {
         if (deadline <= now) {
           throw new UpstreamUnavailableError('No time left to issue a token', {
@@ -271,6 +297,7 @@ export class LeasedIssuance {
     current: TokenRecord,
     deadline: number,
     trigger: Trigger = UNNAMED_TRIGGER,
+    cause: IssuanceCause = IssuanceCause.RefreshAhead,
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
     const { clock, memory } = this.deps;
@@ -294,10 +321,12 @@ export class LeasedIssuance {
       this.#remember(connection, attempt.state, now, clock.now());
       return undefined;
     }
-    this.deps.logger.info('Refreshing the token ahead of expiry', {
-      connection: name,
-      countdown,
-    });
+    this.deps.logger.info(
+      cause === IssuanceCause.Invalidate
+        ? 'Replacing a reported token'
+        : 'Refreshing the token ahead of expiry',
+      { connection: name, countdown },
+    );
     const issued = await this.#issueUnderLease(connection, {
       holder,
       needMs: 0,
@@ -306,7 +335,7 @@ export class LeasedIssuance {
       leasedAt: now,
       answeredAt: clock.now(),
       countdown,
-      cause: IssuanceCause.RefreshAhead,
+      cause,
       trigger,
     });
     // Lost after our token request went out: it has revoked `current`, which must not be served;
@@ -359,10 +388,11 @@ export class LeasedIssuance {
    */
   #remember(
     connection: ConnectionConfig,
-    { token, lease }: TokenState,
+    state: TokenState,
     sentAt: number,
     now: number,
   ): { suspect: boolean; until: number } {
+    const { token, lease } = state;
     const { memory, settings } = this.deps;
     if (lease) this.#watch.stale(connection.name, lease, now);
     const valid = token && token.expiresAt > now ? token : undefined;
@@ -374,7 +404,13 @@ export class LeasedIssuance {
       return { suspect, until: sentAt };
     }
     const until = servableUntil(valid, announced, sentAt, settings);
-    memory.set({ record: valid, checkedAt: sentAt, until, lease: announced });
+    memory.set({
+      record: valid,
+      checkedAt: sentAt,
+      until,
+      lease: announced,
+      ...(state.reported ? { reported: true } : {}),
+    });
     return { suspect, until };
   }
 

@@ -1,6 +1,7 @@
 /**
  * This container's copy of each connection's token, with what the shared store last said of
- * it. Whether an entry may be served is the refresh policy's call; this only keeps it.
+ * it, and since when this container has known each token. Whether an entry may be served is
+ * the refresh policy's call; this only keeps it.
  */
 import type { Lease, TokenRecord } from '../ports.js';
 
@@ -12,11 +13,21 @@ export interface MemoryEntry {
   readonly until: number;
   /** The lease that read found on the token: its replacement is under way, cut-over announced. */
   readonly lease?: Lease | undefined;
+  /** A caller reported the token as rejected too early to replace it: replaced once it may be. */
+  readonly reported?: boolean | undefined;
 }
 
+/** Tokens whose first sight is kept per connection: the current one and a few before it. */
+const SEEN_PER_CONNECTION = 4;
+
 export class TokenMemory {
-  // A Map, not an object: connection names come from callers.
+  // Maps, not objects: connection names come from callers.
   readonly #entries = new Map<string, MemoryEntry>();
+  /** Per connection, token digest → when this container first saw it (monotonic ms). */
+  readonly #seen = new Map<string, Map<string, number>>();
+
+  /** @param monotonic this container's monotonic clock (ms): ages measured here never step. */
+  constructor(private readonly monotonic: () => number = () => performance.now()) {}
 
   get(connection: string): MemoryEntry | undefined {
     return this.#entries.get(connection);
@@ -24,6 +35,7 @@ export class TokenMemory {
 
   set(entry: MemoryEntry): void {
     this.#entries.set(entry.record.connection, entry);
+    this.knownFor(entry.record.connection, entry.record.tokenDigest);
   }
 
   delete(connection: string): void {
@@ -35,6 +47,33 @@ export class TokenMemory {
     if (this.#entries.get(record.connection)?.record.tokenDigest === record.tokenDigest) {
       this.#entries.delete(record.connection);
     }
+  }
+
+  /** Marks the entry of `connection` as reported, if it holds the token of `digest`. */
+  report(connection: string, digest: string): void {
+    const entry = this.#entries.get(connection);
+    if (entry?.record.tokenDigest === digest)
+      this.#entries.set(connection, { ...entry, reported: true });
+  }
+
+  /**
+   * How long this container has known the token of `digest` (ms, on its monotonic clock),
+   * counting from now if it never saw it: never longer than the token's true age, whatever any
+   * wall clock says.
+   */
+  knownFor(connection: string, digest: string): number {
+    const now = this.monotonic();
+    let tokens = this.#seen.get(connection);
+    if (!tokens) {
+      tokens = new Map();
+      this.#seen.set(connection, tokens);
+    }
+    const seen = tokens.get(digest);
+    if (seen !== undefined) return now - seen;
+    tokens.set(digest, now);
+    // Insertion order: the oldest sighting goes first.
+    if (tokens.size > SEEN_PER_CONNECTION) tokens.delete(tokens.keys().next().value as string);
+    return 0;
   }
 
   /** The last token this container held, if still valid at `now`, with when it was confirmed. */

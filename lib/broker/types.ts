@@ -36,6 +36,22 @@ export interface GetTokenOptions {
   readonly deadline: number;
   /** Who asks (an HTTP caller's IAM ARN, `direct invoke`): logged with an issuance it causes. */
   readonly caller?: string | undefined;
+  /**
+   * Whether this caller may force a replacement with a `minValidity` the current token cannot
+   * give (the connection's `forceCallers`, decided at the edge). Default true.
+   */
+  readonly mayForce?: boolean | undefined;
+}
+
+/** What became of an invalidate report. */
+export interface InvalidateOutcome {
+  /** The reported token was the stored one and is gone: the next request gets a new one. */
+  readonly invalidated: boolean;
+  /**
+   * The reported token is too young to be replaced on a caller's word: the report is kept, and
+   * the token replaced about this many seconds from now (plus a memory re-check elsewhere).
+   */
+  readonly deferredSeconds?: number;
 }
 
 export type WarmUpOutcome =

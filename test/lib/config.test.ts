@@ -40,7 +40,7 @@ describe('Function: loadConfig', () => {
     expect(
       failure(withConnection({ variant: 'v3', baseUrl: 'https://a.example.com', secretID: 's' })),
     ).toBe(
-      'BROKER_CONNECTIONS: connection "sandbox", field "secretID": unknown field (did you mean "secretId"?); known: variant, baseUrl, secretId, callers, codeField, revokesOnReissue, signing',
+      'BROKER_CONNECTIONS: connection "sandbox", field "secretID": unknown field (did you mean "secretId"?); known: variant, baseUrl, secretId, callers, forceCallers, codeField, revokesOnReissue, signing',
     );
     expect(
       failure(
@@ -58,7 +58,7 @@ describe('Function: loadConfig', () => {
         withConnection({ variant: 'v3', baseUrl: 'https://a.example.com', secretId: 's', zzz: 1 }),
       ),
     ).toBe(
-      'BROKER_CONNECTIONS: connection "sandbox", field "zzz": unknown field; known: variant, baseUrl, secretId, callers, codeField, revokesOnReissue, signing',
+      'BROKER_CONNECTIONS: connection "sandbox", field "zzz": unknown field; known: variant, baseUrl, secretId, callers, forceCallers, codeField, revokesOnReissue, signing',
     );
   });
 
@@ -97,6 +97,35 @@ describe('Function: loadConfig', () => {
     expect(config.refreshWindowSeconds).toBe(120);
     expect(config.memoryRecheckSeconds).toBe(0);
     expect(config.upstreamTimeoutMs).toBe(2500);
+  });
+
+  it('reads who may force a replacement: unset is everyone, [] nobody; a blank pattern is refused', () => {
+    const base = { variant: 'v3', baseUrl: 'https://a.example', secretId: 's' };
+    expect(loadConfig(withConnection(base)).connections.get('sandbox')?.forceCallers).toBe(
+      undefined,
+    );
+    expect(
+      loadConfig(withConnection({ ...base, forceCallers: [] })).connections.get('sandbox')
+        ?.forceCallers,
+    ).toEqual([]);
+    const listed = ['arn:aws:iam::123456789012:role/ops-*'];
+    expect(
+      loadConfig(withConnection({ ...base, forceCallers: listed })).connections.get('sandbox')
+        ?.forceCallers,
+    ).toEqual(listed);
+    expect(failure(withConnection({ ...base, forceCallers: [' '] }))).toContain(
+      'field "forceCallers.0"',
+    );
+  });
+
+  it('reads the forced-token age: unset means the refresh window; out of range is refused', () => {
+    expect(loadConfig(good).forcedMinAgeSeconds).toBeUndefined();
+    expect(loadConfig({ ...good, BROKER_FORCED_MIN_AGE_SECONDS: '30' }).forcedMinAgeSeconds).toBe(
+      30,
+    );
+    expect(failure({ ...good, BROKER_FORCED_MIN_AGE_SECONDS: '-1' })).toContain(
+      'BROKER_FORCED_MIN_AGE_SECONDS must be a whole number',
+    );
   });
 
   it('reads revokesOnReissue, and refuses a non-boolean', () => {

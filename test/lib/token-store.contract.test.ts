@@ -233,18 +233,31 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect(await store.deleteIfMatches('never-stored', tokenDigest('current'))).toBe(false);
   });
 
-  it('deletes a matching token only if it was issued before the floor it is given', async () => {
+  it('compares no clock on delete: a token is removed on its digest alone, however young', async () => {
     await store.acquireLease('floor', lease('a:1'));
-    const young = { ...record('young', now + 3_600_000, 'floor'), issuedAt: now - 1_000 };
+    // Issued "in the future" on the writer's clock: a reporter's clock is not compared with it.
+    const young = { ...record('young', now + 3_600_000, 'floor'), issuedAt: now + 60_000 };
     await store.putToken(young, 'a:1');
-    expect(
-      await store.deleteIfMatches('floor', tokenDigest('young'), { issuedBefore: now - 5_000 }),
-    ).toBe(false);
-    expect((await store.read('floor')).token?.accessToken).toBe('young');
-    expect(await store.deleteIfMatches('floor', tokenDigest('young'), { issuedBefore: now })).toBe(
-      true,
-    );
+    expect(await store.deleteIfMatches('floor', tokenDigest('young'))).toBe(true);
     expect((await store.read('floor')).token).toBeUndefined();
+  });
+
+  it('keeps a report about the stored token until the next token is written', async () => {
+    await store.acquireLease('kept', lease('a:1'));
+    const first = record('first', now + 3_600_000, 'kept');
+    await store.putToken(first, 'a:1');
+    // About another token: nothing kept.
+    expect(await store.markReported('kept', tokenDigest('other'))).toBe(false);
+    expect((await store.read('kept')).reported).toBeUndefined();
+    expect(await store.markReported('kept', tokenDigest('first'))).toBe(true);
+    expect(await store.read('kept')).toEqual({ token: first, lease: undefined, reported: true });
+    // A lease taken to replace it keeps the report; the successor's write clears it.
+    await store.acquireLease('kept', lease('b:1', now + 10_000, first.expiresAt + 1));
+    expect((await store.read('kept')).reported).toBe(true);
+    const next = { ...record('second', now + 3_600_000, 'kept'), forced: true };
+    await store.putToken(next, 'b:1');
+    expect(await store.read('kept')).toEqual({ token: next, lease: undefined });
+    expect(await store.markReported('never-stored', tokenDigest('first'))).toBe(false);
   });
 
   it('forgets the invalidate report once a new token is written', async () => {

@@ -23,9 +23,9 @@ import type {
 export class InMemoryTokenStore implements TokenStore {
   readonly items = new Map<
     string,
-    { token?: TokenRecord; lease?: Lease; invalidatedAt?: number }
+    { token?: TokenRecord; lease?: Lease; invalidatedAt?: number; reportedDigest?: string }
   >();
-  calls = { read: 0, acquire: 0, renew: 0, put: 0, release: 0, delete: 0 };
+  calls = { read: 0, acquire: 0, renew: 0, put: 0, release: 0, delete: 0, report: 0 };
   failing = false;
 
   #check() {
@@ -47,6 +47,7 @@ export class InMemoryTokenStore implements TokenStore {
       ...(item?.invalidatedAt !== undefined && !item.token
         ? { invalidatedAt: item.invalidatedAt }
         : {}),
+      ...(item?.token && item.reportedDigest === item.token.tokenDigest ? { reported: true } : {}),
     };
   }
   async acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt> {
@@ -110,20 +111,24 @@ export class InMemoryTokenStore implements TokenStore {
   async deleteIfMatches(
     connection: string,
     tokenDigest: string,
-    {
-      issuedBefore,
-      reportedAt = Date.now(),
-    }: { issuedBefore?: number | undefined; reportedAt?: number | undefined } = {},
+    { reportedAt = Date.now() }: { reportedAt?: number | undefined } = {},
   ): Promise<boolean> {
     this.calls.delete += 1;
     this.#check();
     const item = this.items.get(connection);
     if (item?.token?.tokenDigest !== tokenDigest) return false;
-    if (issuedBefore !== undefined && item.token.issuedAt >= issuedBefore) return false;
     this.items.set(connection, {
       ...(item.lease ? { lease: item.lease } : {}),
       invalidatedAt: reportedAt,
     });
+    return true;
+  }
+  async markReported(connection: string, tokenDigest: string): Promise<boolean> {
+    this.calls.report += 1;
+    this.#check();
+    const item = this.items.get(connection);
+    if (item?.token?.tokenDigest !== tokenDigest) return false;
+    this.items.set(connection, { ...item, reportedDigest: tokenDigest });
     return true;
   }
 }
@@ -223,6 +228,8 @@ export class CountingMetrics implements BrokerMetrics {
  */
 export class ManualClock implements Clock {
   #now: number;
+  /** The monotonic clock: moves with `advance` and `advanceNow`, not with `step`. */
+  #monotonic = 0;
   #timers: { at: number; every?: number; fire: () => void; id: number }[] = [];
   #ids = 0;
   draw = 0;
@@ -231,6 +238,14 @@ export class ManualClock implements Clock {
   }
   now() {
     return this.#now;
+  }
+  monotonic() {
+    return this.#monotonic;
+  }
+  /** Steps the wall clock alone (NTP, an operator): durations on the monotonic clock go on. */
+  step(ms: number) {
+    this.#now += ms;
+    for (const timer of this.#timers) timer.at += ms;
   }
   random() {
     return this.draw;
@@ -250,18 +265,21 @@ export class ManualClock implements Clock {
     for (;;) {
       const next = this.#timers.filter((t) => t.at <= until).sort((a, b) => a.at - b.at)[0];
       if (!next) break;
+      this.#monotonic += next.at - this.#now;
       this.#now = next.at;
       if (next.every) next.at += next.every;
       else this.#timers = this.#timers.filter((t) => t !== next);
       next.fire();
       await settle();
     }
+    this.#monotonic += until - this.#now;
     this.#now = until;
     await settle();
   }
   /** Moves the clock without firing timers: a process that was paused (SIGSTOP) sees this. */
   advanceNow(ms: number) {
     this.#now += ms;
+    this.#monotonic += ms;
   }
   /** Timers still armed: a module that forgets to stop one leaks work into later calls. */
   pending() {

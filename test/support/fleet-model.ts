@@ -31,6 +31,7 @@ export const wrap = (store: InMemoryTokenStore, over: Partial<TokenStore>): Toke
   renewLease: (n, h, e, d, c) => store.renewLease(n, h, e, d, c),
   releaseLease: (n, h) => store.releaseLease(n, h),
   deleteIfMatches: (n, d, o) => store.deleteIfMatches(n, d, o),
+  markReported: (n, d) => store.markReported(n, d),
   ...over,
 });
 

@@ -79,7 +79,14 @@ describe('Issuance audit: every issuance with its cause and caller', () => {
       caller: ARN,
     });
     expect(forced.record.accessToken).not.toBe(first.record.accessToken);
-    await broker.invalidate('sandbox', forced.record.accessToken, 'direct invoke');
+    // Issued on a caller's word: a report of it waits until it is a refresh window old.
+    expect(
+      await broker.invalidate('sandbox', forced.record.accessToken, 'direct invoke'),
+    ).toMatchObject({ invalidated: false });
+    await vi.advanceTimersByTimeAsync(600_000);
+    expect(await broker.invalidate('sandbox', forced.record.accessToken, 'direct invoke')).toEqual({
+      invalidated: true,
+    });
     await broker.getToken('sandbox', { deadline: deadline(), caller: 'direct invoke' });
     // The stored token expires unrefreshed (a fleet that was idle past it).
     const stored = store.token('sandbox');

@@ -190,6 +190,7 @@ class Sim {
   clock(owner: string, skewMs = 0) {
     return {
       now: () => this.#now + skewMs,
+      monotonic: () => this.#now,
       sleep: (ms: number) => new Promise<void>((resolve) => void this.#add(owner, ms, resolve)),
       random: () => this.draw,
       every: (ms: number, tick: () => void) => this.#add(owner, ms, tick, ms),

@@ -337,28 +337,36 @@ describe('Class: TokenBroker', () => {
     it('drops the cached token when it is the one reported, and the next call re-issues once', async () => {
       const { broker, store, issuer } = setup();
       await broker.getToken('sandbox', { deadline: deadline() });
-      expect(await broker.invalidate('sandbox', 'token-1')).toBe(true);
+      expect(await broker.invalidate('sandbox', 'token-1')).toEqual({ invalidated: true });
       expect(store.token('sandbox') !== undefined).toBe(false);
       const next = await broker.getToken('sandbox', { deadline: deadline() });
       expect(next).toMatchObject({ source: 'upstream', record: { accessToken: 'token-2' } });
       expect(issuer.issued).toBe(2);
     });
 
-    it('does not drop a token younger than the floor: a storm of reports re-issues once per floor', async () => {
+    it('does not drop a token younger than the floor, but keeps the report; the token it issues is not replaced on a report for a window', async () => {
       const { broker, issuer, store } = setup({ invalidateFloor: 10 });
       const first = await broker.getToken('sandbox', { deadline: deadline() });
       vi.advanceTimersByTime(5_000);
-      expect(await broker.invalidate('sandbox', first.record.accessToken)).toBe(false);
+      expect(await broker.invalidate('sandbox', first.record.accessToken)).toEqual({
+        invalidated: false,
+        deferredSeconds: 5,
+      });
       expect(store.token('sandbox')?.accessToken).toBe(first.record.accessToken);
       expect((await broker.getToken('sandbox', { deadline: deadline() })).record.accessToken).toBe(
         first.record.accessToken,
       );
       vi.advanceTimersByTime(5_001);
-      expect(await broker.invalidate('sandbox', first.record.accessToken)).toBe(true);
+      expect(await broker.invalidate('sandbox', first.record.accessToken)).toEqual({
+        invalidated: true,
+      });
       const next = await broker.getToken('sandbox', { deadline: deadline() });
-      expect(next.record.accessToken).toBe('token-2');
-      // Reports of the new token right away are refused: no second issuance within the floor.
-      expect(await broker.invalidate('sandbox', next.record.accessToken)).toBe(false);
+      expect(next.record).toMatchObject({ accessToken: 'token-2', forced: true });
+      // Issued on a caller's word: reports of it wait a refresh window (600 s here).
+      expect(await broker.invalidate('sandbox', next.record.accessToken)).toEqual({
+        invalidated: false,
+        deferredSeconds: 600,
+      });
       expect(issuer.issued).toBe(2);
     });
 
@@ -367,7 +375,7 @@ describe('Class: TokenBroker', () => {
       await broker.getToken('sandbox', { deadline: deadline() });
       await broker.invalidate('sandbox', 'token-1');
       await broker.getToken('sandbox', { deadline: deadline() });
-      expect(await broker.invalidate('sandbox', 'token-1')).toBe(false);
+      expect(await broker.invalidate('sandbox', 'token-1')).toEqual({ invalidated: false });
       expect(store.token('sandbox')?.accessToken).toBe('token-2');
       expect((await broker.getToken('sandbox', { deadline: deadline() })).source).toBe('memory');
       expect(issuer.issued).toBe(2);
@@ -581,7 +589,7 @@ describe('Class: TokenBroker', () => {
         token: record('current', T0 + 3600_000),
         lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
       });
-      expect(await broker.invalidate('sandbox', 'current')).toBe(true);
+      expect(await broker.invalidate('sandbox', 'current')).toEqual({ invalidated: true });
       expect(store.items.get('sandbox')).toEqual({
         lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
         // When the report came: why the next token is issued.

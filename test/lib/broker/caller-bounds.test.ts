@@ -1,0 +1,205 @@
+/**
+ * Guarantee: no caller's word — a `minValidity` the current token cannot give, an invalidate
+ * report, or any mix of them, on any container — replaces tokens more than once per refresh
+ * window (after the first replacement of a token issued otherwise), and a report that comes too
+ * early is kept, not dropped. Ages are judged on each container's own monotonic clock, so a
+ * container whose wall clock runs ahead cannot shorten them (review finding R2).
+ *
+ * Every container here is a broker over one in-memory store, on its own manual clock; the
+ * upstream model revokes every earlier token on each issuance, and every token a caller is
+ * handed is checked against it at that moment.
+ */
+import { describe, expect, it } from 'vitest';
+import type { TokenBroker } from '../../../lib/broker/index.js';
+import { InMemoryTokenStore, ManualClock } from '../../support/fakes.js';
+import { fleetBroker, seed, Upstream } from '../../support/fleet-model.js';
+
+const T0 = 1_795_262_400_000;
+/** Tokens live 1,200 s; the refresh window is 60 s; the invalidate floor 2 s. */
+const LIFE_MS = 1_200_000;
+const WINDOW_S = 60;
+
+interface Refusal {
+  readonly code: string;
+  readonly availableMinValidity?: number;
+  readonly retryAfterSeconds?: number;
+}
+
+/** Calls `getToken` and records what the caller got: a token (checked) or a refusal. */
+const ledger = (up: Upstream) => {
+  const served: { token: string; revoked: boolean }[] = [];
+  const refused: Refusal[] = [];
+  const ask = async (broker: TokenBroker, clock: ManualClock, minValiditySeconds?: number) => {
+    try {
+      const answer = await broker.getToken('sandbox', {
+        deadline: clock.now() + 8_000,
+        minValiditySeconds,
+        caller: 'arn:aws:iam::111122223333:role/service',
+      });
+      const token = answer.record.accessToken;
+      served.push({ token, revoked: up.revoked.has(token) });
+      return token;
+    } catch (error) {
+      refused.push(error as Refusal);
+      return undefined;
+    }
+  };
+  return { served, refused, ask };
+};
+
+describe('Guarantee: a caller’s word replaces tokens at most once per refresh window', () => {
+  it('one caller asking minValidity=1199 every 2 s on two containers replaces at most once per window, and is told what it can have', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    seed(store, up, T0 - 100_000, LIFE_MS); // issued by the warm-up 100 s ago
+    const options = { window: WINDOW_S, recheck: 5, floor: 2 };
+    const fleet = [fleetBroker(store, clock, up, options), fleetBroker(store, clock, up, options)];
+    const { served, refused, ask } = ledger(up);
+    const before = up.n;
+    const runMs = 200_000;
+    for (let i = 0; clock.now() < T0 + runMs; i += 1) {
+      await ask(fleet[i % 2] as TokenBroker, clock, 1199);
+      await clock.advance(2_000);
+    }
+    const issued = up.n - before;
+    // Before the bound: every request replaced the token (about 27 issuances in 200 s).
+    expect(issued).toBeGreaterThanOrEqual(1);
+    expect(issued).toBeLessThanOrEqual(1 + Math.floor(runMs / (WINDOW_S * 1000)));
+    expect(served.filter((s) => s.revoked)).toEqual([]);
+    expect(refused.length).toBeGreaterThan(0);
+    for (const refusal of refused) {
+      expect(refusal.code).toBe('REPLACEMENT_TOO_SOON');
+      // What the current token gives now: less than asked, more than the window.
+      expect(refusal.availableMinValidity).toBeLessThan(1199);
+      expect(refusal.availableMinValidity).toBeGreaterThan(1000);
+      expect(refusal.retryAfterSeconds).toBeGreaterThan(0);
+      expect(refusal.retryAfterSeconds).toBeLessThanOrEqual(WINDOW_S);
+    }
+  });
+
+  it('a mix of minValidity and invalidate reports from two containers replaces at most once per window', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    seed(store, up, T0 - 100_000, LIFE_MS);
+    const options = { window: WINDOW_S, recheck: 5, floor: 2 };
+    const a = fleetBroker(store, clock, up, options);
+    const b = fleetBroker(store, clock, up, options);
+    const { served, ask } = ledger(up);
+    const before = up.n;
+    const runMs = 200_000;
+    for (let i = 0; clock.now() < T0 + runMs; i += 1) {
+      if (i % 2 === 0) {
+        await ask(a, clock, 1199);
+      } else {
+        const token = await ask(b, clock);
+        if (token) await b.invalidate('sandbox', token, 'arn:aws:iam::111122223333:role/service');
+      }
+      await clock.advance(1_000);
+    }
+    const issued = up.n - before;
+    expect(issued).toBeGreaterThanOrEqual(1);
+    expect(issued).toBeLessThanOrEqual(1 + Math.floor(runMs / (WINDOW_S * 1000)));
+    expect(served.filter((s) => s.revoked)).toEqual([]);
+  });
+
+  it('a storm of reports from a container whose clock runs 3 s ahead re-issues at most once per floor (R2: no clock compared)', async () => {
+    const clock = new ManualClock(T0);
+    const ahead = new ManualClock(T0 + 3_000);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    seed(store, up, T0 - 100_000, LIFE_MS);
+    const options = { window: WINDOW_S, recheck: 0.25, floor: 2 };
+    const issuer = fleetBroker(store, clock, up, options);
+    const reporter = fleetBroker(store, ahead, up, options);
+    const { served, ask } = ledger(up);
+    const before = up.n;
+    const runMs = 4_000;
+    while (clock.now() < T0 + runMs) {
+      const token = await ask(issuer, clock);
+      if (token) await reporter.invalidate('sandbox', token);
+      await Promise.all([clock.advance(100), ahead.advance(100)]);
+    }
+    const issued = up.n - before;
+    // Before: the reporter judged every token 3 s older than it was, and about 10 were issued.
+    expect(issued).toBeGreaterThanOrEqual(1);
+    expect(issued).toBeLessThanOrEqual(Math.ceil(runMs / 2_000));
+    expect(served.filter((s) => s.revoked)).toEqual([]);
+  });
+
+  it('a single report about a token younger than the floor is kept, and replaces it once, after the floor', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const options = { window: WINDOW_S, recheck: 5, floor: 2 };
+    const a = fleetBroker(store, clock, up, options);
+    const b = fleetBroker(store, clock, up, options);
+    const { served, ask } = ledger(up);
+    const first = await ask(b, clock); // the first token, issued now
+    await clock.advance(100);
+    expect(await ask(a, clock)).toBe(first);
+    await clock.advance(400);
+    const outcome = await a.invalidate('sandbox', first as string);
+    // No further report; both containers keep serving callers.
+    const reportedAt = clock.now();
+    let replacedAt: number | undefined;
+    while (clock.now() < reportedAt + 20_000) {
+      for (const broker of [a, b]) {
+        const token = await ask(broker, clock);
+        if (token !== first && replacedAt === undefined) replacedAt = clock.now();
+      }
+      await clock.advance(250);
+    }
+    // Before: the report was dropped, and the token was never replaced (1 issuance).
+    expect(up.n).toBe(2);
+    expect(replacedAt).toBeDefined();
+    // Not before the floor; within the floor, a re-check and a countdown of one.
+    expect((replacedAt as number) - reportedAt).toBeGreaterThanOrEqual(1_500);
+    expect((replacedAt as number) - reportedAt).toBeLessThan(2_000 + 5_000 + 7_000);
+    expect(served.filter((s) => s.revoked)).toEqual([]);
+    // The reporter was told so.
+    expect(outcome).toEqual({ invalidated: false, deferredSeconds: 2 });
+  });
+
+  it('a token the upstream really rejected, reported when old enough, is replaced at once, by the next request', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    seed(store, up, T0 - 100_000, LIFE_MS);
+    const a = fleetBroker(store, clock, up, { window: WINDOW_S, floor: 2 });
+    const { ask } = ledger(up);
+    const old = (await ask(a, clock)) as string;
+    await clock.advance(2_000);
+    expect(await a.invalidate('sandbox', old)).toEqual({ invalidated: true });
+    const before = up.n;
+    const next = await ask(a, clock);
+    expect(next).not.toBe(old);
+    expect(up.n).toBe(before + 1);
+  });
+
+  it('a caller that may not force is refused with what it can have, and nothing is issued', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    seed(store, up, T0 - 100_000, LIFE_MS);
+    const a = fleetBroker(store, clock, up, { window: WINDOW_S, floor: 0 });
+    const before = up.n;
+    const refusal = await a
+      .getToken('sandbox', { deadline: T0 + 8_000, minValiditySeconds: 1150, mayForce: false })
+      .then(
+        () => undefined,
+        (error: unknown) => error as Refusal,
+      );
+    expect(refusal).toMatchObject({ code: 'FORCE_NOT_ALLOWED', availableMinValidity: 1099 });
+    expect(up.n).toBe(before);
+    // What it was told it can have, it gets, from the same token.
+    const served = await a.getToken('sandbox', {
+      deadline: T0 + 8_000,
+      minValiditySeconds: 1099,
+      mayForce: false,
+    });
+    expect(up.revoked.has(served.record.accessToken)).toBe(false);
+    expect(up.n).toBe(before);
+  });
+});
