@@ -242,6 +242,8 @@ export const runScenario = async (
       BROKER_MEMORY_RECHECK_SECONDS: '5',
       // The production default, not the test stack's 0: the invalidate storm runs against it.
       BROKER_INVALIDATE_MIN_AGE_SECONDS: '2',
+      // And the production bound on a caller's word (a refresh window), not the test stack's 0.
+      BROKER_FORCED_MIN_AGE_SECONDS: '',
       BROKER_LOCAL_TIMEOUT_MS: String(settings.lambdaTimeoutMs),
       POWERTOOLS_LOG_LEVEL: 'INFO',
       POWERTOOLS_METRICS_DISABLED: 'true',

@@ -534,6 +534,27 @@ export const SCENARIOS: readonly Scenario[] = [
       }
     },
   },
+  {
+    name: 'forcing-caller',
+    injects:
+      'one extra caller asks minValidity = lifetime - 1 s (only a new token gives it) every 2 s, in turn on each container',
+    predicted:
+      'issue #19: each request replaced the token, revoking everyone’s; bounded to one replacement per refresh window',
+    extra: async (context, invoke) => {
+      let turn = 0;
+      while (context.running()) {
+        await context.sleep(S(2));
+        if (!context.running()) break;
+        context.inject('getToken minValidity = lifetime - 1', turn % context.nodes.length);
+        await invoke(turn % context.nodes.length, {
+          action: 'getToken',
+          connection: 'sandbox',
+          minValidity: context.settings.lifetimeSeconds - 1,
+        });
+        turn += 1;
+      }
+    },
+  },
 ];
 
 export const scenarioNamed = (name: string): Scenario | undefined =>

@@ -291,7 +291,7 @@ const digest = (token: string) =>
   createHash('sha256').update(token).digest('base64url').slice(0, 16);
 
 describe('End to end: a service using the packed client, against npm start (issue 16)', () => {
-  it('hands out no token the upstream has revoked, across warm-up refreshes, a forced replacement and another caller’s invalidate (provider() and the middy middleware)', async () => {
+  it('hands out no token the upstream has revoked, across warm-up refreshes, a forced replacement (a second one refused) and another caller’s invalidate (provider() and the middy middleware)', async () => {
     // Tokens of 124 s: a 62 s refresh window, a 5 s re-check, a warm-up every 2 s. Shorter
     // tokens could not meet the defaults (the broker's minValidity and the client's margin,
     // 60 s each), and this test runs with every default.
@@ -330,10 +330,31 @@ describe('End to end: a service using the packed client, against npm start (issu
       const forced = digest((await get('?minValidity=118')).accessToken);
       expect(forced).not.toBe(forcedFrom);
 
-      // Another caller reports the current token as rejected. Its successor is replaced by the
-      // warm-up again about 62 s later, before the end.
+      // The same caller again once that token cannot give 118 s either: a token issued on a
+      // caller's word is not replaced on one for a refresh window. Refused, with what it can
+      // have now.
       await at(90_000);
-      const reported = (await get()).accessToken;
+      const again = await fetch(`${local.broker}/tokens/${connection}?minValidity=118`);
+      const refusal = (await again.json()) as {
+        error: { code: string; availableMinValidity: number };
+      };
+      expect({ status: again.status, code: refusal.error.code }).toEqual({
+        status: 429,
+        code: 'REPLACEMENT_TOO_SOON',
+      });
+      expect(refusal.error.availableMinValidity).toBeLessThan(118);
+
+      // The warm-up replaces the forced token about 62 s after it was issued. Then another
+      // caller reports the current token as rejected: it goes at once (it is not a forced one).
+      await at(140_000);
+      let reported = (await get()).accessToken;
+      while (digest(reported) === forced && Date.now() - started < 152_000) {
+        await new Promise((r) => setTimeout(r, 500));
+        reported = (await get()).accessToken;
+      }
+      expect(digest(reported)).not.toBe(forced);
+      // Older than the floor (2 s), on the broker's own count, so that the report takes at once.
+      await new Promise((r) => setTimeout(r, 2_500));
       const reportedAt = Date.now();
       const invalidate = await fetch(`${local.broker}/tokens/${connection}/invalidate`, {
         method: 'POST',

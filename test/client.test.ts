@@ -16,8 +16,10 @@ import {
   ClientConfigError,
   type ConnectionStatus,
   createTokenClient,
+  ForceNotAllowedError,
   LIMITS,
   type ReadinessReport,
+  ReplacementTooSoonError,
   type TokenBrokerError,
   type TokenClient,
   TransportError,
@@ -293,6 +295,63 @@ const recordingServer = async (
 };
 
 describe('Client behaviour', () => {
+  it('raises a refused replacement as its typed error, with what can be had now and when to retry, without retrying', async () => {
+    const refusals: {
+      status: number;
+      headers: Record<string, string>;
+      body: { code: string; message: string; availableMinValidity: number };
+      type: typeof ReplacementTooSoonError | typeof ForceNotAllowedError;
+    }[] = [
+      {
+        status: 429,
+        headers: { 'retry-after': '42' },
+        body: {
+          code: 'REPLACEMENT_TOO_SOON',
+          message: 'ask for 1099s or less now, or retry in 42s',
+          availableMinValidity: 1099,
+        },
+        type: ReplacementTooSoonError,
+      },
+      {
+        status: 403,
+        headers: {},
+        body: {
+          code: 'FORCE_NOT_ALLOWED',
+          message: 'ask for 1099s or less',
+          availableMinValidity: 1099,
+        },
+        type: ForceNotAllowedError,
+      },
+    ];
+    let next = 0;
+    const broker = await recordingServer(() => {
+      const { status, headers, body } = refusals[next] as (typeof refusals)[number];
+      return {
+        status,
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify({ error: body }),
+      };
+    });
+    try {
+      const client = createTokenClient({
+        transport: { type: 'http', url: broker.url, region: 'us-east-1', credentials },
+      });
+      for (const [index, { status, body, type }] of refusals.entries()) {
+        next = index;
+        const error = await client
+          .getToken('sandbox', { minValidity: 1200 })
+          .then(unexpected, caught);
+        expect(error).toBeInstanceOf(type);
+        expect(error.code).toBe(body.code);
+        expect((error as ReplacementTooSoonError).availableMinValidity).toBe(1099);
+        expect(error.retryAfterSeconds).toBe(status === 429 ? 42 : undefined);
+      }
+      expect(broker.received).toHaveLength(2);
+    } finally {
+      await broker.close();
+    }
+  });
+
   it('raises a TransportError with the status and AWS’s message for an HTTP error that is not the broker’s', async () => {
     const answers = [
       {

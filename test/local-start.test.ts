@@ -63,7 +63,7 @@ describe('Local runtime: what it says when it cannot start', () => {
     expect(code).toBe(1);
     // One line: not Node's print of the minified source line that threw, nor a stack.
     expect(stderr.trim().split('\n')).toEqual([
-      'The broker did not start: BROKER_CONNECTIONS: connection "production", field "secretID": unknown field (did you mean "secretId"?); known: variant, baseUrl, secretId, callers, codeField, revokesOnReissue, signing',
+      'The broker did not start: BROKER_CONNECTIONS: connection "production", field "secretID": unknown field (did you mean "secretId"?); known: variant, baseUrl, secretId, callers, forceCallers, codeField, revokesOnReissue, signing',
     ]);
   }, 60_000);
 });
