@@ -50,6 +50,11 @@ export interface Lease {
    * serving the token being replaced until then, and needs no faster re-check to know it.
    */
   readonly countdown: number;
+  /**
+   * The lease runs a replacement on a caller's word: a token issued by whoever takes it over
+   * (after this holder stopped, or its request's outcome was unknown) is `forced` as well.
+   */
+  readonly forced?: boolean;
 }
 
 /** What the shared store holds for one connection. */
@@ -82,6 +87,8 @@ export interface LeaseRequest {
   readonly takeOver?: Lease | undefined;
   /** The lease is granted only if the stored token expires before this (epoch ms). */
   readonly replaceIfExpiresBefore: number;
+  /** The replacement is on a caller's word (see {@link Lease.forced}). */
+  readonly forced?: boolean;
 }
 
 export type LeaseAttempt =

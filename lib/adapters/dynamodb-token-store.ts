@@ -18,6 +18,7 @@
  * | leaseExpiresAt  | N    | epoch ms (holder's clock) until which the holder counts on it |
  * | leaseDurationMs | N    | how long this lease version lasts on anyone's clock           |
  * | leaseCountdown  | N    | lease writes left before the holder's token request           |
+ * | leaseForced     | BOOL | the lease replaces the token on a caller's word               |
  * | forced          | BOOL | issued at a caller's word (see TokenRecord.forced); else absent |
  * | reportedDigest  | S    | digest of a token reported too young to go: replaced later    |
  * | invalidatedAt   | N    | epoch ms at which an invalidate report removed the token      |
@@ -109,7 +110,13 @@ const fromItem = async (
     Number.isFinite(leaseExpiresAt) &&
     Number.isFinite(durationMs) &&
     Number.isInteger(countdown)
-      ? { holder, expiresAt: leaseExpiresAt, durationMs, countdown }
+      ? {
+          holder,
+          expiresAt: leaseExpiresAt,
+          durationMs,
+          countdown,
+          ...(item?.leaseForced?.BOOL === true ? { forced: true } : {}),
+        }
       : undefined;
   const invalidatedAt = Number(item?.invalidatedAt?.N);
   return {
@@ -153,7 +160,7 @@ export class DynamoDBTokenStore implements TokenStore {
           TableName: this.tableName,
           Key: tokenKey(connection),
           UpdateExpression:
-            'SET leaseHolder = :holder, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown',
+            'SET leaseHolder = :holder, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown, leaseForced = :forced',
           // Timeline of the race this prevents:
           //   t0  A and B both read a token about to expire, no lease
           //   t1  A takes the lease (condition holds), runs the flow
@@ -173,6 +180,7 @@ export class DynamoDBTokenStore implements TokenStore {
             ':leaseExpiresAt': { N: String(request.leaseExpiresAt) },
             ':durationMs': { N: String(request.durationMs) },
             ':countdown': { N: String(request.countdown) },
+            ':forced': { BOOL: request.forced === true },
             ':replaceIfExpiresBefore': { N: String(request.replaceIfExpiresBefore) },
             ...(takeOver
               ? {
@@ -253,7 +261,8 @@ export class DynamoDBTokenStore implements TokenStore {
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
-          UpdateExpression: 'REMOVE leaseHolder, leaseExpiresAt, leaseDurationMs, leaseCountdown',
+          UpdateExpression:
+            'REMOVE leaseHolder, leaseExpiresAt, leaseDurationMs, leaseCountdown, leaseForced',
           ConditionExpression: 'leaseHolder = :holder',
           ExpressionAttributeValues: { ':holder': { S: holder } },
         }),

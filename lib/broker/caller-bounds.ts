@@ -42,9 +42,13 @@ export const waitBeforeReplacing = (
     ? (settings.forcedMinAgeMs ?? windowMs(record, settings))
     : (settings.invalidateFloorMs ?? 0)) - knownForMs;
 
-/** The largest whole `minValidity` that `record` satisfies at `now` (served: left > need). */
+/**
+ * The largest whole `minValidity` that `record` satisfies at `now` (served: left > need), with
+ * a second or more to spare: the caller asks again a round trip later, maybe of a container
+ * whose clock runs a little ahead.
+ */
 export const availableMinValidity = (record: TokenRecord, now: number): number =>
-  Math.max(0, Math.ceil((record.expiresAt - now) / 1000) - 1);
+  Math.max(0, Math.floor((record.expiresAt - now) / 1000) - 1);
 
 /** What a request that needs `needMs` would do to `record`: is it a forced replacement? */
 export const forcesReplacement = (

@@ -52,7 +52,9 @@ export const afterFailedFlow = async (
     });
     if (flow.replacing) {
       memory.forget(flow.replacing);
-      await bounded(store.deleteIfMatches(name, flow.replacing.tokenDigest)).catch(() => undefined);
+      await bounded(
+        store.deleteIfMatches(name, flow.replacing.tokenDigest, { reportedAt: clock.now() }),
+      ).catch(() => undefined);
     }
     await bounded(
       // Never shorter than what the confirmation reserved: the POST may land until then.

@@ -19,7 +19,9 @@ import { type Clock, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
 import {
   BadRequestError,
+  ForceNotAllowedError,
   isOutcomeUnknown,
+  ReplacementTooSoonError,
   StoreUnavailableError,
   toBrokerError,
   UnknownConnectionError,
@@ -443,12 +445,21 @@ export class TokenBroker {
   ): Promise<ServedToken> {
     const obtain = () =>
       this.#issuance.obtain(connection, need, deadline, bypassMemory, trigger, mayForce);
-    const { value: shared, joined } = await this.#loads.run(
-      connection.name,
-      obtain,
-      deadline,
-      joinTimedOut,
-    );
+    const joining = this.#loads.has(connection.name);
+    let outcome: { readonly value: ServedToken; readonly joined: boolean };
+    try {
+      outcome = await this.#loads.run(connection.name, obtain, deadline, joinTimedOut);
+    } catch (error) {
+      // A refusal answers the caller that asked, not the ones that joined it: they ask anew.
+      if (
+        joining &&
+        (error instanceof ReplacementTooSoonError || error instanceof ForceNotAllowedError)
+      ) {
+        return obtain();
+      }
+      throw error;
+    }
+    const { value: shared, joined } = outcome;
     const now = this.#clock.now();
     const needMs = need === 'outside-window' ? windowMs(shared.record, this.#settings) : need;
     if (!joined || shared.record.expiresAt - now > needMs) return shared;

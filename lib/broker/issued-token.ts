@@ -6,7 +6,7 @@
 import type { ConnectionConfig } from '../config.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
 import type { IssuedToken, TokenRecord } from '../ports.js';
-import { CAUSE_METRIC, type IssuanceCause, isCallersWord, type Trigger } from './issuance-cause.js';
+import { CAUSE_METRIC, type IssuanceCause, type Trigger } from './issuance-cause.js';
 import { type BrokerLogger, tokenDigest } from './types.js';
 
 /** Clock skew between us and the upstream beyond which a warning is logged. */
@@ -19,9 +19,15 @@ export const recordIssued = (
   { logger, metrics }: { readonly logger: BrokerLogger; readonly metrics: BrokerMetrics },
   {
     cause,
+    forced,
     trigger,
     needMs,
-  }: { readonly cause: IssuanceCause; readonly trigger: Trigger; readonly needMs: number },
+  }: {
+    readonly cause: IssuanceCause;
+    readonly forced: boolean;
+    readonly trigger: Trigger;
+    readonly needMs: number;
+  },
 ): TokenRecord => {
   const { name } = connection;
   metrics.record(MetricName.UpstreamIssuances, name);
@@ -33,7 +39,7 @@ export const recordIssued = (
     tokenDigest: tokenDigest(issued.accessToken),
     issuedAt: issued.requestedAt,
     expiresAt: issued.requestedAt + issued.expiresIn * 1000,
-    ...(isCallersWord(cause) ? { forced: true } : {}),
+    ...(forced ? { forced: true } : {}),
   };
   if (issued.upstreamTimestamp !== undefined) {
     const skewMs = issued.upstreamTimestamp * 1000 - issued.requestedAt;
@@ -51,6 +57,7 @@ export const recordIssued = (
     cause,
     trigger,
     ...(cause === 'min-validity' ? { minValidity: Math.ceil(needMs / 1000) } : {}),
+    ...(forced ? { forced: true } : {}),
     tokenDigest: record.tokenDigest,
     expiresIn: issued.expiresIn,
     issuanceMs: tookMs,

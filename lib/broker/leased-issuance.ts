@@ -46,7 +46,13 @@ import { type CallerBoundSettings, forcingRefusal } from './caller-bounds.js';
 import type { Issue } from './credential-rotation.js';
 import { afterFailedFlow } from './failed-flow.js';
 import { HeldLease, LEASE_MS, MIN_POST_MS, STORE_RESERVE_MS } from './held-lease.js';
-import { causeOf, IssuanceCause, type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
+import {
+  causeOf,
+  IssuanceCause,
+  isCallersWord,
+  type Trigger,
+  UNNAMED_TRIGGER,
+} from './issuance-cause.js';
 import { recordIssued } from './issued-token.js';
 import { LeaseWatch } from './lease-watch.js';
 import {
@@ -105,6 +111,8 @@ export interface LeasedFlow {
   readonly countdown: number;
   /** Why the token is issued, and at whose request (logged and counted with the issuance). */
   readonly cause: IssuanceCause;
+  /** Issued on a caller's word, or by taking over a lease that was (see `TokenRecord.forced`). */
+  readonly forced: boolean;
   readonly trigger: Trigger;
 }
 
@@ -226,12 +234,23 @@ export class LeasedIssuance {
         const countdown = this.#countdown(connection, recent, lease);
         this.#checkTimeForCountdown(countdown, now, deadline);
         const holder = this.#nextHolder();
+        const cause = causeOf({
+          state,
+          valid,
+          suspect,
+          takeOver: lease,
+          warmUp: need === 'outside-window',
+        });
+        // A lease taken over from a caller's replacement (stopped, or its outcome unknown)
+        // finishes it: its token is the caller's word too.
+        const forced = isCallersWord(cause) || lease?.forced === true;
         const attempt = await this.#store('take the lease', () =>
           this.#acquire(name, holder, now, deadline, {
             countdown,
             takeOver: lease,
             // Replace the token we saw (a suspect one whatever its expiry), never a newer one.
             replaceIfExpiresBefore: valid && suspect ? valid.expiresAt + 1 : now + needMs + 1,
+            forced,
           }),
         );
         // A write that was applied but whose answer was lost (then retried) shows our own
@@ -245,13 +264,8 @@ export class LeasedIssuance {
             leasedAt: now,
             answeredAt: clock.now(),
             countdown,
-            cause: causeOf({
-              state,
-              valid,
-              suspect,
-              takeOver: lease,
-              warmUp: need === 'outside-window',
-            }),
+            cause,
+            forced,
             trigger,
           });
           if (issued !== LOST) return issued;
@@ -315,6 +329,7 @@ export class LeasedIssuance {
       countdown,
       // Replace the token we saw, never a newer one another container wrote meanwhile.
       replaceIfExpiresBefore: current.expiresAt + 1,
+      forced: isCallersWord(cause),
     });
     if (!attempt.acquired && attempt.state.lease?.holder !== holder) {
       // What won is a read as good as any: no other try until it changes.
@@ -336,6 +351,7 @@ export class LeasedIssuance {
       answeredAt: clock.now(),
       countdown,
       cause,
+      forced: isCallersWord(cause),
       trigger,
     });
     // Lost after our token request went out: it has revoked `current`, which must not be served;
@@ -435,7 +451,7 @@ export class LeasedIssuance {
     holder: string,
     now: number,
     deadline: number,
-    terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replaceIfExpiresBefore'>,
+    terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replaceIfExpiresBefore' | 'forced'>,
   ): Promise<LeaseAttempt> {
     return this.#bounded(
       this.deps.store.acquireLease(name, {

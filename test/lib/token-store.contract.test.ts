@@ -242,6 +242,19 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect((await store.read('floor')).token).toBeUndefined();
   });
 
+  it('keeps a lease’s forced mark through its renewals, and not past it', async () => {
+    await store.acquireLease('forced-lease', { ...lease('a:1'), forced: true });
+    expect((await store.read('forced-lease')).lease?.forced).toBe(true);
+    await store.renewLease('forced-lease', 'a:1', now + 20_000, 10_000, 0);
+    expect((await store.read('forced-lease')).lease).toEqual({
+      ...version('a:1', now + 20_000),
+      forced: true,
+    });
+    await store.releaseLease('forced-lease', 'a:1');
+    await store.acquireLease('forced-lease', lease('b:1'));
+    expect((await store.read('forced-lease')).lease).toEqual(version('b:1'));
+  });
+
   it('keeps a report about the stored token until the next token is written', async () => {
     await store.acquireLease('kept', lease('a:1'));
     const first = record('first', now + 3_600_000, 'kept');

@@ -40,7 +40,9 @@ export class InMemoryTokenStore implements TokenStore {
   async read(connection: string): Promise<TokenState> {
     this.calls.read += 1;
     this.#check();
-    const item = this.items.get(connection);
+    return this.#state(this.items.get(connection));
+  }
+  #state(item: ReturnType<typeof this.items.get>): TokenState {
     return {
       token: item?.token,
       lease: item?.lease,
@@ -61,8 +63,8 @@ export class InMemoryTokenStore implements TokenStore {
         item.lease.holder === takeOver.holder &&
         item.lease.expiresAt === takeOver.expiresAt);
     const tokenReplaceable = !item.token || item.token.expiresAt < request.replaceIfExpiresBefore;
-    if (!leaseFree || !tokenReplaceable)
-      return { acquired: false, state: { token: item.token, lease: item.lease } };
+    // What won, as a read would show it (DynamoDB returns the whole item).
+    if (!leaseFree || !tokenReplaceable) return { acquired: false, state: this.#state(item) };
     this.items.set(connection, {
       ...item,
       lease: {
@@ -70,6 +72,7 @@ export class InMemoryTokenStore implements TokenStore {
         expiresAt: request.leaseExpiresAt,
         durationMs: request.durationMs,
         countdown: request.countdown,
+        ...(request.forced ? { forced: true } : {}),
       },
     });
     return { acquired: true };
@@ -96,7 +99,7 @@ export class InMemoryTokenStore implements TokenStore {
     if (item.lease.expiresAt > leaseExpiresAt || item.lease.countdown < countdown) return false;
     this.items.set(connection, {
       ...item,
-      lease: { holder, expiresAt: leaseExpiresAt, durationMs, countdown },
+      lease: { ...item.lease, expiresAt: leaseExpiresAt, durationMs, countdown },
     });
     return true;
   }
@@ -105,7 +108,9 @@ export class InMemoryTokenStore implements TokenStore {
     this.#check();
     const item = this.items.get(connection);
     if (item?.lease?.holder !== holder) return false;
-    this.items.set(connection, { ...(item.token ? { token: item.token } : {}) });
+    // Only the lease goes, as DynamoDB removes only its attributes.
+    const { lease: _released, ...rest } = item;
+    this.items.set(connection, rest);
     return true;
   }
   async deleteIfMatches(

@@ -11,8 +11,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { TokenBroker } from '../../../lib/broker/index.js';
+import { UpstreamUnavailableError } from '../../../lib/errors.js';
+import type { IssueOptions, TokenIssuer } from '../../../lib/ports.js';
 import { InMemoryTokenStore, ManualClock } from '../../support/fakes.js';
-import { fleetBroker, seed, Upstream } from '../../support/fleet-model.js';
+import { fleetBroker, issuerFor, seed, Upstream } from '../../support/fleet-model.js';
 
 const T0 = 1_795_262_400_000;
 /** Tokens live 1,200 s; the refresh window is 60 s; the invalidate floor 2 s. */
@@ -24,6 +26,10 @@ interface Refusal {
   readonly availableMinValidity?: number;
   readonly retryAfterSeconds?: number;
 }
+
+const unexpectedAnswer = (): never => {
+  throw new Error('expected a refusal');
+};
 
 /** Calls `getToken` and records what the caller got: a token (checked) or a refusal. */
 const ledger = (up: Upstream) => {
@@ -201,5 +207,127 @@ describe('Guarantee: a caller’s word replaces tokens at most once per refresh 
     });
     expect(up.revoked.has(served.record.accessToken)).toBe(false);
     expect(up.n).toBe(before);
+  });
+
+  it('answers each caller of a shared load for its own request: a refusal goes only to the caller that forced', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    seed(store, up, T0 - 100_000, LIFE_MS);
+    // A cold container: it has known the token for 0 s, so a forcing request is refused.
+    const cold = fleetBroker(store, clock, up, { window: WINDOW_S, floor: 2 });
+    const deadline = T0 + 30_000;
+    const outcome = (answer: Promise<{ record: { accessToken: string } }>) =>
+      answer.then(
+        (a) => a.record.accessToken,
+        (error: unknown) => (error as Refusal).code,
+      );
+    const forcing = outcome(cold.getToken('sandbox', { deadline, minValiditySeconds: 1199 }));
+    const plain = outcome(cold.getToken('sandbox', { deadline }));
+    const warm = cold.warmUp(deadline);
+    await clock.advance(1_000);
+    // Before: all three got the forcing caller's 429 (the warm-up reported a failure).
+    expect(await forcing).toBe('REPLACEMENT_TOO_SOON');
+    expect(await plain).toBe('tok-1');
+    expect((await warm).connections.sandbox).toMatchObject({ status: 'fresh' });
+
+    // A caller that may force, joining one that may not, gets its replacement.
+    await clock.advance(10_000);
+    const later = clock.now() + 30_000;
+    const notAllowed = outcome(
+      cold.getToken('sandbox', { deadline: later, minValiditySeconds: 1150, mayForce: false }),
+    );
+    const allowed = outcome(
+      cold.getToken('sandbox', { deadline: later, minValiditySeconds: 1150, mayForce: true }),
+    );
+    await clock.advance(20_000);
+    expect(await notAllowed).toBe('FORCE_NOT_ALLOWED');
+    expect(await allowed).toBe('tok-2');
+  });
+
+  it('a forced replacement whose token request had an unknown outcome stays a caller’s word: the takeover’s token is forced too', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    seed(store, up, T0 - 100_000, LIFE_MS);
+    // Every other token request times out after it was sent (its outcome unknown).
+    let attempts = 0;
+    const issuer: TokenIssuer = {
+      issue: async (_connection, _credentials, options: IssueOptions) => {
+        await options.beforeAccessToken?.();
+        options.signal?.throwIfAborted();
+        attempts += 1;
+        if (attempts % 2 === 1) {
+          throw new UpstreamUnavailableError('The Open API did not answer in time', {
+            outcomeUnknown: true,
+          });
+        }
+        return up.post(clock.now(), LIFE_MS / 1000);
+      },
+    };
+    const options = { window: WINDOW_S, recheck: 5, floor: 2, issuer };
+    const fleet = [fleetBroker(store, clock, up, options), fleetBroker(store, clock, up, options)];
+    const { served, ask } = ledger(up);
+    const before = up.n;
+    const runMs = WINDOW_S * 1000;
+    for (let i = 0; clock.now() < T0 + runMs; i += 1) {
+      const answer = ask(fleet[i % 2] as TokenBroker, clock, 1199);
+      await clock.advance(1_000);
+      await answer;
+    }
+    for (const broker of fleet) await broker.idle();
+    // Before: the takeover's token was not marked, and a forcing caller replaced it 2 s later
+    // (3 issuances in 60 s, one every ~18 s).
+    expect(up.n - before).toBeLessThanOrEqual(1 + Math.floor(runMs / (WINDOW_S * 1000)));
+    expect(served.filter((s) => s.revoked)).toEqual([]);
+  });
+
+  it('what a refusal says can be had is served a round trip later', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    seed(store, up, T0 - 99_950, LIFE_MS); // 1,100.05 s left
+    const a = fleetBroker(store, clock, up, { window: WINDOW_S, floor: 0 });
+    const refusal = await a
+      .getToken('sandbox', { deadline: T0 + 30_000, minValiditySeconds: 1150, mayForce: false })
+      .then(unexpectedAnswer, (error: unknown) => error as Refusal);
+    await clock.advance(100);
+    const served = await a.getToken('sandbox', {
+      deadline: clock.now() + 30_000,
+      minValiditySeconds: refusal.availableMinValidity,
+      mayForce: false,
+    });
+    // Before: 1,100 was offered, and refused again 100 ms later.
+    expect(served.record.accessToken).toBe('tok-1');
+  });
+
+  it('a kept report outlives a replacement that failed: the token is still replaced, once', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const real = issuerFor(up, clock);
+    let calls = 0;
+    const issuer: TokenIssuer = {
+      issue: async (connection, credentials, options) => {
+        calls += 1;
+        // The deferred replacement's first try: a definite failure (nothing issued).
+        if (calls === 2) throw new UpstreamUnavailableError('503 from the Open API');
+        return real.issue(connection, credentials, options);
+      },
+    };
+    const a = fleetBroker(store, clock, up, { window: WINDOW_S, recheck: 5, floor: 2, issuer });
+    const first = (await a.getToken('sandbox', { deadline: T0 + 30_000 })).record.accessToken;
+    await clock.advance(500);
+    expect(await a.invalidate('sandbox', first)).toEqual({
+      invalidated: false,
+      deferredSeconds: 2,
+    });
+    for (let i = 0; i < 120; i += 1) {
+      await a.getToken('sandbox', { deadline: clock.now() + 30_000 }).catch(() => undefined);
+      await clock.advance(250);
+    }
+    await a.idle();
+    expect(calls).toBeGreaterThanOrEqual(3);
+    expect(up.n).toBe(2);
   });
 });
