@@ -26,6 +26,12 @@ export interface TokenRecord {
    * before it is a refresh window old (see `caller-bounds.ts`). Absent means false.
    */
   readonly forced?: boolean;
+  /**
+   * The memory re-check (ms) of the container that wrote the token: readers apply it when it is
+   * shorter than theirs, holders count down at least that long (see `refresh-policy.ts`), so
+   * mixed settings in one deployment are safe. Absent on tokens of older releases.
+   */
+  readonly recheckMs?: number;
 }
 
 /**

@@ -19,6 +19,7 @@
  * | leaseDurationMs | N    | how long this lease version lasts on anyone's clock           |
  * | leaseCountdown  | N    | lease writes left before the holder's token request           |
  * | leaseForced     | BOOL | the lease replaces the token on a caller's word               |
+ * | recheckMs       | N    | the writer's memory re-check (ms): readers take the shorter   |
  * | forced          | BOOL | issued at a caller's word (see TokenRecord.forced); else absent |
  * | reportedDigest  | S    | digest of a token reported too young to go: replaced later    |
  * | invalidatedAt   | N    | epoch ms at which an invalidate report removed the token      |
@@ -54,6 +55,7 @@ const toItem = async (record: TokenRecord, cipher: TokenCipher | undefined): Pro
   // expiresAt = issuedAt + expiresIn·1000, so this is issuance (s) + expiresIn exactly.
   ttl: { N: String(Math.floor(record.expiresAt / 1000)) },
   ...(record.forced ? { forced: { BOOL: true } } : {}),
+  ...(record.recheckMs === undefined ? {} : { recheckMs: { N: String(record.recheckMs) } }),
 });
 
 const sealed = async (record: TokenRecord, cipher: TokenCipher): Promise<Item> => {
@@ -97,6 +99,7 @@ const fromItem = async (
           issuedAt,
           expiresAt,
           ...(item?.forced?.BOOL === true ? { forced: true } : {}),
+          ...recheckOf(item),
         }
       : undefined;
   const holder = item?.leaseHolder?.S;
@@ -126,6 +129,12 @@ const fromItem = async (
     // A report about an earlier token (the attribute outlived it) says nothing of this one.
     ...(token && item?.reportedDigest?.S === token.tokenDigest ? { reported: true } : {}),
   };
+};
+
+/** The writer's re-check, when it recorded one (a positive number of ms). */
+const recheckOf = (item: Item | undefined): { recheckMs?: number } => {
+  const recheckMs = Number(item?.recheckMs?.N);
+  return Number.isFinite(recheckMs) && recheckMs > 0 ? { recheckMs } : {};
 };
 
 /** The lease duration of items written before durations were recorded. */
@@ -285,7 +294,7 @@ export class DynamoDBTokenStore implements TokenStore {
           // The report's time stays until the next token is written (putToken replaces the
           // item): the next issuance's cause.
           UpdateExpression:
-            'REMOVE accessToken, tokenCiphertext, tokenDataKey, tokenDigest, issuedAt, expiresAt, #ttl, forced, reportedDigest SET invalidatedAt = :reportedAt',
+            'REMOVE accessToken, tokenCiphertext, tokenDataKey, tokenDigest, issuedAt, expiresAt, #ttl, forced, recheckMs, reportedDigest SET invalidatedAt = :reportedAt',
           // Compare-and-delete: a late report about an older token must not drop a newer one.
           // No age is compared here: the reporter's clock against the writer's stamp would let
           // a clock running ahead drop young tokens (the floor is judged by the broker core).

@@ -60,6 +60,7 @@ import {
   countdownFor,
   DEFAULT_ISSUANCE_MS,
   DRAIN_MARGIN_MS,
+  ownRecheckMs,
   replacementMayBeOut,
   SKEW_TOLERANCE_MS,
   servableUnconfirmed,
@@ -582,7 +583,9 @@ export class LeasedIssuance {
         .finally(() => lease.stop());
       const took = clock.now() - started;
       this.#issuanceMs.set(name, took - lease.waitedMs);
-      record = recordIssued(connection, issued, took, this.deps, flow);
+      const issuedRecord = recordIssued(connection, issued, took, this.deps, flow);
+      // The re-check this container's readers apply travels with the token (mixed settings).
+      record = { ...issuedRecord, recheckMs: ownRecheckMs(issuedRecord, settings) };
     } catch (error) {
       lease.stop();
       await afterFailedFlow(

@@ -74,17 +74,32 @@ export const windowMs = (record: TokenRecord, settings: RefreshSettings): number
  * The same in every phase of the token's life: the countdown, not a faster pace, is what tells
  * a reader that a replacement is coming.
  */
-export const recheckMs = (record: TokenRecord, settings: RefreshSettings): number =>
+export const ownRecheckMs = (record: TokenRecord, settings: RefreshSettings): number =>
   Math.min(settings.memoryRecheckMs, Math.max(COUNTDOWN_STEP_MS, windowMs(record, settings) / 4));
+
+/**
+ * The re-check a *reader* applies to `record`: its own, or the one the token's writer recorded
+ * (`TokenRecord.recheckMs`) when that is shorter. With the holder's rule ({@link countdownFor}:
+ * the longer of the two), a deployment whose containers run different re-checks (a rolling
+ * configuration change) is as safe as a uniform one: every countdown outlasts every reader's
+ * re-check, since both are bounded by the value that travels with the token.
+ */
+export const recheckMs = (record: TokenRecord, settings: RefreshSettings): number =>
+  Math.min(ownRecheckMs(record, settings), record.recheckMs ?? Number.POSITIVE_INFINITY);
 
 /**
  * The countdown a lease that replaces `record` starts with: its last step (the confirmation
  * before the token request) is sent more than a re-check (plus the margin) after the lease was
  * written, so every container that read the token without a lease just before reads it again,
- * sees the countdown, and stops serving the token at its end.
+ * sees the countdown, and stops serving the token at its end. The re-check is the longer of
+ * this container's and the one the token's writer recorded (readers apply the shorter).
  */
 export const countdownFor = (record: TokenRecord, settings: RefreshSettings): number =>
-  Math.ceil((recheckMs(record, settings) + DRAIN_MARGIN_MS) / COUNTDOWN_STEP_MS);
+  stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0));
+
+/** Countdown steps whose end lies more than `recheck` (plus the margin) after their start. */
+const stepsToCover = (recheck: number): number =>
+  Math.ceil((recheck + DRAIN_MARGIN_MS) / COUNTDOWN_STEP_MS);
 
 /**
  * How long after a read of the store was sent no token request under `lease` (or a lease taking
@@ -108,7 +123,8 @@ export const servableUntil = (
   sentAt +
   (lease
     ? announcedMs(lease)
-    : countdownFor(record, settings) * COUNTDOWN_STEP_MS - DRAIN_MARGIN_MS);
+    : // Any replacement counts down at least this reader's re-check (see `recheckMs`).
+      stepsToCover(recheckMs(record, settings)) * COUNTDOWN_STEP_MS - DRAIN_MARGIN_MS);
 
 /** A token under a lease whose countdown has ended: its replacement's request may be out. */
 export const replacementMayBeOut = (lease: Lease | undefined): boolean =>

@@ -267,7 +267,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     // A lease taken to replace it keeps the report; the successor's write clears it.
     await store.acquireLease('kept', lease('b:1', now + 10_000, first.expiresAt + 1));
     expect((await store.read('kept')).reported).toBe(true);
-    const next = { ...record('second', now + 3_600_000, 'kept'), forced: true };
+    const next = { ...record('second', now + 3_600_000, 'kept'), forced: true, recheckMs: 2_000 };
     await store.putToken(next, 'b:1');
     expect(await store.read('kept')).toEqual({ token: next, lease: undefined });
     expect(await store.markReported('never-stored', tokenDigest('first'))).toBe(false);

@@ -1,0 +1,79 @@
+/**
+ * Guarantee: no caller is handed a token the upstream has already revoked, when the containers
+ * of one deployment do not agree: on their settings (a rolling configuration change), or on the
+ * time (a wall clock stepped back). Each container is a broker over one in-memory store, on its
+ * own manual clock; the upstream model revokes every earlier token on each issuance.
+ */
+import { describe, expect, it } from 'vitest';
+import type { Clock } from '../../../lib/clock.js';
+import { InMemoryTokenStore, ManualClock } from '../../support/fakes.js';
+import { fleetBroker, issuerFor, Upstream } from '../../support/fleet-model.js';
+
+const T0 = 1_795_262_400_000;
+/** Tokens live 120 s: a 60 s refresh window. */
+const LIFE_S = 120;
+
+/**
+ * Two containers on one timeline (one manual clock: a container's sleeps move time for both),
+ * with their own settings; container A's wall clock may be offset from the timeline by `step`.
+ */
+const setup = (recheck: { a: number; b: number }) => {
+  const clock = new ManualClock(T0);
+  let offsetA = 0;
+  const clockA: Clock = {
+    now: () => clock.now() + offsetA,
+    monotonic: () => clock.monotonic(),
+    sleep: (ms) => clock.sleep(ms),
+    random: () => clock.random(),
+    every: (ms, tick) => clock.every(ms, tick),
+    after: (ms, fire) => clock.after(ms, fire),
+  };
+  const store = new InMemoryTokenStore();
+  const up = new Upstream();
+  const options = { window: 60, floor: 2 };
+  const a = fleetBroker(store, clockA, up, {
+    ...options,
+    recheck: recheck.a,
+    issuer: issuerFor(up, clockA, LIFE_S),
+  });
+  const b = fleetBroker(store, clock, up, {
+    ...options,
+    recheck: recheck.b,
+    issuer: issuerFor(up, clock, LIFE_S),
+  });
+  /** Steps A's wall clock (an NTP correction): its monotonic clock goes on unmoved. */
+  const stepA = (ms: number) => {
+    offsetA += ms;
+  };
+  return { clock, clockA, store, up, a, b, stepA };
+};
+
+describe('Guarantee: no revoked token served, across containers that disagree', () => {
+  for (const writer of ['a', 'b'] as const) {
+    it(`with re-checks of 10 s and 2 s in one deployment (the token written by the ${writer === 'a' ? '10 s' : '2 s'} container), the 10 s container never serves a token the 2 s container's warm-up replaced`, async () => {
+      const { clock, up, a, b } = setup({ a: 10, b: 2 });
+      const first = writer === 'a' ? a : b;
+      const old = (await first.getToken('sandbox', { deadline: clock.now() + 8_000 })).record
+        .accessToken;
+      await clock.advance(61_000); // inside the 60 s window now
+      expect(
+        (await a.getToken('sandbox', { deadline: clock.now() + 8_000 })).record.accessToken,
+      ).toBe(old);
+      // The warm-up runs on the 2 s container and replaces the token.
+      const warm = b.warmUp(clock.now() + 30_000);
+      const served: { token: string; revoked: boolean }[] = [];
+      for (let i = 0; i < 240; i += 1) {
+        await clock.advance(50);
+        const answer = await a.getToken('sandbox', { deadline: clock.now() + 8_000 });
+        const token = answer.record.accessToken;
+        served.push({ token, revoked: up.revoked.has(token) });
+      }
+      expect((await warm).issued).toBe(1);
+      expect(up.revoked.has(old)).toBe(true);
+      // Before: the 2 s container counted down 2 s, and the 10 s one served the replaced token
+      // for up to 8 s after its revocation.
+      expect(served.filter((s) => s.revoked)).toEqual([]);
+      expect(served.at(-1)?.token).not.toBe(old);
+    });
+  }
+});
