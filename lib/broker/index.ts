@@ -107,7 +107,7 @@ export class TokenBroker {
   constructor(private readonly deps: TokenBrokerDeps) {
     this.#clock = deps.clock ?? systemClock;
     this.#metrics = deps.metrics ?? noMetrics;
-    this.#memory = new TokenMemory(() => this.#clock.monotonic());
+    this.#memory = new TokenMemory(this.#clock);
     this.#loads = new SingleFlight(this.#clock);
     this.#settings = {
       refreshWindowMs: deps.config.refreshWindowSeconds * 1000,

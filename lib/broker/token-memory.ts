@@ -2,7 +2,14 @@
  * This container's copy of each connection's token, with what the shared store last said of
  * it, and since when this container has known each token. Whether an entry may be served is
  * the refresh policy's call; this only keeps it.
+ *
+ * An entry's times (`checkedAt`, `until`) are wall-clock instants, compared by the policy with
+ * the wall clock. So that a wall clock stepped back cannot stretch them, every entry is handed
+ * out rebased: when more time has passed on the monotonic clock since it was kept than on the
+ * wall clock, its times move earlier by the difference. A wall clock stepped forward already
+ * ends them early; a freeze the monotonic clock did not count, the wall clock did.
  */
+import { type Clock, systemClock } from '../clock.js';
 import type { Lease, TokenRecord } from '../ports.js';
 
 export interface MemoryEntry {
@@ -22,19 +29,24 @@ const SEEN_PER_CONNECTION = 4;
 
 export class TokenMemory {
   // Maps, not objects: connection names come from callers.
-  readonly #entries = new Map<string, MemoryEntry>();
+  readonly #entries = new Map<string, Kept>();
   /** Per connection, token digest → when this container first saw it (monotonic ms). */
   readonly #seen = new Map<string, Map<string, number>>();
 
-  /** @param monotonic this container's monotonic clock (ms): ages measured here never step. */
-  constructor(private readonly monotonic: () => number = () => performance.now()) {}
+  /** @param clock this container's wall and monotonic clocks */
+  constructor(private readonly clock: Pick<Clock, 'now' | 'monotonic'> = systemClock) {}
 
   get(connection: string): MemoryEntry | undefined {
-    return this.#entries.get(connection);
+    const kept = this.#entries.get(connection);
+    return kept && this.#rebased(kept);
   }
 
   set(entry: MemoryEntry): void {
-    this.#entries.set(entry.record.connection, entry);
+    this.#entries.set(entry.record.connection, {
+      entry,
+      wallAt: this.clock.now(),
+      monotonicAt: this.clock.monotonic(),
+    });
     this.knownFor(entry.record.connection, entry.record.tokenDigest);
   }
 
@@ -44,16 +56,17 @@ export class TokenMemory {
 
   /** Drops the entry of `record`'s connection only if it still holds that token. */
   forget(record: TokenRecord): void {
-    if (this.#entries.get(record.connection)?.record.tokenDigest === record.tokenDigest) {
+    if (this.#entries.get(record.connection)?.entry.record.tokenDigest === record.tokenDigest) {
       this.#entries.delete(record.connection);
     }
   }
 
   /** Marks the entry of `connection` as reported, if it holds the token of `digest`. */
   report(connection: string, digest: string): void {
-    const entry = this.#entries.get(connection);
-    if (entry?.record.tokenDigest === digest)
-      this.#entries.set(connection, { ...entry, reported: true });
+    const kept = this.#entries.get(connection);
+    if (kept?.entry.record.tokenDigest === digest) {
+      this.#entries.set(connection, { ...kept, entry: { ...kept.entry, reported: true } });
+    }
   }
 
   /**
@@ -62,7 +75,7 @@ export class TokenMemory {
    * wall clock says.
    */
   knownFor(connection: string, digest: string): number {
-    const now = this.monotonic();
+    const now = this.clock.monotonic();
     let tokens = this.#seen.get(connection);
     if (!tokens) {
       tokens = new Map();
@@ -78,7 +91,22 @@ export class TokenMemory {
 
   /** The last token this container held, if still valid at `now`, with when it was confirmed. */
   lastGood(connection: string, now: number): MemoryEntry | undefined {
-    const entry = this.#entries.get(connection);
+    const entry = this.get(connection);
     return entry && entry.record.expiresAt > now ? entry : undefined;
   }
+
+  /** The entry with its times moved earlier by what the wall clock lost since it was kept. */
+  #rebased({ entry, wallAt, monotonicAt }: Kept): MemoryEntry {
+    const lag = this.clock.monotonic() - monotonicAt - (this.clock.now() - wallAt);
+    // Below a millisecond: the two clocks' own jitter, not a step.
+    if (lag < 1) return entry;
+    return { ...entry, checkedAt: entry.checkedAt - lag, until: entry.until - lag };
+  }
+}
+
+/** An entry with both clocks' readings when it was kept. */
+interface Kept {
+  readonly entry: MemoryEntry;
+  readonly wallAt: number;
+  readonly monotonicAt: number;
 }

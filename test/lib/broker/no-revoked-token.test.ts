@@ -76,4 +76,30 @@ describe('Guarantee: no revoked token served, across containers that disagree', 
       expect(served.at(-1)?.token).not.toBe(old);
     });
   }
+
+  it('a container whose wall clock is stepped back 4 s during a countdown never serves the token it replaced (its proofs run on its monotonic clock)', async () => {
+    const { clock, up, a, b, stepA } = setup({ a: 5, b: 5 });
+    const old = (await b.getToken('sandbox', { deadline: clock.now() + 8_000 })).record.accessToken;
+    await clock.advance(61_000);
+    expect(
+      (await a.getToken('sandbox', { deadline: clock.now() + 8_000 })).record.accessToken,
+    ).toBe(old);
+    const warm = b.warmUp(clock.now() + 30_000);
+    const served: { token: string; revoked: boolean }[] = [];
+    for (let i = 0; i < 240; i += 1) {
+      await clock.advance(50);
+      if (i === 20) stepA(-4_000); // NTP steps A's wall clock back, a second into the countdown
+      const answer = await a.getToken('sandbox', { deadline: clock.now() + 8_000 });
+      served.push({
+        token: answer.record.accessToken,
+        revoked: up.revoked.has(answer.record.accessToken),
+      });
+    }
+    expect((await warm).issued).toBe(1);
+    expect(up.revoked.has(old)).toBe(true);
+    // Before: A's memory judged its proof on the stepped wall clock and served the replaced
+    // token for up to 4 s after its revocation.
+    expect(served.filter((s) => s.revoked)).toEqual([]);
+    expect(served.at(-1)?.token).not.toBe(old);
+  });
 });
