@@ -8,8 +8,17 @@ import type { Lease } from '../ports.js';
 import { SKEW_TOLERANCE_MS } from './refresh-policy.js';
 
 export class LeaseWatch {
-  /** Per connection, the version last seen and when we first saw it (our clock). */
-  readonly #seen = new Map<string, { holder: string; expiresAt: number; seenAt: number }>();
+  /**
+   * Per connection, the version last seen and when we first saw it: on our wall clock (what
+   * `firstSeen` compares with reads) and on our monotonic clock (what staleness is judged on, so
+   * that a wall clock stepped forward takes no live lease over).
+   */
+  readonly #seen = new Map<
+    string,
+    { holder: string; expiresAt: number; seenAt: number; seenAtMonotonic: number }
+  >();
+
+  constructor(private readonly monotonic: () => number = () => performance.now()) {}
 
   /**
    * Whether `lease`, just read for `connection`, is stale at `now` (when the read came back: the
@@ -21,10 +30,15 @@ export class LeaseWatch {
     if (lease.expiresAt + SKEW_TOLERANCE_MS < now) return true;
     const seen = this.#seen.get(connection);
     if (!seen || seen.holder !== lease.holder || seen.expiresAt !== lease.expiresAt) {
-      this.#seen.set(connection, { holder: lease.holder, expiresAt: lease.expiresAt, seenAt: now });
+      this.#seen.set(connection, {
+        holder: lease.holder,
+        expiresAt: lease.expiresAt,
+        seenAt: now,
+        seenAtMonotonic: this.monotonic(),
+      });
       return false;
     }
-    return now - seen.seenAt >= lease.durationMs;
+    return this.monotonic() - seen.seenAtMonotonic >= lease.durationMs;
   }
 
   /** When this container first saw `lease`'s version, if it is the one it last saw. */

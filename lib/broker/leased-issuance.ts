@@ -134,11 +134,13 @@ export class LeasedIssuance {
   #attempts = 0;
   /** Last measured issuance duration per connection: XFetch's δ. */
   readonly #issuanceMs = new Map<string, number>();
-  readonly #watch = new LeaseWatch();
+  readonly #watch: LeaseWatch;
   /** Last measured store read round trip per connection: a countdown step takes that longer. */
   readonly #readMs = new Map<string, number>();
 
-  constructor(private readonly deps: LeasedIssuanceDeps) {}
+  constructor(private readonly deps: LeasedIssuanceDeps) {
+    this.#watch = new LeaseWatch(() => deps.clock.monotonic());
+  }
 
   /** The last measured issuance duration of a connection (a default before the first). */
   issuanceMs(connection: string): number {
