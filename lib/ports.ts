@@ -87,8 +87,9 @@ export interface LeaseRequest {
   /** The countdown the lease starts with (see {@link Lease.countdown}). */
   readonly countdown: number;
   /**
-   * The lease to take over: exactly this version, seen stale by the caller. Without it the
-   * lease is granted only when there is none.
+   * The lease to take over: exactly this version, seen stale by the caller, and only while it
+   * is still there (not once it has gone). Without it the lease is granted only when there is
+   * none.
    */
   readonly takeOver?: Lease | undefined;
   /** The lease is granted only if the stored token expires before this (epoch ms). */
@@ -109,8 +110,8 @@ export interface TokenStore {
   /** The stored token (expired or not: the caller checks expiry) and the lease, if any. */
   read(connection: string): Promise<TokenState>;
   /**
-   * Takes the lease for `holder` only if there is no lease, or the lease is exactly
-   * `request.takeOver` (a version the caller saw go stale), AND the stored token does not
+   * Takes the lease for `holder` only if there is no lease (without `request.takeOver`), or the
+   * lease is exactly `request.takeOver` (a version the caller saw go stale), AND the stored token does not
    * outlive `replaceIfExpiresBefore` (so a token written by the previous holder a moment ago is
    * not replaced). On failure, returns the state that won.
    */

@@ -181,8 +181,11 @@ export class DynamoDBTokenStore implements TokenStore {
           // for its duration, on the waiter's own clock, takes over exactly that version. No
           // clock of another container is compared with ours, so a skewed clock takes nothing
           // early; and if the holder renewed meanwhile, the version differs and this fails.
+          // A takeover lands only on exactly that version: never on a lease that has gone, since
+          // a reader may have read the token with no lease since, and been told it is safe for
+          // a whole countdown (review finding R1).
           ConditionExpression: takeOver
-            ? '(attribute_not_exists(leaseHolder) OR (leaseHolder = :staleHolder AND leaseExpiresAt = :staleExpiresAt)) AND (attribute_not_exists(expiresAt) OR expiresAt < :replaceIfExpiresBefore)'
+            ? 'leaseHolder = :staleHolder AND leaseExpiresAt = :staleExpiresAt AND (attribute_not_exists(expiresAt) OR expiresAt < :replaceIfExpiresBefore)'
             : 'attribute_not_exists(leaseHolder) AND (attribute_not_exists(expiresAt) OR expiresAt < :replaceIfExpiresBefore)',
           ExpressionAttributeValues: {
             ':holder': { S: request.holder },

@@ -242,6 +242,23 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect((await store.read('floor')).token).toBeUndefined();
   });
 
+  it('lands a takeover only on the version it names, never on a lease that has gone (R1)', async () => {
+    await store.putToken(record('r1', now + 3_600_000, 'r1'), 'nobody').catch(() => false);
+    await store.acquireLease('r1', lease('a:1'));
+    const stale = version('a:1');
+    await store.releaseLease('r1', 'a:1');
+    // Released meanwhile: a reader may have read the token with no lease since.
+    const attempt = await store.acquireLease('r1', lease('b:1', now + 10_000, now + 1, stale));
+    expect(attempt.acquired).toBe(false);
+    expect((await store.read('r1')).lease).toBeUndefined();
+    // Still there: taken over.
+    await store.acquireLease('r1', lease('c:1'));
+    expect(
+      (await store.acquireLease('r1', lease('d:1', now + 10_000, now + 1, version('c:1'))))
+        .acquired,
+    ).toBe(true);
+  });
+
   it('keeps a lease’s forced mark through its renewals, and not past it', async () => {
     await store.acquireLease('forced-lease', { ...lease('a:1'), forced: true });
     expect((await store.read('forced-lease')).lease?.forced).toBe(true);

@@ -57,11 +57,11 @@ export class InMemoryTokenStore implements TokenStore {
     this.#check();
     const item = this.items.get(connection) ?? {};
     const { takeOver } = request;
+    // A takeover lands only on exactly the version it names, never on a lease that has gone.
     const leaseFree =
-      !item.lease ||
-      (takeOver !== undefined &&
-        item.lease.holder === takeOver.holder &&
-        item.lease.expiresAt === takeOver.expiresAt);
+      takeOver === undefined
+        ? !item.lease
+        : item.lease?.holder === takeOver.holder && item.lease.expiresAt === takeOver.expiresAt;
     const tokenReplaceable = !item.token || item.token.expiresAt < request.replaceIfExpiresBefore;
     // What won, as a read would show it (DynamoDB returns the whole item).
     if (!leaseFree || !tokenReplaceable) return { acquired: false, state: this.#state(item) };
