@@ -76,6 +76,11 @@ const POLL_BASE_MS = 25;
 const POLL_CAP_MS = 500;
 /** The most a reader counts per countdown step for the holder's lease write. */
 const MAX_STEP_WRITE_MS = 15;
+/**
+ * Kept before the deadline for the read that ends a cut-over wait (at least twice the last
+ * measured read): a read sent with no time left could only fail.
+ */
+const READ_RESERVE_MS = 50;
 
 /** Validity a caller needs, in ms, or "not inside its refresh window" (the warm-up's need). */
 export type Need = number | 'outside-window';
@@ -294,11 +299,14 @@ export class LeasedIssuance {
       const base = valid ? Math.max(POLL_BASE_MS, this.issuanceMs(name) / 2) : POLL_BASE_MS;
       const ceiling = Math.min(POLL_CAP_MS, base * 2 ** waits);
       const counting = (lease.countdown - 1) * COUNTDOWN_STEP_MS - (now - sentAt);
-      const wait = Math.min(Math.max(1, clock.random() * ceiling, counting), deadline - now);
+      // The next read is sent with time left for it; past that, a read sent could not answer
+      // in time: the caller is told what kept it waiting (the holder), not that the store
+      // failed (R3).
+      const readBy = deadline - this.#readReserveMs(name);
+      if (now >= readBy) throw waitTimedOut(suspect);
+      const wait = Math.min(Math.max(1, clock.random() * ceiling, counting), readBy - now);
       waits += 1;
       await clock.sleep(wait);
-      // A read sent now could not answer in time: the caller is told what kept it waiting
-      // (the holder), not that the store failed.
       if (clock.now() >= deadline) throw waitTimedOut(suspect);
     }
   }
@@ -396,7 +404,15 @@ export class LeasedIssuance {
     const expected =
       entry.checkedAt + entry.lease.countdown * (COUNTDOWN_STEP_MS + write) + roundTrip + write;
     if (now < entry.until || now >= expected) return;
-    await clock.sleep(Math.min(expected, deadline) - now);
+    // Wake with time left for the read: a caller whose deadline comes first reads what the
+    // store holds then (the successor, often), or is told it timed out waiting (R3).
+    const wakeAt = Math.min(expected, deadline - this.#readReserveMs(name));
+    if (wakeAt > now) await clock.sleep(wakeAt - now);
+  }
+
+  /** Time kept before a deadline for one more read of the store (see READ_RESERVE_MS). */
+  #readReserveMs(name: string): number {
+    return Math.max(READ_RESERVE_MS, 2 * (this.#readMs.get(name) ?? 0));
   }
 
   /**

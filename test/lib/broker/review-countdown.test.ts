@@ -423,6 +423,41 @@ describe('Review of the countdown: more interleavings', () => {
     ).toBeLessThan(1_000);
   });
 
+  it('R3 (answer by the deadline): a caller at a cut-over whose deadline comes before the expected successor reads while there is time, and is served the successor, not STORE_UNAVAILABLE', async () => {
+    const sim = new Sim(T0);
+    sim.draw = 0;
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const clockC = sim.clock('C');
+    // C's reads take 10 ms, as a real store's round trip does.
+    const slowReads = wrap(store, {
+      read: async (name) => {
+        const state = await store.read(name);
+        await clockC.sleep(10);
+        return state;
+      },
+    });
+    const c = simBroker(slowReads, clockC, up);
+    await simAsk(sim, c, up, { step: 50 });
+    const expiresAt = store.token('sandbox')?.expiresAt ?? 0;
+    await sim.advance(expiresAt - 40_000 - sim.now());
+    await simAsk(sim, c, up);
+    const a = simBroker(store, sim.clock('A'), up);
+    await sim.advance(5_000);
+    await simAsk(sim, a, up); // A starts its refresh (countdown 21)
+    await sim.advance(200);
+    const seen = await simAsk(sim, c, up); // C reads the countdown
+    expect(seen.token).toBe('tok-1');
+    await sim.advance(4_960); // just past what C's read proved: C waits for the cut-over
+    // Its deadline comes after the successor is written but before the wait would end.
+    const caller = await simAsk(sim, c, up, { step: 1, budget: 200 });
+    expect(up.n).toBe(2);
+    // Before: it slept until its deadline and sent its read with 0 ms left (STORE_UNAVAILABLE).
+    expect(caller.error).toBeUndefined();
+    expect(caller.token).toBe('tok-2');
+    expect(caller.late).toBeLessThanOrEqual(0);
+  });
+
   it('F8: a credential-rotation retry re-reads the secret (up to 2 s of SDK attempts) with no regard for the deadline, so the caller is answered after it', async () => {
     const sim = new Sim(T0);
     const store = new InMemoryTokenStore();
