@@ -501,15 +501,21 @@ export class LeasedIssuance {
     }
   }
 
-  /** A countdown that cannot end before the deadline is not started (nothing would be sent). */
+  /**
+   * A lease whose countdown and token request cannot end before the deadline is not taken
+   * (nothing would be sent).
+   */
   #checkTimeForCountdown(countdown: number, now: number, deadline: number): void {
-    if (countdown <= 1) return;
-    if (now + countdown * COUNTDOWN_STEP_MS + MIN_POST_MS + STORE_RESERVE_MS >= deadline) {
-      throw new UpstreamUnavailableError(
-        'Not enough time left to replace the token safely; retry shortly',
-        { retryAfterSeconds: 1 },
-      );
-    }
+    if (now + countdown * COUNTDOWN_STEP_MS + MIN_POST_MS + STORE_RESERVE_MS < deadline) return;
+    // Without this, a lease taken with too little time left for the POST was let go by the
+    // fence before sending, and taken again at once, in a loop, until the deadline (the model
+    // test found it).
+    throw new UpstreamUnavailableError(
+      countdown > 1
+        ? 'Not enough time left to replace the token safely; retry shortly'
+        : 'Not enough time left to issue a token; retry shortly',
+      { retryAfterSeconds: 1 },
+    );
   }
 
   /** Reads the store; when it is down, falls back to a usable token in memory. */

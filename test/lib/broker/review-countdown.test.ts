@@ -18,6 +18,7 @@ import { describe, expect, it } from 'vitest';
 import type { TokenBroker } from '../../../lib/broker/index.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
 import { TokenMemory } from '../../../lib/broker/token-memory.js';
+import type { Clock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import {
   UpstreamBadResponseError,
@@ -46,6 +47,7 @@ import {
   Upstream,
   wrap,
 } from '../../support/fleet-model.js';
+import { Sim, settle } from '../../support/sim.js';
 
 const T0 = 1_795_262_400_000;
 const broker = fleetBroker;
@@ -164,82 +166,7 @@ describe('Review of the countdown: guarantee (2), a revoked token served', () =>
   });
 });
 
-/**
- * One timeline for a fleet: each container sees it through its own Clock (optionally skewed),
- * `sleep` is a timer (it never moves time itself, unlike ManualClock.sleep, so concurrent
- * sleepers cannot move time backwards), and a frozen container's timers do not fire until it is
- * thawed (a Lambda environment between invocations, or SIGSTOP). Time moves only by `advance`.
- */
-interface SimTimer {
-  at: number;
-  every?: number | undefined;
-  fire: () => void;
-  owner: string;
-}
-class Sim {
-  #now: number;
-  #timers: SimTimer[] = [];
-  readonly frozen = new Set<string>();
-  draw = 0.5;
-  constructor(start: number) {
-    this.#now = start;
-  }
-  now() {
-    return this.#now;
-  }
-  clock(owner: string, skewMs = 0) {
-    return {
-      now: () => this.#now + skewMs,
-      monotonic: () => this.#now,
-      sleep: (ms: number) => new Promise<void>((resolve) => void this.#add(owner, ms, resolve)),
-      random: () => this.draw,
-      every: (ms: number, tick: () => void) => this.#add(owner, ms, tick, ms),
-      after: (ms: number, fire: () => void) => this.#add(owner, ms, fire),
-    };
-  }
-  #add(owner: string, ms: number, fire: () => void, every?: number) {
-    const timer: SimTimer = { at: this.#now + Math.max(0, ms), every, fire, owner };
-    this.#timers.push(timer);
-    return () => {
-      this.#timers = this.#timers.filter((t) => t !== timer);
-    };
-  }
-  async advance(ms: number) {
-    const until = this.#now + ms;
-    for (;;) {
-      const next = this.#timers
-        .filter((t) => t.at <= until && !this.frozen.has(t.owner))
-        .sort((a, b) => a.at - b.at)[0];
-      if (!next) break;
-      this.#now = Math.max(this.#now, next.at);
-      if (next.every) next.at = this.#now + next.every;
-      else this.#timers = this.#timers.filter((t) => t !== next);
-      next.fire();
-      await settle();
-    }
-    this.#now = until;
-    await settle();
-  }
-  /** Advances in small steps until `promise` settles (or `maxMs` passed); its outcome. */
-  async run<T>(promise: Promise<T>, maxMs = 60_000, step = 5) {
-    let outcome: { value?: T; error?: unknown; done: boolean } = { done: false };
-    promise.then(
-      (value) => {
-        outcome = { value, done: true };
-      },
-      (error: unknown) => {
-        outcome = { error, done: true };
-      },
-    );
-    const end = this.#now + maxMs;
-    await settle();
-    while (!outcome.done && this.#now < end) await this.advance(step);
-    return { ...outcome, at: this.#now };
-  }
-}
-const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
-
-type SimClock = ReturnType<Sim['clock']>;
+type SimClock = Clock;
 const simBroker = (store: TokenStore, clock: SimClock, up: Upstream, o: FleetBrokerOptions = {}) =>
   broker(store, clock as unknown as ManualClock, up, {
     ...o,
