@@ -359,7 +359,9 @@ export const loadConfig = (env: Env): BrokerConfig => {
     connections,
     defaultMinValiditySeconds,
     refreshWindowSeconds,
-    memoryRecheckSeconds: integer(env, 'BROKER_MEMORY_RECHECK_SECONDS', 5, 0, 3600),
+    // At most 100 s: the 100 ms margin between a reader's proof and a POST then covers a 0.1 %
+    // rate difference between two containers' clocks (docs/protocol.md, assumptions).
+    memoryRecheckSeconds: integer(env, 'BROKER_MEMORY_RECHECK_SECONDS', 5, 0, 100),
     maxTokenLifetimeSeconds,
     upstreamTimeoutMs: integer(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 5000, 100, 60_000),
     awsTimeoutMs: integer(env, 'BROKER_AWS_TIMEOUT_MS', 1000, 50, 30_000),

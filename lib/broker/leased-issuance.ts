@@ -299,7 +299,7 @@ export class LeasedIssuance {
       const base = valid ? Math.max(POLL_BASE_MS, this.issuanceMs(name) / 2) : POLL_BASE_MS;
       const ceiling = Math.min(POLL_CAP_MS, base * 2 ** waits);
       const counting = (lease.countdown - 1) * COUNTDOWN_STEP_MS - (now - sentAt);
-      // The next read is sent with time left for it; past that, a read sent could not answer
+      // I3. The next read is sent with time left for it; past that, a read sent could not answer
       // in time: the caller is told what kept it waiting (the holder), not that the store
       // failed (R3).
       const readBy = deadline - this.#readReserveMs(name);
@@ -404,7 +404,7 @@ export class LeasedIssuance {
     const expected =
       entry.checkedAt + entry.lease.countdown * (COUNTDOWN_STEP_MS + write) + roundTrip + write;
     if (now < entry.until || now >= expected) return;
-    // Wake with time left for the read: a caller whose deadline comes first reads what the
+    // I3. Wake with time left for the read: a caller whose deadline comes first reads what the
     // store holds then (the successor, often), or is told it timed out waiting (R3).
     const wakeAt = Math.min(expected, deadline - this.#readReserveMs(name));
     if (wakeAt > now) await clock.sleep(wakeAt - now);

@@ -78,7 +78,7 @@ export const ownRecheckMs = (record: TokenRecord, settings: RefreshSettings): nu
   Math.min(settings.memoryRecheckMs, Math.max(COUNTDOWN_STEP_MS, windowMs(record, settings) / 4));
 
 /**
- * The re-check a *reader* applies to `record`: its own, or the one the token's writer recorded
+ * The re-check a *reader* applies to `record` (I2 with mixed settings): its own, or the one the token's writer recorded
  * (`TokenRecord.recheckMs`) when that is shorter. With the holder's rule ({@link countdownFor}:
  * the longer of the two), a deployment whose containers run different re-checks (a rolling
  * configuration change) is as safe as a uniform one: every countdown outlasts every reader's

@@ -3,7 +3,7 @@
  * it, and since when this container has known each token. Whether an entry may be served is
  * the refresh policy's call; this only keeps it.
  *
- * An entry's times (`checkedAt`, `until`) are wall-clock instants, compared by the policy with
+ * An entry's times (`checkedAt`, `until`: the proof of invariant I2) are wall-clock instants, compared by the policy with
  * the wall clock. So that a wall clock stepped back cannot stretch them, every entry is handed
  * out rebased: when more time has passed on the monotonic clock since it was kept than on the
  * wall clock, its times move earlier by the difference. A wall clock stepped forward already

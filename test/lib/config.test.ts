@@ -311,6 +311,7 @@ describe('Function: loadConfig', () => {
     ['BROKER_REFRESH_WINDOW_SECONDS', '-1'],
     ['BROKER_UPSTREAM_TIMEOUT_MS', 'fast'],
     ['BROKER_MEMORY_RECHECK_SECONDS', '1.5'],
+    ['BROKER_MEMORY_RECHECK_SECONDS', '101'],
   ])('rejects %s=%s', (variable, value) => {
     expect(failure({ ...good, [variable]: value })).toContain(`${variable} must be a whole number`);
   });

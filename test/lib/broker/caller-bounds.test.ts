@@ -53,7 +53,7 @@ const ledger = (up: Upstream) => {
   return { served, refused, ask };
 };
 
-describe('Guarantee: a caller’s word replaces tokens at most once per refresh window', () => {
+describe('Guarantee I4: a caller’s word replaces tokens at most once per refresh window', () => {
   it('one caller asking minValidity=1199 every 2 s on two containers replaces at most once per window, and is told what it can have', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();

@@ -49,7 +49,7 @@ const setup = (recheck: { a: number; b: number }) => {
   return { clock, clockA, store, up, a, b, stepA };
 };
 
-describe('Guarantee: no revoked token served, across containers that disagree', () => {
+describe('Guarantee I2: no revoked token served, across containers that disagree', () => {
   for (const writer of ['a', 'b'] as const) {
     it(`with re-checks of 10 s and 2 s in one deployment (the token written by the ${writer === 'a' ? '10 s' : '2 s'} container), the 10 s container never serves a token the 2 s container's warm-up replaced`, async () => {
       const { clock, up, a, b } = setup({ a: 10, b: 2 });
