@@ -85,10 +85,13 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
     return json(200, answer, { 'cache-control': cacheControl(answer.maxAgeMs) });
   };
 
-  const invalidate = async (event: HttpEvent): Promise<HttpResult> => {
+  const invalidate = async (event: HttpEvent, context: Context): Promise<HttpResult> => {
     const connection = connectionFor(event);
     const { accessToken } = parseHttpRequest('invalidate', event);
-    return json(200, await broker.invalidate(connection.name, accessToken, callerOf(event)));
+    return json(
+      200,
+      await broker.invalidate(connection.name, accessToken, callerOf(event), deadlineOf(context)),
+    );
   };
 
   const router = httpRouterHandler({

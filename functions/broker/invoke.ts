@@ -34,7 +34,12 @@ export const createInvokeHandler =
       if (request.action === 'ready') return broker.ready(deadlineOf(context));
       logger.appendKeys({ connection: request.connection, action: request.action });
       if (request.action === 'invalidate') {
-        return broker.invalidate(request.connection, request.accessToken, DIRECT_INVOKE);
+        return broker.invalidate(
+          request.connection,
+          request.accessToken,
+          DIRECT_INVOKE,
+          deadlineOf(context),
+        );
       }
       const served = await broker.getToken(request.connection, {
         minValiditySeconds: request.minValidity,

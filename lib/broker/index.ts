@@ -8,7 +8,9 @@
  * - `leased-issuance.ts`: the read / lease / wait loop, the announced cut-over, lost lease;
  * - `credential-rotation.ts`: re-read a rejected secret and retry once if it was rotated;
  * - `single-flight.ts`: concurrent misses in a container share one load, each within its deadline;
- * - `token-memory.ts`: this container's copy of each token.
+ * - `token-memory.ts`: this container's copy of each token, and since when it has known it;
+ * - `reports.ts`: a caller's invalidate report, acted on at once or kept until it may be;
+ * - `caller-bounds.ts`: how often a caller's word may replace a token (I4).
  *
  * - `operator.ts`: status and the warm-up.
  *
@@ -31,7 +33,7 @@ import {
 } from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../ports.js';
-import { type CallerBoundSettings, waitBeforeReplacing } from './caller-bounds.js';
+import type { CallerBoundSettings } from './caller-bounds.js';
 import { withCredentialRotation } from './credential-rotation.js';
 import { IssuanceCause, type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
 import { LeasedIssuance, type Need, unsatisfiable } from './leased-issuance.js';
@@ -44,17 +46,17 @@ import {
   servableUnconfirmed,
   windowMs,
 } from './refresh-policy.js';
+import { Reports } from './reports.js';
 import { SingleFlight } from './single-flight.js';
-import { type MemoryEntry, TokenMemory } from './token-memory.js';
-import {
-  type BrokerLogger,
-  type ConnectionStatus,
-  type GetTokenOptions,
-  type InvalidateOutcome,
-  type ServedToken,
-  type TokenAnswer,
-  tokenDigest,
-  type WarmUpReport,
+import { TokenMemory } from './token-memory.js';
+import type {
+  BrokerLogger,
+  ConnectionStatus,
+  GetTokenOptions,
+  InvalidateOutcome,
+  ServedToken,
+  TokenAnswer,
+  WarmUpReport,
 } from './types.js';
 
 export { isCredentialRejection } from './credential-rotation.js';
@@ -96,6 +98,7 @@ const joinTimedOut = () =>
 
 export class TokenBroker {
   readonly #memory: TokenMemory;
+  readonly #reports: Reports;
   readonly #loads: SingleFlight<string, ServedToken>;
   /** Refreshes running in the background, per connection (one at a time in a container). */
   readonly #refreshing = new Map<string, Promise<void>>();
@@ -119,6 +122,14 @@ export class TokenBroker {
         ? {}
         : { forcedMinAgeMs: deps.config.forcedMinAgeSeconds * 1000 }),
     };
+    this.#reports = new Reports({
+      store: deps.store,
+      memory: this.#memory,
+      clock: this.#clock,
+      settings: this.#settings,
+      logger: deps.logger,
+      metrics: this.#metrics,
+    });
     this.#issuance = new LeasedIssuance({
       store: deps.store,
       clock: this.#clock,
@@ -172,7 +183,7 @@ export class TokenBroker {
       return { ...last, reusableUntil: this.#reusableUntil(last.record, needMs) };
     }
     if (served.source !== 'upstream') {
-      if (this.#reportDue(served.record)) {
+      if (this.#reports.due(served.record)) {
         this.#refreshAhead(connection, served.record, trigger, IssuanceCause.Invalidate);
       } else if (this.#dueForRefresh(served.record)) {
         this.#refreshAhead(connection, served.record, trigger, IssuanceCause.RefreshAhead);
@@ -195,105 +206,19 @@ export class TokenBroker {
   }
 
   /**
-   * A caller's report that the upstream rejected `accessToken`. Only that token is acted on
-   * (compare-and-delete: a late report about an older token cannot drop a fresh one). A token
-   * old enough to be replaced on a caller's word (see `caller-bounds.ts`, measured on this
-   * container's own clock) is dropped, and the next request issues its successor; a younger
-   * one is kept with the report, and replaced, once, when it is old enough.
+   * A caller's report that the upstream rejected `accessToken`: that token is dropped if it is
+   * old enough to be replaced on a caller's word, else kept with the report and replaced once
+   * it is (see `reports.ts`).
+   * @param deadline epoch ms by which the answer is due (the store calls are cut to it)
    */
-  async invalidate(name: string, accessToken: string, caller?: string): Promise<InvalidateOutcome> {
+  invalidate(
+    name: string,
+    accessToken: string,
+    caller?: string,
+    deadline?: number,
+  ): Promise<InvalidateOutcome> {
     this.connection(name);
-    const digest = tokenDigest(accessToken);
-    const reportedBy = caller ?? UNNAMED_TRIGGER;
-    const now = this.#clock.now();
-    const entry = this.#memory.get(name);
-    if (entry?.record.tokenDigest === digest) this.#suspectAnotherIssuer(entry, now, reportedBy);
-    // The token as this container holds it, else as the store does (its `forced` mark decides
-    // how long it is kept): a report about any other token changes nothing.
-    const token =
-      entry?.record.tokenDigest === digest ? entry.record : await this.#storedToken(name, digest);
-    let outcome: InvalidateOutcome = { invalidated: false };
-    if (token) {
-      const knownForMs = this.#memory.knownFor(name, digest);
-      const waitMs = waitBeforeReplacing(token, knownForMs, this.#settings);
-      outcome =
-        waitMs <= 0
-          ? { invalidated: await this.#drop(token, now) }
-          : await this.#deferReport(token, waitMs);
-    }
-    this.deps.logger.info('Invalidate request handled', {
-      connection: name,
-      tokenDigest: digest,
-      ...outcome,
-      reportedBy,
-    });
-    return outcome;
-  }
-
-  /** The stored token of `name` if its digest is `digest`. */
-  async #storedToken(name: string, digest: string): Promise<TokenRecord | undefined> {
-    const { token } = await this.#storeCall(() => this.deps.store.read(name));
-    return token?.tokenDigest === digest && token.expiresAt > this.#clock.now() ? token : undefined;
-  }
-
-  /** Drops `token` here and in the store (if still the stored one). */
-  async #drop(token: TokenRecord, now: number): Promise<boolean> {
-    this.#memory.forget(token);
-    return this.#storeCall(() =>
-      this.deps.store.deleteIfMatches(token.connection, token.tokenDigest, { reportedAt: now }),
-    );
-  }
-
-  /** Keeps the report in the store and here: the token is replaced once it is old enough. */
-  async #deferReport(token: TokenRecord, waitMs: number): Promise<InvalidateOutcome> {
-    const kept = await this.#storeCall(() =>
-      this.deps.store.markReported(token.connection, token.tokenDigest),
-    );
-    if (!kept) return { invalidated: false };
-    this.#memory.report(token.connection, token.tokenDigest);
-    this.#metrics.record(MetricName.InvalidateDeferred, token.connection);
-    return { invalidated: false, deferredSeconds: Math.ceil(waitMs / 1000) };
-  }
-
-  async #storeCall<T>(call: () => Promise<T>): Promise<T> {
-    try {
-      return await call();
-    } catch (error) {
-      throw new StoreUnavailableError('The token store could not be updated; retry shortly', {
-        cause: error,
-      });
-    }
-  }
-
-  /**
-   * The upstream rejected the token this container holds as current, with no replacement of
-   * ours under way that could have revoked it, in the first half of its life: only another
-   * issuance for the same client ID, elsewhere, revokes it then.
-   */
-  #suspectAnotherIssuer(entry: MemoryEntry, now: number, reportedBy: string): void {
-    const held = entry.record;
-    if (entry.lease !== undefined || now - held.issuedAt >= (held.expiresAt - held.issuedAt) / 2) {
-      return;
-    }
-    this.#metrics.record(MetricName.AnotherIssuerSuspected, held.connection);
-    this.deps.logger.error('Another system may be issuing tokens for this client ID', {
-      connection: held.connection,
-      tokenDigest: held.tokenDigest,
-      tokenAgeSeconds: Math.round((now - held.issuedAt) / 1000),
-      reportedBy,
-      runbook: 'One client ID, one broker (docs/operations.md)',
-    });
-  }
-
-  /**
-   * Whether a report kept about `record` is due: the token may now be replaced on a caller's
-   * word, as this container measures its age.
-   */
-  #reportDue(record: TokenRecord): boolean {
-    const entry = this.#memory.get(record.connection);
-    if (!entry?.reported || entry.record.tokenDigest !== record.tokenDigest) return false;
-    const knownForMs = this.#memory.knownFor(record.connection, record.tokenDigest);
-    return waitBeforeReplacing(record, knownForMs, this.#settings) <= 0;
+    return this.#reports.invalidate(name, accessToken, caller, deadline);
   }
 
   /**

@@ -1,0 +1,149 @@
+/**
+ * A caller's report that the upstream rejected a token (invalidate). Only that token is acted
+ * on (compare-and-delete: a late report about an older token cannot drop a fresh one). A token
+ * old enough to be replaced on a caller's word (`caller-bounds.ts`, measured on this
+ * container's own clock) is dropped, and the next request issues its successor; a younger one
+ * is kept with the report (in the store and in memory) and replaced, once, when it is old
+ * enough (`due`). A report about the token this container holds as current, early in its
+ * life, also says that another system may be issuing tokens for the same client ID.
+ */
+import type { Clock } from '../clock.js';
+import { StoreUnavailableError } from '../errors.js';
+import { type BrokerMetrics, MetricName } from '../metrics.js';
+import type { TokenRecord, TokenStore } from '../ports.js';
+import { type CallerBoundSettings, waitBeforeReplacing } from './caller-bounds.js';
+import { UNNAMED_TRIGGER } from './issuance-cause.js';
+import { withDeadline } from './single-flight.js';
+import type { MemoryEntry, TokenMemory } from './token-memory.js';
+import { type BrokerLogger, type InvalidateOutcome, tokenDigest } from './types.js';
+
+export interface ReportsDeps {
+  readonly store: TokenStore;
+  readonly memory: TokenMemory;
+  readonly clock: Clock;
+  readonly settings: CallerBoundSettings;
+  readonly logger: BrokerLogger;
+  readonly metrics: BrokerMetrics;
+}
+
+export class Reports {
+  constructor(private readonly deps: ReportsDeps) {}
+
+  /**
+   * Acts on a report about `accessToken` of connection `name`.
+   * @param deadline epoch ms by which the store calls are answered (or it fails)
+   */
+  async invalidate(
+    name: string,
+    accessToken: string,
+    caller: string | undefined,
+    deadline: number | undefined,
+  ): Promise<InvalidateOutcome> {
+    const { memory, clock, settings, logger } = this.deps;
+    const digest = tokenDigest(accessToken);
+    const reportedBy = caller ?? UNNAMED_TRIGGER;
+    const now = clock.now();
+    const entry = memory.get(name);
+    if (entry?.record.tokenDigest === digest) this.#suspectAnotherIssuer(entry, now, reportedBy);
+    // The token as this container holds it, else as the store does (its `forced` mark decides
+    // how long it is kept): a report about any other token changes nothing.
+    const token =
+      entry?.record.tokenDigest === digest
+        ? entry.record
+        : await this.#storedToken(name, digest, deadline);
+    let outcome: InvalidateOutcome = { invalidated: false };
+    if (token) {
+      const waitMs = waitBeforeReplacing(token, memory.knownFor(name, digest), settings);
+      outcome =
+        waitMs <= 0
+          ? { invalidated: await this.#drop(token, now, deadline) }
+          : await this.#keep(token, waitMs, deadline);
+    }
+    logger.info('Invalidate request handled', {
+      connection: name,
+      tokenDigest: digest,
+      ...outcome,
+      reportedBy,
+    });
+    return outcome;
+  }
+
+  /**
+   * Whether a report kept about `record` is due: the token may now be replaced on a caller's
+   * word, as this container measures its age.
+   */
+  due(record: TokenRecord): boolean {
+    const { memory, settings } = this.deps;
+    const entry = memory.get(record.connection);
+    if (!entry?.reported || entry.record.tokenDigest !== record.tokenDigest) return false;
+    const knownForMs = memory.knownFor(record.connection, record.tokenDigest);
+    return waitBeforeReplacing(record, knownForMs, settings) <= 0;
+  }
+
+  /** The stored token of `name` if its digest is `digest` and it is valid. */
+  async #storedToken(name: string, digest: string, deadline: number | undefined) {
+    const { token } = await this.#store(() => this.deps.store.read(name), deadline);
+    return token?.tokenDigest === digest && token.expiresAt > this.deps.clock.now()
+      ? token
+      : undefined;
+  }
+
+  /** Drops `token` here and in the store (if still the stored one). */
+  async #drop(token: TokenRecord, now: number, deadline: number | undefined): Promise<boolean> {
+    this.deps.memory.forget(token);
+    return this.#store(
+      () =>
+        this.deps.store.deleteIfMatches(token.connection, token.tokenDigest, { reportedAt: now }),
+      deadline,
+    );
+  }
+
+  /** Keeps the report in the store and here: the token is replaced once it is old enough. */
+  async #keep(
+    token: TokenRecord,
+    waitMs: number,
+    deadline: number | undefined,
+  ): Promise<InvalidateOutcome> {
+    const kept = await this.#store(
+      () => this.deps.store.markReported(token.connection, token.tokenDigest),
+      deadline,
+    );
+    if (!kept) return { invalidated: false };
+    this.deps.memory.report(token.connection, token.tokenDigest);
+    this.deps.metrics.record(MetricName.InvalidateDeferred, token.connection);
+    return { invalidated: false, deferredSeconds: Math.ceil(waitMs / 1000) };
+  }
+
+  /** A store call, answered by the deadline (I3) or failed as the store being unavailable. */
+  async #store<T>(call: () => Promise<T>, deadline: number | undefined): Promise<T> {
+    const failed = (cause?: unknown) =>
+      new StoreUnavailableError('The token store could not be updated; retry shortly', { cause });
+    try {
+      return deadline === undefined
+        ? await call()
+        : await withDeadline(call(), deadline - this.deps.clock.now(), this.deps.clock, failed);
+    } catch (error) {
+      throw error instanceof StoreUnavailableError ? error : failed(error);
+    }
+  }
+
+  /**
+   * The upstream rejected the token this container holds as current, with no replacement of
+   * ours under way that could have revoked it, in the first half of its life: only another
+   * issuance for the same client ID, elsewhere, revokes it then.
+   */
+  #suspectAnotherIssuer(entry: MemoryEntry, now: number, reportedBy: string): void {
+    const held = entry.record;
+    if (entry.lease !== undefined || now - held.issuedAt >= (held.expiresAt - held.issuedAt) / 2) {
+      return;
+    }
+    this.deps.metrics.record(MetricName.AnotherIssuerSuspected, held.connection);
+    this.deps.logger.error('Another system may be issuing tokens for this client ID', {
+      connection: held.connection,
+      tokenDigest: held.tokenDigest,
+      tokenAgeSeconds: Math.round((now - held.issuedAt) / 1000),
+      reportedBy,
+      runbook: 'One client ID, one broker (docs/operations.md)',
+    });
+  }
+}
