@@ -69,12 +69,14 @@ export const afterFailedFlow = async (
   // Only if the release proves we still held it: a holder paused past its lease may find that
   // another took over and revoked that token meanwhile.
   const releasedAt = clock.now();
+  const releasedAtMonotonic = clock.monotonic();
   const held = await bounded(store.releaseLease(name, flow.holder)).catch(() => false);
   if (flow.replacing && memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) {
     if (held) {
       memory.set({
         record: flow.replacing,
         checkedAt: releasedAt,
+        checkedAtMonotonic: releasedAtMonotonic,
         until: servableUntil(flow.replacing, undefined, releasedAt, settings),
       });
     } else memory.delete(name);

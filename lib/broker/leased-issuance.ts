@@ -168,23 +168,25 @@ export class LeasedIssuance {
   ): Promise<ServedToken> {
     const { name } = connection;
     const { clock, settings } = this.deps;
-    let known: { state: TokenState; sentAt: number } | undefined;
+    let known: { state: TokenState; sentAt: number; sentAtMonotonic: number } | undefined;
     let waits = 0;
     await this.#awaitCutOver(name, deadline);
     for (;;) {
       // A read reflects the store at some instant after it was sent: memory counts from then.
       const sentAt = known?.sentAt ?? clock.now();
+      const sentAtMonotonic = known?.sentAtMonotonic ?? clock.monotonic();
       const state = known?.state ?? (await this.#read(name, need, bypassMemory, deadline));
       const fresh = known === undefined;
       known = undefined;
       if ('source' in state) return state; // the store is down; memory had a usable token
       const now = clock.now();
+      const nowMonotonic = clock.monotonic();
       if (fresh) this.#readMs.set(name, now - sentAt);
       const { token, lease } = state;
       // DynamoDB deletes expired items late (up to days): expiry is always checked here.
       const valid = token && token.expiresAt > now ? token : undefined;
       const needMs = need === 'outside-window' ? (valid ? windowMs(valid, settings) : 0) : need;
-      const { suspect, until } = this.#remember(connection, state, sentAt, now);
+      const { suspect, until } = this.#remember(connection, state, sentAt, now, sentAtMonotonic);
       if (valid && !suspect && lease && this.#watch.stale(name, lease, now)) {
         // A countdown nobody advances (its holder died before the cut-over): readers would
         // re-read at each of its ends. It is taken over and let go, so they are back to one
@@ -256,8 +258,10 @@ export class LeasedIssuance {
           this.#acquire(name, holder, now, deadline, {
             countdown,
             takeOver: lease,
-            // Replace the token we saw (a suspect one whatever its expiry), never a newer one.
-            replaceIfExpiresBefore: valid && suspect ? valid.expiresAt + 1 : now + needMs + 1,
+            // Replace exactly the token we saw (a suspect one whatever its expiry), or none if
+            // we saw none: a token written by another container since our read may be served
+            // elsewhere already, and nothing announced its replacement.
+            replaceIfExpiresBefore: token ? token.expiresAt + 1 : 0,
             forced,
           }),
         );
@@ -279,7 +283,7 @@ export class LeasedIssuance {
           if (issued !== LOST) return issued;
           continue; // our lease was taken over while we ran: wait for the new holder's token
         }
-        known = { state: attempt.state, sentAt: now };
+        known = { state: attempt.state, sentAt: now, sentAtMonotonic: nowMonotonic };
         continue;
       }
 
@@ -327,6 +331,7 @@ export class LeasedIssuance {
     const { name } = connection;
     const { clock, memory } = this.deps;
     const now = clock.now();
+    const nowMonotonic = clock.monotonic();
     const entry = memory.get(name);
     // A countdown announced at our last read is left to its holder. Whether that holder died
     // only a read can tell (the same version seen again after its duration): that read comes
@@ -344,7 +349,7 @@ export class LeasedIssuance {
     });
     if (!attempt.acquired && attempt.state.lease?.holder !== holder) {
       // What won is a read as good as any: no other try until it changes.
-      this.#remember(connection, attempt.state, now, clock.now());
+      this.#remember(connection, attempt.state, now, clock.now(), nowMonotonic);
       return undefined;
     }
     this.deps.logger.info(
@@ -426,6 +431,7 @@ export class LeasedIssuance {
     state: TokenState,
     sentAt: number,
     now: number,
+    sentAtMonotonic: number,
   ): { suspect: boolean; until: number } {
     const { token, lease } = state;
     const { memory, settings } = this.deps;
@@ -442,6 +448,7 @@ export class LeasedIssuance {
     memory.set({
       record: valid,
       checkedAt: sentAt,
+      checkedAtMonotonic: sentAtMonotonic,
       until,
       lease: announced,
       ...(state.reported ? { reported: true } : {}),
@@ -625,6 +632,7 @@ export class LeasedIssuance {
     // written, only until other containers may take the confirmed lease over (and revoke it by
     // issuing again).
     const writtenAt = clock.now();
+    const writtenAtMonotonic = clock.monotonic();
     let until = servableUntil(record, undefined, writtenAt, settings);
     try {
       written = await this.#bounded(store.putToken(record, flow.holder), flow.deadline);
@@ -647,7 +655,12 @@ export class LeasedIssuance {
       if (flow.replacing) this.deps.memory.forget(flow.replacing);
       return LOST;
     }
-    this.deps.memory.set({ record, checkedAt: writtenAt, until });
+    this.deps.memory.set({
+      record,
+      checkedAt: writtenAt,
+      checkedAtMonotonic: writtenAtMonotonic,
+      until,
+    });
     if (record.expiresAt - clock.now() <= flow.needMs) throw unsatisfiable(record, flow.needMs);
     return { record, source: 'upstream' };
   }

@@ -16,6 +16,12 @@ export interface MemoryEntry {
   readonly record: TokenRecord;
   /** When the read that last confirmed this token was sent (local epoch ms). */
   readonly checkedAt: number;
+  /**
+   * The monotonic clock at that same instant: the entry is rebased from there, so that a wall
+   * clock stepped while the read was in flight cannot stretch it. Without it, from when the
+   * entry is kept.
+   */
+  readonly checkedAtMonotonic?: number | undefined;
   /** Until when that read proves the token safe to serve (the policy's `servableUntil`). */
   readonly until: number;
   /** The lease that read found on the token: its replacement is under way, cut-over announced. */
@@ -44,8 +50,9 @@ export class TokenMemory {
   set(entry: MemoryEntry): void {
     this.#entries.set(entry.record.connection, {
       entry,
-      wallAt: this.clock.now(),
-      monotonicAt: this.clock.monotonic(),
+      ...(entry.checkedAtMonotonic === undefined
+        ? { wallAt: this.clock.now(), monotonicAt: this.clock.monotonic() }
+        : { wallAt: entry.checkedAt, monotonicAt: entry.checkedAtMonotonic }),
     });
     this.knownFor(entry.record.connection, entry.record.tokenDigest);
   }

@@ -1,8 +1,8 @@
 /**
  * A model-based test of the fleet (fast-check): 3 or 4 brokers, one in-memory store and an
  * upstream that revokes every earlier token on each issuance, all on one simulated timeline
- * (test/support/sim.ts). fast-check draws the fleet (each container's re-check, its wall
- * clock's offset) and a sequence of commands: callers' requests (some forcing a replacement),
+ * (test/support/sim.ts). fast-check draws the fleet (each container's re-check, its store
+ * round trip, its wall clock's offset) and a sequence of commands: callers' requests (some forcing a replacement),
  * warm-ups, invalidate reports, waits, wall clocks stepped (NTP) and containers frozen (a
  * Lambda environment between invocations) and thawed. Every answer is judged the moment it is
  * given, and the invariants of docs/protocol.md are checked over the whole run:
@@ -92,6 +92,8 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
 const fleetArb = fc.record({
   /** Each container's memory re-check (s): mixed settings in one deployment. */
   rechecks: fc.array(fc.constantFrom(2, 5), { minLength: NODES, maxLength: NODES }),
+  /** Each container's store round trip (ms): writes land that long after they are sent. */
+  latencies: fc.array(fc.constantFrom(0, 5, 30), { minLength: NODES, maxLength: NODES }),
   /** Each container's wall clock offset (ms) from the timeline. */
   offsets: fc.array(fc.integer({ min: -2_000, max: 2_000 }), {
     minLength: NODES,
@@ -103,7 +105,7 @@ const fleetArb = fc.record({
 type Fleet = typeof fleetArb extends fc.Arbitrary<infer T> ? T : never;
 
 /** Runs one drawn fleet and sequence; returns the violations found (none: the property holds). */
-const runFleet = async ({ rechecks, offsets, commands }: Fleet): Promise<string[]> => {
+const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Promise<string[]> => {
   const sim = new Sim(T0);
   sim.draw = 0.3;
   const store = new InMemoryTokenStore();
@@ -132,9 +134,17 @@ const runFleet = async ({ rechecks, offsets, commands }: Fleet): Promise<string[
         return issued;
       },
     };
+    const latency = latencies[i] ?? 0;
+    const late = async <T>(call: () => Promise<T>): Promise<T> => {
+      if (latency > 0) await clock.sleep(latency);
+      return call();
+    };
     const storeSeenFrom = wrap(store, {
+      read: (name) => late(() => store.read(name)),
+      acquireLease: (name, request) => late(() => store.acquireLease(name, request)),
+      renewLease: (n, h, e, d, c) => late(() => store.renewLease(n, h, e, d, c)),
       putToken: async (record, holder) => {
-        const ok = await store.putToken(record, holder);
+        const ok = await late(() => store.putToken(record, holder));
         if (ok) written.add(record.accessToken);
         // Issued on a caller's word (a forcing minValidity, a report, or a takeover of one).
         if (ok && record.forced) forcedAt.push(sim.now());

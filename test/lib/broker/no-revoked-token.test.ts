@@ -8,7 +8,8 @@ import { describe, expect, it } from 'vitest';
 import { LeaseWatch } from '../../../lib/broker/lease-watch.js';
 import type { Clock } from '../../../lib/clock.js';
 import { InMemoryTokenStore, ManualClock } from '../../support/fakes.js';
-import { fleetBroker, issuerFor, Upstream } from '../../support/fleet-model.js';
+import { fleetBroker, issuerFor, Upstream, wrap } from '../../support/fleet-model.js';
+import { Sim } from '../../support/sim.js';
 
 const T0 = 1_795_262_400_000;
 /** Tokens live 120 s: a 60 s refresh window. */
@@ -103,6 +104,89 @@ describe('Guarantee I2: no revoked token served, across containers that disagree
     expect(served.filter((s) => s.revoked)).toEqual([]);
     expect(served.at(-1)?.token).not.toBe(old);
   });
+});
+
+describe('Guarantee I2: a store call in flight while the clocks move', () => {
+  const LIFE = 120;
+  it('a wall clock stepped back 4 s while a 20 ms read is in flight does not stretch what the read proves', async () => {
+    const sim = new Sim(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const clockA = sim.clock('a');
+    const clockB = sim.clock('b');
+    const slowA = wrap(store, {
+      read: async (name) => {
+        await clockA.sleep(20);
+        return store.read(name);
+      },
+    });
+    const options = { window: 60, recheck: 5, floor: 2 };
+    const a = fleetBroker(slowA, clockA, up, { ...options, issuer: issuerFor(up, clockA, LIFE) });
+    const b = fleetBroker(store, clockB, up, { ...options, issuer: issuerFor(up, clockB, LIFE) });
+    const first = await sim.run(b.getToken('sandbox', { deadline: clockB.now() + 8_000 }));
+    const old = first.value?.record.accessToken;
+    await sim.advance(61_000);
+    const read = a.getToken('sandbox', { deadline: clockA.now() + 8_000 });
+    await sim.advance(10);
+    sim.step('a', -4_000); // NTP, while A's read is in flight
+    expect((await sim.run(read)).value?.record.accessToken).toBe(old);
+    const warm = b.warmUp(clockB.now() + 30_000);
+    const revoked: number[] = [];
+    for (let i = 0; i < 240; i += 1) {
+      await sim.advance(50);
+      const answer = (await sim.run(a.getToken('sandbox', { deadline: clockA.now() + 8_000 })))
+        .value;
+      if (answer && up.revoked.has(answer.record.accessToken)) revoked.push(sim.now() - T0);
+    }
+    expect((await sim.run(warm)).value).toMatchObject({ issued: 1 });
+    // Before: 74 answers served the replaced token after its revocation.
+    expect(revoked).toEqual([]);
+  });
+
+  for (const variant of [
+    { name: 'a minValidity above the lifetime, clocks agreeing', minValiditySeconds: 200, skew: 0 },
+    {
+      name: 'a minValidity of the lifetime less 1 s, on a clock 1.5 s ahead',
+      minValiditySeconds: LIFE - 1,
+      skew: 1_500,
+    },
+  ]) {
+    it(`a lease taken after reading no token never replaces one another container wrote meanwhile (${variant.name})`, async () => {
+      const sim = new Sim(T0);
+      const store = new InMemoryTokenStore();
+      const up = new Upstream();
+      const clockA = sim.clock('a');
+      const clockB = sim.clock('b', variant.skew);
+      const slowB = wrap(store, {
+        acquireLease: async (name, request) => {
+          await clockB.sleep(30);
+          return store.acquireLease(name, request);
+        },
+      });
+      const options = { window: 60, recheck: 5, floor: 2 };
+      const a = fleetBroker(store, clockA, up, { ...options, issuer: issuerFor(up, clockA, LIFE) });
+      const b = fleetBroker(slowB, clockB, up, { ...options, issuer: issuerFor(up, clockB, LIFE) });
+      // B reads an empty item; its acquire lands 30 ms later, after A wrote the first token.
+      const fromB = b.getToken('sandbox', {
+        deadline: clockB.now() + 5_000,
+        minValiditySeconds: variant.minValiditySeconds,
+      });
+      await sim.advance(10);
+      await sim.run(a.getToken('sandbox', { deadline: clockA.now() + 5_000 }));
+      await sim.run(fromB);
+      const revoked: number[] = [];
+      for (let i = 0; i < 40; i += 1) {
+        await sim.advance(100);
+        const answer = (await sim.run(a.getToken('sandbox', { deadline: clockA.now() + 5_000 })))
+          .value;
+        if (answer && up.revoked.has(answer.record.accessToken)) revoked.push(sim.now() - T0);
+      }
+      // Before: B's countdown-0 lease replaced A's token 100 ms after its issuance, and A served
+      // the revoked token for its whole re-check (40 answers).
+      expect(revoked).toEqual([]);
+      expect(up.n).toBe(1);
+    });
+  }
 });
 
 describe('LeaseWatch: a lease is judged on this container’s monotonic clock', () => {
