@@ -181,7 +181,8 @@ export class LeasedIssuance {
       if ('source' in state) return state; // the store is down; memory had a usable token
       const now = clock.now();
       const nowMonotonic = clock.monotonic();
-      if (fresh) this.#readMs.set(name, now - sentAt);
+      // Durations on the monotonic clock: a stepped wall clock skews no reserve or estimate.
+      if (fresh) this.#readMs.set(name, nowMonotonic - sentAtMonotonic);
       const { token, lease } = state;
       // DynamoDB deletes expired items late (up to days): expiry is always checked here.
       const valid = token && token.expiresAt > now ? token : undefined;
@@ -604,7 +605,7 @@ export class LeasedIssuance {
     try {
       // The authorization code is asked for while the lease counts down; the fence before the
       // access-token request waits for the countdown's end (see HeldLease).
-      const started = clock.now();
+      const started = clock.monotonic();
       const issued = await this.deps
         .issue(connection, {
           deadline: flow.deadline - STORE_RESERVE_MS,
@@ -612,7 +613,7 @@ export class LeasedIssuance {
           beforeAccessToken: () => lease.confirmForPost(),
         })
         .finally(() => lease.stop());
-      const took = clock.now() - started;
+      const took = clock.monotonic() - started;
       this.#issuanceMs.set(name, took - lease.waitedMs);
       const issuedRecord = recordIssued(connection, issued, took, this.deps, flow);
       // The re-check this container's readers apply travels with the token (mixed settings).
