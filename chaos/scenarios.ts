@@ -296,6 +296,29 @@ const skewInstall = (skewMs: number) => (context: ScenarioContext) => {
   context.faulted(0, 0, context.settings.durationMs);
 };
 
+/**
+ * One extra caller that asks for `minValidity` = the token lifetime + `offsetSeconds` every 2 s,
+ * in turn on each container.
+ */
+const askingEvery2s =
+  (offsetSeconds: number): NonNullable<Scenario['extra']> =>
+  async (context, invoke) => {
+    const sign = offsetSeconds < 0 ? '-' : '+';
+    let turn = 0;
+    while (context.running()) {
+      await context.sleep(S(2));
+      if (!context.running()) break;
+      const node = turn % context.nodes.length;
+      context.inject(`getToken minValidity = lifetime ${sign} ${Math.abs(offsetSeconds)}`, node);
+      await invoke(node, {
+        action: 'getToken',
+        connection: 'sandbox',
+        minValidity: context.settings.lifetimeSeconds + offsetSeconds,
+      });
+      turn += 1;
+    }
+  };
+
 export const SCENARIOS: readonly Scenario[] = [
   {
     name: 'control',
@@ -519,20 +542,7 @@ export const SCENARIOS: readonly Scenario[] = [
     injects:
       'one extra caller asks minValidity = lifetime + 5 s (under the 30-day cap) every 2 s, in turn on each container',
     predicted: 'issue #5: each request forces an issuance that revokes everyone\u2019s token',
-    extra: async (context, invoke) => {
-      let turn = 0;
-      while (context.running()) {
-        await context.sleep(S(2));
-        if (!context.running()) break;
-        context.inject('getToken minValidity = lifetime + 5', turn % context.nodes.length);
-        await invoke(turn % context.nodes.length, {
-          action: 'getToken',
-          connection: 'sandbox',
-          minValidity: context.settings.lifetimeSeconds + 5,
-        });
-        turn += 1;
-      }
-    },
+    extra: askingEvery2s(5),
   },
   {
     name: 'forcing-caller',
@@ -540,20 +550,7 @@ export const SCENARIOS: readonly Scenario[] = [
       'one extra caller asks minValidity = lifetime - 1 s (only a new token gives it) every 2 s, in turn on each container',
     predicted:
       'issue #19: each request replaced the token, revoking everyone’s; bounded to one replacement per refresh window',
-    extra: async (context, invoke) => {
-      let turn = 0;
-      while (context.running()) {
-        await context.sleep(S(2));
-        if (!context.running()) break;
-        context.inject('getToken minValidity = lifetime - 1', turn % context.nodes.length);
-        await invoke(turn % context.nodes.length, {
-          action: 'getToken',
-          connection: 'sandbox',
-          minValidity: context.settings.lifetimeSeconds - 1,
-        });
-        turn += 1;
-      }
-    },
+    extra: askingEvery2s(-1),
   },
 ];
 

@@ -94,12 +94,10 @@ export interface ReplacementRefusalOptions extends BrokerErrorOptions {
 }
 
 /**
- * The caller asked for more validity than the current token has, outside its refresh window,
- * and may not force a replacement (the connection's `forceCallers`).
+ * A `minValidity` that would have replaced the current token was refused: one of the two
+ * classes below, each with what the caller can have instead.
  */
-export class ForceNotAllowedError extends BrokerError {
-  override readonly name = 'ForceNotAllowedError';
-  readonly code = ErrorCode.FORCE_NOT_ALLOWED;
+export abstract class ReplacementRefusedError extends BrokerError {
   readonly availableMinValidity: number;
   constructor(message: string, options: ReplacementRefusalOptions) {
     super(message, options);
@@ -108,13 +106,21 @@ export class ForceNotAllowedError extends BrokerError {
 }
 
 /**
+ * The caller asked for more validity than the current token has, outside its refresh window,
+ * and may not force a replacement (the connection's `forceCallers`).
+ */
+export class ForceNotAllowedError extends ReplacementRefusedError {
+  override readonly name = 'ForceNotAllowedError';
+  readonly code = ErrorCode.FORCE_NOT_ALLOWED;
+}
+
+/**
  * A replacement at a caller's word would come too soon after the last one: no caller's word
  * replaces a token more than once per refresh window (see `caller-bounds.ts`).
  */
-export class ReplacementTooSoonError extends BrokerError {
+export class ReplacementTooSoonError extends ReplacementRefusedError {
   override readonly name = 'ReplacementTooSoonError';
   readonly code = ErrorCode.REPLACEMENT_TOO_SOON;
-  readonly availableMinValidity: number;
   /** Seconds after which this container would replace the token on such a request. */
   readonly retryAfterSeconds: number;
   constructor(
@@ -122,7 +128,6 @@ export class ReplacementTooSoonError extends BrokerError {
     options: ReplacementRefusalOptions & { readonly retryAfterSeconds: number },
   ) {
     super(message, options);
-    this.availableMinValidity = options.availableMinValidity;
     this.retryAfterSeconds = options.retryAfterSeconds;
   }
 }

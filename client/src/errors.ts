@@ -84,11 +84,10 @@ export class MinValidityUnsatisfiableError extends TokenBrokerError {
   override readonly name = 'MinValidityUnsatisfiableError';
 }
 /**
- * The `minValidity` asked for would replace the current token, which this caller may not force
- * (the connection's `forceCallers`, 403). Ask for `availableMinValidity` or less.
+ * The broker refused a `minValidity` that would have replaced the current token: one of the two
+ * classes below. Ask for `availableMinValidity` or less. Not retried by the client.
  */
-export class ForceNotAllowedError extends TokenBrokerError {
-  override readonly name = 'ForceNotAllowedError';
+export abstract class ReplacementRefusedError extends TokenBrokerError {
   /** The largest `minValidity` the current token gave when the broker answered (HTTP only). */
   readonly availableMinValidity: number | undefined;
   constructor(message: string, code: string, options: TokenBrokerErrorOptions = {}) {
@@ -96,19 +95,16 @@ export class ForceNotAllowedError extends TokenBrokerError {
     this.availableMinValidity = options.availableMinValidity;
   }
 }
+/** This caller may not force a replacement (the connection's `forceCallers`, 403). */
+export class ForceNotAllowedError extends ReplacementRefusedError {
+  override readonly name = 'ForceNotAllowedError';
+}
 /**
- * The `minValidity` asked for would replace the current token sooner than a caller's word may
- * (once per refresh window, 429): ask for `availableMinValidity` or less now, or retry after
- * `retryAfterSeconds`. Not retried by the client.
+ * A replacement on a caller's word would come sooner than once per refresh window (429): ask
+ * for `availableMinValidity` or less now, or retry after `retryAfterSeconds`.
  */
-export class ReplacementTooSoonError extends TokenBrokerError {
+export class ReplacementTooSoonError extends ReplacementRefusedError {
   override readonly name = 'ReplacementTooSoonError';
-  /** The largest `minValidity` the current token gave when the broker answered (HTTP only). */
-  readonly availableMinValidity: number | undefined;
-  constructor(message: string, code: string, options: TokenBrokerErrorOptions = {}) {
-    super(message, code, options);
-    this.availableMinValidity = options.availableMinValidity;
-  }
 }
 /** This caller is not in the connection's `callers` (403). */
 export class CallerNotAllowedError extends TokenBrokerError {

@@ -9,8 +9,8 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import {
   BadRequestError,
   type BrokerError,
-  ForceNotAllowedError,
   InternalError,
+  ReplacementRefusedError,
   ReplacementTooSoonError,
   StoreUnavailableError,
   toBrokerError,
@@ -117,7 +117,7 @@ const retryAfter = (error: BrokerError): number | undefined => {
 export const errorBody = (error: BrokerError) => ({
   code: error.code,
   message: error.message,
-  ...(error instanceof ReplacementTooSoonError || error instanceof ForceNotAllowedError
+  ...(error instanceof ReplacementRefusedError
     ? { availableMinValidity: error.availableMinValidity }
     : {}),
 });

@@ -1,7 +1,7 @@
 /**
- * How far a caller's word may go (invariant I4, docs/protocol.md): a caller may ask for validity (`minValidity`) and report a
- * rejected token (invalidate), and either can replace a valid token, which the upstream then
- * revokes. Bounded so that no caller, nor any mix of callers and paths, replaces tokens more
+ * How far a caller's word may go (invariant I4, docs/protocol.md): a caller may ask for
+ * validity (`minValidity`) and report a rejected token (invalidate), and either can replace a
+ * valid token, which the upstream then revokes. Bounded so that no caller, nor any mix of callers and paths, replaces tokens more
  * than once per refresh window:
  *
  * - a token issued on a caller's word (`TokenRecord.forced`) is replaced on a caller's word only

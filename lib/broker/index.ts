@@ -21,9 +21,8 @@ import { type Clock, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
 import {
   BadRequestError,
-  ForceNotAllowedError,
   isOutcomeUnknown,
-  ReplacementTooSoonError,
+  ReplacementRefusedError,
   StoreUnavailableError,
   toBrokerError,
   UnknownConnectionError,
@@ -376,12 +375,7 @@ export class TokenBroker {
       outcome = await this.#loads.run(connection.name, obtain, deadline, joinTimedOut);
     } catch (error) {
       // A refusal answers the caller that asked, not the ones that joined it: they ask anew.
-      if (
-        joining &&
-        (error instanceof ReplacementTooSoonError || error instanceof ForceNotAllowedError)
-      ) {
-        return obtain();
-      }
+      if (joining && error instanceof ReplacementRefusedError) return obtain();
       throw error;
     }
     const { value: shared, joined } = outcome;

@@ -341,12 +341,13 @@ export class LeasedIssuance {
     if (entry?.lease && entry.record.tokenDigest === current.tokenDigest) return undefined;
     const countdown = this.#countdown(connection, current, undefined);
     this.#checkTimeForCountdown(countdown, now, deadline);
+    const forced = isCallersWord(cause);
     const holder = this.#nextHolder();
     const attempt = await this.#acquire(name, holder, now, deadline, {
       countdown,
       // Replace the token we saw, never a newer one another container wrote meanwhile.
       replaceIfExpiresBefore: current.expiresAt + 1,
-      forced: isCallersWord(cause),
+      forced,
     });
     if (!attempt.acquired && attempt.state.lease?.holder !== holder) {
       // What won is a read as good as any: no other try until it changes.
@@ -368,7 +369,7 @@ export class LeasedIssuance {
       answeredAt: clock.now(),
       countdown,
       cause,
-      forced: isCallersWord(cause),
+      forced,
       trigger,
     });
     // Lost after our token request went out: it has revoked `current`, which must not be served;
