@@ -7,9 +7,11 @@
  * - it failed for sure: nothing was issued; the lease is freed and the token it would have
  *   replaced is good again.
  */
+import { randomUUID } from 'node:crypto';
 import type { ConnectionConfig } from '../config.js';
 import { isOutcomeUnknown } from '../errors.js';
 import { MetricName } from '../metrics.js';
+import type { LeaseRef } from '../ports.js';
 import { LeaseLost } from './held-lease.js';
 import type { LeasedFlow, LeasedIssuanceDeps } from './leased-issuance.js';
 import { servableUntil } from './refresh-policy.js';
@@ -26,6 +28,8 @@ export const afterFailedFlow = async (
   flow: LeasedFlow & {
     /** Until when the fence's confirmation reserved the lease for the POST and its grace. */
     readonly confirmedUntil: number | undefined;
+    /** The lease as last written: its release and the grace name exactly it. */
+    readonly held: LeaseRef;
   },
   error: unknown,
 ): Promise<undefined> => {
@@ -33,7 +37,7 @@ export const afterFailedFlow = async (
   const { store, memory, clock, logger, metrics, settings, bounded } = deps;
   if (error instanceof LeaseLost) {
     // Nothing was sent: our lease, if still ours, is freed; the new holder's token wins.
-    await bounded(store.releaseLease(name, flow.holder)).catch(() => undefined);
+    await bounded(store.releaseLease(name, flow.held)).catch(() => undefined);
     logger.warn('Lease lost before the access-token request; nothing was sent', {
       connection: name,
       reason: error.message,
@@ -58,7 +62,7 @@ export const afterFailedFlow = async (
     }
     await bounded(
       // Never shorter than what the confirmation reserved: the POST may land until then.
-      renewForGrace(store, name, flow.holder, clock.now(), settings.upstreamTimeoutMs, flow),
+      renewForGrace(store, name, clock.now(), settings.upstreamTimeoutMs, flow),
     ).catch(() => undefined);
     throw error;
   }
@@ -70,7 +74,7 @@ export const afterFailedFlow = async (
   // another took over and revoked that token meanwhile.
   const releasedAt = clock.now();
   const releasedAtMonotonic = clock.monotonic();
-  const held = await bounded(store.releaseLease(name, flow.holder)).catch(() => false);
+  const held = await bounded(store.releaseLease(name, flow.held)).catch(() => false);
   if (flow.replacing && memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) {
     if (held) {
       memory.set({
@@ -88,13 +92,20 @@ export const afterFailedFlow = async (
 const renewForGrace = (
   store: LeasedIssuanceDeps['store'],
   connection: string,
-  holder: string,
   now: number,
   graceMs: number,
-  { confirmedUntil }: { readonly confirmedUntil: number | undefined },
+  {
+    confirmedUntil,
+    held,
+  }: { readonly confirmedUntil: number | undefined; readonly held: LeaseRef },
 ): Promise<boolean> => {
-  // A new version (its expiry differs from the confirmation's), whose duration watchers count
-  // from when they first see it: never shorter, on anyone's clock, than the reservation.
-  const until = Math.max(now + graceMs, (confirmedUntil ?? 0) + 1);
-  return store.renewLease(connection, holder, until, until - now, 0);
+  // A new version, whose duration watchers count from when they first see it: never shorter,
+  // on anyone's clock, than the reservation.
+  const until = Math.max(now + graceMs, confirmedUntil ?? 0);
+  return store.renewLease(connection, held, {
+    version: randomUUID(),
+    leaseExpiresAt: until,
+    durationMs: until - now,
+    countdown: 0,
+  });
 };

@@ -9,8 +9,9 @@
  * answered; the confirmation writes 0. Writes never overlap and go out in order, so a reader
  * that saw r knows the POST leaves more than (r - 1) steps after its read was sent.
  */
+import { randomUUID } from 'node:crypto';
 import type { Clock } from '../clock.js';
-import type { TokenStore } from '../ports.js';
+import type { LeaseRef, TokenStore } from '../ports.js';
 import { COUNTDOWN_STEP_MS } from './refresh-policy.js';
 
 export const LEASE_MS = 3_000;
@@ -29,7 +30,8 @@ export interface HeldLeaseOptions {
   readonly store: TokenStore;
   readonly clock: Clock;
   readonly connection: string;
-  readonly holder: string;
+  /** The lease as written when it was taken: its holder and first version. */
+  readonly lease: LeaseRef;
   readonly deadline: number;
   /** Local time at which the lease write was sent: its time counts from here. */
   readonly leasedAt: number;
@@ -62,13 +64,13 @@ export class HeldLease {
   #stopPostTimer: (() => void) | undefined;
   #confirmedUntil: number | undefined;
   #waitedMs = 0;
-  /** The expiry last written: each write's is later, so every write is a new version. */
-  #expiresAt: number;
+  /** The version last written: each write names it, and sets a new one. */
+  #version: string;
 
   constructor(private readonly options: HeldLeaseOptions) {
     const { clock } = options;
     this.#until = options.leasedAt + LEASE_MS;
-    this.#expiresAt = Math.min(options.deadline, options.leasedAt + LEASE_MS);
+    this.#version = options.lease.version;
     this.#countdown = options.countdown;
     this.#answeredAt = options.answeredAt;
     this.#stopHeartbeat = clock.every(LEASE_HEARTBEAT_MS, () => {
@@ -100,6 +102,11 @@ export class HeldLease {
     return this.#confirmedUntil;
   }
 
+  /** The lease as last written (the token write and a release name exactly it). */
+  get ref(): LeaseRef {
+    return { holder: this.options.lease.holder, version: this.#version };
+  }
+
   /** How long the flow waited for the countdown to end, in all (not part of an issuance). */
   get waitedMs(): number {
     return this.#waitedMs;
@@ -116,7 +123,7 @@ export class HeldLease {
    * Heartbeats stop here: the confirmed lease outlasts the POST.
    */
   async confirmForPost(): Promise<void> {
-    const { clock, store, connection, holder, deadline, upstreamTimeoutMs } = this.options;
+    const { clock, store, connection, deadline, upstreamTimeoutMs } = this.options;
     const waitFrom = clock.now();
     await Promise.race([this.#counted, this.#lost]);
     this.#stopHeartbeat();
@@ -127,13 +134,19 @@ export class HeldLease {
     this.#waitedMs += sentAt - waitFrom;
     const budget = Math.min(upstreamTimeoutMs, deadline - sentAt - STORE_RESERVE_MS);
     if (budget < MIN_POST_MS) throw new LeaseLost('No time left for the access-token request');
-    const expiresAt = Math.max(sentAt + budget + upstreamTimeoutMs, this.#expiresAt + 1);
-    const confirm = store.renewLease(connection, holder, expiresAt, expiresAt - sentAt, 0);
+    const expiresAt = sentAt + budget + upstreamTimeoutMs;
+    const version = randomUUID();
+    const confirm = store.renewLease(connection, this.ref, {
+      version,
+      leaseExpiresAt: expiresAt,
+      durationMs: expiresAt - sentAt,
+      countdown: 0,
+    });
     // Unconfirmed (taken over, or the store unreachable) means unsent: nothing to undo.
     const confirmed = await this.options.bounded(confirm, sentAt + budget).catch(() => false);
     if (!confirmed) throw new LeaseLost('Lease not confirmed before the access-token request');
     this.#countdown = 0;
-    this.#expiresAt = expiresAt;
+    this.#version = version;
     this.#confirmedUntil = expiresAt;
     // Paused between the confirmation and here? Then the POST no longer fits its lease.
     const left = sentAt + budget - clock.now();
@@ -173,22 +186,23 @@ export class HeldLease {
    * write in flight is answered. False when the lease is lost (and `signal` then aborted).
    */
   #write(countdown?: number): Promise<boolean> {
-    const { clock, store, connection, holder, deadline } = this.options;
+    const { clock, store, connection, deadline } = this.options;
     const run = async (): Promise<boolean> => {
       if (this.signal.aborted || this.#confirmedUntil !== undefined) return false;
       const sentAt = clock.now();
       if (sentAt >= this.#until) return this.#lose('Lease time ran out');
       const value = countdown ?? this.#countdown;
-      // Capped at the deadline, and yet later than the last: a version nobody has seen.
-      const until = Math.max(Math.min(deadline, sentAt + LEASE_MS), this.#expiresAt + 1);
+      const until = Math.min(deadline, sentAt + LEASE_MS);
+      const version = randomUUID();
+      const next = { version, leaseExpiresAt: until, durationMs: until - sentAt, countdown: value };
       try {
-        if (!(await store.renewLease(connection, holder, until, until - sentAt, value))) {
+        if (!(await store.renewLease(connection, this.ref, next))) {
           return this.#lose('Lease taken over');
         }
       } catch {
         return this.#lose('Lease renewal failed');
       }
-      this.#expiresAt = until;
+      this.#version = version;
       this.#until = Math.max(this.#until, sentAt + LEASE_MS);
       this.#countdown = value;
       this.#answeredAt = clock.now();

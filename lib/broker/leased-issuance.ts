@@ -37,6 +37,7 @@ import { type BrokerMetrics, MetricName } from '../metrics.js';
 import type {
   Lease,
   LeaseAttempt,
+  LeaseRef,
   LeaseRequest,
   TokenRecord,
   TokenState,
@@ -103,7 +104,8 @@ export interface LeasedIssuanceDeps {
 
 /** One run of the upstream flow under a lease. */
 export interface LeasedFlow {
-  readonly holder: string;
+  /** The lease as this run wrote it when taking it. */
+  readonly lease: LeaseRef;
   /** Validity (ms) the caller needs from the new token. */
   readonly needMs: number;
   readonly deadline: number;
@@ -244,7 +246,7 @@ export class LeasedIssuance {
         const recent = token && token.expiresAt + SKEW_TOLERANCE_MS > now ? token : undefined;
         const countdown = this.#countdown(connection, recent, lease);
         this.#checkTimeForCountdown(countdown, now, deadline);
-        const holder = this.#nextHolder();
+        const ours = this.#nextLease();
         const cause = causeOf({
           state,
           valid,
@@ -256,21 +258,21 @@ export class LeasedIssuance {
         // finishes it: its token is the caller's word too.
         const forced = isCallersWord(cause) || lease?.forced === true;
         const attempt = await this.#store('take the lease', () =>
-          this.#acquire(name, holder, now, deadline, {
+          this.#acquire(name, ours, now, deadline, {
             countdown,
             takeOver: lease,
             // Replace exactly the token we saw (a suspect one whatever its expiry), or none if
             // we saw none: a token written by another container since our read may be served
             // elsewhere already, and nothing announced its replacement.
-            replaceIfExpiresBefore: token ? token.expiresAt + 1 : 0,
+            replacing: token?.tokenDigest ?? state.unreadableDigest,
             forced,
           }),
         );
         // A write that was applied but whose answer was lost (then retried) shows our own
-        // holder in the state that won: the lease is ours.
-        if (attempt.acquired || attempt.state.lease?.holder === holder) {
+        // version in the state that won: the lease is ours.
+        if (attempt.acquired || attempt.state.lease?.version === ours.version) {
           const issued = await this.#issueUnderLease(connection, {
-            holder,
+            lease: ours,
             needMs,
             deadline,
             replacing: valid,
@@ -342,14 +344,14 @@ export class LeasedIssuance {
     const countdown = this.#countdown(connection, current, undefined);
     this.#checkTimeForCountdown(countdown, now, deadline);
     const forced = isCallersWord(cause);
-    const holder = this.#nextHolder();
-    const attempt = await this.#acquire(name, holder, now, deadline, {
+    const ours = this.#nextLease();
+    const attempt = await this.#acquire(name, ours, now, deadline, {
       countdown,
       // Replace the token we saw, never a newer one another container wrote meanwhile.
-      replaceIfExpiresBefore: current.expiresAt + 1,
+      replacing: current.tokenDigest,
       forced,
     });
-    if (!attempt.acquired && attempt.state.lease?.holder !== holder) {
+    if (!attempt.acquired && attempt.state.lease?.version !== ours.version) {
       // What won is a read as good as any: no other try until it changes.
       this.#remember(connection, attempt.state, now, clock.now(), nowMonotonic);
       return undefined;
@@ -361,7 +363,7 @@ export class LeasedIssuance {
       { connection: name, countdown },
     );
     const issued = await this.#issueUnderLease(connection, {
-      holder,
+      lease: ours,
       needMs: 0,
       deadline,
       replacing: current,
@@ -473,17 +475,17 @@ export class LeasedIssuance {
     return takeOver ? takeOver.countdown : countdownFor(valid, this.deps.settings);
   }
 
-  /** Asks for the lease for `holder` (LEASE_MS, cut to the deadline), within the deadline. */
+  /** Asks for the lease as `ours` (LEASE_MS, cut to the deadline), within the deadline. */
   #acquire(
     name: string,
-    holder: string,
+    ours: LeaseRef,
     now: number,
     deadline: number,
-    terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replaceIfExpiresBefore' | 'forced'>,
+    terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replacing' | 'forced'>,
   ): Promise<LeaseAttempt> {
     return this.#bounded(
       this.deps.store.acquireLease(name, {
-        holder,
+        ...ours,
         leaseExpiresAt: Math.min(deadline, now + LEASE_MS),
         durationMs: Math.min(deadline - now, LEASE_MS),
         ...terms,
@@ -495,15 +497,15 @@ export class LeasedIssuance {
   /** Takes a stale lease over and releases it at once; best effort (another may do it). */
   async #letGo(name: string, stale: Lease, valid: TokenRecord, deadline: number): Promise<void> {
     const { clock, store, logger } = this.deps;
-    const holder = this.#nextHolder();
+    const ours = this.#nextLease();
     const now = clock.now();
     try {
-      const attempt = await this.#acquire(name, holder, now, deadline, {
+      const attempt = await this.#acquire(name, ours, now, deadline, {
         countdown: stale.countdown,
         takeOver: stale,
-        replaceIfExpiresBefore: valid.expiresAt + 1,
+        replacing: valid.tokenDigest,
       });
-      if (attempt.acquired) await this.#bounded(store.releaseLease(name, holder), deadline);
+      if (attempt.acquired) await this.#bounded(store.releaseLease(name, ours), deadline);
       logger.info('Stale lease let go', { connection: name, countdown: stale.countdown });
     } catch {
       // The next read tries again, or finds it gone.
@@ -594,7 +596,7 @@ export class LeasedIssuance {
       store,
       clock,
       connection: name,
-      holder: flow.holder,
+      lease: flow.lease,
       deadline: flow.deadline,
       leasedAt: flow.leasedAt,
       answeredAt: flow.answeredAt,
@@ -624,7 +626,7 @@ export class LeasedIssuance {
       await afterFailedFlow(
         { ...this.deps, bounded: (operation) => this.#bounded(operation, flow.deadline) },
         connection,
-        { ...flow, confirmedUntil: lease.confirmedUntil },
+        { ...flow, confirmedUntil: lease.confirmedUntil, held: lease.ref },
         error,
       );
       return LOST;
@@ -637,7 +639,7 @@ export class LeasedIssuance {
     const writtenAtMonotonic = clock.monotonic();
     let until = servableUntil(record, undefined, writtenAt, settings);
     try {
-      written = await this.#bounded(store.putToken(record, flow.holder), flow.deadline);
+      written = await this.#bounded(store.putToken(record, lease.ref), flow.deadline);
     } catch (error) {
       // The token is valid: serve it rather than fail the caller, and keep it in memory only
       // while the confirmed lease keeps everyone else from replacing it.
@@ -667,9 +669,10 @@ export class LeasedIssuance {
     return { record, source: 'upstream' };
   }
 
-  #nextHolder(): string {
+  /** A new attempt's lease: a holder id of its own, and its first version. */
+  #nextLease(): LeaseRef {
     this.#attempts += 1;
-    return `${this.#containerId}:${this.#attempts}`;
+    return { holder: `${this.#containerId}:${this.#attempts}`, version: randomUUID() };
   }
 }
 

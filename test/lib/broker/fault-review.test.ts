@@ -158,13 +158,13 @@ describe('Fleet guarantee: interleavings found by review', () => {
         return store.deleteIfMatches(n, d, o);
       },
       // Slow from the confirmation on (the countdown's own writes are the subject elsewhere).
-      renewLease: async (n, h, e, d, c) => {
-        if (c === 0) await late();
-        return store.renewLease(n, h, e, d, c);
+      renewLease: async (n, l, t) => {
+        if (t.countdown === 0) await late();
+        return store.renewLease(n, l, t);
       },
-      releaseLease: async (n, h) => {
+      releaseLease: async (n, l) => {
         await late();
-        return store.releaseLease(n, h);
+        return store.releaseLease(n, l);
       },
     });
     const up = new Upstream();

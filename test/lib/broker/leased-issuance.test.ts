@@ -67,9 +67,9 @@ const sandbox: ConnectionConfig = connection();
 const recordCountdowns = (store: InMemoryTokenStore): number[] => {
   const written: number[] = [];
   const renew = store.renewLease.bind(store);
-  store.renewLease = async (name, holder, until, duration, countdown) => {
-    written.push(countdown);
-    return renew(name, holder, until, duration, countdown);
+  store.renewLease = async (name, lease, next) => {
+    written.push(next.countdown);
+    return renew(name, lease, next);
   };
   return written;
 };
@@ -118,9 +118,9 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     const renewals: number[] = [];
     const renew = store.renewLease.bind(store);
-    store.renewLease = async (name, holder, until, duration, countdown) => {
-      renewals.push(until);
-      return renew(name, holder, until, duration, countdown);
+    store.renewLease = async (name, lease, next) => {
+      renewals.push(next.leaseExpiresAt);
+      return renew(name, lease, next);
     };
     const { issuance } = container(store, clock, async () => {
       await clock.sleep(2 * LEASE_HEARTBEAT_MS + 10);
@@ -139,22 +139,33 @@ describe('Class: LeasedIssuance', () => {
     expect(clock.pending()).toBe(0);
   });
 
-  it('never renews its lease past the caller’s deadline, but for the 1 ms that makes each write a new version', async () => {
+  it('never renews its lease past the caller’s deadline, and tells each write apart by a version of its own', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const renewals: number[] = [];
-    store.renewLease = async (_name, _holder, until) => {
-      renewals.push(until);
-      return true;
+    const versions: string[] = [];
+    const acquire = store.acquireLease.bind(store);
+    const renew = store.renewLease.bind(store);
+    store.acquireLease = async (name, request) => {
+      versions.push(request.version);
+      return acquire(name, request);
+    };
+    store.renewLease = async (_name, lease, next) => {
+      // Each write names the version written before it.
+      expect(lease.version).toBe(versions.at(-1));
+      renewals.push(next.leaseExpiresAt);
+      versions.push(next.version);
+      return renew(_name, lease, next);
     };
     const { issuance } = container(store, clock, async () => {
       await clock.sleep(LEASE_HEARTBEAT_MS);
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
     await issuance.obtain(sandbox, 60_000, T0 + 1_500, false);
-    // The lease was taken until the deadline; the heartbeat cannot repeat that expiry (a
-    // watcher would see the version unchanged and take a live lease over).
-    expect(renewals).toEqual([T0 + 1_501]);
+    // The lease was taken until the deadline; the heartbeat repeats that expiry, and is still a
+    // new version (a watcher sees it change, so takes no live lease over): no "+1 ms".
+    expect(renewals).toEqual([T0 + 1_500]);
+    expect(new Set(versions).size).toBe(2);
   });
 
   it('counts its lease down, a step per write, before the access-token request of a revoking upstream, and only then', async () => {
@@ -191,7 +202,13 @@ describe('Class: LeasedIssuance', () => {
     const current = record('current', T0 + 200_000);
     store.items.set('sandbox', {
       token: current,
-      lease: { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS, countdown: 18 },
+      lease: {
+        holder: 'other:1',
+        version: 'v-other:1',
+        expiresAt: T0 + LEASE_MS,
+        durationMs: LEASE_MS,
+        countdown: 18,
+      },
     });
     const { issuance, memory } = container(store, clock);
     expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined();
@@ -212,7 +229,12 @@ describe('Class: LeasedIssuance', () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const current = record('current', T0 + 200_000);
-    const lease = { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS };
+    const lease = {
+      holder: 'other:1',
+      version: 'v-other:1',
+      expiresAt: T0 + LEASE_MS,
+      durationMs: LEASE_MS,
+    };
     store.items.set('sandbox', { token: current, lease: { ...lease, countdown: 21 } });
     const { issuance, memory } = container(store, clock);
     expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined();
@@ -237,7 +259,13 @@ describe('Class: LeasedIssuance', () => {
     // Expired a second ago here, maybe not yet on a container whose clock runs behind: its
     // replacement is counted down, and the holder of that countdown died at 7.
     const current = record('current', T0 - 1_000);
-    const dead = { holder: 'dead:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS, countdown: 7 };
+    const dead = {
+      holder: 'dead:1',
+      version: 'v-dead:1',
+      expiresAt: T0 + LEASE_MS,
+      durationMs: LEASE_MS,
+      countdown: 7,
+    };
     store.items.set('sandbox', { token: current, lease: dead });
     const written = recordCountdowns(store);
     const takeovers: number[] = [];
@@ -262,7 +290,12 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     const current = record('current', T0 + 200_000);
     const successor = record('successor', T0 + HOUR);
-    const lease = { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS };
+    const lease = {
+      holder: 'other:1',
+      version: 'v-other:1',
+      expiresAt: T0 + LEASE_MS,
+      durationMs: LEASE_MS,
+    };
     // The holder elsewhere: countdown 3 at T0, 1 from T0 + 500, its token written at T0 + 850.
     store.read = async () => {
       store.calls.read += 1;
@@ -299,6 +332,7 @@ describe('Class: LeasedIssuance', () => {
       const countdown = Math.max(0, 21 - Math.floor((now - T0) / STEP));
       const lease = {
         holder: 'other:1',
+        version: 'v-other:1',
         expiresAt: T0 + LEASE_MS + (21 - countdown) * STEP,
         durationMs: LEASE_MS,
         countdown,
@@ -321,7 +355,13 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     store.items.set('sandbox', {
       token: record('current', T0 + 200_000),
-      lease: { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'other:1',
+        version: 'v-other:1',
+        expiresAt: T0 + LEASE_MS,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     const { issuance, calls } = container(store, clock);
     expect(await issuance.refresh(sandbox, record('current', T0 + 200_000), T0 + 10_000)).toBe(
@@ -514,7 +554,7 @@ describe('Class: LeasedIssuance under faults', () => {
     expect(memory.get('sandbox')).toBeUndefined();
     // Held for all the confirmation reserved (the POST's 2 s budget and the 2 s grace after it),
     // as a new version: the POST failed at once, so the reservation outlasts now + the grace.
-    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000 + 2_000 + 1);
+    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000 + 2_000);
   });
 
   it('never serves a valid token that has a lease on it, live or lapsed, and replaces a lapsed one', async () => {
@@ -523,7 +563,13 @@ describe('Class: LeasedIssuance under faults', () => {
     // A refresh that died mid-flight: its POST may have revoked this token.
     store.items.set('sandbox', {
       token: record('suspect', T0 + HOUR),
-      lease: { holder: 'dead:1', expiresAt: T0 - 1, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'dead:1',
+        version: 'v-dead:1',
+        expiresAt: T0 - 1,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     const { issuance, memory, calls } = container(store, clock);
     const served = await issuance.obtain(sandbox, 60_000, T0 + 20_000, false);
@@ -599,7 +645,13 @@ describe('Class: LeasedIssuance, lease edges', () => {
       clock,
       slowIssue(clock, () =>
         store.items.set('sandbox', {
-          lease: { holder: 'other:1', expiresAt: T0 + 60_000, durationMs: 3_000, countdown: 0 },
+          lease: {
+            holder: 'other:1',
+            version: 'v-other:1',
+            expiresAt: T0 + 60_000,
+            durationMs: 3_000,
+            countdown: 0,
+          },
         }),
       ),
     );
@@ -683,7 +735,13 @@ describe('Class: LeasedIssuance, clocks', () => {
     // The holder (true time T0) took the lease for 3 s and renews it every second.
     let holderNow = T0 + 100;
     store.items.set('sandbox', {
-      lease: { holder: 'alive:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'alive:1',
+        version: 'v-alive:1',
+        expiresAt: T0 + 3_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     const sleep = clock.sleep.bind(clock);
     clock.sleep = async (ms: number) => {
@@ -694,6 +752,7 @@ describe('Class: LeasedIssuance, clocks', () => {
         store.items.set('sandbox', {
           lease: {
             holder: 'alive:1',
+            version: 'v-alive:1',
             expiresAt: holderNow + 3_000,
             durationMs: 3_000,
             countdown: 0,
@@ -713,7 +772,13 @@ describe('Class: LeasedIssuance, clocks', () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     store.items.set('sandbox', {
-      lease: { holder: 'alive:1', expiresAt: T0 + 60_000, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'alive:1',
+        version: 'v-alive:1',
+        expiresAt: T0 + 60_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     // A read sent at the deadline fails, as one bound to it does (see `#bounded`).
     const read = store.read.bind(store);
@@ -735,7 +800,13 @@ describe('Class: LeasedIssuance, clocks', () => {
     const clock = new ManualClock(T0 - 2_500); // this container runs 2.5 s behind
     const store = new InMemoryTokenStore();
     store.items.set('sandbox', {
-      lease: { holder: 'dead:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'dead:1',
+        version: 'v-dead:1',
+        expiresAt: T0 + 3_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     const { issuance, calls } = container(store, clock);
     const served = await issuance.obtain(sandbox, 60_000, clock.now() + 8_000, false);

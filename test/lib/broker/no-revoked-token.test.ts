@@ -193,7 +193,13 @@ describe('LeaseWatch: a lease is judged on this container’s monotonic clock', 
   it('does not take a version seen for 100 ms as stale because the wall clock stepped forward 5 s', () => {
     let monotonic = 0;
     const watch = new LeaseWatch(() => monotonic);
-    const lease = { holder: 'b:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 0 };
+    const lease = {
+      holder: 'b:1',
+      version: 'v-b:1',
+      expiresAt: T0 + 3_000,
+      durationMs: 3_000,
+      countdown: 0,
+    };
     expect(watch.stale('sandbox', lease, T0)).toBe(false);
     monotonic += 100;
     // Before: judged on the wall clock, 5.1 s "passed" and a live lease was taken over (a

@@ -168,7 +168,7 @@ describe('Module: refresh policy', () => {
             const sentAt = effective - lag;
             const seen = writes.filter(([applied]) => applied <= effective).at(-1);
             const lease = seen
-              ? { holder: 'h', expiresAt: 0, durationMs: 0, countdown: seen[1] }
+              ? { holder: 'h', version: 'v-h', expiresAt: 0, durationMs: 0, countdown: seen[1] }
               : undefined;
             if (replacementMayBeOut(lease)) continue; // not served
             const until = servableUntil(record, lease, sentAt, settings);
@@ -184,7 +184,7 @@ describe('Module: refresh policy', () => {
     fc.assert(
       fc.property(arbitraries.lifetimeMs, arbitraries.settings, (lifetime, settings) => {
         const record = token(lifetime);
-        const fresh = { holder: 'h', expiresAt: 0, durationMs: 0 };
+        const fresh = { holder: 'h', version: 'v-h', expiresAt: 0, durationMs: 0 };
         // A reader that found no lease: the lease and `countdown` more writes come after it.
         expect(countdownFor(record, settings) * COUNTDOWN_STEP_MS).toBeGreaterThanOrEqual(
           recheckMs(record, settings) + DRAIN_MARGIN_MS,
@@ -228,7 +228,13 @@ describe('Module: refresh policy', () => {
   it('reads a countdown read more than 2 s before its end once more, a second before that end', () => {
     const settings: RefreshSettings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 };
     const record = token(3_600_000);
-    const lease = { holder: 'h:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 21 };
+    const lease = {
+      holder: 'h:1',
+      version: 'v-h:1',
+      expiresAt: T0 + 3_000,
+      durationMs: 3_000,
+      countdown: 21,
+    };
     fc.assert(
       fc.property(
         fc.integer({ min: 0, max: 4_999 }),

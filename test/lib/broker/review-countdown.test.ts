@@ -140,13 +140,13 @@ describe('Review of the countdown: guarantee (2), a revoked token served', () =>
     let raisedTo: number | undefined;
     let readerAsked: Promise<Awaited<ReturnType<typeof ask>>> | undefined;
     const sdk = wrap(store, {
-      renewLease: async (n, h, e, d, c) => {
+      renewLease: async (n, l, t) => {
         // Countdown step 15: attempt 1 hangs in the network past the SDK's request timeout;
         // attempt 2 is applied and answered. Attempt 1 is kept to be applied later.
-        if (c === 15) stale = [n, h, e, d, c];
-        const ok = await store.renewLease(n, h, e, d, c);
-        if (c === 3 && stale) {
-          // Attempt 1 of step 15 reaches the table now (same holder: its condition holds).
+        if (t.countdown === 15) stale = [n, l, t];
+        const ok = await store.renewLease(n, l, t);
+        if (t.countdown === 3 && stale) {
+          // Attempt 1 of step 15 reaches the table now: it names a version that has gone since.
           await store.renewLease(...stale);
           raisedTo = store.items.get('sandbox')?.lease?.countdown;
           // A container that has not read for a while reads now: it sees countdown 15.
@@ -266,9 +266,9 @@ describe('Review of the countdown: more interleavings', () => {
     };
     const hStore = wrap(store, {
       read: (n) => (partitioned ? cut() : store.read(n)),
-      renewLease: (n, h, e, d, c) =>
-        c <= 1 || partitioned ? cut() : store.renewLease(n, h, e, d, c),
-      releaseLease: (n, h) => (partitioned ? cut() : store.releaseLease(n, h)),
+      renewLease: (n, l, t) =>
+        t.countdown <= 1 || partitioned ? cut() : store.renewLease(n, l, t),
+      releaseLease: (n, l) => (partitioned ? cut() : store.releaseLease(n, l)),
     });
     const clockH = sim.clock('H');
     const h = simIssuance(hStore, clockH, (c, o) => issuerFor(up, clockH).issue(c, {} as never, o));

@@ -487,6 +487,7 @@ describe('Class: TokenBroker', () => {
       store.items.set('sandbox', {
         lease: {
           holder: 'other-container:1',
+          version: 'v-other-container:1',
           expiresAt: T0 + 10_000,
           durationMs: 3_000,
           countdown: 0,
@@ -517,7 +518,13 @@ describe('Class: TokenBroker', () => {
       const store = new InMemoryTokenStore();
       const { broker, issuer } = setup({ store });
       store.items.set('sandbox', {
-        lease: { holder: 'dead-container:1', expiresAt: T0 - 1, durationMs: 3_000, countdown: 0 },
+        lease: {
+          holder: 'dead-container:1',
+          version: 'v-dead-container:1',
+          expiresAt: T0 - 1,
+          durationMs: 3_000,
+          countdown: 0,
+        },
       });
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'token-1' } });
@@ -528,7 +535,13 @@ describe('Class: TokenBroker', () => {
     it('answers 503 rather than wait past its own deadline for another holder', async () => {
       const store = new InMemoryTokenStore();
       store.items.set('sandbox', {
-        lease: { holder: 'slow:1', expiresAt: T0 + 60_000, durationMs: 3_000, countdown: 0 },
+        lease: {
+          holder: 'slow:1',
+          version: 'v-slow:1',
+          expiresAt: T0 + 60_000,
+          durationMs: 3_000,
+          countdown: 0,
+        },
       });
       const { broker, issuer } = setup({
         store,
@@ -587,11 +600,23 @@ describe('Class: TokenBroker', () => {
       const { broker } = setup({ store });
       store.items.set('sandbox', {
         token: record('current', T0 + 3600_000),
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
+        lease: {
+          holder: 'refresher:1',
+          version: 'v-refresher:1',
+          expiresAt: T0 + 10_000,
+          durationMs: 3_000,
+          countdown: 0,
+        },
       });
       expect(await broker.invalidate('sandbox', 'current')).toEqual({ invalidated: true });
       expect(store.items.get('sandbox')).toEqual({
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
+        lease: {
+          holder: 'refresher:1',
+          version: 'v-refresher:1',
+          expiresAt: T0 + 10_000,
+          durationMs: 3_000,
+          countdown: 0,
+        },
         // When the report came: why the next token is issued.
         invalidatedAt: T0,
       });
@@ -653,7 +678,13 @@ describe('Class: TokenBroker', () => {
       inWindow(store, 300_000);
       store.items.set('sandbox', {
         ...store.items.get('sandbox'),
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
+        lease: {
+          holder: 'refresher:1',
+          version: 'v-refresher:1',
+          expiresAt: T0 + 10_000,
+          durationMs: 3_000,
+          countdown: 0,
+        },
       });
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'successor' } });
@@ -671,7 +702,13 @@ describe('Class: TokenBroker', () => {
       inWindow(store, 299_000);
       store.items.set('sandbox', {
         ...store.items.get('sandbox'),
-        lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
+        lease: {
+          holder: 'refresher:1',
+          version: 'v-refresher:1',
+          expiresAt: T0 + 10_000,
+          durationMs: 3_000,
+          countdown: 0,
+        },
       });
       // A refresh elsewhere is in progress: the current token is served at once.
       expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
@@ -761,6 +798,7 @@ describe('Class: TokenBroker', () => {
         ...store.items.get('sandbox'),
         lease: {
           holder: 'other:1',
+          version: 'v-other:1',
           expiresAt: Date.now() + 3_000,
           durationMs: 3_000,
           countdown: 5,
@@ -778,6 +816,7 @@ describe('Class: TokenBroker', () => {
         ...store.items.get('sandbox'),
         lease: {
           holder: 'other:1',
+          version: 'v-other:1',
           expiresAt: Date.now() + 5_000,
           durationMs: 5_000,
           countdown: 0,
@@ -1022,6 +1061,7 @@ describe('Class: TokenBroker', () => {
         ...store.items.get('sandbox'),
         lease: {
           holder: 'slow-refresher:1',
+          version: 'v-slow-refresher:1',
           expiresAt: Date.now() + 60_000,
           durationMs: 3_000,
           countdown: 0,
