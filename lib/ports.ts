@@ -28,7 +28,7 @@ export interface TokenRecord {
   readonly forced?: boolean;
   /**
    * The memory re-check (ms) of the container that wrote the token: readers apply it when it is
-   * shorter than theirs, holders count down at least that long (see `refresh-policy.ts`), so
+   * shorter than theirs, holders count down at least that long (see `broker/timing/bounds.ts`), so
    * mixed settings in one deployment are safe. Absent on tokens of older releases.
    */
   readonly recheckMs?: number;

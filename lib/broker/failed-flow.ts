@@ -13,14 +13,10 @@ import { isOutcomeUnknown } from '../errors.js';
 import { MetricName } from '../metrics.js';
 import type { LeaseRef } from '../ports.js';
 import { LeaseLost } from './held-lease.js';
-import type { LeasedFlow, LeasedIssuanceDeps } from './leased-issuance.js';
-import { servableUntil } from './refresh-policy.js';
+import type { HolderDeps, LeasedFlow } from './issue-under-lease.js';
 
 export const afterFailedFlow = async (
-  deps: Pick<
-    LeasedIssuanceDeps,
-    'store' | 'memory' | 'clock' | 'logger' | 'metrics' | 'settings'
-  > & {
+  deps: Pick<HolderDeps, 'store' | 'view' | 'clock' | 'logger' | 'metrics' | 'settings'> & {
     /** Cuts a store call to the caller's deadline: the caller is answered before it, always. */
     readonly bounded: <T>(operation: Promise<T>) => Promise<T>;
   },
@@ -34,7 +30,7 @@ export const afterFailedFlow = async (
   error: unknown,
 ): Promise<undefined> => {
   const { name } = connection;
-  const { store, memory, clock, logger, metrics, settings, bounded } = deps;
+  const { store, view, clock, logger, metrics, settings, bounded } = deps;
   if (error instanceof LeaseLost) {
     // Nothing was sent: our lease, if still ours, is freed; the new holder's token wins.
     await bounded(store.releaseLease(name, flow.held)).catch(() => undefined);
@@ -55,7 +51,7 @@ export const afterFailedFlow = async (
       graceMs: settings.upstreamTimeoutMs,
     });
     if (flow.replacing) {
-      memory.forget(flow.replacing);
+      view.forget(flow.replacing);
       await bounded(
         store.deleteIfMatches(name, flow.replacing.tokenDigest, { reportedAt: clock.now() }),
       ).catch(() => undefined);
@@ -72,25 +68,18 @@ export const afterFailedFlow = async (
   // that outlasts a re-check, so it counts as confirmed when we let go.
   // Only if the release proves we still held it: a holder paused past its lease may find that
   // another took over and revoked that token meanwhile.
-  const releasedAt = clock.now();
-  const releasedAtMonotonic = clock.monotonic();
+  const releasedAt = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
   const held = await bounded(store.releaseLease(name, flow.held)).catch(() => false);
-  if (flow.replacing && memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) {
-    if (held) {
-      memory.set({
-        record: flow.replacing,
-        checkedAt: releasedAt,
-        checkedAtMonotonic: releasedAtMonotonic,
-        until: servableUntil(flow.replacing, undefined, releasedAt, settings),
-      });
-    } else memory.delete(name);
+  if (flow.replacing && view.entry(name)?.record.tokenDigest === flow.replacing.tokenDigest) {
+    if (held) view.confirmed(flow.replacing, releasedAt);
+    else view.drop(name);
   }
   throw error;
 };
 
 /** The lease through the grace after a POST that may still land, and the reservation before it. */
 const renewForGrace = (
-  store: LeasedIssuanceDeps['store'],
+  store: HolderDeps['store'],
   connection: string,
   now: number,
   graceMs: number,

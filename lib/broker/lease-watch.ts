@@ -5,7 +5,7 @@
  */
 import type { Lease } from '../ports.js';
 
-import { SKEW_TOLERANCE_MS } from './refresh-policy.js';
+import { SKEW_TOLERANCE_MS } from './timing/index.js';
 
 export class LeaseWatch {
   /**

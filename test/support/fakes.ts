@@ -1,6 +1,8 @@
 /** In-memory implementations of the ports, for unit tests of the core. */
+
+import type { ConnectionView } from '../../lib/broker/connection-view.js';
 import type { BrokerLogger } from '../../lib/broker/index.js';
-import { type RefreshSettings, servableUntil } from '../../lib/broker/refresh-policy.js';
+import { type RefreshSettings, servableUntil } from '../../lib/broker/timing/index.js';
 import type { MemoryEntry } from '../../lib/broker/token-memory.js';
 import type { Clock } from '../../lib/clock.js';
 import type { ConnectionConfig } from '../../lib/config.js';
@@ -319,3 +321,15 @@ export const confirmedAt = (
   checkedAt,
   until: servableUntil(record, undefined, checkedAt, settings),
 });
+
+/** Primes `view` as a read sent at `checkedAt` (on `clock`) that found `record` with no lease. */
+export const primed = (
+  view: ConnectionView,
+  clock: Pick<Clock, 'now' | 'monotonic'>,
+  record: TokenRecord,
+  checkedAt: number,
+): void =>
+  view.confirmed(record, {
+    sentAt: checkedAt,
+    sentAtMonotonic: clock.monotonic() - (clock.now() - checkedAt),
+  });

@@ -5,16 +5,14 @@
  */
 import { describe, expect, it } from 'vitest';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
-import { servableFromMemory } from '../../../lib/broker/refresh-policy.js';
-import { TokenMemory } from '../../../lib/broker/token-memory.js';
 import { UpstreamUnavailableError } from '../../../lib/errors.js';
 import type { TokenStore } from '../../../lib/ports.js';
 import {
   CountingMetrics,
   captureLogger,
-  confirmedAt,
   InMemoryTokenStore,
   ManualClock,
+  primed,
 } from '../../support/fakes.js';
 import {
   fleetBroker,
@@ -39,7 +37,6 @@ describe('Fleet guarantee: interleavings found by review', () => {
         store: s,
         clock,
         issue: (c, o) => issuerFor(up, clock).issue(c, {} as never, o),
-        memory: new TokenMemory(),
         settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
         logger: captureLogger(),
         metrics: new CountingMetrics(),
@@ -103,12 +100,9 @@ describe('Fleet guarantee: interleavings found by review', () => {
     const up = new Upstream();
     const t0 = seed(store, up, T0 - 1_170_000, 1_200_000); // in window
     let fail: ((e: Error) => void) | undefined;
-    const memA = new TokenMemory();
-    memA.set(confirmedAt(t0, T0));
     const a = new LeasedIssuance({
       store,
       clock: clockA,
-      memory: memA,
       issue: () =>
         new Promise((_, rej) => {
           fail = rej;
@@ -117,10 +111,10 @@ describe('Fleet guarantee: interleavings found by review', () => {
       logger: captureLogger(),
       metrics: new CountingMetrics(),
     });
+    primed(a.view, clockA, t0, T0);
     const b = new LeasedIssuance({
       store,
       clock: clockB,
-      memory: new TokenMemory(),
       issue: (c, o) => issuerFor(up, clockB).issue(c, {} as never, o),
       settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
       logger: captureLogger(),
@@ -138,14 +132,7 @@ describe('Fleet guarantee: interleavings found by review', () => {
       }),
     );
     await pending;
-    const entry = memA.get('sandbox');
-    expect(
-      entry !== undefined &&
-        servableFromMemory(entry, clockA.now(), 0, {
-          refreshWindowMs: 60_000,
-          memoryRecheckMs: 5_000,
-        }),
-    ).toBe(false);
+    expect(a.view.fromMemory('sandbox', clockA.now(), 0)).toBeUndefined();
     expect(got.record.accessToken).not.toBe(t0.accessToken);
   });
   it('answers by its deadline after an unknown outcome even when DynamoDB takes 600 ms', async () => {
@@ -173,7 +160,6 @@ describe('Fleet guarantee: interleavings found by review', () => {
     const a = new LeasedIssuance({
       store: slowStore,
       clock,
-      memory: new TokenMemory(),
       issue: async (_c, o) => {
         await o.beforeAccessToken?.();
         await clock.sleep(o.deadline - clock.now());
@@ -208,7 +194,6 @@ describe('Fleet guarantee: interleavings found by review', () => {
     const a = new LeasedIssuance({
       store: retrying,
       clock,
-      memory: new TokenMemory(),
       issue: (c, o) => issuerFor(up, clock).issue(c, {} as never, o),
       settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
       logger: captureLogger(),

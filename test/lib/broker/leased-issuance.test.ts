@@ -1,9 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import type { Issue } from '../../../lib/broker/credential-rotation.js';
-import { LEASE_HEARTBEAT_MS, LEASE_MS } from '../../../lib/broker/held-lease.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
-import { COUNTDOWN_STEP_MS, countdownFor } from '../../../lib/broker/refresh-policy.js';
-import { TokenMemory } from '../../../lib/broker/token-memory.js';
+import {
+  COUNTDOWN_STEP_MS,
+  countdownFor,
+  LEASE_HEARTBEAT_MS,
+  LEASE_MS,
+} from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import {
@@ -16,10 +19,10 @@ import { caught, unexpected } from '../../support/errors.js';
 import {
   CountingMetrics,
   captureLogger,
-  confirmedAt,
   connection,
   InMemoryTokenStore,
   ManualClock,
+  primed,
 } from '../../support/fakes.js';
 
 const T0 = 1_795_262_400_000;
@@ -44,7 +47,6 @@ const container = (
     requestedAt: clock.now(),
   }),
 ) => {
-  const memory = new TokenMemory();
   const calls: number[] = [];
   const issuance = new LeasedIssuance({
     store,
@@ -53,12 +55,11 @@ const container = (
       calls.push(clock.now());
       return issue(c, deadline);
     },
-    memory,
     settings: { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 2_000 },
     logger: captureLogger(),
     metrics: new CountingMetrics(),
   });
-  return { issuance, memory, calls };
+  return { issuance, memory: issuance.view, calls };
 };
 
 const sandbox: ConnectionConfig = connection();
@@ -109,7 +110,7 @@ describe('Class: LeasedIssuance', () => {
     release?.();
     const served = await pending;
     expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'issued' } });
-    expect(slow.memory.get('sandbox')?.record.accessToken).toBe('issued');
+    expect(slow.memory.entry('sandbox')?.record.accessToken).toBe('issued');
     expect(store.token('sandbox')?.accessToken).toBe('issued');
   });
 
@@ -214,7 +215,7 @@ describe('Class: LeasedIssuance', () => {
     expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined();
     expect(store.calls.acquire).toBe(1);
     // The refused write showed the countdown: the token is kept, served until it ends.
-    expect(memory.get('sandbox')).toMatchObject({
+    expect(memory.entry('sandbox')).toMatchObject({
       until: T0 + 17 * COUNTDOWN_STEP_MS - 100,
       lease: { countdown: 18 },
     });
@@ -246,7 +247,7 @@ describe('Class: LeasedIssuance', () => {
       lease: { ...lease, expiresAt: T0 + 2 * LEASE_MS, countdown: 7 },
     });
     await clock.advance(LEASE_MS + 500);
-    expect(clock.now()).toBeLessThan(memory.get('sandbox')?.until ?? 0);
+    expect(clock.now()).toBeLessThan(memory.entry('sandbox')?.until ?? 0);
     expect(await issuance.refresh(sandbox, current, clock.now() + 10_000)).toBeUndefined();
     // Every busy container would make this write once per countdown: a fleet-sized write load
     // on the one item, where only the holder's writes belong.
@@ -390,7 +391,7 @@ describe('Class: LeasedIssuance', () => {
     const { issuance, memory } = container(store, clock);
     const served = await issuance.obtain(sandbox, 60_000, T0 + 5_000, false);
     expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
-    expect(memory.get('sandbox')?.record.accessToken).toBe('issued');
+    expect(memory.entry('sandbox')?.record.accessToken).toBe('issued');
   });
 
   it('falls back to memory when the store is unreadable only while no replacement elsewhere can have revoked it', async () => {
@@ -399,7 +400,7 @@ describe('Class: LeasedIssuance', () => {
     const { issuance, memory } = container(store, clock);
     store.failing = true;
     // Confirmed 50 ms ago: any replacement elsewhere is still draining (5 s + 100 ms here).
-    memory.set(confirmedAt(record('remembered', T0 + HOUR), T0 - 50));
+    primed(memory, clock, record('remembered', T0 + HOUR), T0 - 50);
     await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).resolves.toMatchObject({
       source: 'memory',
       record: { accessToken: 'remembered' },
@@ -409,7 +410,7 @@ describe('Class: LeasedIssuance', () => {
       StoreUnavailableError,
     );
     // Confirmed 10 s ago: another container may have replaced (and so revoked) it since.
-    memory.set(confirmedAt(record('remembered', T0 + HOUR), T0 - 10_000));
+    primed(memory, clock, record('remembered', T0 + HOUR), T0 - 10_000);
     await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
       StoreUnavailableError,
     );
@@ -418,12 +419,10 @@ describe('Class: LeasedIssuance', () => {
   it('serves an unconfirmed token through an outage for as long as the operator allowed', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
-    const memory = new TokenMemory();
     const issuance = new LeasedIssuance({
       store,
       clock,
       issue: async () => Promise.reject(new Error('not called')),
-      memory,
       settings: {
         refreshWindowMs: 600_000,
         memoryRecheckMs: 5_000,
@@ -434,7 +433,7 @@ describe('Class: LeasedIssuance', () => {
       metrics: new CountingMetrics(),
     });
     store.failing = true;
-    memory.set(confirmedAt(record('remembered', T0 + HOUR), T0 - 30_000));
+    primed(issuance.view, clock, record('remembered', T0 + HOUR), T0 - 30_000);
     await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).resolves.toMatchObject({
       source: 'memory',
     });
@@ -547,11 +546,11 @@ describe('Class: LeasedIssuance under faults', () => {
         outcomeUnknown: true,
       });
     });
-    memory.set(confirmedAt(current, T0));
+    primed(memory, clock, current, T0);
     const error = await issuance.refresh(sandbox, current, T0 + 10_000).then(unexpected, caught);
     expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: true });
     expect(store.token('sandbox')).toBeUndefined();
-    expect(memory.get('sandbox')).toBeUndefined();
+    expect(memory.entry('sandbox')).toBeUndefined();
     // Held for all the confirmation reserved (the POST's 2 s budget and the 2 s grace after it),
     // as a new version: the POST failed at once, so the reservation outlasts now + the grace.
     expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000 + 2_000);
@@ -575,7 +574,7 @@ describe('Class: LeasedIssuance under faults', () => {
     const served = await issuance.obtain(sandbox, 60_000, T0 + 20_000, false);
     expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
     expect(calls).toHaveLength(1);
-    expect(memory.get('sandbox')?.record.accessToken).toBe('issued');
+    expect(memory.entry('sandbox')?.record.accessToken).toBe('issued');
   });
 
   it('refuses a validity the known lifetime cannot give before any upstream call', async () => {
@@ -601,7 +600,7 @@ describe('Class: LeasedIssuance under faults', () => {
     };
     const { issuance, memory } = container(store, clock);
     await issuance.obtain(sandbox, 60_000, T0 + 5_000, false);
-    expect(memory.get('sandbox')?.checkedAt).toBe(T0);
+    expect(memory.entry('sandbox')?.checkedAt).toBe(T0);
   });
 
   it('announces the same countdown before replacing a token outside its window', async () => {

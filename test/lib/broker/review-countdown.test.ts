@@ -17,7 +17,6 @@
 import { describe, expect, it } from 'vitest';
 import type { TokenBroker } from '../../../lib/broker/index.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
-import { TokenMemory } from '../../../lib/broker/token-memory.js';
 import type { Clock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import {
@@ -56,13 +55,12 @@ const issuance = (
   store: TokenStore,
   clock: ManualClock,
   issue: (c: ConnectionConfig, o: IssueOptions) => ReturnType<TokenIssuer['issue']>,
-  o: { recheck?: number; window?: number; timeout?: number; memory?: TokenMemory } = {},
+  o: { recheck?: number; window?: number; timeout?: number } = {},
 ) =>
   new LeasedIssuance({
     store,
     clock,
     issue,
-    memory: o.memory ?? new TokenMemory(),
     settings: {
       refreshWindowMs: (o.window ?? 60) * 1000,
       memoryRecheckMs: (o.recheck ?? 5) * 1000,
