@@ -6,10 +6,15 @@ import {
   COUNTDOWN_STEP_MS,
   CUT_OVER_REREAD_MS,
   countdownFor,
+  cutOverExpectedAt,
   dueForRefresh,
+  leaseNeedsMs,
   PROOF_MARGIN_MS,
+  pollWaitMs,
   type RefreshSettings,
+  readReserveMs,
   recheckMs,
+  refreshBudgetMs,
   replacementMayBeOut,
   servableUntil,
   windowMs,
@@ -257,6 +262,62 @@ describe('Module: timing (bounds and estimates)', () => {
           );
         },
       ),
+    );
+  });
+});
+
+describe('Module: timing, each estimate never below the bound it stands in for', () => {
+  it('a refresh’s budget is never less than what its lease needs (I3)', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 500 }), fc.integer({ min: 1, max: 60_000 }), (n, t) => {
+        expect(refreshBudgetMs(n, t)).toBeGreaterThanOrEqual(leaseNeedsMs(n));
+      }),
+    );
+  });
+
+  it('the expected cut-over never comes before the end the countdown announced (I2)', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 500 }),
+        fc.integer({ min: 0, max: 60_000 }),
+        fc.option(fc.integer({ min: 0, max: 5_000 }), { nil: undefined }),
+        (n, issuance, read) => {
+          const lease = { holder: 'h', version: 'v', expiresAt: 0, durationMs: 0, countdown: n };
+          expect(cutOverExpectedAt(T0, n, issuance, read)).toBeGreaterThanOrEqual(
+            T0 + announcedMs(lease),
+          );
+        },
+      ),
+    );
+  });
+
+  it('a wait for a holder never ends before its countdown can have (I2 liveness), nor under 1 ms', () => {
+    fc.assert(
+      fc.property(
+        fc.record({
+          countdown: fc.integer({ min: 0, max: 100 }),
+          sinceReadMs: fc.integer({ min: 0, max: 30_000 }),
+          replacing: fc.boolean(),
+          issuanceMs: fc.integer({ min: 1, max: 60_000 }),
+          waits: fc.integer({ min: 0, max: 20 }),
+          draw: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
+        }),
+        (input) => {
+          const wait = pollWaitMs(input);
+          expect(wait).toBeGreaterThanOrEqual(1);
+          expect(wait).toBeGreaterThanOrEqual(
+            (input.countdown - 1) * COUNTDOWN_STEP_MS - input.sinceReadMs,
+          );
+        },
+      ),
+    );
+  });
+
+  it('the read reserve is never below the last read’s round trip', () => {
+    fc.assert(
+      fc.property(fc.option(fc.integer({ min: 0, max: 10_000 }), { nil: undefined }), (read) => {
+        expect(readReserveMs(read)).toBeGreaterThanOrEqual(read ?? 0);
+      }),
     );
   });
 });

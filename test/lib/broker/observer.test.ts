@@ -1,0 +1,262 @@
+/**
+ * The observer's decision (lib/broker/observer.ts), tested directly: table cases named by the
+ * state read, and properties over every read, view and time that fast-check draws. Each
+ * property cites the invariant of docs/protocol.md it checks.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { type Decision, decide, type Observation } from '../../../lib/broker/observer.js';
+import { leaseNeedsMs, SKEW_TOLERANCE_MS, windowMs } from '../../../lib/broker/timing/index.js';
+import { tokenDigest } from '../../../lib/broker/types.js';
+import type { Lease, TokenRecord } from '../../../lib/ports.js';
+
+const T0 = 1_795_262_400_000;
+const LIFETIME = 1_200_000;
+const settings = {
+  refreshWindowMs: 60_000,
+  memoryRecheckMs: 5_000,
+  invalidateFloorMs: 2_000,
+};
+
+const token = (name: string, expiresAt: number, extra: Partial<TokenRecord> = {}): TokenRecord => ({
+  connection: 'sandbox',
+  accessToken: name,
+  tokenDigest: tokenDigest(name),
+  issuedAt: expiresAt - LIFETIME,
+  expiresAt,
+  ...extra,
+});
+
+const lease = (countdown: number, extra: Partial<Lease> = {}): Lease => ({
+  holder: 'h:1',
+  version: 'v1',
+  expiresAt: T0 + 3_000,
+  durationMs: 3_000,
+  countdown,
+  ...extra,
+});
+
+/** An observation of `read` at T0 with plenty of time, no lease watched stale, proof 5 s. */
+const observe = (o: Partial<Observation> & Pick<Observation, 'state'>): Observation => {
+  const valid =
+    o.state.token && o.state.token.expiresAt > (o.now ?? T0) ? o.state.token : undefined;
+  return {
+    valid,
+    suspect: false,
+    proofMs: 5_000,
+    leaseStale: false,
+    need: 0,
+    now: T0,
+    sinceReadMs: 10,
+    leftMs: 10_000,
+    readReserveMs: 50,
+    revokesOnReissue: true,
+    mayForce: true,
+    knownForMs: 60_000,
+    waits: 0,
+    issuanceMs: 300,
+    draw: 0.5,
+    settings,
+    ...o,
+  };
+};
+
+describe('Function: decide (the observer)', () => {
+  const fresh = token('fresh', T0 + 600_000);
+  it.each<[string, Observation, Decision['do']]>([
+    [
+      'serves a valid token with no lease, read in time',
+      observe({ state: { token: fresh, lease: undefined } }),
+      'serve',
+    ],
+    [
+      'serves a valid token whose countdown still runs',
+      observe({ state: { token: fresh, lease: lease(12) } }),
+      'serve',
+    ],
+    [
+      'reads again when the answer came after what it proves',
+      observe({ state: { token: fresh, lease: undefined }, sinceReadMs: 6_000 }),
+      'reread',
+    ],
+    [
+      'lets go a stale lease on a valid token',
+      observe({ state: { token: fresh, lease: lease(12) }, leaseStale: true }),
+      'let-go',
+    ],
+    [
+      'acquires from an empty item',
+      observe({ state: { token: undefined, lease: undefined } }),
+      'acquire',
+    ],
+    [
+      'acquires from an expired token',
+      observe({ state: { token: token('old', T0 - 1), lease: undefined } }),
+      'acquire',
+    ],
+    [
+      'takes over a stale lease on a suspect token',
+      observe({ state: { token: fresh, lease: lease(0) }, suspect: true, leaseStale: true }),
+      'acquire',
+    ],
+    [
+      'waits for a live lease elsewhere',
+      observe({ state: { token: undefined, lease: lease(0) } }),
+      'wait',
+    ],
+    [
+      'refuses a minValidity longer than any token lives',
+      observe({ state: { token: fresh, lease: undefined }, need: LIFETIME }),
+      'refuse',
+    ],
+    [
+      'refuses a caller’s word too soon after the token was first seen (I4)',
+      observe({ state: { token: fresh, lease: undefined }, need: 700_000, knownForMs: 10 }),
+      'refuse',
+    ],
+  ])('%s', (_title, observation, expected) => {
+    expect(decide(observation).do).toBe(expected);
+  });
+
+  it('takes over exactly the stale version seen, going on from its countdown, and replaces exactly the token read (I1, I2)', () => {
+    const stale = lease(7);
+    const decision = decide(
+      observe({
+        state: { token: fresh, lease: stale },
+        suspect: false,
+        leaseStale: true,
+        need: 700_000,
+      }),
+    );
+    // A valid servable token with a stale lease is let go, not replaced: the caller's need is
+    // met by the token once the lease is gone.
+    expect(decision.do).toBe('let-go');
+    const suspect = decide(
+      observe({ state: { token: fresh, lease: stale }, suspect: true, leaseStale: true }),
+    );
+    expect(suspect).toMatchObject({
+      do: 'acquire',
+      takeOver: stale,
+      countdown: 7,
+      replacing: fresh.tokenDigest,
+    });
+  });
+
+  const arbitrary = {
+    token: fc.option(
+      fc.record({
+        expiresIn: fc.integer({ min: -SKEW_TOLERANCE_MS * 2, max: LIFETIME }),
+        forced: fc.boolean(),
+        reported: fc.boolean(),
+      }),
+      { nil: undefined },
+    ),
+    lease: fc.option(
+      fc.record({ countdown: fc.integer({ min: 0, max: 30 }), forced: fc.boolean() }),
+      {
+        nil: undefined,
+      },
+    ),
+    view: fc.record({
+      suspect: fc.boolean(),
+      leaseStale: fc.boolean(),
+      proofMs: fc.integer({ min: 0, max: 6_000 }),
+      sinceReadMs: fc.integer({ min: 0, max: 8_000 }),
+      leftMs: fc.integer({ min: -100, max: 20_000 }),
+      readReserveMs: fc.integer({ min: 50, max: 400 }),
+      need: fc.oneof(
+        fc.integer({ min: 0, max: LIFETIME + 1_000 }),
+        fc.constant('outside-window' as const),
+      ),
+      knownForMs: fc.integer({ min: 0, max: 600_000 }),
+      mayForce: fc.boolean(),
+      revokesOnReissue: fc.boolean(),
+      waits: fc.integer({ min: 0, max: 10 }),
+      draw: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
+    }),
+  };
+  const drawn = fc
+    .tuple(arbitrary.token, arbitrary.lease, arbitrary.view)
+    .map(([t, l, v]): Observation => {
+      const record = t && token('t', T0 + t.expiresIn, t.forced ? { forced: true } : {});
+      const state = {
+        token: record,
+        lease: l && lease(l.countdown, l.forced ? { forced: true } : {}),
+      };
+      const valid = record && record.expiresAt > T0 ? record : undefined;
+      return observe({ ...v, state, valid, suspect: valid !== undefined && v.suspect });
+    });
+
+  it('I2: serves only a valid, unsuspected token, inside what its read proves, with the validity asked for', () => {
+    fc.assert(
+      fc.property(drawn, (o) => {
+        const d = decide(o);
+        if (d.do !== 'serve') return;
+        expect(o.suspect).toBe(false);
+        expect(d.record).toBe(o.state.token);
+        expect(d.record.expiresAt).toBeGreaterThan(o.now);
+        expect(o.sinceReadMs).toBeLessThan(o.proofMs);
+        if (typeof o.need === 'number') expect(d.record.expiresAt - o.now).toBeGreaterThan(o.need);
+      }),
+      { numRuns: 3_000 },
+    );
+  });
+
+  it('I1: acquires only without a live lease, naming the token read, and taking over only the version seen', () => {
+    fc.assert(
+      fc.property(drawn, (o) => {
+        const d = decide(o);
+        if (d.do !== 'acquire') return;
+        expect(o.state.lease === undefined || o.leaseStale).toBe(true);
+        expect(d.takeOver).toBe(o.state.lease);
+        expect(d.replacing).toBe(o.state.token?.tokenDigest);
+      }),
+      { numRuns: 3_000 },
+    );
+  });
+
+  it('I3: takes no lease without time for its countdown and POST, and waits no longer than leaves a read’s time', () => {
+    fc.assert(
+      fc.property(drawn, (o) => {
+        const d = decide(o);
+        if (d.do === 'acquire') expect(leaseNeedsMs(d.countdown)).toBeLessThan(o.leftMs);
+        if (d.do === 'wait') {
+          expect(d.ms).toBeGreaterThan(0);
+          expect(d.ms).toBeLessThanOrEqual(o.leftMs - o.readReserveMs);
+        }
+      }),
+      { numRuns: 3_000 },
+    );
+  });
+
+  it('I2: announces a countdown that outlasts the re-check whenever it replaces a token some container may serve', () => {
+    fc.assert(
+      fc.property(drawn, (o) => {
+        const d = decide(o);
+        if (d.do !== 'acquire' || d.takeOver || !o.revokesOnReissue) return;
+        const t = o.state.token;
+        if (t && t.expiresAt + SKEW_TOLERANCE_MS > o.now) {
+          // More than the longest re-check a reader applies (5 s here) plus the margin.
+          expect((d.countdown - 1) * 250).toBeGreaterThanOrEqual(5_000);
+        }
+      }),
+      { numRuns: 3_000 },
+    );
+  });
+
+  it('I4: replaces a servable token outside its window on a caller’s word only when the caller may force and the token is old enough', () => {
+    fc.assert(
+      fc.property(drawn, (o) => {
+        const d = decide(o);
+        if (d.do !== 'acquire' || !d.replacingValid || o.suspect || o.need === 'outside-window') {
+          return;
+        }
+        // Inside its window a token is due for replacement anyway: asking forces nothing.
+        if (d.replacingValid.expiresAt - o.now <= windowMs(d.replacingValid, settings)) return;
+        expect(o.mayForce).toBe(true);
+        expect(o.knownForMs).toBeGreaterThanOrEqual(settings.invalidateFloorMs);
+      }),
+      { numRuns: 3_000 },
+    );
+  });
+});
