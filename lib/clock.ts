@@ -77,8 +77,11 @@ export class Deadline {
     return new Deadline(this.clock, this.at - ms);
   }
 
-  /** The deadline as a wall-clock instant now (for ports that take epoch ms, and stored stamps). */
+  /**
+   * The deadline as a wall-clock instant now, in whole ms, rounded down (for ports that take
+   * epoch ms, and stored stamps; timer APIs such as `AbortSignal.timeout` take integers only).
+   */
   epoch(): number {
-    return this.clock.now() + this.leftMs();
+    return Math.floor(this.clock.now() + this.leftMs());
   }
 }
