@@ -10,11 +10,11 @@
  * handed is checked against it at that moment.
  */
 import { describe, expect, it } from 'vitest';
-import type { TokenBroker } from '../../../lib/broker/index.js';
-import { UpstreamUnavailableError } from '../../../lib/errors.js';
-import type { IssueOptions, TokenIssuer } from '../../../lib/ports.js';
-import { InMemoryTokenStore, ManualClock } from '../../support/fakes.js';
-import { fleetBroker, issuerFor, seed, Upstream, wrap } from '../../support/fleet-model.js';
+import type { TokenBroker } from '../../../../lib/broker/index.js';
+import { UpstreamUnavailableError } from '../../../../lib/errors.js';
+import type { IssueOptions, TokenIssuer } from '../../../../lib/ports.js';
+import { InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
+import { fleetBroker, issuerFor, seed, Upstream, wrap } from '../../../support/fleet-model.js';
 
 const T0 = 1_795_262_400_000;
 /** Tokens live 1,200 s; the refresh window is 60 s; the invalidate floor 2 s. */

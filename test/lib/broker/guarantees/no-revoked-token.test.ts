@@ -5,11 +5,11 @@
  * own manual clock; the upstream model revokes every earlier token on each issuance.
  */
 import { describe, expect, it } from 'vitest';
-import { LeaseWatch } from '../../../lib/broker/lease-watch.js';
-import type { Clock } from '../../../lib/clock.js';
-import { InMemoryTokenStore, ManualClock } from '../../support/fakes.js';
-import { fleetBroker, issuerFor, Upstream, wrap } from '../../support/fleet-model.js';
-import { Sim } from '../../support/sim.js';
+import { LeaseWatch } from '../../../../lib/broker/lease-watch.js';
+import type { Clock } from '../../../../lib/clock.js';
+import { InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
+import { fleetBroker, issuerFor, Upstream, wrap } from '../../../support/fleet-model.js';
+import { Sim } from '../../../support/sim.js';
 
 const T0 = 1_795_262_400_000;
 /** Tokens live 120 s: a 60 s refresh window. */
