@@ -20,11 +20,7 @@ import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
 import { TokenMemory } from '../../../lib/broker/token-memory.js';
 import type { Clock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
-import {
-  UpstreamBadResponseError,
-  UpstreamRejectedError,
-  UpstreamUnavailableError,
-} from '../../../lib/errors.js';
+import { UpstreamRejectedError, UpstreamUnavailableError } from '../../../lib/errors.js';
 import type {
   ClientCredentials,
   IssueOptions,
@@ -32,6 +28,7 @@ import type {
   TokenIssuer,
   TokenStore,
 } from '../../../lib/ports.js';
+import { OpenApiClient } from '../../../lib/upstream/open-api.js';
 import {
   CountingMetrics,
   captureLogger,
@@ -99,20 +96,30 @@ describe('Review of the countdown: guarantee (2), a revoked token served', () =>
     const store = new InMemoryTokenStore();
     const up = new Upstream();
     const t0 = seed(store, up, T0 - 1_170_000, 1_200_000); // 30 s left in a 60 s window: due
-    // The upstream processed the POST (a token issued, t0 revoked) but the body broke the
-    // client's parser (not JSON, an expires_in that fails validation, over the size cap): the
-    // real OpenApiClient throws UpstreamBadResponseError there, without outcomeUnknown.
-    // The real client marks it as an unknown outcome (see open-api.test.ts): the token request
-    // was processed.
-    const malformed: TokenIssuer = {
-      issue: async (_c, _cr, o) => {
-        await o.beforeAccessToken?.();
+    // The upstream processed the POST (a token issued, t0 revoked) but its 2xx body cannot be
+    // read (here an HTML page from a gateway). The real OpenApiClient reads it, over a fetch
+    // that answers as such an upstream would: whether that counts as an unknown outcome is
+    // decided by the code under test, not by this test.
+    const malformed = new OpenApiClient({
+      timeoutMs: 5_000,
+      limits: { maxLifetimeSeconds: 86_400 },
+      now: () => clock.now(),
+      fetch: async (input) => {
+        const { pathname } = new URL(input instanceof Request ? input.url : String(input));
+        if (pathname.endsWith('/oauth/authorize')) {
+          return Response.json({
+            code: '000000',
+            message: 'success',
+            data: { code: 'authorization-code', timestamp: Math.floor(clock.now() / 1000) },
+          });
+        }
         up.post(clock.now());
-        throw new UpstreamBadResponseError('Open API access-token response is not a JSON object', {
-          outcomeUnknown: true,
+        return new Response('<html>upstream answered</html>', {
+          status: 200,
+          headers: { 'content-type': 'text/html' },
         });
       },
-    };
+    });
     const a = broker(store, clock, up, { issuer: malformed });
     const b = broker(store, clock, up);
     expect((await ask(a, clock, up)).token).toBe(t0.accessToken); // starts the background refresh
