@@ -1,7 +1,5 @@
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { TokenBroker, tokenDigest } from '../../../lib/broker/index.js';
-import { systemClock } from '../../../lib/clock.js';
-import type { ConnectionConfig } from '../../../lib/config.js';
+import { describe, expect, it, vi } from 'vitest';
+import { tokenDigest } from '../../../lib/broker/index.js';
 import {
   BadRequestError,
   MinValidityUnsatisfiableError,
@@ -11,79 +9,11 @@ import {
   UpstreamUnavailableError,
 } from '../../../lib/errors.js';
 import { caught, unexpected } from '../../support/errors.js';
-import {
-  CountingMetrics,
-  captureLogger,
-  connection,
-  FakeIssuer,
-  FakeSecretSource,
-  InMemoryTokenStore,
-} from '../../support/fakes.js';
-
-const T0 = new Date('2026-11-21T12:00:00Z').getTime();
-
-interface SetupOptions {
-  connections?: ConnectionConfig[];
-  recheck?: number;
-  window?: number;
-  /** Share a store between brokers: each broker is one container. */
-  store?: InMemoryTokenStore;
-  issuer?: FakeIssuer;
-  random?: () => number;
-  sleep?: (ms: number) => Promise<void>;
-  /** BROKER_INVALIDATE_MIN_AGE_SECONDS; off unless a test is about it. */
-  invalidateFloor?: number;
-}
-
-const setup = (overrides: SetupOptions = {}) => {
-  const connections = overrides.connections ?? [
-    connection(),
-    connection({ name: 'legacy', variant: 'legacy' }),
-  ];
-  const store = overrides.store ?? new InMemoryTokenStore();
-  const secrets = new FakeSecretSource();
-  const issuer = overrides.issuer ?? new FakeIssuer();
-  const logger = captureLogger();
-  const metrics = new CountingMetrics();
-  const broker = new TokenBroker({
-    config: {
-      connections: new Map(connections.map((c) => [c.name, c])),
-      defaultMinValiditySeconds: 60,
-      refreshWindowSeconds: overrides.window ?? 600,
-      memoryRecheckSeconds: overrides.recheck ?? 5,
-      maxTokenLifetimeSeconds: 30 * 86_400,
-      upstreamTimeoutMs: 2_000,
-      invalidateMinAgeSeconds: overrides.invalidateFloor ?? 0,
-    },
-    store,
-    secrets,
-    issuer,
-    logger,
-    metrics,
-    clock: {
-      ...systemClock,
-      // XFetch off unless a test turns it on: -log(1 - 0) = 0 means no earliness.
-      random: overrides.random ?? (() => 0),
-      // Waits advance the fake clock, so drains and backoff cost no real time.
-      sleep:
-        overrides.sleep ??
-        (async (ms: number) => {
-          await vi.advanceTimersByTimeAsync(ms);
-        }),
-    },
-  });
-  return { broker, store, secrets, issuer, logger, metrics };
-};
-
-const deadline = () => Date.now() + 10_000;
+import { connection, FakeIssuer, InMemoryTokenStore } from '../../support/fakes.js';
+import { deadline, record, setup, storeToken, T0, useFakeTime } from './setup.js';
 
 describe('Class: TokenBroker', () => {
-  beforeEach(() => {
-    vi.useFakeTimers().setSystemTime(T0);
-  });
-  afterEach(() => {
-    vi.useRealTimers();
-  });
+  useFakeTime();
 
   describe('Method: getToken', () => {
     it('issues once, then serves from memory without touching the store or upstream', async () => {
@@ -472,14 +402,6 @@ describe('Class: TokenBroker', () => {
   });
 
   describe('Fleet: several containers sharing one store', () => {
-    const record = (accessToken: string, expiresAt: number, issuedAt = expiresAt - 3600_000) => ({
-      connection: 'sandbox',
-      accessToken,
-      tokenDigest: tokenDigest(accessToken),
-      issuedAt,
-      expiresAt,
-    });
-
     it('lets only the lease holder issue; a container that finds a live lease waits for its token', async () => {
       const store = new InMemoryTokenStore();
       const issuer = new FakeIssuer();
@@ -599,18 +521,9 @@ describe('Class: TokenBroker', () => {
   });
 
   describe('Refresh ahead of expiry', () => {
-    const inWindow = (store: InMemoryTokenStore, remainingMs: number) =>
-      store.setToken({
-        connection: 'sandbox',
-        accessToken: 'current',
-        tokenDigest: tokenDigest('current'),
-        issuedAt: T0 + remainingMs - 3600_000,
-        expiresAt: T0 + remainingMs,
-      });
-
     it('does not refresh before the middle of the window without XFetch earliness', async () => {
       const { broker, store, issuer } = setup({ window: 600 });
-      inWindow(store, 601_000);
+      storeToken(store, 601_000);
       expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
         'current',
       );
@@ -619,7 +532,7 @@ describe('Class: TokenBroker', () => {
 
     it('refreshes once inside the window, in the background of the request that wins the lease', async () => {
       const { broker, store, issuer } = setup({ window: 600 });
-      inWindow(store, 299_000);
+      storeToken(store, 299_000);
       // That caller is answered at once, with the current token: the countdown keeps it safe.
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'current' } });
@@ -650,7 +563,7 @@ describe('Class: TokenBroker', () => {
           });
         },
       });
-      inWindow(store, 300_000);
+      storeToken(store, 300_000);
       store.items.set('sandbox', {
         ...store.items.get('sandbox'),
         lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
@@ -668,7 +581,7 @@ describe('Class: TokenBroker', () => {
           throw new Error('nothing should wait');
         },
       });
-      inWindow(store, 299_000);
+      storeToken(store, 299_000);
       store.items.set('sandbox', {
         ...store.items.get('sandbox'),
         lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
@@ -689,7 +602,7 @@ describe('Class: TokenBroker', () => {
 
     it('announces the cut-over: the token request leaves only after a countdown longer than any re-check', async () => {
       const { broker, store, issuer } = setup({ window: 600 });
-      inWindow(store, 300_000);
+      storeToken(store, 300_000);
       await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       await broker.idle();
       expect(issuer.issued).toBe(1);
@@ -700,7 +613,7 @@ describe('Class: TokenBroker', () => {
 
     it('keeps serving the current token when the refresh fails, and counts the failure', async () => {
       const { broker, store, issuer, metrics, logger } = setup({ window: 600 });
-      inWindow(store, 300_000);
+      storeToken(store, 300_000);
       issuer.failWith = new UpstreamUnavailableError(
         'Open API authorize request failed: ECONNREFUSED',
         { retryAfterSeconds: 1 },
@@ -726,7 +639,7 @@ describe('Class: TokenBroker', () => {
       // 1 - e^(-1/0.3) ≈ 0.9643 for a request to try.
       const tries = async (u: number, remainingMs: number) => {
         const { broker, store, issuer } = setup({ window: 600, random: () => u });
-        inWindow(store, remainingMs);
+        storeToken(store, remainingMs);
         await broker.getToken('sandbox', { deadline: T0 + 5_000 });
         await broker.idle();
         return issuer.issued;
@@ -738,14 +651,14 @@ describe('Class: TokenBroker', () => {
 
     it('never tries before the window starts, however the draw falls', async () => {
       const { broker, store, issuer } = setup({ window: 600, random: () => 1 - 1e-15 });
-      inWindow(store, 601_000);
+      storeToken(store, 601_000);
       await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(issuer.issued).toBe(0);
     });
 
     it('reads the store once per re-check inside the window too, and learns of a refresh elsewhere from its countdown', async () => {
       const { broker, store, issuer } = setup({ window: 600, recheck: 5 });
-      inWindow(store, 400_000); // inside the window, before its middle: this one does not try
+      storeToken(store, 400_000); // inside the window, before its middle: this one does not try
       const served = () =>
         broker
           .getToken('sandbox', { deadline: Date.now() + 5_000 })
@@ -815,15 +728,6 @@ describe('Class: TokenBroker', () => {
   });
 
   describe('Reuse time: how long a caller may keep a token without asking again', () => {
-    const storeToken = (store: InMemoryTokenStore, remainingMs: number, accessToken = 'current') =>
-      store.setToken({
-        connection: 'sandbox',
-        accessToken,
-        tokenDigest: tokenDigest(accessToken),
-        issuedAt: T0 + remainingMs - 3600_000,
-        expiresAt: T0 + remainingMs,
-      });
-
     it('lasts what the read that served the token proves, less the margin, counted from that read', async () => {
       const { broker, store } = setup({ recheck: 5 });
       storeToken(store, 3000_000);
