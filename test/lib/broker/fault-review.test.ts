@@ -194,30 +194,6 @@ describe('Fleet guarantee: interleavings found by review', () => {
     await p;
     expect(at).toBeLessThanOrEqual(deadline);
   });
-  it('takes its own lease when the acquire was applied but its answer lost and the retry refused', async () => {
-    const clock = new ManualClock(T0);
-    const store = new InMemoryTokenStore();
-    const up = new Upstream();
-    const t0 = seed(store, up, T0 - 1_170_000, 1_200_000);
-    const retrying = wrap(store, {
-      acquireLease: async (n, r) => {
-        await store.acquireLease(n, r);
-        return store.acquireLease(n, r);
-      },
-    });
-    const a = new LeasedIssuance({
-      store: retrying,
-      clock,
-      memory: new TokenMemory(),
-      issue: (c, o) => issuerFor(up, clock).issue(c, {} as never, o),
-      settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
-      logger: captureLogger(),
-      metrics: new CountingMetrics(),
-    });
-    const refreshed = await a.refresh(sandbox, t0, T0 + 8000);
-    expect(refreshed?.source).toBe('upstream');
-    expect(store.items.get('sandbox')?.lease).toBeUndefined();
-  });
   it('never serves the token its own refresh revoked when the token write was applied but its answer lost', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();

@@ -5,7 +5,6 @@
  * own manual clock; the upstream model revokes every earlier token on each issuance.
  */
 import { describe, expect, it } from 'vitest';
-import { LeaseWatch } from '../../../../lib/broker/lease-watch.js';
 import type { Clock } from '../../../../lib/clock.js';
 import { InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
 import { fleetBroker, issuerFor, Upstream, wrap } from '../../../support/fleet-model.js';
@@ -187,19 +186,4 @@ describe('Guarantee I2: a store call in flight while the clocks move', () => {
       expect(up.n).toBe(1);
     });
   }
-});
-
-describe('LeaseWatch: a lease is judged on this container’s monotonic clock', () => {
-  it('does not take a version seen for 100 ms as stale because the wall clock stepped forward 5 s', () => {
-    let monotonic = 0;
-    const watch = new LeaseWatch(() => monotonic);
-    const lease = { holder: 'b:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 0 };
-    expect(watch.stale('sandbox', lease, T0)).toBe(false);
-    monotonic += 100;
-    // Before: judged on the wall clock, 5.1 s "passed" and a live lease was taken over (a
-    // second issuance, revoking the holder's token).
-    expect(watch.stale('sandbox', lease, T0 + 5_100)).toBe(false);
-    monotonic += 3_000;
-    expect(watch.stale('sandbox', lease, T0 + 8_100)).toBe(true);
-  });
 });
