@@ -253,32 +253,6 @@ describe('Class: TokenBroker', () => {
       expect(issuer.issued).toBe(2);
     });
 
-    it('does not drop a token younger than the floor, but keeps the report; the token it issues is not replaced on a report for a window', async () => {
-      const { broker, issuer, store } = setup({ invalidateFloor: 10 });
-      const first = await broker.getToken('sandbox', { deadline: deadline() });
-      vi.advanceTimersByTime(5_000);
-      expect(await broker.invalidate('sandbox', first.record.accessToken)).toEqual({
-        invalidated: false,
-        deferredSeconds: 5,
-      });
-      expect(store.token('sandbox')?.accessToken).toBe(first.record.accessToken);
-      expect((await broker.getToken('sandbox', { deadline: deadline() })).record.accessToken).toBe(
-        first.record.accessToken,
-      );
-      vi.advanceTimersByTime(5_001);
-      expect(await broker.invalidate('sandbox', first.record.accessToken)).toEqual({
-        invalidated: true,
-      });
-      const next = await broker.getToken('sandbox', { deadline: deadline() });
-      expect(next.record).toMatchObject({ accessToken: 'token-2', forced: true });
-      // Issued on a caller's word: reports of it wait a refresh window (600 s here).
-      expect(await broker.invalidate('sandbox', next.record.accessToken)).toEqual({
-        invalidated: false,
-        deferredSeconds: 600,
-      });
-      expect(issuer.issued).toBe(2);
-    });
-
     it('ignores a report about a token that is no longer the cached one', async () => {
       const { broker, store, issuer } = setup();
       await broker.getToken('sandbox', { deadline: deadline() });
