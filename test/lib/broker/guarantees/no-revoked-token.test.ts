@@ -7,6 +7,12 @@
  * The upstream model revokes every earlier token on each issuance, and every token served in a
  * fleet is judged the moment it is served. Containers may disagree: on their settings (a
  * rolling configuration change), or on the time (a wall clock stepped, a clock ahead).
+ *
+ * Findings of the review of the countdown kept as documented bounds rather than tests
+ * (docs/benchmarks.md, "What the guarantee costs"): an invalidate's re-issue announces no
+ * countdown (F2); a POST in the socket of a container frozen after its fence (F10); a background
+ * refresh in a container thawed only now and then (F12). F3, containers of one deployment with
+ * different re-checks, was fixed since: the mixed-settings tests below.
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../../lib/broker/index.js';
