@@ -238,7 +238,7 @@ export const runScenario = async (
       BROKER_REFRESH_WINDOW_SECONDS: String(settings.refreshWindowSeconds),
       BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '1',
       // The production default: re-check no faster than production does (for a 20 s token
-      // it is a quarter of its 9 s window, 2.25 s; see refresh-policy.ts).
+      // it is a quarter of its 9 s window, 2.25 s; see lib/broker/timing/bounds.ts).
       BROKER_MEMORY_RECHECK_SECONDS: '5',
       // The production default, not the test stack's 0: the invalidate storm runs against it.
       BROKER_INVALIDATE_MIN_AGE_SECONDS: '2',

@@ -168,7 +168,7 @@ export const dynamodbWrite = (request: ProxiedRequest): DynamodbWrite => {
   }
   const expression = body.UpdateExpression ?? '';
   if (expression.startsWith('SET leaseHolder')) return 'take';
-  if (expression.startsWith('SET leaseExpiresAt')) {
+  if (expression.startsWith('SET leaseVersion')) {
     const durationMs = Number(body.ExpressionAttributeValues?.[':durationMs']?.N);
     return durationMs > 3_000 ? 'confirm' : 'heartbeat';
   }

@@ -40,3 +40,45 @@ export const systemClock: Clock = Object.freeze({
     return () => clearTimeout(timer);
   },
 });
+
+/**
+ * A caller's deadline on this container's monotonic clock (I3): read from the wall clock once,
+ * where a request comes in, and from then on judged by durations only, so that a wall clock
+ * stepped while the caller waits neither cuts its time short nor stretches it.
+ */
+export class Deadline {
+  private constructor(
+    private readonly clock: Pick<Clock, 'now' | 'monotonic'>,
+    /** The instant on the monotonic clock. */
+    readonly at: number,
+  ) {}
+
+  /** The deadline `epochMs` (a wall-clock instant, read now), on the monotonic clock. */
+  static fromEpoch(clock: Pick<Clock, 'now' | 'monotonic'>, epochMs: number): Deadline {
+    return new Deadline(clock, clock.monotonic() + (epochMs - clock.now()));
+  }
+
+  /** A deadline `ms` from now. */
+  static in(clock: Pick<Clock, 'now' | 'monotonic'>, ms: number): Deadline {
+    return new Deadline(clock, clock.monotonic() + ms);
+  }
+
+  /** Milliseconds left (negative once passed). */
+  leftMs(): number {
+    return this.at - this.clock.monotonic();
+  }
+
+  passed(): boolean {
+    return this.leftMs() <= 0;
+  }
+
+  /** This deadline less `ms`. */
+  minus(ms: number): Deadline {
+    return new Deadline(this.clock, this.at - ms);
+  }
+
+  /** The deadline as a wall-clock instant now (for ports that take epoch ms, and stored stamps). */
+  epoch(): number {
+    return this.clock.now() + this.leftMs();
+  }
+}

@@ -28,22 +28,32 @@ export interface TokenRecord {
   readonly forced?: boolean;
   /**
    * The memory re-check (ms) of the container that wrote the token: readers apply it when it is
-   * shorter than theirs, holders count down at least that long (see `refresh-policy.ts`), so
+   * shorter than theirs, holders count down at least that long (see `broker/timing/bounds.ts`), so
    * mixed settings in one deployment are safe. Absent on tokens of older releases.
    */
   readonly recheckMs?: number;
 }
 
 /**
- * A claim, held by one container at a time, to run the upstream flow for a connection. Each
- * write of it (taken, renewed, confirmed) changes `expiresAt`, so `holder` + `expiresAt` is its
- * version. Others judge it with their own clock, never the holder's: a lease is stale once the
- * same version has been seen, unchanged, for `durationMs` (the DynamoDB Lock Client's rule).
+ * Which write of a lease is meant: its holder (one per attempt) and the version that write set.
+ * Every write of a lease sets a fresh random `version` (the DynamoDB Lock Client's record version
+ * number), so "exactly this write" needs no clock and no "+1 ms" to tell two writes apart.
  */
-export interface Lease {
+export interface LeaseRef {
   /** Unique per attempt: `<container id>:<sequence>`. */
   readonly holder: string;
-  /** Epoch ms, on the holder's clock, until which the holder counts on it. */
+  /** A fresh random id per write of the lease. */
+  readonly version: string;
+}
+
+/**
+ * A claim, held by one container at a time, to run the upstream flow for a connection. Others
+ * judge it with their own clock, never the holder's: a lease is stale once the same version has
+ * been seen, unchanged, for `durationMs` (the DynamoDB Lock Client's rule). Takeover, renewal,
+ * release and the token write are each conditioned on exactly the version seen.
+ */
+export interface Lease extends LeaseRef {
+  /** Epoch ms, on the holder's clock, until which the holder counts on it (status only). */
   readonly expiresAt: number;
   /** How long this version lasts, on anyone's clock, from when it was written. */
   readonly durationMs: number;
@@ -63,6 +73,15 @@ export interface Lease {
   readonly forced?: boolean;
 }
 
+/** What one write of a lease sets: a new version, its times and its countdown. */
+export interface LeaseTerms {
+  readonly version: string;
+  readonly leaseExpiresAt: number;
+  readonly durationMs: number;
+  /** The countdown this write announces (see {@link Lease.countdown}). */
+  readonly countdown: number;
+}
+
 /** What the shared store holds for one connection. */
 export interface TokenState {
   readonly token: TokenRecord | undefined;
@@ -77,23 +96,29 @@ export interface TokenState {
    * caller's word: the report is kept here, and the token is replaced once it is old enough.
    */
   readonly reported?: boolean;
+  /**
+   * The digest of a token the item holds but that could not be read (sealed under another key,
+   * or tampered with): a lease may replace it, as it replaces a token that was read.
+   */
+  readonly unreadableDigest?: string | undefined;
 }
 
-/** Who asks for the lease, for how long, which stale lease it replaces and which token. */
-export interface LeaseRequest {
+/** Who asks for the lease, with its first version, which stale lease it replaces and which token. */
+export interface LeaseRequest extends LeaseTerms {
   readonly holder: string;
-  readonly leaseExpiresAt: number;
-  readonly durationMs: number;
-  /** The countdown the lease starts with (see {@link Lease.countdown}). */
-  readonly countdown: number;
   /**
    * The lease to take over: exactly this version, seen stale by the caller, and only while it
    * is still there (not once it has gone). Without it the lease is granted only when there is
    * none.
    */
   readonly takeOver?: Lease | undefined;
-  /** The lease is granted only if the stored token expires before this (epoch ms). */
-  readonly replaceIfExpiresBefore: number;
+  /**
+   * The digest of the token the caller read (expired or not, readable or not), or undefined if
+   * it read none: the lease is granted only while the item holds exactly that token, so that a
+   * token written by another container since the read (and maybe served already, with no
+   * countdown announcing its replacement) is never replaced.
+   */
+  readonly replacing: string | undefined;
   /** The replacement is on a caller's word (see {@link Lease.forced}). */
   readonly forced?: boolean;
 }
@@ -110,35 +135,30 @@ export interface TokenStore {
   /** The stored token (expired or not: the caller checks expiry) and the lease, if any. */
   read(connection: string): Promise<TokenState>;
   /**
-   * Takes the lease for `holder` only if there is no lease (without `request.takeOver`), or the
-   * lease is exactly `request.takeOver` (a version the caller saw go stale), AND the stored token does not
-   * outlive `replaceIfExpiresBefore` (so a token written by the previous holder a moment ago is
-   * not replaced). On failure, returns the state that won.
+   * Takes the lease for `request.holder` only if there is no lease (without `request.takeOver`),
+   * or the lease is exactly `request.takeOver` (the version the caller saw go stale), AND the
+   * item holds exactly the token the caller read (`request.replacing`). On failure, returns the
+   * state that won.
    */
   acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt>;
   /**
-   * Writes `record` and releases the lease in one step, only if `holder` still holds the lease
-   * (a fencing check: a holder that lost its lease never writes). Returns whether it wrote.
+   * Writes `record` and releases the lease in one step, only if the lease is still exactly
+   * `lease` (a fencing check: a holder that lost its lease never writes). Returns whether it
+   * wrote.
    */
-  putToken(record: TokenRecord, holder: string): Promise<boolean>;
+  putToken(record: TokenRecord, lease: LeaseRef): Promise<boolean>;
   /**
-   * Writes a new version of the lease (`leaseExpiresAt`, `durationMs`, `countdown`) if `holder`
-   * still holds it, and only forward: not to an earlier expiry, nor to a higher countdown (a
-   * retried write that lands late changes nothing). A heartbeat, a step of the countdown, or
-   * the confirmation before a token request.
+   * Writes a new version of the lease (`next`) only if the lease is still exactly `lease`, or
+   * already `next` (a retry of this write that landed: applying it again changes nothing). An
+   * attempt applied late, after a later write, finds another version and changes nothing. A
+   * heartbeat, a step of the countdown, or the confirmation before a token request.
    */
-  renewLease(
-    connection: string,
-    holder: string,
-    leaseExpiresAt: number,
-    durationMs: number,
-    countdown: number,
-  ): Promise<boolean>;
+  renewLease(connection: string, lease: LeaseRef, next: LeaseTerms): Promise<boolean>;
   /**
-   * Gives the lease up if `holder` still holds it (after a failed flow). Returns whether it
+   * Gives the lease up if it is still exactly `lease` (after a failed flow). Returns whether it
    * did: false means another holder took it over meanwhile.
    */
-  releaseLease(connection: string, holder: string): Promise<boolean>;
+  releaseLease(connection: string, lease: LeaseRef): Promise<boolean>;
   /**
    * Removes the token only if its digest is `tokenDigest` (compare-and-delete); a lease in
    * progress is left alone. Compares no clock: whether the token is old enough to go is the

@@ -15,6 +15,7 @@
  * | expiresAt       | N    | epoch ms after which the token must not be served             |
  * | ttl             | N    | epoch seconds = issuance + expiresIn (DynamoDB TTL)           |
  * | leaseHolder     | S    | who is running the upstream flow now, if anyone               |
+ * | leaseVersion    | S    | a fresh random id per lease write: conditions name exactly one |
  * | leaseExpiresAt  | N    | epoch ms (holder's clock) until which the holder counts on it |
  * | leaseDurationMs | N    | how long this lease version lasts on anyone's clock           |
  * | leaseCountdown  | N    | lease writes left before the holder's token request           |
@@ -25,7 +26,6 @@
  * | invalidatedAt   | N    | epoch ms at which an invalidate report removed the token      |
  */
 import {
-  type AttributeValue,
   ConditionalCheckFailedException,
   type DynamoDBClient,
   GetItemCommand,
@@ -33,112 +33,19 @@ import {
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
 import type {
+  Lease,
   LeaseAttempt,
+  LeaseRef,
   LeaseRequest,
+  LeaseTerms,
   TokenCipher,
   TokenRecord,
   TokenState,
   TokenStore,
 } from '../ports.js';
+import { fromItem, type Item, LEGACY_VERSION, toItem, tokenKey } from './dynamodb-token-item.js';
 
-type Item = Record<string, AttributeValue>;
-
-export const tokenKey = (connection: string): Item => ({ pk: { S: `token#${connection}` } });
-
-const toItem = async (record: TokenRecord, cipher: TokenCipher | undefined): Promise<Item> => ({
-  ...tokenKey(record.connection),
-  connection: { S: record.connection },
-  ...(cipher ? await sealed(record, cipher) : { accessToken: { S: record.accessToken } }),
-  tokenDigest: { S: record.tokenDigest },
-  issuedAt: { N: String(record.issuedAt) },
-  expiresAt: { N: String(record.expiresAt) },
-  // expiresAt = issuedAt + expiresIn·1000, so this is issuance (s) + expiresIn exactly.
-  ttl: { N: String(Math.floor(record.expiresAt / 1000)) },
-  ...(record.forced ? { forced: { BOOL: true } } : {}),
-  ...(record.recheckMs === undefined ? {} : { recheckMs: { N: String(record.recheckMs) } }),
-});
-
-const sealed = async (record: TokenRecord, cipher: TokenCipher): Promise<Item> => {
-  const { ciphertext, encryptedKey } = await cipher.seal(record.connection, record.accessToken);
-  return { tokenCiphertext: { B: ciphertext }, tokenDataKey: { B: encryptedKey } };
-};
-
-/** The token of an item: decrypted when sealed, undefined when it does not authenticate. */
-const accessTokenOf = async (item: Item | undefined, cipher: TokenCipher | undefined) => {
-  const ciphertext = item?.tokenCiphertext?.B;
-  const encryptedKey = item?.tokenDataKey?.B;
-  const connection = item?.connection?.S;
-  if (ciphertext && encryptedKey && connection) {
-    // Sealed by a deployment with a key: without one now, it cannot be read (a new one is issued).
-    return cipher ? cipher.open(connection, { ciphertext, encryptedKey }) : undefined;
-  }
-  // Written before a key was configured: still readable, replaced at the next issuance.
-  return item?.accessToken?.S;
-};
-
-/** Reads an item; a malformed token counts as absent so that the next issuance replaces it. */
-const fromItem = async (
-  item: Item | undefined,
-  cipher: TokenCipher | undefined,
-): Promise<TokenState> => {
-  const connection = item?.connection?.S;
-  const accessToken = await accessTokenOf(item, cipher);
-  const tokenDigest = item?.tokenDigest?.S;
-  const issuedAt = Number(item?.issuedAt?.N);
-  const expiresAt = Number(item?.expiresAt?.N);
-  const token =
-    connection &&
-    accessToken &&
-    tokenDigest &&
-    Number.isFinite(issuedAt) &&
-    Number.isFinite(expiresAt)
-      ? {
-          connection,
-          accessToken,
-          tokenDigest,
-          issuedAt,
-          expiresAt,
-          ...(item?.forced?.BOOL === true ? { forced: true } : {}),
-          ...recheckOf(item),
-        }
-      : undefined;
-  const holder = item?.leaseHolder?.S;
-  const leaseExpiresAt = Number(item?.leaseExpiresAt?.N);
-  // Leases written before durations were recorded lasted 3 s.
-  const durationMs = Number(item?.leaseDurationMs?.N ?? LEGACY_LEASE_MS);
-  // Leases written before countdowns were recorded announced nothing: 0, a request may be out.
-  const countdown = Number(item?.leaseCountdown?.N ?? 0);
-  const lease =
-    holder &&
-    Number.isFinite(leaseExpiresAt) &&
-    Number.isFinite(durationMs) &&
-    Number.isInteger(countdown)
-      ? {
-          holder,
-          expiresAt: leaseExpiresAt,
-          durationMs,
-          countdown,
-          ...(item?.leaseForced?.BOOL === true ? { forced: true } : {}),
-        }
-      : undefined;
-  const invalidatedAt = Number(item?.invalidatedAt?.N);
-  return {
-    token,
-    lease,
-    ...(Number.isFinite(invalidatedAt) && !token ? { invalidatedAt } : {}),
-    // A report about an earlier token (the attribute outlived it) says nothing of this one.
-    ...(token && item?.reportedDigest?.S === token.tokenDigest ? { reported: true } : {}),
-  };
-};
-
-/** The writer's re-check, when it recorded one (a positive number of ms). */
-const recheckOf = (item: Item | undefined): { recheckMs?: number } => {
-  const recheckMs = Number(item?.recheckMs?.N);
-  return Number.isFinite(recheckMs) && recheckMs > 0 ? { recheckMs } : {};
-};
-
-/** The lease duration of items written before durations were recorded. */
-const LEGACY_LEASE_MS = 3_000;
+export { tokenKey } from './dynamodb-token-item.js';
 
 export class DynamoDBTokenStore implements TokenStore {
   constructor(
@@ -162,44 +69,39 @@ export class DynamoDBTokenStore implements TokenStore {
   }
 
   async acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt> {
-    const { takeOver } = request;
+    const { takeOver, replacing } = request;
+    const lease = takeOver ? exactly(takeOver, ':stale') : undefined;
     try {
       await this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
-          UpdateExpression:
-            'SET leaseHolder = :holder, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown, leaseForced = :forced',
+          UpdateExpression: `SET leaseHolder = :holder, leaseForced = :forced, ${LEASE_FIELDS}`,
           // Timeline of the race this prevents:
           //   t0  A and B both read a token about to expire, no lease
           //   t1  A takes the lease (condition holds), runs the flow
           //   t2  B tries: a lease exists → fails, B waits for A's token
           //   t3  A writes its token and the lease goes with it (putToken)
-          //   t4  a late C tries: no lease, but the token now outlives its need → fails,
-          //       C serves A's token. Without the token clause C would issue a second one.
+          //   t4  a late C tries: no lease, but the item no longer holds the token C read →
+          //       fails, C serves A's token. Without the token clause C would issue again.
           // A holder that dies leaves its lease: a waiter that saw that same version unchanged
           // for its duration, on the waiter's own clock, takes over exactly that version. No
           // clock of another container is compared with ours, so a skewed clock takes nothing
-          // early; and if the holder renewed meanwhile, the version differs and this fails.
+          // early; and if the holder wrote meanwhile, the version differs and this fails.
           // A takeover lands only on exactly that version: never on a lease that has gone, since
           // a reader may have read the token with no lease since, and been told it is safe for
-          // a whole countdown (review finding R1).
-          ConditionExpression: takeOver
-            ? 'leaseHolder = :staleHolder AND leaseExpiresAt = :staleExpiresAt AND (attribute_not_exists(expiresAt) OR expiresAt < :replaceIfExpiresBefore)'
-            : 'attribute_not_exists(leaseHolder) AND (attribute_not_exists(expiresAt) OR expiresAt < :replaceIfExpiresBefore)',
+          // a whole countdown (I2; review finding R1).
+          ConditionExpression: `${lease ? lease.condition : 'attribute_not_exists(leaseHolder)'} AND ${
+            replacing === undefined
+              ? 'attribute_not_exists(tokenDigest)'
+              : 'tokenDigest = :replacing'
+          }`,
           ExpressionAttributeValues: {
+            ...terms(request),
             ':holder': { S: request.holder },
-            ':leaseExpiresAt': { N: String(request.leaseExpiresAt) },
-            ':durationMs': { N: String(request.durationMs) },
-            ':countdown': { N: String(request.countdown) },
             ':forced': { BOOL: request.forced === true },
-            ':replaceIfExpiresBefore': { N: String(request.replaceIfExpiresBefore) },
-            ...(takeOver
-              ? {
-                  ':staleHolder': { S: takeOver.holder },
-                  ':staleExpiresAt': { N: String(takeOver.expiresAt) },
-                }
-              : {}),
+            ...(replacing === undefined ? {} : { ':replacing': { S: replacing } }),
+            ...lease?.values,
           },
           ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
@@ -216,7 +118,8 @@ export class DynamoDBTokenStore implements TokenStore {
     }
   }
 
-  async putToken(record: TokenRecord, holder: string): Promise<boolean> {
+  async putToken(record: TokenRecord, lease: LeaseRef): Promise<boolean> {
+    const held = exactly(lease, ':held');
     return this.#conditional(async () =>
       this.client.send(
         new PutItemCommand({
@@ -224,59 +127,50 @@ export class DynamoDBTokenStore implements TokenStore {
           // The whole item is replaced: the lease attributes are not in it, so this releases
           // the lease in the same write.
           Item: await toItem(record, this.cipher),
-          // Only the lease holder writes: the fencing check on the far side. Timeline of the
-          // fault it stops (a holder paused past its lease):
+          // Only the lease holder writes, under the very lease version it last wrote: the
+          // fencing check on the far side. Timeline of the fault it stops (a holder paused
+          // past its lease):
           //   t0  A holds the lease, gets an authorization code, and pauses (GC, CPU starved)
           //   t1  A's lease runs out; B takes it over, issues token B, writes it (no lease left)
           //   t2  A resumes; its write must fail whatever the item holds now, or the fleet
-          //       would serve A's token, or lose B's. So no lease, or another holder's, is a no.
-          ConditionExpression: 'leaseHolder = :holder',
-          ExpressionAttributeValues: { ':holder': { S: holder } },
+          //       would serve A's token, or lose B's. So no lease, or another version, is a no.
+          ConditionExpression: held.condition,
+          ExpressionAttributeValues: held.values,
         }),
       ),
     );
   }
 
-  async renewLease(
-    connection: string,
-    holder: string,
-    leaseExpiresAt: number,
-    durationMs: number,
-    countdown: number,
-  ): Promise<boolean> {
+  async renewLease(connection: string, lease: LeaseRef, next: LeaseTerms): Promise<boolean> {
+    const held = exactly(lease, ':held');
+    return this.#conditional(async () =>
+      this.client.send(
+        new UpdateItemCommand({
+          TableName: this.tableName,
+          Key: tokenKey(connection),
+          UpdateExpression: `SET ${LEASE_FIELDS}`,
+          // Exactly the version last written, or the one this write sets (an SDK retry of an
+          // attempt that landed, whose answer was lost: applying it again changes nothing). An
+          // attempt applied late, after a later write, finds another version: a reader trusting
+          // a countdown never sees it go back up.
+          ConditionExpression: `(${held.condition}) OR leaseVersion = :version`,
+          ExpressionAttributeValues: { ...terms(next), ...held.values },
+        }),
+      ),
+    );
+  }
+
+  async releaseLease(connection: string, lease: LeaseRef): Promise<boolean> {
+    const held = exactly(lease, ':held');
     return this.#conditional(async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
           UpdateExpression:
-            'SET leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown',
-          // The holder's writes only move forward: its expiry never goes back and its countdown
-          // never goes up, so an attempt the SDK retried, applied late after later writes,
-          // changes nothing (a reader trusting a raised countdown would serve too long).
-          ConditionExpression:
-            'leaseHolder = :holder AND leaseExpiresAt <= :leaseExpiresAt AND (attribute_not_exists(leaseCountdown) OR leaseCountdown >= :countdown)',
-          ExpressionAttributeValues: {
-            ':holder': { S: holder },
-            ':leaseExpiresAt': { N: String(leaseExpiresAt) },
-            ':durationMs': { N: String(durationMs) },
-            ':countdown': { N: String(countdown) },
-          },
-        }),
-      ),
-    );
-  }
-
-  async releaseLease(connection: string, holder: string): Promise<boolean> {
-    return this.#conditional(async () =>
-      this.client.send(
-        new UpdateItemCommand({
-          TableName: this.tableName,
-          Key: tokenKey(connection),
-          UpdateExpression:
-            'REMOVE leaseHolder, leaseExpiresAt, leaseDurationMs, leaseCountdown, leaseForced',
-          ConditionExpression: 'leaseHolder = :holder',
-          ExpressionAttributeValues: { ':holder': { S: holder } },
+            'REMOVE leaseHolder, leaseVersion, leaseExpiresAt, leaseDurationMs, leaseCountdown, leaseForced',
+          ConditionExpression: held.condition,
+          ExpressionAttributeValues: held.values,
         }),
       ),
     );
@@ -338,3 +232,42 @@ export class DynamoDBTokenStore implements TokenStore {
     }
   }
 }
+
+/** The attributes every write of a lease sets: a new version, its times, its countdown. */
+const LEASE_FIELDS =
+  'leaseVersion = :version, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown';
+
+const terms = (next: LeaseTerms): Item => ({
+  ':version': { S: next.version },
+  ':leaseExpiresAt': { N: String(next.leaseExpiresAt) },
+  ':durationMs': { N: String(next.durationMs) },
+  ':countdown': { N: String(next.countdown) },
+});
+
+/**
+ * A condition that the item holds exactly the lease write `lease` names. The holder, and for a
+ * takeover the expiry, are compared too: a release that recorded no version leaves the attribute
+ * behind when it writes a lease of its own, and tells its writes apart by expiry alone. A lease
+ * of such a release reads as `LEGACY_VERSION`: the attribute must then be absent.
+ */
+const exactly = (
+  lease: LeaseRef & Partial<Pick<Lease, 'expiresAt'>>,
+  prefix: string,
+): { condition: string; values: Item } => {
+  const legacy = lease.version === LEGACY_VERSION;
+  const clauses = [
+    `leaseHolder = ${prefix}Holder`,
+    legacy ? 'attribute_not_exists(leaseVersion)' : `leaseVersion = ${prefix}Version`,
+    ...(lease.expiresAt === undefined ? [] : [`leaseExpiresAt = ${prefix}ExpiresAt`]),
+  ];
+  return {
+    condition: clauses.join(' AND '),
+    values: {
+      [`${prefix}Holder`]: { S: lease.holder },
+      ...(legacy ? {} : { [`${prefix}Version`]: { S: lease.version } }),
+      ...(lease.expiresAt === undefined
+        ? {}
+        : { [`${prefix}ExpiresAt`]: { N: String(lease.expiresAt) } }),
+    },
+  };
+};

@@ -20,7 +20,7 @@
  */
 import { ForceNotAllowedError, ReplacementTooSoonError } from '../errors.js';
 import type { TokenRecord } from '../ports.js';
-import { type RefreshSettings, windowMs } from './refresh-policy.js';
+import { type RefreshSettings, windowMs } from './timing/index.js';
 
 export interface CallerBoundSettings extends RefreshSettings {
   /** BROKER_INVALIDATE_MIN_AGE_SECONDS, in ms (0 when not given). */

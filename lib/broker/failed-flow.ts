@@ -7,18 +7,16 @@
  * - it failed for sure: nothing was issued; the lease is freed and the token it would have
  *   replaced is good again.
  */
+import { randomUUID } from 'node:crypto';
 import type { ConnectionConfig } from '../config.js';
 import { isOutcomeUnknown } from '../errors.js';
 import { MetricName } from '../metrics.js';
+import type { LeaseRef } from '../ports.js';
 import { LeaseLost } from './held-lease.js';
-import type { LeasedFlow, LeasedIssuanceDeps } from './leased-issuance.js';
-import { servableUntil } from './refresh-policy.js';
+import type { HolderDeps, LeasedFlow } from './issue-under-lease.js';
 
 export const afterFailedFlow = async (
-  deps: Pick<
-    LeasedIssuanceDeps,
-    'store' | 'memory' | 'clock' | 'logger' | 'metrics' | 'settings'
-  > & {
+  deps: Pick<HolderDeps, 'store' | 'view' | 'clock' | 'logger' | 'metrics' | 'settings'> & {
     /** Cuts a store call to the caller's deadline: the caller is answered before it, always. */
     readonly bounded: <T>(operation: Promise<T>) => Promise<T>;
   },
@@ -26,14 +24,16 @@ export const afterFailedFlow = async (
   flow: LeasedFlow & {
     /** Until when the fence's confirmation reserved the lease for the POST and its grace. */
     readonly confirmedUntil: number | undefined;
+    /** The lease as last written: its release and the grace name exactly it. */
+    readonly held: LeaseRef;
   },
   error: unknown,
 ): Promise<undefined> => {
   const { name } = connection;
-  const { store, memory, clock, logger, metrics, settings, bounded } = deps;
+  const { store, view, clock, logger, metrics, settings, bounded } = deps;
   if (error instanceof LeaseLost) {
     // Nothing was sent: our lease, if still ours, is freed; the new holder's token wins.
-    await bounded(store.releaseLease(name, flow.holder)).catch(() => undefined);
+    await bounded(store.releaseLease(name, flow.held)).catch(() => undefined);
     logger.warn('Lease lost before the access-token request; nothing was sent', {
       connection: name,
       reason: error.message,
@@ -51,14 +51,14 @@ export const afterFailedFlow = async (
       graceMs: settings.upstreamTimeoutMs,
     });
     if (flow.replacing) {
-      memory.forget(flow.replacing);
+      view.forget(flow.replacing);
       await bounded(
         store.deleteIfMatches(name, flow.replacing.tokenDigest, { reportedAt: clock.now() }),
       ).catch(() => undefined);
     }
     await bounded(
       // Never shorter than what the confirmation reserved: the POST may land until then.
-      renewForGrace(store, name, flow.holder, clock.now(), settings.upstreamTimeoutMs, flow),
+      renewForGrace(store, name, clock.now(), settings.upstreamTimeoutMs, flow),
     ).catch(() => undefined);
     throw error;
   }
@@ -68,33 +68,33 @@ export const afterFailedFlow = async (
   // that outlasts a re-check, so it counts as confirmed when we let go.
   // Only if the release proves we still held it: a holder paused past its lease may find that
   // another took over and revoked that token meanwhile.
-  const releasedAt = clock.now();
-  const releasedAtMonotonic = clock.monotonic();
-  const held = await bounded(store.releaseLease(name, flow.holder)).catch(() => false);
-  if (flow.replacing && memory.get(name)?.record.tokenDigest === flow.replacing.tokenDigest) {
-    if (held) {
-      memory.set({
-        record: flow.replacing,
-        checkedAt: releasedAt,
-        checkedAtMonotonic: releasedAtMonotonic,
-        until: servableUntil(flow.replacing, undefined, releasedAt, settings),
-      });
-    } else memory.delete(name);
+  const releasedAt = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
+  const held = await bounded(store.releaseLease(name, flow.held)).catch(() => false);
+  if (flow.replacing && view.entry(name)?.record.tokenDigest === flow.replacing.tokenDigest) {
+    if (held) view.confirmed(flow.replacing, releasedAt);
+    else view.drop(name);
   }
   throw error;
 };
 
 /** The lease through the grace after a POST that may still land, and the reservation before it. */
 const renewForGrace = (
-  store: LeasedIssuanceDeps['store'],
+  store: HolderDeps['store'],
   connection: string,
-  holder: string,
   now: number,
   graceMs: number,
-  { confirmedUntil }: { readonly confirmedUntil: number | undefined },
+  {
+    confirmedUntil,
+    held,
+  }: { readonly confirmedUntil: number | undefined; readonly held: LeaseRef },
 ): Promise<boolean> => {
-  // A new version (its expiry differs from the confirmation's), whose duration watchers count
-  // from when they first see it: never shorter, on anyone's clock, than the reservation.
-  const until = Math.max(now + graceMs, (confirmedUntil ?? 0) + 1);
-  return store.renewLease(connection, holder, until, until - now, 0);
+  // A new version, whose duration watchers count from when they first see it: never shorter,
+  // on anyone's clock, than the reservation.
+  const until = Math.max(now + graceMs, confirmedUntil ?? 0);
+  return store.renewLease(connection, held, {
+    version: randomUUID(),
+    leaseExpiresAt: until,
+    durationMs: until - now,
+    countdown: 0,
+  });
 };

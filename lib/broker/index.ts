@@ -4,50 +4,44 @@
  * held in the store. It knows nothing of AWS or of event shapes; adapters and handlers plug
  * into its ports. The parts, one idea each:
  *
- * - `refresh-policy.ts`: when memory is re-checked and when a request tries to refresh (pure);
- * - `leased-issuance.ts`: the read / lease / wait loop, the announced cut-over, lost lease;
+ * - `timing/`: every protocol constant and bound, and the estimates that tune speed (pure);
+ * - `observer.ts` and `leased-issuance.ts`: what a container that needs a token decides after
+ *   each read (pure), and the loop that does it;
+ * - `holder-state.ts`, `held-lease.ts` and `issue-under-lease.ts`: the lease holder's states
+ *   (pure), its lease writes, and its flow (authorize, fence, POST, write);
+ * - `connection-view.ts`: what this container knows of each connection, and the serving rules;
  * - `credential-rotation.ts`: re-read a rejected secret and retry once if it was rotated;
  * - `single-flight.ts`: concurrent misses in a container share one load, each within its deadline;
- * - `token-memory.ts`: this container's copy of each token, and since when it has known it;
  * - `reports.ts`: a caller's invalidate report, acted on at once or kept until it may be;
  * - `caller-bounds.ts`: how often a caller's word may replace a token (I4).
  *
+ * - `refresh-ahead.ts`: refresh ahead of expiry, in the background of a request;
  * - `operator.ts`: status and the warm-up.
  *
- * This file adds input checks, the last-good fallback and refresh ahead (in the background: the
- * caller that starts it is served the current token, which its countdown keeps safe).
+ * This file adds input checks and the last-good fallback, and starts refresh ahead.
  */
 import { type Clock, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
 import {
   BadRequestError,
-  isOutcomeUnknown,
   ReplacementRefusedError,
-  StoreUnavailableError,
   toBrokerError,
   UnknownConnectionError,
-  UpstreamBadResponseError,
-  UpstreamRejectedError,
   UpstreamUnavailableError,
 } from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../ports.js';
 import type { CallerBoundSettings } from './caller-bounds.js';
+import { ConnectionView } from './connection-view.js';
 import { withCredentialRotation } from './credential-rotation.js';
 import { IssuanceCause, type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
 import { LeasedIssuance, type Need, unsatisfiable } from './leased-issuance.js';
 import { readStatus, warmUp } from './operator.js';
 import { checkReadiness, type ReadinessReport } from './readiness.js';
-import {
-  dueForRefresh,
-  reusableUntil,
-  servableFromMemory,
-  servableUnconfirmed,
-  windowMs,
-} from './refresh-policy.js';
+import { RefreshAhead } from './refresh-ahead.js';
 import { Reports } from './reports.js';
 import { SingleFlight } from './single-flight.js';
-import { TokenMemory } from './token-memory.js';
+import { dueForRefresh, windowMs } from './timing/index.js';
 import type {
   BrokerLogger,
   ConnectionStatus,
@@ -83,24 +77,16 @@ export interface TokenBrokerDeps {
   readonly clock?: Clock;
 }
 
-/** Failures after which the last good token may stand in for a newer one. */
-const isUpstreamFailure = (error: unknown): boolean =>
-  error instanceof UpstreamUnavailableError ||
-  error instanceof UpstreamRejectedError ||
-  error instanceof UpstreamBadResponseError ||
-  error instanceof StoreUnavailableError;
-
 const joinTimedOut = () =>
   new UpstreamUnavailableError('Timed out waiting for a token being issued concurrently', {
     retryAfterSeconds: 1,
   });
 
 export class TokenBroker {
-  readonly #memory: TokenMemory;
+  readonly #view: ConnectionView;
   readonly #reports: Reports;
   readonly #loads: SingleFlight<string, ServedToken>;
-  /** Refreshes running in the background, per connection (one at a time in a container). */
-  readonly #refreshing = new Map<string, Promise<void>>();
+  readonly #refreshAhead: RefreshAhead;
   readonly #issuance: LeasedIssuance;
   readonly #settings: CallerBoundSettings & { readonly upstreamTimeoutMs: number };
   readonly #clock: Clock;
@@ -109,7 +95,6 @@ export class TokenBroker {
   constructor(private readonly deps: TokenBrokerDeps) {
     this.#clock = deps.clock ?? systemClock;
     this.#metrics = deps.metrics ?? noMetrics;
-    this.#memory = new TokenMemory(this.#clock);
     this.#loads = new SingleFlight(this.#clock);
     this.#settings = {
       refreshWindowMs: deps.config.refreshWindowSeconds * 1000,
@@ -121,9 +106,10 @@ export class TokenBroker {
         ? {}
         : { forcedMinAgeMs: deps.config.forcedMinAgeSeconds * 1000 }),
     };
+    this.#view = new ConnectionView(this.#clock, this.#settings);
     this.#reports = new Reports({
       store: deps.store,
-      memory: this.#memory,
+      view: this.#view,
       clock: this.#clock,
       settings: this.#settings,
       logger: deps.logger,
@@ -133,8 +119,14 @@ export class TokenBroker {
       store: deps.store,
       clock: this.#clock,
       issue: withCredentialRotation({ ...deps, clock: this.#clock }),
-      memory: this.#memory,
+      view: this.#view,
       settings: this.#settings,
+      logger: deps.logger,
+      metrics: this.#metrics,
+    });
+    this.#refreshAhead = new RefreshAhead({
+      issuance: this.#issuance,
+      clock: this.#clock,
       logger: deps.logger,
       metrics: this.#metrics,
     });
@@ -182,26 +174,23 @@ export class TokenBroker {
       return { ...last, reusableUntil: this.#reusableUntil(last.record, needMs) };
     }
     if (served.source !== 'upstream') {
-      if (this.#reports.due(served.record)) {
-        this.#refreshAhead(connection, served.record, trigger, IssuanceCause.Invalidate);
-      } else if (this.#dueForRefresh(served.record)) {
-        this.#refreshAhead(connection, served.record, trigger, IssuanceCause.RefreshAhead);
+      // One refresh at a time in a container, and none while a load runs here.
+      const cause = this.#reports.due(served.record)
+        ? IssuanceCause.Invalidate
+        : this.#dueForRefresh(served.record)
+          ? IssuanceCause.RefreshAhead
+          : undefined;
+      if (cause && !this.#loads.has(name)) {
+        this.#refreshAhead.start(connection, served.record, trigger, cause);
       }
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
     return { ...served, reusableUntil: this.#reusableUntil(served.record, needMs) };
   }
 
-  /**
-   * How long the caller may reuse `record`: what this container's memory holds of it now (the
-   * read or the write that last confirmed it), whichever path served it. A token that memory
-   * no longer holds (dropped after an unknown outcome, say) is not to be reused at all.
-   */
+  /** How long the caller may reuse `record` (I2 in callers' caches: see ConnectionView). */
   #reusableUntil(record: TokenRecord, needMs: number): number {
-    const entry = this.#memory.get(record.connection);
-    return entry?.record.tokenDigest === record.tokenDigest
-      ? reusableUntil(entry, needMs, this.#settings)
-      : this.#clock.now();
+    return this.#view.reusableUntil(record, needMs, this.#clock.now());
   }
 
   /**
@@ -225,8 +214,8 @@ export class TokenBroker {
    * shut down). A Lambda container frozen between invocations resumes them when it thaws, or
    * they run out of lease time and another container takes over.
    */
-  async idle(): Promise<void> {
-    while (this.#refreshing.size > 0) await Promise.all(this.#refreshing.values());
+  idle(): Promise<void> {
+    return this.#refreshAhead.idle();
   }
 
   /** Every connection's token metadata and lease, read from the shared store. */
@@ -282,20 +271,12 @@ export class TokenBroker {
 
   /**
    * Serve the last good token: a caller that asked for nothing special gets a token that is
-   * still valid rather than an error, while the failure is logged and counted.
+   * still valid rather than an error, while the failure is logged and counted (I2: only where
+   * the failure says nothing against that token; see ConnectionView.lastGood).
    */
   #lastGood(name: string, error: unknown, explicit: boolean): ServedToken {
-    const now = this.#clock.now();
-    const entry = this.#memory.lastGood(name, now);
-    // Unconfirmed for longer than a replacement elsewhere needs, it may have been revoked.
-    const last =
-      entry && servableUnconfirmed(entry, now, this.#settings) ? entry.record : undefined;
-    // While a refresh of a revoking upstream is in progress elsewhere, the token held may
-    // already be revoked.
-    const suspect =
-      (error instanceof UpstreamUnavailableError && error.refreshInProgress === true) ||
-      isOutcomeUnknown(error);
-    if (explicit || suspect || !isUpstreamFailure(error) || !last) throw error;
+    const last = explicit ? undefined : this.#view.lastGood(name, this.#clock.now(), error);
+    if (!last) throw error;
     const failure = toBrokerError(error);
     this.deps.logger.warn('Could not get a newer token; serving the last good one', {
       connection: name,
@@ -307,12 +288,10 @@ export class TokenBroker {
     return { record: last, source: 'memory' };
   }
 
-  /** The memory entry, if valid for `needMs` and confirmed by the store recently enough. */
+  /** The token in memory, if valid for `needMs` and confirmed recently enough (I2). */
   #fromMemory(name: string, needMs: number): ServedToken | undefined {
-    const entry = this.#memory.get(name);
-    return entry && servableFromMemory(entry, this.#clock.now(), needMs, this.#settings)
-      ? { record: entry.record, source: 'memory' }
-      : undefined;
+    const record = this.#view.fromMemory(name, this.#clock.now(), needMs);
+    return record && { record, source: 'memory' };
   }
 
   #dueForRefresh(record: TokenRecord): boolean {
@@ -323,39 +302,6 @@ export class TokenBroker {
       this.#clock.random(),
       this.#issuance.issuanceMs(record.connection),
     );
-  }
-
-  /**
-   * Starts, in the background, one try for the lease to replace a token that is still valid.
-   * The caller is not kept waiting: the countdown the lease announces keeps the current token
-   * safe to serve until well after this answer. A failure is logged and counted; the current
-   * token is still served, unless the failed request may have revoked it (an unknown outcome):
-   * then the issuance has dropped it everywhere.
-   */
-  #refreshAhead(
-    connection: ConnectionConfig,
-    current: TokenRecord,
-    trigger: Trigger,
-    cause: IssuanceCause,
-  ): void {
-    const { name } = connection;
-    if (this.#refreshing.has(name) || this.#loads.has(name)) return;
-    const deadline = this.#clock.now() + this.#issuance.refreshBudgetMs(connection, current);
-    const run = this.#issuance
-      .refresh(connection, current, deadline, trigger, cause)
-      .then(
-        () => undefined,
-        (error: unknown) => {
-          this.#metrics.record(MetricName.RefreshFailures, name);
-          const failure = toBrokerError(error);
-          this.deps.logger.warn('Refresh ahead of expiry failed', {
-            connection: name,
-            error: { name: failure.name, code: failure.code, message: failure.message },
-          });
-        },
-      )
-      .finally(() => this.#refreshing.delete(name));
-    this.#refreshing.set(name, run);
   }
 
   /** Concurrent misses for one connection in this container share one load. */

@@ -1,11 +1,11 @@
 /**
  * How a container judges another's lease: on its own clock only (the DynamoDB Lock Client's
- * rule). Each write of a lease is a version (holder and expiry); a lease is stale once this
- * container has seen the same version unchanged for its recorded duration.
+ * rule). Each write of a lease sets a fresh version; a lease is stale once this container has
+ * seen the same version unchanged for its recorded duration.
  */
 import type { Lease } from '../ports.js';
 
-import { SKEW_TOLERANCE_MS } from './refresh-policy.js';
+import { SKEW_TOLERANCE_MS } from './timing/index.js';
 
 export class LeaseWatch {
   /**
@@ -13,10 +13,7 @@ export class LeaseWatch {
    * `firstSeen` compares with reads) and on our monotonic clock (what staleness is judged on, so
    * that a wall clock stepped forward takes no live lease over).
    */
-  readonly #seen = new Map<
-    string,
-    { holder: string; expiresAt: number; seenAt: number; seenAtMonotonic: number }
-  >();
+  readonly #seen = new Map<string, { key: string; seenAt: number; seenAtMonotonic: number }>();
 
   constructor(private readonly monotonic: () => number = () => performance.now()) {}
 
@@ -29,10 +26,9 @@ export class LeaseWatch {
   stale(connection: string, lease: Lease, now: number): boolean {
     if (lease.expiresAt + SKEW_TOLERANCE_MS < now) return true;
     const seen = this.#seen.get(connection);
-    if (!seen || seen.holder !== lease.holder || seen.expiresAt !== lease.expiresAt) {
+    if (seen?.key !== keyOf(lease)) {
       this.#seen.set(connection, {
-        holder: lease.holder,
-        expiresAt: lease.expiresAt,
+        key: keyOf(lease),
         seenAt: now,
         seenAtMonotonic: this.monotonic(),
       });
@@ -44,8 +40,12 @@ export class LeaseWatch {
   /** When this container first saw `lease`'s version, if it is the one it last saw. */
   firstSeen(connection: string, lease: Lease): number | undefined {
     const seen = this.#seen.get(connection);
-    return seen && seen.holder === lease.holder && seen.expiresAt === lease.expiresAt
-      ? seen.seenAt
-      : undefined;
+    return seen?.key === keyOf(lease) ? seen.seenAt : undefined;
   }
 }
+
+/**
+ * What tells two writes apart: the version, and the holder and expiry too, which a release that
+ * recorded no version changed on every write (its leases all read as one version).
+ */
+const keyOf = (lease: Lease): string => `${lease.version}|${lease.holder}|${lease.expiresAt}`;

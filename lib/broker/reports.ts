@@ -7,19 +7,19 @@
  * enough (`due`). A report about the token this container holds as current, early in its
  * life, also says that another system may be issuing tokens for the same client ID.
  */
-import type { Clock } from '../clock.js';
+import { type Clock, Deadline } from '../clock.js';
 import { StoreUnavailableError } from '../errors.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
 import type { TokenRecord, TokenStore } from '../ports.js';
 import { type CallerBoundSettings, waitBeforeReplacing } from './caller-bounds.js';
+import type { ConnectionView, MemoryEntry } from './connection-view.js';
 import { UNNAMED_TRIGGER } from './issuance-cause.js';
 import { withDeadline } from './single-flight.js';
-import type { MemoryEntry, TokenMemory } from './token-memory.js';
 import { type BrokerLogger, type InvalidateOutcome, tokenDigest } from './types.js';
 
 export interface ReportsDeps {
   readonly store: TokenStore;
-  readonly memory: TokenMemory;
+  readonly view: ConnectionView;
   readonly clock: Clock;
   readonly settings: CallerBoundSettings;
   readonly logger: BrokerLogger;
@@ -37,13 +37,16 @@ export class Reports {
     name: string,
     accessToken: string,
     caller: string | undefined,
-    deadline: number | undefined,
+    epochDeadline: number | undefined,
   ): Promise<InvalidateOutcome> {
-    const { memory, clock, settings, logger } = this.deps;
+    const { view, clock, settings, logger } = this.deps;
+    // Judged on the monotonic clock from here (I3).
+    const deadline =
+      epochDeadline === undefined ? undefined : Deadline.fromEpoch(clock, epochDeadline);
     const digest = tokenDigest(accessToken);
     const reportedBy = caller ?? UNNAMED_TRIGGER;
     const now = clock.now();
-    const entry = memory.get(name);
+    const entry = view.entry(name);
     if (entry?.record.tokenDigest === digest) this.#suspectAnotherIssuer(entry, now, reportedBy);
     // The token as this container holds it, else as the store does (its `forced` mark decides
     // how long it is kept): a report about any other token changes nothing.
@@ -53,7 +56,7 @@ export class Reports {
         : await this.#storedToken(name, digest, deadline);
     let outcome: InvalidateOutcome = { invalidated: false };
     if (token) {
-      const waitMs = waitBeforeReplacing(token, memory.knownFor(name, digest), settings);
+      const waitMs = waitBeforeReplacing(token, view.knownFor(name, digest), settings);
       outcome =
         waitMs <= 0
           ? { invalidated: await this.#drop(token, now, deadline) }
@@ -73,15 +76,15 @@ export class Reports {
    * word, as this container measures its age.
    */
   due(record: TokenRecord): boolean {
-    const { memory, settings } = this.deps;
-    const entry = memory.get(record.connection);
+    const { view, settings } = this.deps;
+    const entry = view.entry(record.connection);
     if (!entry?.reported || entry.record.tokenDigest !== record.tokenDigest) return false;
-    const knownForMs = memory.knownFor(record.connection, record.tokenDigest);
+    const knownForMs = view.knownFor(record.connection, record.tokenDigest);
     return waitBeforeReplacing(record, knownForMs, settings) <= 0;
   }
 
   /** The stored token of `name` if its digest is `digest` and it is valid. */
-  async #storedToken(name: string, digest: string, deadline: number | undefined) {
+  async #storedToken(name: string, digest: string, deadline: Deadline | undefined) {
     const { token } = await this.#store(() => this.deps.store.read(name), deadline);
     return token?.tokenDigest === digest && token.expiresAt > this.deps.clock.now()
       ? token
@@ -89,8 +92,8 @@ export class Reports {
   }
 
   /** Drops `token` here and in the store (if still the stored one). */
-  async #drop(token: TokenRecord, now: number, deadline: number | undefined): Promise<boolean> {
-    this.deps.memory.forget(token);
+  async #drop(token: TokenRecord, now: number, deadline: Deadline | undefined): Promise<boolean> {
+    this.deps.view.forget(token);
     return this.#store(
       () =>
         this.deps.store.deleteIfMatches(token.connection, token.tokenDigest, { reportedAt: now }),
@@ -102,26 +105,26 @@ export class Reports {
   async #keep(
     token: TokenRecord,
     waitMs: number,
-    deadline: number | undefined,
+    deadline: Deadline | undefined,
   ): Promise<InvalidateOutcome> {
     const kept = await this.#store(
       () => this.deps.store.markReported(token.connection, token.tokenDigest),
       deadline,
     );
     if (!kept) return { invalidated: false };
-    this.deps.memory.report(token.connection, token.tokenDigest);
+    this.deps.view.report(token.connection, token.tokenDigest);
     this.deps.metrics.record(MetricName.InvalidateDeferred, token.connection);
     return { invalidated: false, deferredSeconds: Math.ceil(waitMs / 1000) };
   }
 
   /** A store call, answered by the deadline (I3) or failed as the store being unavailable. */
-  async #store<T>(call: () => Promise<T>, deadline: number | undefined): Promise<T> {
+  async #store<T>(call: () => Promise<T>, deadline: Deadline | undefined): Promise<T> {
     const failed = (cause?: unknown) =>
       new StoreUnavailableError('The token store could not be updated; retry shortly', { cause });
     try {
       return deadline === undefined
         ? await call()
-        : await withDeadline(call(), deadline - this.deps.clock.now(), this.deps.clock, failed);
+        : await withDeadline(call(), deadline.leftMs(), this.deps.clock, failed);
     } catch (error) {
       throw error instanceof StoreUnavailableError ? error : failed(error);
     }

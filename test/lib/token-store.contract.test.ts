@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DynamoDBTokenStore } from '../../lib/adapters/dynamodb-token-store.js';
 import { tokenDigest } from '../../lib/broker/index.js';
-import type { Lease, LeaseRequest, TokenRecord, TokenStore } from '../../lib/ports.js';
+import type { Lease, LeaseRef, LeaseRequest, TokenRecord, TokenStore } from '../../lib/ports.js';
 import { startAmazonDynamoDBLocal } from '../../local/amazon-dynamodb-local.js';
 import { ensureTable, localDynamoDBClient, startDynalite } from '../../local/dynamodb-local.js';
 import { InMemoryTokenStore } from '../support/fakes.js';
@@ -52,24 +52,43 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
   let subject: StoreUnderTest;
   let store: TokenStore;
   const now = Date.now();
+  /** A request for the lease as `holder`, first version `v-<holder>`, replacing no token. */
   const lease = (
     holder: string,
-    leaseExpiresAt = now + 10_000,
-    replaceIfExpiresBefore = now + 1,
-    takeOver?: Lease,
+    {
+      expiresAt = now + 10_000,
+      replacing,
+      takeOver,
+      countdown = 0,
+    }: { expiresAt?: number; replacing?: string; takeOver?: Lease; countdown?: number } = {},
   ): LeaseRequest => ({
     holder,
-    leaseExpiresAt,
+    version: `v-${holder}`,
+    leaseExpiresAt: expiresAt,
     durationMs: 10_000,
-    countdown: 0,
+    countdown,
     takeOver,
-    replaceIfExpiresBefore,
+    replacing: replacing === undefined ? undefined : tokenDigest(replacing),
   });
-  const version = (holder: string, expiresAt = now + 10_000): Lease => ({
+  /** The lease a read shows after `lease(holder)` (or a renewal to `version`). */
+  const written = (holder: string, expiresAt = now + 10_000, version = `v-${holder}`): Lease => ({
     holder,
+    version,
     expiresAt,
     durationMs: 10_000,
     countdown: 0,
+  });
+  const ref = (holder: string, version = `v-${holder}`): LeaseRef => ({ holder, version });
+  const next = (
+    version: string,
+    leaseExpiresAt: number,
+    durationMs: number,
+    countdown: number,
+  ) => ({
+    version,
+    leaseExpiresAt,
+    durationMs,
+    countdown,
   });
 
   beforeAll(async () => {
@@ -88,14 +107,14 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect(await store.acquireLease('roundtrip', lease('a:1'))).toEqual({ acquired: true });
     expect(await store.read('roundtrip')).toEqual({
       token: undefined,
-      lease: version('a:1'),
+      lease: written('a:1'),
     });
     const token = record('tok-a', now + 86_400_000, 'roundtrip');
-    expect(await store.putToken(token, 'a:1')).toBe(true);
+    expect(await store.putToken(token, ref('a:1'))).toBe(true);
     expect(await store.read('roundtrip')).toEqual({ token, lease: undefined });
   });
 
-  it('grants the lease to one holder at a time, however many race for it', async () => {
+  it('I1: grants the lease to one holder at a time, however many race for it', async () => {
     const results = await Promise.all(
       Array.from({ length: 12 }, (_, i) => store.acquireLease('race', lease(`c${i}:1`))),
     );
@@ -107,82 +126,102 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     const attempt = await store.acquireLease('contended', lease('second:1'));
     expect(attempt).toEqual({
       acquired: false,
-      state: { token: undefined, lease: version('first:1') },
+      state: { token: undefined, lease: written('first:1') },
     });
   });
 
-  it('lets a lease be taken over only in the exact version the taker saw go stale', async () => {
-    await store.acquireLease('takeover', lease('dead:1', now - 60_000));
+  it('I1: lets a lease be taken over only in the exact version the taker saw go stale', async () => {
+    await store.acquireLease('takeover', lease('dead:1', { expiresAt: now - 60_000 }));
     // Its expiry long past is no licence: without naming the version, no takeover.
     expect((await store.acquireLease('takeover', lease('early:1'))).acquired).toBe(false);
-    // A version the holder has since renewed is not the one seen stale.
-    await store.renewLease('takeover', 'dead:1', now + 5_000, 10_000, 0);
+    // A version the holder has since renewed is not the one seen stale, even with the same
+    // expiry (no "+1 ms": the version tells two writes apart).
+    await store.renewLease('takeover', ref('dead:1'), next('v2', now - 60_000, 10_000, 0));
     expect(
       (
         await store.acquireLease(
           'takeover',
-          lease('late:1', now + 10_000, now + 1, version('dead:1', now - 60_000)),
+          lease('late:1', { takeOver: written('dead:1', now - 60_000) }),
         )
       ).acquired,
     ).toBe(false);
     expect(
       await store.acquireLease(
         'takeover',
-        lease('alive:1', now + 10_000, now + 1, version('dead:1', now + 5_000)),
+        lease('alive:1', { takeOver: written('dead:1', now - 60_000, 'v2') }),
       ),
     ).toEqual({ acquired: true });
-    expect((await store.read('takeover')).lease).toEqual(version('alive:1'));
+    expect((await store.read('takeover')).lease).toEqual(written('alive:1'));
   });
 
-  it('refuses the lease when the stored token already outlives the need, with that token', async () => {
+  it('I2: grants the lease only while the item holds exactly the token the taker read', async () => {
     await store.acquireLease('fresh', lease('a:1'));
     const fresh = record('fresh-token', now + 3_600_000, 'fresh');
-    await store.putToken(fresh, 'a:1');
-    const attempt = await store.acquireLease('fresh', lease('b:1', now + 10_000, now + 60_000));
+    await store.putToken(fresh, ref('a:1'));
+    // Read before that token was written (no token seen): refused, with the token.
+    const attempt = await store.acquireLease('fresh', lease('b:1'));
     expect(attempt).toEqual({ acquired: false, state: { token: fresh, lease: undefined } });
-    // Inside its last minute, the same token may be replaced.
-    expect(await store.acquireLease('fresh', lease('b:2', now + 10_000, now + 3_600_001))).toEqual({
+    // Read another token (an older one): refused.
+    expect((await store.acquireLease('fresh', lease('b:2', { replacing: 'older' }))).acquired).toBe(
+      false,
+    );
+    // Read this very token: granted.
+    expect(await store.acquireLease('fresh', lease('b:3', { replacing: 'fresh-token' }))).toEqual({
       acquired: true,
     });
   });
 
-  it('refuses a write from a holder whose lease was taken over', async () => {
-    await store.acquireLease('overrun', lease('slow:1', now - 1));
-    await store.acquireLease(
-      'overrun',
-      lease('fast:1', now + 10_000, now + 1, version('slow:1', now - 1)),
+  it('I1: refuses a write from a holder whose lease was taken over', async () => {
+    await store.acquireLease('overrun', lease('slow:1', { expiresAt: now - 1 }));
+    await store.acquireLease('overrun', lease('fast:1', { takeOver: written('slow:1', now - 1) }));
+    expect(await store.putToken(record('late', now + 3_600_000, 'overrun'), ref('slow:1'))).toBe(
+      false,
     );
-    expect(await store.putToken(record('late', now + 3_600_000, 'overrun'), 'slow:1')).toBe(false);
-    expect(await store.putToken(record('current', now + 3_600_000, 'overrun'), 'fast:1')).toBe(
+    expect(await store.putToken(record('current', now + 3_600_000, 'overrun'), ref('fast:1'))).toBe(
       true,
     );
     expect((await store.read('overrun')).token?.accessToken).toBe('current');
   });
 
-  it('refuses every write without the lease, even of a longer-lived token', async () => {
+  it('I1: refuses every write without the lease, or under an earlier version of it', async () => {
     await store.acquireLease('unleased', lease('a:1'));
-    await store.putToken(record('long', now + 7_200_000, 'unleased'), 'a:1');
-    expect(await store.putToken(record('longer', now + 9_000_000, 'unleased'), 'a:1')).toBe(false);
-    expect(await store.putToken(record('longer', now + 9_000_000, 'unleased'), 'gone:1')).toBe(
+    await store.putToken(record('long', now + 7_200_000, 'unleased'), ref('a:1'));
+    expect(await store.putToken(record('longer', now + 9_000_000, 'unleased'), ref('a:1'))).toBe(
       false,
     );
-    expect(await store.putToken(record('first', now + 9_000_000, 'never-leased'), 'x:1')).toBe(
+    expect(await store.putToken(record('longer', now + 9_000_000, 'unleased'), ref('gone:1'))).toBe(
+      false,
+    );
+    expect(await store.putToken(record('first', now + 9_000_000, 'never-leased'), ref('x:1'))).toBe(
       false,
     );
     expect((await store.read('unleased')).token?.accessToken).toBe('long');
     expect(await store.read('never-leased')).toEqual({ token: undefined, lease: undefined });
+    // The holder's own earlier version: it has written a later one since.
+    await store.acquireLease('versioned', lease('a:1'));
+    await store.renewLease('versioned', ref('a:1'), next('v2', now + 10_000, 10_000, 0));
+    expect(await store.putToken(record('t', now + 3_600_000, 'versioned'), ref('a:1'))).toBe(false);
+    expect(await store.putToken(record('t', now + 3_600_000, 'versioned'), ref('a:1', 'v2'))).toBe(
+      true,
+    );
   });
 
-  it('renews a lease only forward: never to an earlier expiry, never to a higher countdown', async () => {
-    await store.acquireLease('forward', { ...lease('a:1'), countdown: 5 });
-    expect(await store.renewLease('forward', 'a:1', now + 12_000, 3_000, 3)).toBe(true);
-    // A retried attempt of an earlier write, applied late: refused either way.
-    expect(await store.renewLease('forward', 'a:1', now + 11_000, 3_000, 3)).toBe(false);
-    expect(await store.renewLease('forward', 'a:1', now + 13_000, 3_000, 4)).toBe(false);
+  it('I2: renews only from the version last written, so a late retry never raises a countdown', async () => {
+    await store.acquireLease('forward', lease('a:1', { countdown: 5 }));
+    expect(await store.renewLease('forward', ref('a:1'), next('v2', now + 12_000, 3_000, 3))).toBe(
+      true,
+    );
+    // An attempt of that first write, applied late: names a version that has gone.
+    expect(await store.renewLease('forward', ref('a:1'), next('v2b', now + 11_000, 3_000, 4))).toBe(
+      false,
+    );
     // The same write twice (its first answer lost): accepted, nothing changes.
-    expect(await store.renewLease('forward', 'a:1', now + 12_000, 3_000, 3)).toBe(true);
+    expect(await store.renewLease('forward', ref('a:1'), next('v2', now + 12_000, 3_000, 3))).toBe(
+      true,
+    );
     expect((await store.read('forward')).lease).toEqual({
       holder: 'a:1',
+      version: 'v2',
       expiresAt: now + 12_000,
       durationMs: 3_000,
       countdown: 3,
@@ -190,122 +229,129 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
   });
 
   it('renews a lease only for its holder', async () => {
-    await store.acquireLease('renew', { ...lease('a:1'), countdown: 5 });
-    expect(await store.renewLease('renew', 'b:1', now + 99_000, 99_000, 0)).toBe(false);
-    expect(await store.renewLease('renew', 'a:1', now + 20_000, 7_000, 4)).toBe(true);
+    await store.acquireLease('renew', lease('a:1', { countdown: 5 }));
+    expect(await store.renewLease('renew', ref('b:1'), next('x', now + 99_000, 99_000, 0))).toBe(
+      false,
+    );
+    expect(await store.renewLease('renew', ref('a:1'), next('v2', now + 20_000, 7_000, 4))).toBe(
+      true,
+    );
     expect((await store.read('renew')).lease).toEqual({
       holder: 'a:1',
+      version: 'v2',
       expiresAt: now + 20_000,
       durationMs: 7_000,
       countdown: 4,
     });
-    expect(await store.renewLease('never-leased', 'a:1', now + 20_000, 7_000, 0)).toBe(false);
+    expect(
+      await store.renewLease('never-leased', ref('a:1'), next('v2', now + 20_000, 7_000, 0)),
+    ).toBe(false);
   });
 
   it('releases a lease only for its holder, and keeps the token', async () => {
     await store.acquireLease('release', lease('a:1'));
     const token = record('kept', now + 3_600_000, 'release');
-    await store.putToken(token, 'a:1');
-    await store.acquireLease('release', lease('b:1', now + 10_000, now + 3_600_001));
-    expect(await store.releaseLease('release', 'a:1')).toBe(false);
+    await store.putToken(token, ref('a:1'));
+    await store.acquireLease('release', lease('b:1', { replacing: 'kept' }));
+    expect(await store.releaseLease('release', ref('a:1'))).toBe(false);
     expect((await store.read('release')).lease?.holder).toBe('b:1');
-    expect(await store.releaseLease('release', 'b:1')).toBe(true);
+    expect(await store.releaseLease('release', ref('b:1', 'other-version'))).toBe(false);
+    expect(await store.releaseLease('release', ref('b:1'))).toBe(true);
     expect(await store.read('release')).toEqual({ token, lease: undefined });
-    expect(await store.releaseLease('never-leased', 'b:1')).toBe(false);
+    expect(await store.releaseLease('never-leased', ref('b:1'))).toBe(false);
   });
 
   it('deletes the token only when the digest matches, and leaves a lease in progress alone', async () => {
     await store.acquireLease('cad', lease('a:1'));
-    await store.putToken(record('current', now + 3_600_000, 'cad'), 'a:1');
+    await store.putToken(record('current', now + 3_600_000, 'cad'), ref('a:1'));
     expect(await store.deleteIfMatches('cad', tokenDigest('older'))).toBe(false);
     expect((await store.read('cad')).token?.accessToken).toBe('current');
-    await store.acquireLease('cad', lease('b:1', now + 10_000, now + 3_600_001));
+    await store.acquireLease('cad', lease('b:1', { replacing: 'current' }));
     expect(
       await store.deleteIfMatches('cad', tokenDigest('current'), { reportedAt: now + 5 }),
     ).toBe(true);
     // The report's time stays, to tell why the token is missing (the next issuance's cause).
     expect(await store.read('cad')).toEqual({
       token: undefined,
-      lease: version('b:1'),
+      lease: written('b:1'),
       invalidatedAt: now + 5,
     });
     expect(await store.deleteIfMatches('cad', tokenDigest('current'))).toBe(false);
     expect(await store.deleteIfMatches('never-stored', tokenDigest('current'))).toBe(false);
   });
 
-  it('compares no clock on delete: a token is removed on its digest alone, however young', async () => {
+  it('I4: compares no clock on delete: a token is removed on its digest alone, however young', async () => {
     await store.acquireLease('floor', lease('a:1'));
     // Issued "in the future" on the writer's clock: a reporter's clock is not compared with it.
     const young = { ...record('young', now + 3_600_000, 'floor'), issuedAt: now + 60_000 };
-    await store.putToken(young, 'a:1');
+    await store.putToken(young, ref('a:1'));
     expect(await store.deleteIfMatches('floor', tokenDigest('young'))).toBe(true);
     expect((await store.read('floor')).token).toBeUndefined();
   });
 
-  it('lands a takeover only on the version it names, never on a lease that has gone (R1)', async () => {
-    await store.putToken(record('r1', now + 3_600_000, 'r1'), 'nobody').catch(() => false);
+  // Found as R1 by the review of the countdown: a takeover granted on an empty lease.
+  it('I2: lands a takeover only on the version it names, never on a lease that has gone', async () => {
     await store.acquireLease('r1', lease('a:1'));
-    const stale = version('a:1');
-    await store.releaseLease('r1', 'a:1');
+    const stale = written('a:1');
+    await store.releaseLease('r1', ref('a:1'));
     // Released meanwhile: a reader may have read the token with no lease since.
-    const attempt = await store.acquireLease('r1', lease('b:1', now + 10_000, now + 1, stale));
+    const attempt = await store.acquireLease('r1', lease('b:1', { takeOver: stale }));
     expect(attempt.acquired).toBe(false);
     expect((await store.read('r1')).lease).toBeUndefined();
     // Still there: taken over.
     await store.acquireLease('r1', lease('c:1'));
     expect(
-      (await store.acquireLease('r1', lease('d:1', now + 10_000, now + 1, version('c:1'))))
-        .acquired,
+      (await store.acquireLease('r1', lease('d:1', { takeOver: written('c:1') }))).acquired,
     ).toBe(true);
   });
 
   it('keeps a lease’s forced mark through its renewals, and not past it', async () => {
     await store.acquireLease('forced-lease', { ...lease('a:1'), forced: true });
     expect((await store.read('forced-lease')).lease?.forced).toBe(true);
-    await store.renewLease('forced-lease', 'a:1', now + 20_000, 10_000, 0);
+    await store.renewLease('forced-lease', ref('a:1'), next('v2', now + 20_000, 10_000, 0));
     expect((await store.read('forced-lease')).lease).toEqual({
-      ...version('a:1', now + 20_000),
+      ...written('a:1', now + 20_000, 'v2'),
       forced: true,
     });
-    await store.releaseLease('forced-lease', 'a:1');
+    await store.releaseLease('forced-lease', ref('a:1', 'v2'));
     await store.acquireLease('forced-lease', lease('b:1'));
-    expect((await store.read('forced-lease')).lease).toEqual(version('b:1'));
+    expect((await store.read('forced-lease')).lease).toEqual(written('b:1'));
   });
 
   it('keeps a report about the stored token until the next token is written', async () => {
     await store.acquireLease('kept', lease('a:1'));
     const first = record('first', now + 3_600_000, 'kept');
-    await store.putToken(first, 'a:1');
+    await store.putToken(first, ref('a:1'));
     // About another token: nothing kept.
     expect(await store.markReported('kept', tokenDigest('other'))).toBe(false);
     expect((await store.read('kept')).reported).toBeUndefined();
     expect(await store.markReported('kept', tokenDigest('first'))).toBe(true);
     expect(await store.read('kept')).toEqual({ token: first, lease: undefined, reported: true });
     // A lease taken to replace it keeps the report; the successor's write clears it.
-    await store.acquireLease('kept', lease('b:1', now + 10_000, first.expiresAt + 1));
+    await store.acquireLease('kept', lease('b:1', { replacing: 'first' }));
     expect((await store.read('kept')).reported).toBe(true);
     const next = { ...record('second', now + 3_600_000, 'kept'), forced: true, recheckMs: 2_000 };
-    await store.putToken(next, 'b:1');
+    await store.putToken(next, ref('b:1'));
     expect(await store.read('kept')).toEqual({ token: next, lease: undefined });
     expect(await store.markReported('never-stored', tokenDigest('first'))).toBe(false);
   });
 
   it('forgets the invalidate report once a new token is written', async () => {
     await store.acquireLease('reported', lease('a:1'));
-    await store.putToken(record('first', now + 3_600_000, 'reported'), 'a:1');
+    await store.putToken(record('first', now + 3_600_000, 'reported'), ref('a:1'));
     await store.deleteIfMatches('reported', tokenDigest('first'), { reportedAt: now });
     expect((await store.read('reported')).invalidatedAt).toBe(now);
     await store.acquireLease('reported', lease('b:1'));
     // A lease write keeps it: the token is still missing.
     expect((await store.read('reported')).invalidatedAt).toBe(now);
     const next = record('second', now + 3_600_000, 'reported');
-    await store.putToken(next, 'b:1');
+    await store.putToken(next, ref('b:1'));
     expect(await store.read('reported')).toEqual({ token: next, lease: undefined });
   });
 
   it('keeps connections apart', async () => {
     await store.acquireLease('left', lease('a:1'));
-    await store.putToken(record('left-token', now + 3_600_000, 'left'), 'a:1');
+    await store.putToken(record('left-token', now + 3_600_000, 'left'), ref('a:1'));
     expect(await store.read('right')).toEqual({ token: undefined, lease: undefined });
     expect(await store.acquireLease('right', lease('b:1'))).toEqual({ acquired: true });
   });

@@ -142,7 +142,7 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
     const storeSeenFrom = wrap(store, {
       read: (name) => late(() => store.read(name)),
       acquireLease: (name, request) => late(() => store.acquireLease(name, request)),
-      renewLease: (n, h, e, d, c) => late(() => store.renewLease(n, h, e, d, c)),
+      renewLease: (n, l, t) => late(() => store.renewLease(n, l, t)),
       putToken: async (record, holder) => {
         const ok = await late(() => store.putToken(record, holder));
         if (ok) written.add(record.accessToken);

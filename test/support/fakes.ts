@@ -1,6 +1,8 @@
 /** In-memory implementations of the ports, for unit tests of the core. */
+
+import type { ConnectionView } from '../../lib/broker/connection-view.js';
 import type { BrokerLogger } from '../../lib/broker/index.js';
-import { type RefreshSettings, servableUntil } from '../../lib/broker/refresh-policy.js';
+import { type RefreshSettings, servableUntil } from '../../lib/broker/timing/index.js';
 import type { MemoryEntry } from '../../lib/broker/token-memory.js';
 import type { Clock } from '../../lib/clock.js';
 import type { ConnectionConfig } from '../../lib/config.js';
@@ -11,13 +13,27 @@ import type {
   IssueOptions,
   Lease,
   LeaseAttempt,
+  LeaseRef,
   LeaseRequest,
+  LeaseTerms,
   SecretSource,
   TokenIssuer,
   TokenRecord,
   TokenState,
   TokenStore,
 } from '../../lib/ports.js';
+
+/** Whether `lease` is exactly the write `ref` names (holder and version). */
+const isExactly = (lease: Lease | undefined, ref: LeaseRef): boolean =>
+  lease?.holder === ref.holder && lease.version === ref.version;
+
+/** The lease fields one write sets. */
+const leaseOf = (terms: LeaseTerms) => ({
+  version: terms.version,
+  expiresAt: terms.leaseExpiresAt,
+  durationMs: terms.durationMs,
+  countdown: terms.countdown,
+});
 
 /** The store port in memory, with the same conditions as the DynamoDB adapter. */
 export class InMemoryTokenStore implements TokenStore {
@@ -61,53 +77,45 @@ export class InMemoryTokenStore implements TokenStore {
     const leaseFree =
       takeOver === undefined
         ? !item.lease
-        : item.lease?.holder === takeOver.holder && item.lease.expiresAt === takeOver.expiresAt;
-    const tokenReplaceable = !item.token || item.token.expiresAt < request.replaceIfExpiresBefore;
+        : isExactly(item.lease, takeOver) && item.lease?.expiresAt === takeOver.expiresAt;
+    // Only the token the taker read, or none if it read none.
+    const tokenReplaceable = item.token?.tokenDigest === request.replacing;
     // What won, as a read would show it (DynamoDB returns the whole item).
     if (!leaseFree || !tokenReplaceable) return { acquired: false, state: this.#state(item) };
     this.items.set(connection, {
       ...item,
       lease: {
         holder: request.holder,
-        expiresAt: request.leaseExpiresAt,
-        durationMs: request.durationMs,
-        countdown: request.countdown,
+        ...leaseOf(request),
         ...(request.forced ? { forced: true } : {}),
       },
     });
     return { acquired: true };
   }
-  async putToken(record: TokenRecord, holder: string): Promise<boolean> {
+  async putToken(record: TokenRecord, lease: LeaseRef): Promise<boolean> {
     this.calls.put += 1;
     this.#check();
     const item = this.items.get(record.connection) ?? {};
-    if (item.lease?.holder !== holder) return false;
+    if (!isExactly(item.lease, lease)) return false;
     this.items.set(record.connection, { token: record });
     return true;
   }
-  async renewLease(
-    connection: string,
-    holder: string,
-    leaseExpiresAt: number,
-    durationMs: number,
-    countdown: number,
-  ): Promise<boolean> {
+  async renewLease(connection: string, lease: LeaseRef, next: LeaseTerms): Promise<boolean> {
     this.calls.renew += 1;
     this.#check();
     const item = this.items.get(connection);
-    if (item?.lease?.holder !== holder) return false;
-    if (item.lease.expiresAt > leaseExpiresAt || item.lease.countdown < countdown) return false;
-    this.items.set(connection, {
-      ...item,
-      lease: { ...item.lease, expiresAt: leaseExpiresAt, durationMs, countdown },
-    });
+    // Exactly the version last written, or the one this write sets (a retry that landed).
+    if (!item?.lease || !(isExactly(item.lease, lease) || item.lease.version === next.version)) {
+      return false;
+    }
+    this.items.set(connection, { ...item, lease: { ...item.lease, ...leaseOf(next) } });
     return true;
   }
-  async releaseLease(connection: string, holder: string): Promise<boolean> {
+  async releaseLease(connection: string, lease: LeaseRef): Promise<boolean> {
     this.calls.release += 1;
     this.#check();
     const item = this.items.get(connection);
-    if (item?.lease?.holder !== holder) return false;
+    if (!item || !isExactly(item.lease, lease)) return false;
     // Only the lease goes, as DynamoDB removes only its attributes.
     const { lease: _released, ...rest } = item;
     this.items.set(connection, rest);
@@ -313,3 +321,15 @@ export const confirmedAt = (
   checkedAt,
   until: servableUntil(record, undefined, checkedAt, settings),
 });
+
+/** Primes `view` as a read sent at `checkedAt` (on `clock`) that found `record` with no lease. */
+export const primed = (
+  view: ConnectionView,
+  clock: Pick<Clock, 'now' | 'monotonic'>,
+  record: TokenRecord,
+  checkedAt: number,
+): void =>
+  view.confirmed(record, {
+    sentAt: checkedAt,
+    sentAtMonotonic: clock.monotonic() - (clock.now() - checkedAt),
+  });

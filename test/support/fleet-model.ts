@@ -27,9 +27,9 @@ export const sandbox = connection();
 export const wrap = (store: InMemoryTokenStore, over: Partial<TokenStore>): TokenStore => ({
   read: (n) => store.read(n),
   acquireLease: (n, r) => store.acquireLease(n, r),
-  putToken: (r, h) => store.putToken(r, h),
-  renewLease: (n, h, e, d, c) => store.renewLease(n, h, e, d, c),
-  releaseLease: (n, h) => store.releaseLease(n, h),
+  putToken: (r, l) => store.putToken(r, l),
+  renewLease: (n, l, t) => store.renewLease(n, l, t),
+  releaseLease: (n, l) => store.releaseLease(n, l),
   deleteIfMatches: (n, d, o) => store.deleteIfMatches(n, d, o),
   markReported: (n, d) => store.markReported(n, d),
   ...over,

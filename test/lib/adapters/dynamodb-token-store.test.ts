@@ -1,8 +1,8 @@
-import { DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
+import { DynamoDBClient, GetItemCommand, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DynamoDBTokenStore, tokenKey } from '../../../lib/adapters/dynamodb-token-store.js';
 import { tokenDigest } from '../../../lib/broker/index.js';
-import type { TokenRecord } from '../../../lib/ports.js';
+import type { Lease, LeaseRequest, TokenRecord } from '../../../lib/ports.js';
 import { applyEnv, type Stack, startStack } from '../../../local/stack.js';
 
 const record = (accessToken: string, expiresAt: number, connection: string): TokenRecord => ({
@@ -21,17 +21,31 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
   let client: DynamoDBClient;
   let store: DynamoDBTokenStore;
   const now = Date.now();
-  const lease = (
-    holder: string,
-    leaseExpiresAt = now + 10_000,
-    replaceIfExpiresBefore = now + 1,
-  ) => ({
+  const lease = (holder: string, replacing?: string, takeOver?: Lease): LeaseRequest => ({
     holder,
-    leaseExpiresAt,
+    version: `v-${holder}`,
+    leaseExpiresAt: now + 10_000,
     durationMs: 10_000,
     countdown: 0,
-    replaceIfExpiresBefore,
+    replacing,
+    takeOver,
   });
+  /** Writes an item as a release that recorded no lease version would (and its renewals). */
+  const legacyLease = (connection: string, holder: string, expiresAt: number) =>
+    client.send(
+      new UpdateItemCommand({
+        TableName: stack.tableName,
+        Key: tokenKey(connection),
+        UpdateExpression:
+          'SET leaseHolder = :h, leaseExpiresAt = :e, leaseDurationMs = :d, leaseCountdown = :c',
+        ExpressionAttributeValues: {
+          ':h': { S: holder },
+          ':e': { N: String(expiresAt) },
+          ':d': { N: '3000' },
+          ':c': { N: '0' },
+        },
+      }),
+    );
   const rawItem = async (connection: string) =>
     (
       await client.send(
@@ -59,13 +73,14 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     expect(await store.acquireLease('roundtrip', lease('a:1'))).toEqual({ acquired: true });
     expect((await store.read('roundtrip')).lease).toEqual({
       holder: 'a:1',
+      version: 'v-a:1',
       expiresAt: now + 10_000,
       durationMs: 10_000,
       countdown: 0,
     });
     const issuedAt = 1_795_262_400_123;
     const token = { ...record('tok-a', issuedAt + 86_400_000, 'roundtrip'), issuedAt };
-    expect(await store.putToken(token, 'a:1')).toBe(true);
+    expect(await store.putToken(token, { holder: 'a:1', version: 'v-a:1' })).toBe(true);
     expect(await store.read('roundtrip')).toEqual({ token, lease: undefined });
     const item = await rawItem('roundtrip');
     expect(item?.pk).toEqual({ S: 'token#roundtrip' });
@@ -73,6 +88,62 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     expect(Object.keys(item ?? {}).sort()).toEqual(
       ['accessToken', 'connection', 'expiresAt', 'issuedAt', 'pk', 'tokenDigest', 'ttl'].sort(),
     );
+  });
+
+  it('takes over a lease of a release that recorded no version only in the write seen (holder and expiry)', async () => {
+    await legacyLease('legacy', 'old:1', now + 3_000);
+    const seen = (await store.read('legacy')).lease;
+    expect(seen).toEqual({
+      holder: 'old:1',
+      version: 'legacy',
+      expiresAt: now + 3_000,
+      durationMs: 3_000,
+      countdown: 0,
+    });
+    // The old release renews (a new expiry, no version): the write seen has gone.
+    await legacyLease('legacy', 'old:1', now + 4_000);
+    expect((await store.acquireLease('legacy', lease('new:1', undefined, seen))).acquired).toBe(
+      false,
+    );
+    const renewed = (await store.read('legacy')).lease;
+    expect(await store.acquireLease('legacy', lease('new:2', undefined, renewed))).toEqual({
+      acquired: true,
+    });
+  });
+
+  it('tells an old release’s renewal apart from the version it left behind', async () => {
+    // A versioned lease, released by an old release that removes only the attributes it knows.
+    await store.acquireLease('leftover', lease('new:1'));
+    await legacyLease('leftover', 'old:1', now + 3_000);
+    const seen = (await store.read('leftover')).lease;
+    expect(seen?.version).toBe('v-new:1');
+    await legacyLease('leftover', 'old:1', now + 4_000);
+    // Same version attribute and holder, another expiry: not the write seen, not taken over.
+    expect((await store.acquireLease('leftover', lease('new:2', undefined, seen))).acquired).toBe(
+      false,
+    );
+  });
+
+  it('lets a lease replace a token it could not read (sealed under another key, or tampered)', async () => {
+    await store.acquireLease('unreadable', lease('a:1'));
+    await store.putToken(record('tok-u', now + 3_600_000, 'unreadable'), {
+      holder: 'a:1',
+      version: 'v-a:1',
+    });
+    await client.send(
+      new UpdateItemCommand({
+        TableName: stack.tableName,
+        Key: tokenKey('unreadable'),
+        UpdateExpression: 'REMOVE accessToken',
+      }),
+    );
+    const state = await store.read('unreadable');
+    expect(state.token).toBeUndefined();
+    expect(state.unreadableDigest).toBe(tokenDigest('tok-u'));
+    expect((await store.acquireLease('unreadable', lease('b:1'))).acquired).toBe(false);
+    expect(await store.acquireLease('unreadable', lease('b:2', state.unreadableDigest))).toEqual({
+      acquired: true,
+    });
   });
 
   it('surfaces an unreachable table as an error for the broker to translate', async () => {

@@ -82,12 +82,13 @@ describe('Class: KmsTokenCipher (loopback KMS, real SDK client)', () => {
     };
     await store.acquireLease('sandbox', {
       holder: 'a:1',
+      version: 'v-a:1',
       leaseExpiresAt: now + 10_000,
       durationMs: 10_000,
       countdown: 0,
-      replaceIfExpiresBefore: now + 1,
+      replacing: undefined,
     });
-    expect(await store.putToken(record, 'a:1')).toBe(true);
+    expect(await store.putToken(record, { holder: 'a:1', version: 'v-a:1' })).toBe(true);
     expect((await store.read('sandbox')).token).toEqual(record);
 
     const { Item } = await dynamodb.send(

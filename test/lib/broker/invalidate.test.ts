@@ -46,11 +46,23 @@ describe('Invalidate: a report drops the token it names, and nothing else', () =
     const { broker } = setup({ store });
     store.items.set('sandbox', {
       token: record('current', T0 + 3600_000),
-      lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'refresher:1',
+        version: 'v-refresher:1',
+        expiresAt: T0 + 10_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     expect(await broker.invalidate('sandbox', 'current')).toEqual({ invalidated: true });
     expect(store.items.get('sandbox')).toEqual({
-      lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'refresher:1',
+        version: 'v-refresher:1',
+        expiresAt: T0 + 10_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
       // When the report came: why the next token is issued.
       invalidatedAt: T0,
     });

@@ -116,7 +116,13 @@ describe('Issuance audit: every issuance with its cause and caller', () => {
       issuedAt: 0,
       expiresAt: 10,
     };
-    const lease = { holder: 'h:1', expiresAt: 1, durationMs: 3_000, countdown: 0 };
+    const lease = {
+      holder: 'h:1',
+      version: 'v-h:1',
+      expiresAt: 1,
+      durationMs: 3_000,
+      countdown: 0,
+    };
     const base = { valid: undefined, suspect: false, takeOver: undefined, warmUp: false };
     expect(causeOf({ ...base, state: { token: undefined, lease }, takeOver: lease })).toBe(
       'takeover',

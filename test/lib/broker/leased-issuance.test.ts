@@ -1,9 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import type { Issue } from '../../../lib/broker/credential-rotation.js';
-import { LEASE_HEARTBEAT_MS, LEASE_MS } from '../../../lib/broker/held-lease.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
-import { COUNTDOWN_STEP_MS, countdownFor } from '../../../lib/broker/refresh-policy.js';
-import { TokenMemory } from '../../../lib/broker/token-memory.js';
+import {
+  COUNTDOWN_STEP_MS,
+  countdownFor,
+  LEASE_HEARTBEAT_MS,
+  LEASE_MS,
+} from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import {
@@ -16,10 +19,10 @@ import { caught, unexpected } from '../../support/errors.js';
 import {
   CountingMetrics,
   captureLogger,
-  confirmedAt,
   connection,
   InMemoryTokenStore,
   ManualClock,
+  primed,
 } from '../../support/fakes.js';
 
 const T0 = 1_795_262_400_000;
@@ -44,7 +47,6 @@ const container = (
     requestedAt: clock.now(),
   }),
 ) => {
-  const memory = new TokenMemory();
   const calls: number[] = [];
   const issuance = new LeasedIssuance({
     store,
@@ -53,12 +55,11 @@ const container = (
       calls.push(clock.now());
       return issue(c, deadline);
     },
-    memory,
     settings: { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 2_000 },
     logger: captureLogger(),
     metrics: new CountingMetrics(),
   });
-  return { issuance, memory, calls };
+  return { issuance, memory: issuance.view, calls };
 };
 
 const sandbox: ConnectionConfig = connection();
@@ -67,9 +68,9 @@ const sandbox: ConnectionConfig = connection();
 const recordCountdowns = (store: InMemoryTokenStore): number[] => {
   const written: number[] = [];
   const renew = store.renewLease.bind(store);
-  store.renewLease = async (name, holder, until, duration, countdown) => {
-    written.push(countdown);
-    return renew(name, holder, until, duration, countdown);
+  store.renewLease = async (name, lease, next) => {
+    written.push(next.countdown);
+    return renew(name, lease, next);
   };
   return written;
 };
@@ -109,7 +110,7 @@ describe('Class: LeasedIssuance', () => {
     release?.();
     const served = await pending;
     expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'issued' } });
-    expect(slow.memory.get('sandbox')?.record.accessToken).toBe('issued');
+    expect(slow.memory.entry('sandbox')?.record.accessToken).toBe('issued');
     expect(store.token('sandbox')?.accessToken).toBe('issued');
   });
 
@@ -118,9 +119,9 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     const renewals: number[] = [];
     const renew = store.renewLease.bind(store);
-    store.renewLease = async (name, holder, until, duration, countdown) => {
-      renewals.push(until);
-      return renew(name, holder, until, duration, countdown);
+    store.renewLease = async (name, lease, next) => {
+      renewals.push(next.leaseExpiresAt);
+      return renew(name, lease, next);
     };
     const { issuance } = container(store, clock, async () => {
       await clock.sleep(2 * LEASE_HEARTBEAT_MS + 10);
@@ -139,22 +140,33 @@ describe('Class: LeasedIssuance', () => {
     expect(clock.pending()).toBe(0);
   });
 
-  it('never renews its lease past the caller’s deadline, but for the 1 ms that makes each write a new version', async () => {
+  it('never renews its lease past the caller’s deadline, and tells each write apart by a version of its own', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const renewals: number[] = [];
-    store.renewLease = async (_name, _holder, until) => {
-      renewals.push(until);
-      return true;
+    const versions: string[] = [];
+    const acquire = store.acquireLease.bind(store);
+    const renew = store.renewLease.bind(store);
+    store.acquireLease = async (name, request) => {
+      versions.push(request.version);
+      return acquire(name, request);
+    };
+    store.renewLease = async (_name, lease, next) => {
+      // Each write names the version written before it.
+      expect(lease.version).toBe(versions.at(-1));
+      renewals.push(next.leaseExpiresAt);
+      versions.push(next.version);
+      return renew(_name, lease, next);
     };
     const { issuance } = container(store, clock, async () => {
       await clock.sleep(LEASE_HEARTBEAT_MS);
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
     await issuance.obtain(sandbox, 60_000, T0 + 1_500, false);
-    // The lease was taken until the deadline; the heartbeat cannot repeat that expiry (a
-    // watcher would see the version unchanged and take a live lease over).
-    expect(renewals).toEqual([T0 + 1_501]);
+    // The lease was taken until the deadline; the heartbeat repeats that expiry, and is still a
+    // new version (a watcher sees it change, so takes no live lease over): no "+1 ms".
+    expect(renewals).toEqual([T0 + 1_500]);
+    expect(new Set(versions).size).toBe(2);
   });
 
   it('counts its lease down, a step per write, before the access-token request of a revoking upstream, and only then', async () => {
@@ -191,13 +203,19 @@ describe('Class: LeasedIssuance', () => {
     const current = record('current', T0 + 200_000);
     store.items.set('sandbox', {
       token: current,
-      lease: { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS, countdown: 18 },
+      lease: {
+        holder: 'other:1',
+        version: 'v-other:1',
+        expiresAt: T0 + LEASE_MS,
+        durationMs: LEASE_MS,
+        countdown: 18,
+      },
     });
     const { issuance, memory } = container(store, clock);
     expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined();
     expect(store.calls.acquire).toBe(1);
     // The refused write showed the countdown: the token is kept, served until it ends.
-    expect(memory.get('sandbox')).toMatchObject({
+    expect(memory.entry('sandbox')).toMatchObject({
       until: T0 + 17 * COUNTDOWN_STEP_MS - 100,
       lease: { countdown: 18 },
     });
@@ -212,7 +230,12 @@ describe('Class: LeasedIssuance', () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const current = record('current', T0 + 200_000);
-    const lease = { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS };
+    const lease = {
+      holder: 'other:1',
+      version: 'v-other:1',
+      expiresAt: T0 + LEASE_MS,
+      durationMs: LEASE_MS,
+    };
     store.items.set('sandbox', { token: current, lease: { ...lease, countdown: 21 } });
     const { issuance, memory } = container(store, clock);
     expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined();
@@ -224,7 +247,7 @@ describe('Class: LeasedIssuance', () => {
       lease: { ...lease, expiresAt: T0 + 2 * LEASE_MS, countdown: 7 },
     });
     await clock.advance(LEASE_MS + 500);
-    expect(clock.now()).toBeLessThan(memory.get('sandbox')?.until ?? 0);
+    expect(clock.now()).toBeLessThan(memory.entry('sandbox')?.until ?? 0);
     expect(await issuance.refresh(sandbox, current, clock.now() + 10_000)).toBeUndefined();
     // Every busy container would make this write once per countdown: a fleet-sized write load
     // on the one item, where only the holder's writes belong.
@@ -237,7 +260,13 @@ describe('Class: LeasedIssuance', () => {
     // Expired a second ago here, maybe not yet on a container whose clock runs behind: its
     // replacement is counted down, and the holder of that countdown died at 7.
     const current = record('current', T0 - 1_000);
-    const dead = { holder: 'dead:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS, countdown: 7 };
+    const dead = {
+      holder: 'dead:1',
+      version: 'v-dead:1',
+      expiresAt: T0 + LEASE_MS,
+      durationMs: LEASE_MS,
+      countdown: 7,
+    };
     store.items.set('sandbox', { token: current, lease: dead });
     const written = recordCountdowns(store);
     const takeovers: number[] = [];
@@ -262,7 +291,12 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     const current = record('current', T0 + 200_000);
     const successor = record('successor', T0 + HOUR);
-    const lease = { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: LEASE_MS };
+    const lease = {
+      holder: 'other:1',
+      version: 'v-other:1',
+      expiresAt: T0 + LEASE_MS,
+      durationMs: LEASE_MS,
+    };
     // The holder elsewhere: countdown 3 at T0, 1 from T0 + 500, its token written at T0 + 850.
     store.read = async () => {
       store.calls.read += 1;
@@ -299,6 +333,7 @@ describe('Class: LeasedIssuance', () => {
       const countdown = Math.max(0, 21 - Math.floor((now - T0) / STEP));
       const lease = {
         holder: 'other:1',
+        version: 'v-other:1',
         expiresAt: T0 + LEASE_MS + (21 - countdown) * STEP,
         durationMs: LEASE_MS,
         countdown,
@@ -321,7 +356,13 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     store.items.set('sandbox', {
       token: record('current', T0 + 200_000),
-      lease: { holder: 'other:1', expiresAt: T0 + LEASE_MS, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'other:1',
+        version: 'v-other:1',
+        expiresAt: T0 + LEASE_MS,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     const { issuance, calls } = container(store, clock);
     expect(await issuance.refresh(sandbox, record('current', T0 + 200_000), T0 + 10_000)).toBe(
@@ -350,7 +391,7 @@ describe('Class: LeasedIssuance', () => {
     const { issuance, memory } = container(store, clock);
     const served = await issuance.obtain(sandbox, 60_000, T0 + 5_000, false);
     expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
-    expect(memory.get('sandbox')?.record.accessToken).toBe('issued');
+    expect(memory.entry('sandbox')?.record.accessToken).toBe('issued');
   });
 
   it('falls back to memory when the store is unreadable only while no replacement elsewhere can have revoked it', async () => {
@@ -359,7 +400,7 @@ describe('Class: LeasedIssuance', () => {
     const { issuance, memory } = container(store, clock);
     store.failing = true;
     // Confirmed 50 ms ago: any replacement elsewhere is still draining (5 s + 100 ms here).
-    memory.set(confirmedAt(record('remembered', T0 + HOUR), T0 - 50));
+    primed(memory, clock, record('remembered', T0 + HOUR), T0 - 50);
     await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).resolves.toMatchObject({
       source: 'memory',
       record: { accessToken: 'remembered' },
@@ -369,7 +410,7 @@ describe('Class: LeasedIssuance', () => {
       StoreUnavailableError,
     );
     // Confirmed 10 s ago: another container may have replaced (and so revoked) it since.
-    memory.set(confirmedAt(record('remembered', T0 + HOUR), T0 - 10_000));
+    primed(memory, clock, record('remembered', T0 + HOUR), T0 - 10_000);
     await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
       StoreUnavailableError,
     );
@@ -378,12 +419,10 @@ describe('Class: LeasedIssuance', () => {
   it('serves an unconfirmed token through an outage for as long as the operator allowed', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
-    const memory = new TokenMemory();
     const issuance = new LeasedIssuance({
       store,
       clock,
       issue: async () => Promise.reject(new Error('not called')),
-      memory,
       settings: {
         refreshWindowMs: 600_000,
         memoryRecheckMs: 5_000,
@@ -394,7 +433,7 @@ describe('Class: LeasedIssuance', () => {
       metrics: new CountingMetrics(),
     });
     store.failing = true;
-    memory.set(confirmedAt(record('remembered', T0 + HOUR), T0 - 30_000));
+    primed(issuance.view, clock, record('remembered', T0 + HOUR), T0 - 30_000);
     await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).resolves.toMatchObject({
       source: 'memory',
     });
@@ -507,14 +546,14 @@ describe('Class: LeasedIssuance under faults', () => {
         outcomeUnknown: true,
       });
     });
-    memory.set(confirmedAt(current, T0));
+    primed(memory, clock, current, T0);
     const error = await issuance.refresh(sandbox, current, T0 + 10_000).then(unexpected, caught);
     expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: true });
     expect(store.token('sandbox')).toBeUndefined();
-    expect(memory.get('sandbox')).toBeUndefined();
+    expect(memory.entry('sandbox')).toBeUndefined();
     // Held for all the confirmation reserved (the POST's 2 s budget and the 2 s grace after it),
     // as a new version: the POST failed at once, so the reservation outlasts now + the grace.
-    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000 + 2_000 + 1);
+    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000 + 2_000);
   });
 
   it('never serves a valid token that has a lease on it, live or lapsed, and replaces a lapsed one', async () => {
@@ -523,13 +562,19 @@ describe('Class: LeasedIssuance under faults', () => {
     // A refresh that died mid-flight: its POST may have revoked this token.
     store.items.set('sandbox', {
       token: record('suspect', T0 + HOUR),
-      lease: { holder: 'dead:1', expiresAt: T0 - 1, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'dead:1',
+        version: 'v-dead:1',
+        expiresAt: T0 - 1,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     const { issuance, memory, calls } = container(store, clock);
     const served = await issuance.obtain(sandbox, 60_000, T0 + 20_000, false);
     expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
     expect(calls).toHaveLength(1);
-    expect(memory.get('sandbox')?.record.accessToken).toBe('issued');
+    expect(memory.entry('sandbox')?.record.accessToken).toBe('issued');
   });
 
   it('refuses a validity the known lifetime cannot give before any upstream call', async () => {
@@ -555,7 +600,7 @@ describe('Class: LeasedIssuance under faults', () => {
     };
     const { issuance, memory } = container(store, clock);
     await issuance.obtain(sandbox, 60_000, T0 + 5_000, false);
-    expect(memory.get('sandbox')?.checkedAt).toBe(T0);
+    expect(memory.entry('sandbox')?.checkedAt).toBe(T0);
   });
 
   it('announces the same countdown before replacing a token outside its window', async () => {
@@ -599,7 +644,13 @@ describe('Class: LeasedIssuance, lease edges', () => {
       clock,
       slowIssue(clock, () =>
         store.items.set('sandbox', {
-          lease: { holder: 'other:1', expiresAt: T0 + 60_000, durationMs: 3_000, countdown: 0 },
+          lease: {
+            holder: 'other:1',
+            version: 'v-other:1',
+            expiresAt: T0 + 60_000,
+            durationMs: 3_000,
+            countdown: 0,
+          },
         }),
       ),
     );
@@ -683,7 +734,13 @@ describe('Class: LeasedIssuance, clocks', () => {
     // The holder (true time T0) took the lease for 3 s and renews it every second.
     let holderNow = T0 + 100;
     store.items.set('sandbox', {
-      lease: { holder: 'alive:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'alive:1',
+        version: 'v-alive:1',
+        expiresAt: T0 + 3_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     const sleep = clock.sleep.bind(clock);
     clock.sleep = async (ms: number) => {
@@ -694,6 +751,7 @@ describe('Class: LeasedIssuance, clocks', () => {
         store.items.set('sandbox', {
           lease: {
             holder: 'alive:1',
+            version: 'v-alive:1',
             expiresAt: holderNow + 3_000,
             durationMs: 3_000,
             countdown: 0,
@@ -713,7 +771,13 @@ describe('Class: LeasedIssuance, clocks', () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     store.items.set('sandbox', {
-      lease: { holder: 'alive:1', expiresAt: T0 + 60_000, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'alive:1',
+        version: 'v-alive:1',
+        expiresAt: T0 + 60_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     // A read sent at the deadline fails, as one bound to it does (see `#bounded`).
     const read = store.read.bind(store);
@@ -735,7 +799,13 @@ describe('Class: LeasedIssuance, clocks', () => {
     const clock = new ManualClock(T0 - 2_500); // this container runs 2.5 s behind
     const store = new InMemoryTokenStore();
     store.items.set('sandbox', {
-      lease: { holder: 'dead:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'dead:1',
+        version: 'v-dead:1',
+        expiresAt: T0 + 3_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     const { issuance, calls } = container(store, clock);
     const served = await issuance.obtain(sandbox, 60_000, clock.now() + 8_000, false);

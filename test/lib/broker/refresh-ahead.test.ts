@@ -60,7 +60,13 @@ describe('Refresh ahead of expiry: on demand', () => {
     storeToken(store, 299_000);
     store.items.set('sandbox', {
       ...store.items.get('sandbox'),
-      lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'refresher:1',
+        version: 'v-refresher:1',
+        expiresAt: T0 + 10_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     // A refresh elsewhere is in progress: the current token is served at once.
     expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
@@ -139,6 +145,7 @@ describe('Refresh ahead of expiry: on demand', () => {
       ...store.items.get('sandbox'),
       lease: {
         holder: 'other:1',
+        version: 'v-other:1',
         expiresAt: Date.now() + 3_000,
         durationMs: 3_000,
         countdown: 5,
@@ -156,6 +163,7 @@ describe('Refresh ahead of expiry: on demand', () => {
       ...store.items.get('sandbox'),
       lease: {
         holder: 'other:1',
+        version: 'v-other:1',
         expiresAt: Date.now() + 5_000,
         durationMs: 5_000,
         countdown: 0,
@@ -292,9 +300,9 @@ describe('Refresh ahead of expiry: what the cut-over costs readers', () => {
     };
     const hStore = wrap(store, {
       read: (n) => (partitioned ? cut() : store.read(n)),
-      renewLease: (n, h, e, d, c) =>
-        c <= 1 || partitioned ? cut() : store.renewLease(n, h, e, d, c),
-      releaseLease: (n, h) => (partitioned ? cut() : store.releaseLease(n, h)),
+      renewLease: (n, l, t) =>
+        t.countdown <= 1 || partitioned ? cut() : store.renewLease(n, l, t),
+      releaseLease: (n, l) => (partitioned ? cut() : store.releaseLease(n, l)),
     });
     const clockH = sim.clock('H');
     const h = issuance(hStore, clockH, (c, o) => issuerFor(up, clockH).issue(c, {} as never, o));

@@ -13,7 +13,6 @@
 import { afterEach, beforeEach, vi } from 'vitest';
 import { TokenBroker, tokenDigest } from '../../../lib/broker/index.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
-import { TokenMemory } from '../../../lib/broker/token-memory.js';
 import { type Clock, systemClock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import type { IssueOptions, TokenIssuer, TokenRecord, TokenStore } from '../../../lib/ports.js';
@@ -133,13 +132,12 @@ export const issuance = (
   store: TokenStore,
   clock: Clock,
   issue: (c: ConnectionConfig, o: IssueOptions) => ReturnType<TokenIssuer['issue']>,
-  o: { recheck?: number; window?: number; timeout?: number; memory?: TokenMemory } = {},
+  o: { recheck?: number; window?: number; timeout?: number } = {},
 ) =>
   new LeasedIssuance({
     store,
     clock,
     issue,
-    memory: o.memory ?? new TokenMemory(),
     settings: {
       refreshWindowMs: (o.window ?? 60) * 1000,
       memoryRecheckMs: (o.recheck ?? 5) * 1000,

@@ -30,7 +30,13 @@ describe('I3: an answer by the deadline', () => {
     it('I3: a caller waiting for another container’s lease is answered 503 by its own deadline rather than wait past it', async () => {
       const store = new InMemoryTokenStore();
       store.items.set('sandbox', {
-        lease: { holder: 'slow:1', expiresAt: T0 + 60_000, durationMs: 3_000, countdown: 0 },
+        lease: {
+          holder: 'slow:1',
+          version: 'v-slow:1',
+          expiresAt: T0 + 60_000,
+          durationMs: 3_000,
+          countdown: 0,
+        },
       });
       const { broker, issuer } = setup({
         store,
@@ -154,13 +160,13 @@ describe('I3: an answer by the deadline', () => {
           return store.deleteIfMatches(n, d, o);
         },
         // Slow from the confirmation on (the countdown's own writes are the subject elsewhere).
-        renewLease: async (n, h, e, d, c) => {
-          if (c === 0) await late();
-          return store.renewLease(n, h, e, d, c);
+        renewLease: async (n, l, t) => {
+          if (t.countdown === 0) await late();
+          return store.renewLease(n, l, t);
         },
-        releaseLease: async (n, h) => {
+        releaseLease: async (n, l) => {
           await late();
-          return store.releaseLease(n, h);
+          return store.releaseLease(n, l);
         },
       });
       const up = new Upstream();

@@ -16,19 +16,12 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../../lib/broker/index.js';
-import { servableFromMemory } from '../../../../lib/broker/refresh-policy.js';
-import { TokenMemory } from '../../../../lib/broker/token-memory.js';
 import type { Clock } from '../../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { TokenIssuer, TokenStore } from '../../../../lib/ports.js';
 import { OpenApiClient } from '../../../../lib/upstream/open-api.js';
 import { caught, unexpected } from '../../../support/errors.js';
-import {
-  confirmedAt,
-  FakeIssuer,
-  InMemoryTokenStore,
-  ManualClock,
-} from '../../../support/fakes.js';
+import { FakeIssuer, InMemoryTokenStore, ManualClock, primed } from '../../../support/fakes.js';
 import {
   fleetBroker,
   issuerFor,
@@ -299,7 +292,13 @@ describe('I2: no revoked token served, in one container: the countdown and the l
     storeToken(store, 300_000);
     store.items.set('sandbox', {
       ...store.items.get('sandbox'),
-      lease: { holder: 'refresher:1', expiresAt: T0 + 10_000, durationMs: 3_000, countdown: 0 },
+      lease: {
+        holder: 'refresher:1',
+        version: 'v-refresher:1',
+        expiresAt: T0 + 10_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
     });
     const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
     expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'successor' } });
@@ -314,6 +313,7 @@ describe('I2: no revoked token served, in one container: the countdown and the l
       ...store.items.get('sandbox'),
       lease: {
         holder: 'slow-refresher:1',
+        version: 'v-slow-refresher:1',
         expiresAt: Date.now() + 60_000,
         durationMs: 3_000,
         countdown: 0,
@@ -404,13 +404,13 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     let raisedTo: number | undefined;
     let readerAsked: Promise<Awaited<ReturnType<typeof ask>>> | undefined;
     const sdk = wrap(store, {
-      renewLease: async (n, h, e, d, c) => {
+      renewLease: async (n, l, t) => {
         // Countdown step 15: attempt 1 hangs in the network past the SDK's request timeout;
         // attempt 2 is applied and answered. Attempt 1 is kept to be applied later.
-        if (c === 15) stale = [n, h, e, d, c];
-        const ok = await store.renewLease(n, h, e, d, c);
-        if (c === 3 && stale) {
-          // Attempt 1 of step 15 reaches the table now (same holder: its condition holds).
+        if (t.countdown === 15) stale = [n, l, t];
+        const ok = await store.renewLease(n, l, t);
+        if (t.countdown === 3 && stale) {
+          // Attempt 1 of step 15 reaches the table now: it names a version that has gone since.
           await store.renewLease(...stale);
           raisedTo = store.items.get('sandbox')?.lease?.countdown;
           // A container that has not read for a while reads now: it sees countdown 15.
@@ -533,8 +533,6 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     const up = new Upstream();
     const t0 = seed(store, up, T0 - 1_170_000, 1_200_000); // in window
     let fail: ((e: Error) => void) | undefined;
-    const memA = new TokenMemory();
-    memA.set(confirmedAt(t0, T0));
     const a = issuance(
       store,
       clockA,
@@ -542,8 +540,8 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
         new Promise((_, rej) => {
           fail = rej;
         }), // authorize in flight
-      { memory: memA },
     );
+    primed(a.view, clockA, t0, T0);
     const b = issuance(store, clockB, (c, o) => issuerFor(up, clockB).issue(c, {} as never, o));
     const pending = a.refresh(sandbox, t0, T0 + 8000).catch((e) => e);
     await clockA.advance(400); // counting down, authorize sent; then A is SIGSTOPped
@@ -557,14 +555,7 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
       }),
     );
     await pending;
-    const entry = memA.get('sandbox');
-    expect(
-      entry !== undefined &&
-        servableFromMemory(entry, clockA.now(), 0, {
-          refreshWindowMs: 60_000,
-          memoryRecheckMs: 5_000,
-        }),
-    ).toBe(false);
+    expect(a.view.fromMemory('sandbox', clockA.now(), 0)).toBeUndefined();
     expect(got.record.accessToken).not.toBe(t0.accessToken);
   });
 

@@ -37,6 +37,7 @@ describe('I1: one issuance per lifetime', () => {
       store.items.set('sandbox', {
         lease: {
           holder: 'other-container:1',
+          version: 'v-other-container:1',
           expiresAt: T0 + 10_000,
           durationMs: 3_000,
           countdown: 0,
@@ -67,7 +68,13 @@ describe('I1: one issuance per lifetime', () => {
       const store = new InMemoryTokenStore();
       const { broker, issuer } = setup({ store });
       store.items.set('sandbox', {
-        lease: { holder: 'dead-container:1', expiresAt: T0 - 1, durationMs: 3_000, countdown: 0 },
+        lease: {
+          holder: 'dead-container:1',
+          version: 'v-dead-container:1',
+          expiresAt: T0 - 1,
+          durationMs: 3_000,
+          countdown: 0,
+        },
       });
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'token-1' } });
@@ -205,7 +212,13 @@ describe('I1: one issuance per lifetime', () => {
     it('I1: a lease version seen for 100 ms is not stale because the wall clock stepped forward 5 s: staleness is judged on the monotonic clock', () => {
       let monotonic = 0;
       const watch = new LeaseWatch(() => monotonic);
-      const lease = { holder: 'b:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 0 };
+      const lease = {
+        holder: 'b:1',
+        version: 'v-b:1',
+        expiresAt: T0 + 3_000,
+        durationMs: 3_000,
+        countdown: 0,
+      };
       expect(watch.stale('sandbox', lease, T0)).toBe(false);
       monotonic += 100;
       // Before: judged on the wall clock, 5.1 s "passed" and a live lease was taken over (a

@@ -1,19 +1,19 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { servableFromMemory } from '../../../lib/broker/connection-view.js';
 import {
   announcedMs,
   COUNTDOWN_STEP_MS,
   CUT_OVER_REREAD_MS,
   countdownFor,
-  DRAIN_MARGIN_MS,
   dueForRefresh,
+  PROOF_MARGIN_MS,
   type RefreshSettings,
   recheckMs,
   replacementMayBeOut,
-  servableFromMemory,
   servableUntil,
   windowMs,
-} from '../../../lib/broker/refresh-policy.js';
+} from '../../../lib/broker/timing/index.js';
 import type { TokenRecord } from '../../../lib/ports.js';
 
 const T0 = 1_795_262_400_000;
@@ -37,7 +37,7 @@ const token = (lifetimeMs: number): TokenRecord => ({
   expiresAt: T0 + lifetimeMs,
 });
 
-describe('Module: refresh policy', () => {
+describe('Module: timing (bounds and estimates)', () => {
   it('never lets the window exceed the configured one or half the token’s lifetime', () => {
     fc.assert(
       fc.property(arbitraries.lifetimeMs, arbitraries.settings, (lifetime, settings) => {
@@ -159,7 +159,7 @@ describe('Module: refresh policy', () => {
           }
           const postAt = answeredAt; // sent once the last write (0) is answered
           expect(servableUntil(record, undefined, T0, settings)).toBeLessThanOrEqual(
-            postAt - DRAIN_MARGIN_MS,
+            postAt - PROOF_MARGIN_MS,
           );
           for (const [index, before, lag] of reads) {
             const target = writes[index % writes.length];
@@ -168,11 +168,11 @@ describe('Module: refresh policy', () => {
             const sentAt = effective - lag;
             const seen = writes.filter(([applied]) => applied <= effective).at(-1);
             const lease = seen
-              ? { holder: 'h', expiresAt: 0, durationMs: 0, countdown: seen[1] }
+              ? { holder: 'h', version: 'v-h', expiresAt: 0, durationMs: 0, countdown: seen[1] }
               : undefined;
             if (replacementMayBeOut(lease)) continue; // not served
             const until = servableUntil(record, lease, sentAt, settings);
-            expect(until).toBeLessThanOrEqual(postAt - DRAIN_MARGIN_MS);
+            expect(until).toBeLessThanOrEqual(postAt - PROOF_MARGIN_MS);
           }
         },
       ),
@@ -184,13 +184,13 @@ describe('Module: refresh policy', () => {
     fc.assert(
       fc.property(arbitraries.lifetimeMs, arbitraries.settings, (lifetime, settings) => {
         const record = token(lifetime);
-        const fresh = { holder: 'h', expiresAt: 0, durationMs: 0 };
+        const fresh = { holder: 'h', version: 'v-h', expiresAt: 0, durationMs: 0 };
         // A reader that found no lease: the lease and `countdown` more writes come after it.
         expect(countdownFor(record, settings) * COUNTDOWN_STEP_MS).toBeGreaterThanOrEqual(
-          recheckMs(record, settings) + DRAIN_MARGIN_MS,
+          recheckMs(record, settings) + PROOF_MARGIN_MS,
         );
         expect(announcedMs({ ...fresh, countdown: 3 })).toBe(
-          2 * COUNTDOWN_STEP_MS - DRAIN_MARGIN_MS,
+          2 * COUNTDOWN_STEP_MS - PROOF_MARGIN_MS,
         );
         expect(replacementMayBeOut({ ...fresh, countdown: 1 })).toBe(true);
         expect(replacementMayBeOut({ ...fresh, countdown: 0 })).toBe(true);
@@ -228,7 +228,13 @@ describe('Module: refresh policy', () => {
   it('reads a countdown read more than 2 s before its end once more, a second before that end', () => {
     const settings: RefreshSettings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 };
     const record = token(3_600_000);
-    const lease = { holder: 'h:1', expiresAt: T0 + 3_000, durationMs: 3_000, countdown: 21 };
+    const lease = {
+      holder: 'h:1',
+      version: 'v-h:1',
+      expiresAt: T0 + 3_000,
+      durationMs: 3_000,
+      countdown: 21,
+    };
     fc.assert(
       fc.property(
         fc.integer({ min: 0, max: 4_999 }),

@@ -1,0 +1,196 @@
+/**
+ * The observer: what a container that needs a token does after each read of the store, as one
+ * pure decision from the read, what the container knows, and the time (client-go's
+ * `tryAcquireOrRenew` as a function: no I/O, no clock). `leased-issuance.ts` drives it.
+ *
+ *   read ─┬─ valid, no lease or a countdown still running, read in time ────────────▸ serve
+ *         ├─ valid, answer older than its proof ─────────────────────────────────────▸ reread
+ *         ├─ valid, lease stale (a countdown nobody advances) ───────────────────────▸ let go
+ *         ├─ a caller's word too soon, or a lifetime too short ──────────────────────▸ refuse
+ *         ├─ no valid token (or a suspect one), no live lease, time for a countdown ─▸ acquire
+ *         └─ a live lease elsewhere ─▸ wait (jitter; woken with a read's time left) ─▸ read
+ *
+ * Invariants (docs/protocol.md): I1 one issuance per lifetime (acquire only without a live
+ * lease, replacing exactly the token read); I2 no revoked token served (serve only inside the
+ * read's proof, never a suspect token); I3 an answer by the deadline (no lease without time for
+ * its countdown, no wait past a read's reserve); I4 a caller's word is bounded.
+ */
+import {
+  MinValidityUnsatisfiableError,
+  StoreUnavailableError,
+  UpstreamUnavailableError,
+} from '../errors.js';
+import type { Lease, TokenRecord, TokenState } from '../ports.js';
+import { type CallerBoundSettings, forcingRefusal } from './caller-bounds.js';
+import type { Seen } from './connection-view.js';
+import { causeOf, type IssuanceCause, isCallersWord } from './issuance-cause.js';
+import {
+  leaseCountdown,
+  leaseNeedsMs,
+  pollWaitMs,
+  SKEW_TOLERANCE_MS,
+  windowMs,
+} from './timing/index.js';
+
+/** Validity a caller needs, in ms, or "not inside its refresh window" (the warm-up's need). */
+export type Need = number | 'outside-window';
+
+/** Everything the decision reads: one read of the store, and this container's view of it. */
+export interface Observation extends Seen {
+  readonly state: TokenState;
+  readonly need: Need;
+  /** Wall clock when the read was answered: token expiry only. */
+  readonly now: number;
+  /** Monotonic ms since the read was sent. */
+  readonly sinceReadMs: number;
+  /** Monotonic ms left before the caller's deadline. */
+  readonly leftMs: number;
+  /** Kept before the deadline for one more read (see `readReserveMs`). */
+  readonly readReserveMs: number;
+  readonly revokesOnReissue: boolean;
+  readonly mayForce: boolean;
+  /** How long this container has known the valid token (I4), ms. */
+  readonly knownForMs: number;
+  /** Waits for a holder so far in this request. */
+  readonly waits: number;
+  /** The last measured issuance duration (XFetch's δ, the cut-over's round trip), ms. */
+  readonly issuanceMs: number;
+  /** Uniform in [0, 1): the wait's jitter. */
+  readonly draw: number;
+  readonly settings: CallerBoundSettings;
+}
+
+export type Decision =
+  | { readonly do: 'serve'; readonly record: TokenRecord }
+  | { readonly do: 'reread' }
+  | { readonly do: 'let-go'; readonly stale: Lease; readonly record: TokenRecord }
+  | {
+      readonly do: 'acquire';
+      readonly countdown: number;
+      readonly takeOver: Lease | undefined;
+      /** The digest of the token read (the lease replaces exactly it), if any. */
+      readonly replacing: string | undefined;
+      /** The valid token the new one replaces (dropped if the POST's outcome is unknown). */
+      readonly replacingValid: TokenRecord | undefined;
+      readonly needMs: number;
+      readonly cause: IssuanceCause;
+      readonly forced: boolean;
+    }
+  | { readonly do: 'wait'; readonly ms: number; readonly lease: Lease; readonly suspect: boolean }
+  | { readonly do: 'refuse'; readonly error: Error; readonly callersWord?: boolean };
+
+export const decide = (o: Observation): Decision => {
+  const { token, lease } = o.state;
+  // 1. What the read shows: a valid token, and whether it may be served at all (I2).
+  const valid = o.valid;
+  const servable = valid && !o.suspect ? valid : undefined;
+  const needMs = o.need === 'outside-window' ? (valid ? windowMs(valid, o.settings) : 0) : o.need;
+
+  // 2. A countdown nobody advances (its holder died before the cut-over): readers would re-read
+  //    at each of its ends. It is taken over and let go, so that they are back to one read per
+  //    re-check; a later replacement counts down afresh from the top.
+  if (servable && lease && o.leaseStale) return { do: 'let-go', stale: lease, record: servable };
+
+  // 3. Fast path: a token that meets the need, served inside what the read proves (I2). An
+  //    answer older than its proof may predate a replacement that has since revoked it.
+  if (servable && servable.expiresAt - o.now > needMs) {
+    if (o.sinceReadMs < o.proofMs) return { do: 'serve', record: servable };
+    if (o.leftMs <= 0) {
+      return refuse(
+        new StoreUnavailableError('The token store answered too slowly; retry shortly'),
+      );
+    }
+    return { do: 'reread' };
+  }
+
+  // 4. A need no token of this connection can meet: refused before any upstream call.
+  if (token && token.expiresAt - token.issuedAt <= needMs)
+    return refuse(unsatisfiable(token, needMs));
+
+  // 5. A caller's word that only a replacement satisfies, with none under way: bounded (I4).
+  const leaseLive = lease !== undefined && !o.leaseStale;
+  if (servable && !leaseLive && o.need !== 'outside-window') {
+    const refusal = forcingRefusal(
+      { record: servable, needMs, now: o.now, knownForMs: o.knownForMs, mayForce: o.mayForce },
+      o.settings,
+    );
+    if (refusal) return { do: 'refuse', error: refusal, callersWord: true };
+  }
+
+  // 6. No live lease: take it (or take over exactly the stale version seen), with time for the
+  //    whole countdown and the POST (I3; without it the fence let the lease go and it was
+  //    taken again at once, in a loop, until the deadline).
+  if (!leaseLive) {
+    if (o.leftMs <= 0) return refuse(noTimeLeft(o.suspect, 'No time left to issue a token'));
+    // A token that expired a moment ago here may still be valid on a container whose clock
+    // runs behind: its replacement is announced too.
+    const recent = token && token.expiresAt + SKEW_TOLERANCE_MS > o.now ? token : undefined;
+    const countdown = leaseCountdown(o.revokesOnReissue, recent, lease, o.settings);
+    if (leaseNeedsMs(countdown) >= o.leftMs) return refuse(notEnoughTime(countdown));
+    const warmUp = o.need === 'outside-window';
+    const cause = causeOf({ state: o.state, valid, suspect: o.suspect, takeOver: lease, warmUp });
+    return {
+      do: 'acquire',
+      countdown,
+      takeOver: lease,
+      // Exactly the token read (a suspect one whatever its expiry), or none if none was read:
+      // a token written by another container since may be served elsewhere already, and
+      // nothing announced its replacement (I2).
+      replacing: token?.tokenDigest ?? o.state.unreadableDigest,
+      replacingValid: valid,
+      needMs,
+      cause,
+      // A lease taken over from a caller's replacement finishes it: its token is one too (I4).
+      forced: isCallersWord(cause) || lease?.forced === true,
+    };
+  }
+
+  // 7. Another container holds a live lease: wait for its token, within our own deadline, and
+  //    wake with time left for the read (I3; review finding R3).
+  const readBy = o.leftMs - o.readReserveMs;
+  if (readBy <= 0) return refuse(waitTimedOut(o.suspect));
+  const wait = pollWaitMs({
+    countdown: lease.countdown,
+    sinceReadMs: o.sinceReadMs,
+    replacing: valid !== undefined,
+    issuanceMs: o.issuanceMs,
+    waits: o.waits,
+    draw: o.draw,
+  });
+  return { do: 'wait', ms: Math.min(wait, readBy), lease, suspect: o.suspect };
+};
+
+const refuse = (error: Error): Decision => ({ do: 'refuse', error });
+
+/** No time for a lease: while a replacement is under way, the token held may be revoked. */
+const noTimeLeft = (suspect: boolean, message: string) =>
+  new UpstreamUnavailableError(message, { retryAfterSeconds: 1, refreshInProgress: suspect });
+
+/** Too little time left for a lease's countdown and POST: none is taken (I3). */
+export const notEnoughTime = (countdown: number) =>
+  noTimeLeft(
+    false,
+    countdown > 1
+      ? 'Not enough time left to replace the token safely; retry shortly'
+      : 'Not enough time left to issue a token; retry shortly',
+  );
+
+/** The deadline came while another container held the lease. */
+export const waitTimedOut = (suspect: boolean) =>
+  new UpstreamUnavailableError(
+    'Timed out waiting for another container to issue the token',
+    // While a replacement is under way the current token may already be revoked: it must not
+    // be served as the last good one.
+    { retryAfterSeconds: 1, refreshInProgress: suspect },
+  );
+
+/** A token whose whole lifetime is shorter than what the caller asked for. */
+export const unsatisfiable = (
+  record: TokenRecord,
+  needMs: number,
+): MinValidityUnsatisfiableError => {
+  const lifetime = Math.floor((record.expiresAt - record.issuedAt) / 1000);
+  return new MinValidityUnsatisfiableError(
+    `The Open API issues tokens valid for ${lifetime}s, which cannot satisfy a validity of ${Math.ceil(needMs / 1000)}s`,
+  );
+};

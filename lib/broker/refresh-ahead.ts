@@ -1,0 +1,68 @@
+/**
+ * Refresh ahead of expiry, in the background of a request: one try at a time per connection in
+ * a container, for the lease to replace a token that is still valid. The caller that starts it
+ * is not kept waiting: the countdown the lease announces keeps the current token safe to serve
+ * until well after its answer (I2). A failure is logged and counted; the current token is still
+ * served, unless the failed request may have revoked it (an unknown outcome): then the issuance
+ * has dropped it everywhere.
+ */
+import type { Clock } from '../clock.js';
+import type { ConnectionConfig } from '../config.js';
+import { toBrokerError } from '../errors.js';
+import { type BrokerMetrics, MetricName } from '../metrics.js';
+import type { TokenRecord } from '../ports.js';
+import type { IssuanceCause, Trigger } from './issuance-cause.js';
+import type { LeasedIssuance } from './leased-issuance.js';
+import type { BrokerLogger } from './types.js';
+
+export class RefreshAhead {
+  /** Refreshes running in the background, per connection. */
+  readonly #running = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly deps: {
+      readonly issuance: LeasedIssuance;
+      readonly clock: Clock;
+      readonly logger: BrokerLogger;
+      readonly metrics: BrokerMetrics;
+    },
+  ) {}
+
+  /** Whether a refresh of `name` is running here. */
+  has(name: string): boolean {
+    return this.#running.has(name);
+  }
+
+  /** Starts one try to replace `current` unless one is running here already. */
+  start(
+    connection: ConnectionConfig,
+    current: TokenRecord,
+    trigger: Trigger,
+    cause: IssuanceCause,
+  ): void {
+    const { name } = connection;
+    const { issuance, clock, logger, metrics } = this.deps;
+    if (this.#running.has(name)) return;
+    const deadline = clock.now() + issuance.refreshBudgetMs(connection, current);
+    const run = issuance
+      .refresh(connection, current, deadline, trigger, cause)
+      .then(
+        () => undefined,
+        (error: unknown) => {
+          metrics.record(MetricName.RefreshFailures, name);
+          const failure = toBrokerError(error);
+          logger.warn('Refresh ahead of expiry failed', {
+            connection: name,
+            error: { name: failure.name, code: failure.code, message: failure.message },
+          });
+        },
+      )
+      .finally(() => this.#running.delete(name));
+    this.#running.set(name, run);
+  }
+
+  /** Settles once every refresh running in the background has ended. */
+  async idle(): Promise<void> {
+    while (this.#running.size > 0) await Promise.all(this.#running.values());
+  }
+}

@@ -1,0 +1,201 @@
+/**
+ * The protocol's timing, part 1: **safety bounds**, which must never be wrong. Each proves
+ * something an invariant of docs/protocol.md rests on (I2 mostly: no request that revokes a
+ * token leaves while some reader may still serve it). Pure functions of a token, a lease, the
+ * time and the settings, with no I/O. Every protocol constant lives here or in `estimates.ts`
+ * (which only tune speed, and may be wrong), each with its unit and its reason.
+ *
+ * A token's life, seen from one container (one read of the store per re-check, in every phase):
+ *
+ *   issuedAt ───────────── window start ─────── window middle ─────── expiresAt
+ *   read every recheckMs   │ XFetch tries ··· ▸ due from the middle │
+ *                          │ a try takes the lease with a countdown ─▸ cut-over: the
+ *                          │ old token is served until the countdown ends, then the new one
+ */
+import type { Lease, TokenRecord } from '../../ports.js';
+
+/** The settings the protocol reads, in milliseconds. */
+export interface RefreshSettings {
+  /** BROKER_REFRESH_WINDOW_SECONDS, in ms (before clamping to the token's lifetime). */
+  readonly refreshWindowMs: number;
+  /** BROKER_MEMORY_RECHECK_SECONDS, in ms (at most 100 s: see PROOF_MARGIN_MS). */
+  readonly memoryRecheckMs: number;
+  /** BROKER_STORE_OUTAGE_GRACE_SECONDS, in ms (0 unless an operator trades the guarantee). */
+  readonly storeOutageGraceMs?: number;
+}
+
+/**
+ * One step of a lease's countdown, ms (see `Lease.countdown`): each lease write of the countdown
+ * is sent at least this long after the previous one was answered, on the holder's monotonic
+ * clock. A reader that saw countdown r counts on (r - 1) steps: I2.
+ */
+export const COUNTDOWN_STEP_MS = 250;
+
+/**
+ * Kept between the last instant a reader serves a token and the earliest instant a request
+ * that revokes it can leave, ms: scheduling and clock-rate slack. Clock rates differ by at most
+ * 0.1 %, and the longest proof is a re-check of at most 100 s (the setting is capped there):
+ * 0.1 % of 100 s is this margin. I2.
+ */
+export const PROOF_MARGIN_MS = 100;
+
+/**
+ * Kept between the end of what a read proves and the end of the reuse granted to a caller with
+ * the answer, ms: the rate difference between this clock and the caller's over a reuse of
+ * seconds, and scheduling slack. The way back needs none: the caller counts from when it sent
+ * its request, which was before this container looked at its clock. I2 in callers' caches.
+ */
+export const REUSE_MARGIN_MS = 100;
+
+/**
+ * Clock skew between containers that the protocol allows for, ms: a lease whose own expiry is
+ * further past than this is stale at first sight, and a token expired less than this ago may
+ * still be served on a slower clock (its replacement is counted down too). I2.
+ */
+export const SKEW_TOLERANCE_MS = 10_000;
+
+/** How long one lease version lasts, ms, on anyone's clock from when they first see it. I1. */
+export const LEASE_MS = 3_000;
+/** The holder writes a new version at least this often while it holds the lease, ms. I1. */
+export const LEASE_HEARTBEAT_MS = 1_000;
+/** Kept free after the access-token POST for the store write that follows it, ms. I3. */
+export const STORE_RESERVE_MS = 300;
+/** A POST is not started with less time than this, ms: it would time out, outcome unknown. I1. */
+export const MIN_POST_MS = 100;
+
+/** The refresh window of a token: configured, but never more than half its lifetime. */
+export const windowMs = (record: TokenRecord, settings: RefreshSettings): number =>
+  // A window as long as the lifetime would refresh on every request, forever.
+  Math.min(settings.refreshWindowMs, (record.expiresAt - record.issuedAt) / 2);
+
+/**
+ * How long memory serves a token after a read of the store (sent) that found no lease on it:
+ * BROKER_MEMORY_RECHECK_SECONDS, and never more than a quarter of the token's window, so that
+ * a cut-over announced a re-check ahead still lands inside the window of a short-lived token.
+ */
+export const ownRecheckMs = (record: TokenRecord, settings: RefreshSettings): number =>
+  Math.min(settings.memoryRecheckMs, Math.max(COUNTDOWN_STEP_MS, windowMs(record, settings) / 4));
+
+/**
+ * The re-check a *reader* applies to `record` (I2 with mixed settings): its own, or the one the
+ * token's writer recorded (`TokenRecord.recheckMs`) when that is shorter. With the holder's rule
+ * ({@link countdownFor}: the longer of the two), a deployment whose containers run different
+ * re-checks (a rolling configuration change) is as safe as a uniform one.
+ */
+export const recheckMs = (record: TokenRecord, settings: RefreshSettings): number =>
+  Math.min(ownRecheckMs(record, settings), record.recheckMs ?? Number.POSITIVE_INFINITY);
+
+/** Countdown steps whose end lies more than `recheck` (plus the margin) after their start. */
+const stepsToCover = (recheck: number): number =>
+  Math.ceil((recheck + PROOF_MARGIN_MS) / COUNTDOWN_STEP_MS);
+
+/**
+ * I2. The countdown a lease that replaces `record` starts with: its last step (the confirmation
+ * before the token request) is sent more than a re-check (plus the margin) after the lease was
+ * written, so every container that read the token without a lease just before reads it again,
+ * sees the countdown, and stops serving the token at its end. The re-check is the longer of
+ * this container's and the one the token's writer recorded (readers apply the shorter).
+ */
+export const countdownFor = (record: TokenRecord, settings: RefreshSettings): number =>
+  stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0));
+
+/**
+ * I2. How long after a read of the store was sent no token request under `lease` (or a lease
+ * taking it over) can leave, less the margin: 0 when one may be out already (countdown 0 or 1).
+ */
+export const announcedMs = (lease: Lease): number =>
+  Math.max(0, (lease.countdown - 1) * COUNTDOWN_STEP_MS - PROOF_MARGIN_MS);
+
+/**
+ * I2. How long (ms) after a read of the store was sent that read proves a valid token safe to
+ * serve: no request that revokes it can leave before then. With no lease on it, a replacement
+ * still has to take the lease and count all the way down (more than a re-check); with one, what
+ * its countdown announced.
+ */
+export const proofMs = (
+  record: TokenRecord,
+  lease: Lease | undefined,
+  settings: RefreshSettings,
+): number =>
+  lease
+    ? announcedMs(lease)
+    : // Any replacement counts down at least this reader's re-check (see `recheckMs`).
+      stepsToCover(recheckMs(record, settings)) * COUNTDOWN_STEP_MS - PROOF_MARGIN_MS;
+
+/** I2. `proofMs` from a read (or write) sent at `sentAt`: until when the token may be served. */
+export const servableUntil = (
+  record: TokenRecord,
+  lease: Lease | undefined,
+  sentAt: number,
+  settings: RefreshSettings,
+): number => sentAt + proofMs(record, lease, settings);
+
+/** I2. A token under a lease whose countdown has ended: its replacement's request may be out. */
+export const replacementMayBeOut = (lease: Lease | undefined): boolean =>
+  lease !== undefined && announcedMs(lease) <= 0;
+
+/**
+ * I2. Whether a token held in memory may still be served although the store cannot confirm it
+ * now. Up to its `until`, no replacement elsewhere can have revoked it; past that, only an
+ * operator's explicit outage grace lets it be served (a trade against the fleet guarantee).
+ */
+export const servableUnconfirmed = (
+  entry: { readonly record: TokenRecord; readonly until: number },
+  now: number,
+  settings: RefreshSettings,
+): boolean =>
+  entry.record.expiresAt > now && now < entry.until + (settings.storeOutageGraceMs ?? 0);
+
+/**
+ * I2 in callers' caches. Until when (local epoch ms) the caller just served `entry`'s token may
+ * reuse it without asking again (the `maxAgeMs` of the answer): no longer than this container
+ * would serve it from memory, less the margin, and never past the instant the token keeps only
+ * the `needMs` of validity the caller asked for.
+ */
+export const reusableUntil = (
+  entry: { readonly record: TokenRecord; readonly checkedAt: number; readonly until: number },
+  needMs: number,
+  settings: RefreshSettings,
+): number => {
+  const proof = Math.min(entry.until, entry.checkedAt + recheckMs(entry.record, settings));
+  return Math.min(proof - REUSE_MARGIN_MS, entry.record.expiresAt - needMs);
+};
+
+/**
+ * I1 and I3. The least time (ms) a lease with `countdown` needs before its POST can leave and
+ * the token be written: the steps, the shortest POST, and the write after it. A lease is not
+ * taken with less time left (it would be let go by the fence, and taken again, in a loop).
+ */
+export const leaseNeedsMs = (countdown: number): number =>
+  countdown * COUNTDOWN_STEP_MS + MIN_POST_MS + STORE_RESERVE_MS;
+
+/**
+ * I1. The expiry (holder's wall clock) and duration of a lease version written at `sentAt`,
+ * cut to the caller's deadline (given as time left, ms). A version never lasts longer than the
+ * holder counts on it.
+ */
+export const leaseTerm = (
+  sentAt: number,
+  leftMs: number,
+): { expiresAt: number; durationMs: number } => {
+  const durationMs = Math.max(0, Math.min(leftMs, LEASE_MS));
+  return { expiresAt: sentAt + durationMs, durationMs };
+};
+
+/**
+ * I2. The countdown a lease that replaces `token` is written with: a fresh one lasts past every
+ * container's re-check; one that takes over a stale lease goes on from the value seen in exactly
+ * the version it takes over (the takeover lands on no other: every reader of that version was
+ * told that value, and every reader of an earlier one a value whose time has run since); nothing
+ * to announce without a token that some container may still serve, or where the upstream does
+ * not revoke on re-issue.
+ */
+export const leaseCountdown = (
+  revokesOnReissue: boolean,
+  token: TokenRecord | undefined,
+  takeOver: Lease | undefined,
+  settings: RefreshSettings,
+): number => {
+  if (!revokesOnReissue || !token) return 0;
+  return takeOver ? takeOver.countdown : countdownFor(token, settings);
+};
