@@ -3,6 +3,8 @@
  * digest (a late report about an older token changes nothing), a lease in progress left alone,
  * and other containers stop serving the dropped token within a re-check. How often a report
  * may replace a token is I4: guarantees/caller-word-bounded.test.ts.
+ *
+ * Issuance counts are exact: each issuance beyond one per lifetime revokes a token (I1).
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../lib/broker/index.js';

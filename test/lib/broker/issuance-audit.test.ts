@@ -2,6 +2,8 @@
  * Every issuance accounted for: its cause and the caller that led to it, in one INFO line and a
  * metric per cause; the warm-up counted per run; and a token of ours rejected early reported
  * as the sign of another issuer on the same client ID.
+ *
+ * Counts are exact here: the audit and its metrics count each issuance and each run once.
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../lib/broker/index.js';

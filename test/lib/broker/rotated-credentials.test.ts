@@ -11,6 +11,9 @@ import { setup, T0, useFakeTime } from './setup.js';
 describe('Rotated credentials: a rejection of the credentials re-reads the secret', () => {
   useFakeTime();
 
+  // Forced reads of the secret are counted exactly: one per rejection is the behaviour under
+  // test (none would miss a rotation, a second would be a retry loop). Issuances too (I1).
+
   const rejected = () =>
     new UpstreamRejectedError(
       'Open API rejected the access-token request: HTTP 401, code invalid_client',

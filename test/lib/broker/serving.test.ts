@@ -3,6 +3,8 @@
  * wrote), or from the upstream; what a caller may ask; loads shared in a container; what a
  * caller gets when a part fails; and how long a caller may reuse what it was given. The
  * guarantees behind these paths have files of their own in guarantees/.
+ *
+ * Issuance counts are exact: each issuance beyond one per lifetime revokes a token (I1).
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../lib/broker/index.js';
@@ -38,7 +40,8 @@ describe('Serving a token', () => {
         source: 'memory',
         reusableUntil: first.reusableUntil,
       });
-      expect(store.calls.read).toBe(reads);
+      // Efficiency: memory serves without a read.
+      expect(store.calls.read).toBeLessThanOrEqual(reads);
       expect(issuer.issued).toBe(1);
     });
 
@@ -73,7 +76,7 @@ describe('Serving a token', () => {
       expect(store.token('sandbox')?.accessToken).toBe('token-1');
     });
 
-    it('reads the store again once the memory re-check interval has passed', async () => {
+    it('reads the store again once the memory re-check interval has passed, and only once', async () => {
       const { broker, store } = setup({ recheck: 5 });
       await broker.getToken('sandbox', { deadline: deadline() });
       const reads = store.calls.read;
@@ -81,7 +84,9 @@ describe('Serving a token', () => {
       expect((await broker.getToken('sandbox', { deadline: deadline() })).source).toBe('memory');
       vi.advanceTimersByTime(1_001);
       expect((await broker.getToken('sandbox', { deadline: deadline() })).source).toBe('dynamodb');
-      expect(store.calls.read).toBe(reads + 1);
+      // At least one read: what the last one proved has run out (I2). At most one: efficiency.
+      expect(store.calls.read).toBeGreaterThan(reads);
+      expect(store.calls.read).toBeLessThanOrEqual(reads + 1);
     });
 
     it('keeps serving a valid token from memory while the store is unreadable', async () => {

@@ -3,6 +3,8 @@
  * caller is answered before its deadline, with what kept it. Held by every store call cut to
  * the deadline, waits that wake with a read's time left, and no lease taken without time for its
  * POST.
+ *
+ * Issuance counts are exact: each issuance beyond one per lifetime revokes a token (I1).
  */
 import { describe, expect, it, vi } from 'vitest';
 import { UpstreamRejectedError, UpstreamUnavailableError } from '../../../../lib/errors.js';

@@ -9,6 +9,9 @@
  * Every container here is a broker over one in-memory store, on its own manual clock; the
  * upstream model revokes every earlier token on each issuance, and every token a caller is
  * handed is checked against it at that moment.
+ *
+ * Issuance counts are upper bounds where the bound is the guarantee, and exact where one
+ * replacement (or none) is: each issuance beyond those revokes a token (I1, I4).
  */
 import { describe, expect, it, vi } from 'vitest';
 import type { TokenBroker } from '../../../../lib/broker/index.js';

@@ -13,6 +13,8 @@
  * countdown (F2); a POST in the socket of a container frozen after its fence (F10); a background
  * refresh in a container thawed only now and then (F12). F3, containers of one deployment with
  * different re-checks, was fixed since: the mixed-settings tests below.
+ *
+ * Issuance counts are exact: each issuance beyond one per lifetime revokes a token (I1).
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../../lib/broker/index.js';
