@@ -232,8 +232,8 @@ describe('Refresh ahead of expiry: by the warm-up', () => {
     });
     expect(issuer.issued).toBe(1);
     vi.advanceTimersByTime(3000_000); // both now have 600 s left: inside the window
-    // At the window's edge each replacement drains the full 5 s re-check (a container whose
-    // clock is behind may not see the window yet); the fake sleeps of both add up here.
+    // Each replacement of a valid token counts down first (21 steps of 250 ms, longer than the
+    // 5 s re-check); the fake sleeps of both add up here.
     const second = await broker.warmUp(Date.now() + 30_000);
     expect(second.issued).toBe(2);
     expect(second.connections.sandbox?.status).toBe('issued');

@@ -203,7 +203,7 @@ describe('Serving a token', () => {
         return read(name);
       };
       const leader = broker.getToken('sandbox', { minValiditySeconds: 60, deadline: T0 + 5000 });
-      // Replacing a token outside its window drains the 5 s re-check first: a longer deadline.
+      // Replacing a valid token counts down first (over the 5 s re-check): a longer deadline.
       const joiner = broker.getToken('sandbox', { minValiditySeconds: 300, deadline: T0 + 9000 });
       await vi.advanceTimersByTimeAsync(0);
       release?.();

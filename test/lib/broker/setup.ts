@@ -91,7 +91,7 @@ export const setup = (overrides: SetupOptions = {}) => {
       ...systemClock,
       // XFetch off unless a test turns it on: -log(1 - 0) = 0 means no earliness.
       random: overrides.random ?? (() => 0),
-      // Waits advance the fake clock, so drains and backoff cost no real time.
+      // Waits advance the fake clock, so countdowns and backoff cost no real time.
       sleep:
         overrides.sleep ??
         (async (ms: number) => {
