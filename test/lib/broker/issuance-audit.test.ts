@@ -2,74 +2,37 @@
  * Every issuance accounted for: its cause and the caller that led to it, in one INFO line and a
  * metric per cause; the warm-up counted per run; and a token of ours rejected early reported
  * as the sign of another issuer on the same client ID.
+ *
+ * Counts are exact here: the audit and its metrics count each issuance and each run once.
  */
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { TokenBroker, tokenDigest } from '../../../lib/broker/index.js';
+import { describe, expect, it, vi } from 'vitest';
+import { tokenDigest } from '../../../lib/broker/index.js';
 import { causeOf } from '../../../lib/broker/issuance-cause.js';
-import { systemClock } from '../../../lib/clock.js';
-import {
-  CountingMetrics,
-  captureLogger,
-  connection,
-  FakeIssuer,
-  FakeSecretSource,
-  InMemoryTokenStore,
-} from '../../support/fakes.js';
+import { connection } from '../../support/fakes.js';
+import { deadline, setup, useFakeTime } from './setup.js';
 
 const T0 = new Date('2026-11-24T12:00:00Z').getTime();
 const ARN = 'arn:aws:sts::123456789012:assumed-role/orders/i-1';
 
-const setup = () => {
-  const store = new InMemoryTokenStore();
-  const issuer = new FakeIssuer();
-  const logger = captureLogger();
-  const metrics = new CountingMetrics();
-  const broker = new TokenBroker({
-    config: {
-      connections: new Map([['sandbox', connection()]]),
-      defaultMinValiditySeconds: 60,
-      refreshWindowSeconds: 600,
-      memoryRecheckSeconds: 5,
-      maxTokenLifetimeSeconds: 30 * 86_400,
-      upstreamTimeoutMs: 2_000,
-      invalidateMinAgeSeconds: 0,
-    },
-    store,
-    secrets: new FakeSecretSource(),
-    issuer,
-    logger,
-    metrics,
-    clock: {
-      ...systemClock,
-      random: () => 0,
-      sleep: async (ms: number) => {
-        await vi.advanceTimersByTimeAsync(ms);
-      },
-    },
-  });
+/** One container with the `sandbox` connection alone. */
+const audited = () => {
+  const container = setup({ connections: [connection()] });
   /** The audit lines of the issuances so far: cause, trigger and, for a validity, its value. */
   const audits = () =>
-    logger.lines
+    container.logger.lines
       .filter((line) => line.message === 'Token issued by the Open API')
       .map((line) => {
         const { cause, trigger, minValidity } = line.attributes[0] as Record<string, unknown>;
         return { cause, trigger, ...(minValidity === undefined ? {} : { minValidity }) };
       });
-  return { broker, store, issuer, logger, metrics, audits };
+  return { ...container, audits };
 };
 
-const deadline = () => Date.now() + 10_000;
-
 describe('Issuance audit: every issuance with its cause and caller', () => {
-  beforeEach(() => {
-    vi.useFakeTimers().setSystemTime(T0);
-  });
-  afterEach(() => {
-    vi.useRealTimers();
-  });
+  useFakeTime(T0);
 
   it('logs and counts the first token, a caller’s minValidity, an invalidate and an expired token', async () => {
-    const { broker, store, metrics, audits } = setup();
+    const { broker, store, metrics, audits } = audited();
     const first = await broker.getToken('sandbox', { deadline: deadline(), caller: ARN });
     // A validity only a new token has (the first lives 3,600 s).
     await vi.advanceTimersByTimeAsync(10_000);
@@ -113,7 +76,7 @@ describe('Issuance audit: every issuance with its cause and caller', () => {
   });
 
   it('names the warm-up and its trigger, and counts each run per connection', async () => {
-    const { broker, store, metrics, audits } = setup();
+    const { broker, store, metrics, audits } = audited();
     await broker.warmUp(deadline());
     // Inside the refresh window (600 s): the next run replaces it.
     const stored = store.token('sandbox');
@@ -134,7 +97,7 @@ describe('Issuance audit: every issuance with its cause and caller', () => {
   });
 
   it('names a refresh ahead with the caller whose request started it', async () => {
-    const { broker, store, audits } = setup();
+    const { broker, store, audits } = audited();
     store.setToken({
       connection: 'sandbox',
       accessToken: 'current',
@@ -177,15 +140,10 @@ describe('Issuance audit: every issuance with its cause and caller', () => {
 });
 
 describe('Another issuer on the same client ID', () => {
-  beforeEach(() => {
-    vi.useFakeTimers().setSystemTime(T0);
-  });
-  afterEach(() => {
-    vi.useRealTimers();
-  });
+  useFakeTime(T0);
 
   it('says so loudly when the token it holds as current is reported rejected early in its life', async () => {
-    const { broker, logger, metrics } = setup();
+    const { broker, logger, metrics } = audited();
     const served = await broker.getToken('sandbox', { deadline: deadline() });
     await vi.advanceTimersByTimeAsync(60_000);
     await broker.invalidate('sandbox', served.record.accessToken, ARN);
@@ -204,7 +162,7 @@ describe('Another issuer on the same client ID', () => {
   });
 
   it('stays quiet for a report about an older token, or one late in its life', async () => {
-    const { broker, logger, metrics } = setup();
+    const { broker, logger, metrics } = audited();
     const first = await broker.getToken('sandbox', { deadline: deadline() });
     await broker.invalidate('sandbox', 'some-older-token', ARN);
     // Past half its life (3,600 s), a rejection may be the upstream's own expiry policy.

@@ -22,6 +22,7 @@ describe('Class: SingleFlight', () => {
     finish?.(7);
     expect(await first).toEqual({ value: 7, joined: false });
     expect(await second).toEqual({ value: 7, joined: true });
+    // Exact: one load per key is what a single flight is (in the broker, one issuance: I1).
     expect(loads).toBe(1);
     expect(flight.has('a')).toBe(false);
   });

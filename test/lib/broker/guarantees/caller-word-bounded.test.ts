@@ -1,22 +1,26 @@
 /**
- * Guarantee: no caller's word — a `minValidity` the current token cannot give, an invalidate
- * report, or any mix of them, on any container — replaces tokens more than once per refresh
- * window (after the first replacement of a token issued otherwise), and a report that comes too
- * early is kept, not dropped. Ages are judged on each container's own monotonic clock, so a
- * container whose wall clock runs ahead cannot shorten them (review finding R2).
+ * I4, a caller's word is bounded (docs/protocol.md, "Invariants, assumptions and states"): no
+ * caller's word — a `minValidity` the current token cannot give, an invalidate report, or any
+ * mix of them, on any container — replaces tokens more than once per refresh window (after the
+ * first replacement of a token issued otherwise), and a report that comes too early is kept,
+ * not dropped. Ages are judged on each container's own monotonic clock, so a
+ * container whose wall clock runs ahead cannot shorten them.
  *
  * Every container here is a broker over one in-memory store, on its own manual clock; the
  * upstream model revokes every earlier token on each issuance, and every token a caller is
  * handed is checked against it at that moment.
+ *
+ * Issuance counts are upper bounds where the bound is the guarantee, and exact where one
+ * replacement (or none) is: each issuance beyond those revokes a token (I1, I4).
  */
-import { describe, expect, it } from 'vitest';
-import type { TokenBroker } from '../../../lib/broker/index.js';
-import { UpstreamUnavailableError } from '../../../lib/errors.js';
-import type { IssueOptions, TokenIssuer } from '../../../lib/ports.js';
-import { InMemoryTokenStore, ManualClock } from '../../support/fakes.js';
-import { fleetBroker, issuerFor, seed, Upstream, wrap } from '../../support/fleet-model.js';
+import { describe, expect, it, vi } from 'vitest';
+import type { TokenBroker } from '../../../../lib/broker/index.js';
+import { UpstreamUnavailableError } from '../../../../lib/errors.js';
+import type { IssueOptions, TokenIssuer } from '../../../../lib/ports.js';
+import { InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
+import { fleetBroker, issuerFor, seed, Upstream } from '../../../support/fleet-model.js';
+import { deadline, setup, T0, useFakeTime } from '../setup.js';
 
-const T0 = 1_795_262_400_000;
 /** Tokens live 1,200 s; the refresh window is 60 s; the invalidate floor 2 s. */
 const LIFE_MS = 1_200_000;
 const WINDOW_S = 60;
@@ -53,8 +57,8 @@ const ledger = (up: Upstream) => {
   return { served, refused, ask };
 };
 
-describe('Guarantee I4: a caller’s word replaces tokens at most once per refresh window', () => {
-  it('one caller asking minValidity=1199 every 2 s on two containers replaces at most once per window, and is told what it can have', async () => {
+describe('I4: a caller’s word replaces tokens at most once per refresh window', () => {
+  it('I4: one caller asking minValidity=1199 every 2 s on two containers replaces the token at most once per window, and is told what it can have', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const up = new Upstream();
@@ -84,7 +88,7 @@ describe('Guarantee I4: a caller’s word replaces tokens at most once per refre
     }
   });
 
-  it('a mix of minValidity and invalidate reports from two containers replaces at most once per window', async () => {
+  it('I4: a mix of minValidity and invalidate reports from two containers replaces the token at most once per window', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const up = new Upstream();
@@ -110,7 +114,8 @@ describe('Guarantee I4: a caller’s word replaces tokens at most once per refre
     expect(served.filter((s) => s.revoked)).toEqual([]);
   });
 
-  it('a storm of reports from a container whose clock runs 3 s ahead re-issues at most once per floor (R2: no clock compared)', async () => {
+  // Found as R2 by the review of the invalidate floor (issue 19, dd781c9; ADR 0004).
+  it('I4: a storm of reports from a container whose clock runs 3 s ahead re-issues at most once per floor: no clock is compared with another’s', async () => {
     const clock = new ManualClock(T0);
     const ahead = new ManualClock(T0 + 3_000);
     const store = new InMemoryTokenStore();
@@ -134,7 +139,7 @@ describe('Guarantee I4: a caller’s word replaces tokens at most once per refre
     expect(served.filter((s) => s.revoked)).toEqual([]);
   });
 
-  it('a single report about a token younger than the floor is kept, and replaces it once, after the floor', async () => {
+  it('I4: a single report about a token younger than the floor is kept, and replaces it once, after the floor', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const up = new Upstream();
@@ -168,7 +173,7 @@ describe('Guarantee I4: a caller’s word replaces tokens at most once per refre
     expect(outcome).toEqual({ invalidated: false, deferredSeconds: 2 });
   });
 
-  it('a token the upstream really rejected, reported when old enough, is replaced at once, by the next request', async () => {
+  it('I4: a token the upstream really rejected, reported when old enough, is replaced at once, by the next request', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const up = new Upstream();
@@ -184,7 +189,7 @@ describe('Guarantee I4: a caller’s word replaces tokens at most once per refre
     expect(up.n).toBe(before + 1);
   });
 
-  it('a caller that may not force is refused with what it can have, and nothing is issued', async () => {
+  it('I4: a caller that may not force is refused with what it can have, and nothing is issued', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const up = new Upstream();
@@ -209,7 +214,8 @@ describe('Guarantee I4: a caller’s word replaces tokens at most once per refre
     expect(up.n).toBe(before);
   });
 
-  it('answers each caller of a shared load for its own request: a refusal goes only to the caller that forced', async () => {
+  // Found by the adversarial review of the caller bounds (1db301a).
+  it('I4: each caller of a shared load is answered for its own request: a refusal goes only to the caller that forced', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const up = new Upstream();
@@ -245,7 +251,8 @@ describe('Guarantee I4: a caller’s word replaces tokens at most once per refre
     expect(await allowed).toBe('tok-2');
   });
 
-  it('a forced replacement whose token request had an unknown outcome stays a caller’s word: the takeover’s token is forced too', async () => {
+  // Found by the adversarial review of the caller bounds (1db301a).
+  it('I4: a forced replacement whose token request had an unknown outcome stays a caller’s word: the takeover’s token is forced too', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const up = new Upstream();
@@ -282,7 +289,8 @@ describe('Guarantee I4: a caller’s word replaces tokens at most once per refre
     expect(served.filter((s) => s.revoked)).toEqual([]);
   });
 
-  it('what a refusal says can be had is served a round trip later', async () => {
+  // Found by the adversarial review of the caller bounds (1db301a).
+  it('I4: what a refusal says can be had is served a round trip later', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const up = new Upstream();
@@ -301,7 +309,8 @@ describe('Guarantee I4: a caller’s word replaces tokens at most once per refre
     expect(served.record.accessToken).toBe('tok-1');
   });
 
-  it('a kept report outlives a replacement that failed: the token is still replaced, once', async () => {
+  // Found by the adversarial review of the caller bounds (1db301a).
+  it('I4: a kept report outlives a replacement that failed: the token is still replaced, once', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const up = new Upstream();
@@ -330,21 +339,34 @@ describe('Guarantee I4: a caller’s word replaces tokens at most once per refre
     expect(calls).toBeGreaterThanOrEqual(3);
     expect(up.n).toBe(2);
   });
+});
 
-  it('answers a report by its deadline when the store stalls (I3)', async () => {
-    const clock = new ManualClock(T0);
-    const store = new InMemoryTokenStore();
-    const up = new Upstream();
-    const stalled = wrap(store, { markReported: () => new Promise<boolean>(() => undefined) });
-    const a = fleetBroker(stalled, clock, up, { window: WINDOW_S, floor: 2 });
-    const token = (await a.getToken('sandbox', { deadline: T0 + 8_000 })).record.accessToken;
-    const report = a
-      .invalidate('sandbox', token, undefined, clock.now() + 500)
-      .then(unexpectedAnswer, (error: unknown) => ({
-        code: (error as Refusal).code,
-        at: clock.now(),
-      }));
-    await clock.advance(1_000);
-    expect(await report).toEqual({ code: 'STORE_UNAVAILABLE', at: T0 + 500 });
+describe('I4: a caller’s word is bounded, in one container', () => {
+  useFakeTime();
+
+  it('I4: a report about a token younger than the floor does not drop it but is kept, and the token it then issues is not replaced on a report for a window', async () => {
+    const { broker, issuer, store } = setup({ invalidateFloor: 10 });
+    const first = await broker.getToken('sandbox', { deadline: deadline() });
+    vi.advanceTimersByTime(5_000);
+    expect(await broker.invalidate('sandbox', first.record.accessToken)).toEqual({
+      invalidated: false,
+      deferredSeconds: 5,
+    });
+    expect(store.token('sandbox')?.accessToken).toBe(first.record.accessToken);
+    expect((await broker.getToken('sandbox', { deadline: deadline() })).record.accessToken).toBe(
+      first.record.accessToken,
+    );
+    vi.advanceTimersByTime(5_001);
+    expect(await broker.invalidate('sandbox', first.record.accessToken)).toEqual({
+      invalidated: true,
+    });
+    const next = await broker.getToken('sandbox', { deadline: deadline() });
+    expect(next.record).toMatchObject({ accessToken: 'token-2', forced: true });
+    // Issued on a caller's word: reports of it wait a refresh window (600 s here).
+    expect(await broker.invalidate('sandbox', next.record.accessToken)).toEqual({
+      invalidated: false,
+      deferredSeconds: 600,
+    });
+    expect(issuer.issued).toBe(2);
   });
 });
