@@ -611,7 +611,7 @@ export class LeasedIssuance {
         .issue(connection, {
           deadline: flow.deadline - STORE_RESERVE_MS,
           signal: lease.signal,
-          beforeAccessToken: () => lease.confirmForPost(),
+          fence: () => lease.confirmForPost(),
         })
         .finally(() => lease.stop());
       const took = clock.monotonic() - started;

@@ -2,16 +2,24 @@
  * Open API token flow (spec: shared/spec/open-api-token-flow.md).
  *
  * Two variants share one flow: authorize (GET, returns a code) then access-token (POST, returns
- * the token). Each variant is a request builder plus a parser (`variants.ts`, `requests.ts`);
- * the parsers take a plain `Response` so they can be tested without a network. Nothing here
- * logs, and no error message ever contains a credential: values the upstream echoes back are
- * redacted before use.
+ * the token), one method each, so that the caller fences between them, outside this client's
+ * retries. Each variant is a request builder plus a parser (`variants.ts`, `requests.ts`); the
+ * parsers take a plain `Response` so they can be tested without a network. Nothing here logs,
+ * and no error message ever contains a credential: values the upstream echoes back are
+ * redacted before use, and the authorization code leaves only sealed.
  */
 
 import type { ConnectionConfig } from '../config.js';
 import { UpstreamBadResponseError } from '../errors.js';
-import type { ClientCredentials, IssuedToken, IssueOptions, TokenIssuer } from '../ports.js';
+import type {
+  AuthorizationCode,
+  ClientCredentials,
+  IssuedToken,
+  StepOptions,
+  TokenIssuer,
+} from '../ports.js';
 import { type AttemptBounds, attempt } from './attempt.js';
+import { openCode, sealCode } from './authorization-code.js';
 import { accessTokenRequest, authorizeRequest, signingOf } from './requests.js';
 import { DEFAULT_RESILIENCE, UpstreamResilience } from './resilience.js';
 import type { Sensitive, Step, TokenLimits } from './responses.js';
@@ -52,37 +60,41 @@ export class OpenApiClient implements TokenIssuer {
     this.#resilience = options.resilience ?? new UpstreamResilience(DEFAULT_RESILIENCE, this.#now);
   }
 
-  async issue(
+  async authorize(
     connection: ConnectionConfig,
     credentials: ClientCredentials,
-    { deadline, signal, beforeAccessToken }: IssueOptions,
-  ): Promise<IssuedToken> {
-    const protocol = PROTOCOLS[connection.variant];
+    { deadline, signal }: StepOptions,
+  ): Promise<AuthorizationCode> {
     const sensitive = [credentials.clientSecret];
-
-    const authorizeBody = await this.#send(
+    const body = await this.#send(
       connection,
       async () => authorizeRequest(connection, credentials.clientId),
       'authorize',
       { deadline, signal },
       sensitive,
     );
-    const code = protocol.parseAuthorize(authorizeBody, connection, sensitive);
-    const withCode = [...sensitive, code];
+    return sealCode(PROTOCOLS[connection.variant].parseAuthorize(body, connection, sensitive));
+  }
 
-    // Expiry counts from the moment the token request leaves (after the fence, which may wait
-    // out the lease's countdown), never from the upstream clock. Only an attempt proved unsent
-    // is retried, so the one that answers is the last one built.
+  async requestToken(
+    connection: ConnectionConfig,
+    credentials: ClientCredentials,
+    sealed: AuthorizationCode,
+    { deadline, signal }: StepOptions,
+  ): Promise<IssuedToken> {
+    const protocol = PROTOCOLS[connection.variant];
+    const code = openCode(sealed);
+    // Expiry counts from the moment the token request leaves (after the caller's fence, which
+    // may wait out the lease's countdown), never from the upstream clock. Only an attempt
+    // proved unsent is retried, so the one that answers is the last one built.
     let requestedAt = this.#now();
     // The code is single-use: a retry of this step may be refused, which is then reported.
     // Each attempt is built (and signed, with its own timestamp) afresh.
     const signing = signingOf(connection);
     // Grows with each attempt's signature: an upstream that echoes one in its error text must
     // not get it into a message.
-    const tokenSensitive = [...withCode];
+    const tokenSensitive = [credentials.clientSecret, code];
     const signedRequest = async () => {
-      // The lease holder's fence: a POST leaves only under a lease that covers it.
-      await beforeAccessToken?.();
       requestedAt = this.#now();
       const request = accessTokenRequest(connection, credentials, code, requestedAt);
       const signature = request.headers.get(SIGNATURE_HEADER);

@@ -4,6 +4,7 @@
  * its fix. The upstream model revokes every earlier token on each issuance.
  */
 import { describe, expect, it } from 'vitest';
+import { issueWith } from '../../../lib/broker/issue-flow.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
 import { servableFromMemory } from '../../../lib/broker/refresh-policy.js';
 import { TokenMemory } from '../../../lib/broker/token-memory.js';
@@ -38,7 +39,7 @@ describe('Fleet guarantee: interleavings found by review', () => {
       new LeasedIssuance({
         store: s,
         clock,
-        issue: (c, o) => issuerFor(up, clock).issue(c, {} as never, o),
+        issue: (c, o) => issueWith(issuerFor(up, clock), c, {} as never, o),
         memory: new TokenMemory(),
         settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
         logger: captureLogger(),
@@ -121,7 +122,7 @@ describe('Fleet guarantee: interleavings found by review', () => {
       store,
       clock: clockB,
       memory: new TokenMemory(),
-      issue: (c, o) => issuerFor(up, clockB).issue(c, {} as never, o),
+      issue: (c, o) => issueWith(issuerFor(up, clockB), c, {} as never, o),
       settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
       logger: captureLogger(),
       metrics: new CountingMetrics(),
@@ -175,7 +176,7 @@ describe('Fleet guarantee: interleavings found by review', () => {
       clock,
       memory: new TokenMemory(),
       issue: async (_c, o) => {
-        await o.beforeAccessToken?.();
+        await o.fence?.();
         await clock.sleep(o.deadline - clock.now());
         throw new UpstreamUnavailableError('access-token timed out', {
           retryAfterSeconds: 1,
@@ -209,7 +210,7 @@ describe('Fleet guarantee: interleavings found by review', () => {
       store: retrying,
       clock,
       memory: new TokenMemory(),
-      issue: (c, o) => issuerFor(up, clock).issue(c, {} as never, o),
+      issue: (c, o) => issueWith(issuerFor(up, clock), c, {} as never, o),
       settings: { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 5_000 },
       logger: captureLogger(),
       metrics: new CountingMetrics(),

@@ -16,10 +16,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { TokenBroker } from '../../../lib/broker/index.js';
+import { type Issue, issueWith } from '../../../lib/broker/issue-flow.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
 import { TokenMemory } from '../../../lib/broker/token-memory.js';
 import type { Clock } from '../../../lib/clock.js';
-import type { ConnectionConfig } from '../../../lib/config.js';
 import {
   UpstreamBadResponseError,
   UpstreamRejectedError,
@@ -27,11 +27,11 @@ import {
 } from '../../../lib/errors.js';
 import type {
   ClientCredentials,
-  IssueOptions,
   SecretSource,
   TokenIssuer,
   TokenStore,
 } from '../../../lib/ports.js';
+import { sealCode } from '../../../lib/upstream/authorization-code.js';
 import {
   CountingMetrics,
   captureLogger,
@@ -55,7 +55,7 @@ const broker = fleetBroker;
 const issuance = (
   store: TokenStore,
   clock: ManualClock,
-  issue: (c: ConnectionConfig, o: IssueOptions) => ReturnType<TokenIssuer['issue']>,
+  issue: Issue,
   o: { recheck?: number; window?: number; timeout?: number; memory?: TokenMemory } = {},
 ) =>
   new LeasedIssuance({
@@ -105,8 +105,8 @@ describe('Review of the countdown: guarantee (2), a revoked token served', () =>
     // The real client marks it as an unknown outcome (see open-api.test.ts): the token request
     // was processed.
     const malformed: TokenIssuer = {
-      issue: async (_c, _cr, o) => {
-        await o.beforeAccessToken?.();
+      authorize: async () => sealCode('code'),
+      requestToken: async () => {
         up.post(clock.now());
         throw new UpstreamBadResponseError('Open API access-token response is not a JSON object', {
           outcomeUnknown: true,
@@ -155,7 +155,9 @@ describe('Review of the countdown: guarantee (2), a revoked token served', () =>
         return ok;
       },
     });
-    const holder = issuance(sdk, clock, (c, o) => issuerFor(up, clock).issue(c, {} as never, o));
+    const holder = issuance(sdk, clock, (c, o) =>
+      issueWith(issuerFor(up, clock), c, {} as never, o),
+    );
     await holder.refresh(sandbox, t0, T0 + 16_000);
     expect(up.revoked.has(t0.accessToken)).toBe(true);
     expect(raisedTo).toBe(3); // the late attempt is refused: a countdown never goes back up
@@ -175,7 +177,7 @@ const simBroker = (store: TokenStore, clock: SimClock, up: Upstream, o: FleetBro
 const simIssuance = (
   store: TokenStore,
   clock: SimClock,
-  issue: (c: ConnectionConfig, o: IssueOptions) => ReturnType<TokenIssuer['issue']>,
+  issue: Issue,
   o: { recheck?: number; window?: number; timeout?: number } = {},
 ) => issuance(store, clock as unknown as ManualClock, issue, o);
 
@@ -221,7 +223,7 @@ describe('Review of the countdown: leases, grace and pauses', () => {
     // gateway had it queued and processes it 5.9 s after it was sent, inside the budget + grace
     // (2 x 5 s) that A's own confirmation reserved for exactly this.
     const a = simIssuance(store, clockA, async (_c, o) => {
-      await o.beforeAccessToken?.();
+      await o.fence?.();
       sentAt = clockA.now();
       clockA.after(T + 900, () => up.post(clockA.now()));
       await clockA.sleep(50);
@@ -271,7 +273,9 @@ describe('Review of the countdown: more interleavings', () => {
       releaseLease: (n, h) => (partitioned ? cut() : store.releaseLease(n, h)),
     });
     const clockH = sim.clock('H');
-    const h = simIssuance(hStore, clockH, (c, o) => issuerFor(up, clockH).issue(c, {} as never, o));
+    const h = simIssuance(hStore, clockH, (c, o) =>
+      issueWith(issuerFor(up, clockH), c, {} as never, o),
+    );
     const forced = await sim.run(h.obtain(sandbox, 1_000_000, T0 + 9_500, false));
     expect(forced.error).toBeDefined();
     expect(store.items.get('sandbox')?.lease?.countdown).toBe(2);
@@ -319,11 +323,11 @@ describe('Review of the countdown: more interleavings', () => {
     // Retry-After (8 s in all). C's measured issuance (XFetch's delta) is now 8 s.
     let slow = true;
     const cIssuer: TokenIssuer = {
-      issue: async (_c, _cr, o) => {
+      authorize: async () => {
         if (slow) await clockC.sleep(8_000);
-        await o.beforeAccessToken?.();
-        return up.post(clockC.now());
+        return sealCode('code');
       },
+      requestToken: async () => up.post(clockC.now()),
     };
     const c = simBroker(store, clockC, up, { issuer: cIssuer });
     const first = await simAsk(sim, c, up, { step: 50 });
@@ -392,17 +396,11 @@ describe('Review of the countdown: more interleavings', () => {
     const clock = sim.clock('C');
     let calls = 0;
     const issuer: TokenIssuer = {
-      issue: async (_c, _cr, o) => {
+      authorize: async (_c, _cr, o) => {
         calls += 1;
         if (calls === 1) {
           await clock.sleep(4_000); // a slow authorize
-          await o.beforeAccessToken?.();
-          await clock.sleep(5_000); // the POST takes its whole budget, then: 401
-          throw new UpstreamRejectedError('Open API rejected the access-token request: HTTP 401', {
-            upstreamStatus: 401,
-          });
-        }
-        if (o.deadline - clock.now() <= 0) {
+        } else if (o.deadline - clock.now() <= 0) {
           throw new UpstreamUnavailableError(
             'No time left to call the Open API authorize endpoint',
             {
@@ -410,7 +408,15 @@ describe('Review of the countdown: more interleavings', () => {
             },
           );
         }
-        await o.beforeAccessToken?.();
+        return sealCode('code');
+      },
+      requestToken: async () => {
+        if (calls === 1) {
+          await clock.sleep(5_000); // the POST takes its whole budget, then: 401
+          throw new UpstreamRejectedError('Open API rejected the access-token request: HTTP 401', {
+            upstreamStatus: 401,
+          });
+        }
         return up.post(clock.now());
       },
     };
@@ -445,7 +451,7 @@ describe('Review of the countdown: more interleavings', () => {
       clockA,
       async (_c, o) => {
         await clockA.sleep(1_900);
-        await o.beforeAccessToken?.();
+        await o.fence?.();
         await clockA.sleep(400); // the POST, in flight for 400 ms
         return up.post(clockA.now());
       },
@@ -475,11 +481,12 @@ describe('Review of the countdown: more interleavings', () => {
     // The upstream has been failing through the window, so t0 was never refreshed: C's
     // refresh-ahead attempts fail at the authorize step (a definite 503).
     const down: TokenIssuer = {
-      issue: async () => {
+      authorize: async () => {
         throw new UpstreamUnavailableError('Open API authorize answered HTTP 503', {
           retryAfterSeconds: 1,
         });
       },
+      requestToken: () => Promise.reject(new Error('not reached: authorize fails')),
     };
     const c = simBroker(store, sim.clock('C'), up, { issuer: down });
     const ahead = simBroker(store, sim.clock('A', 4_000), up);

@@ -317,9 +317,9 @@ describe('Class: TokenBroker', () => {
 
     it('warns about upstream clock skew but counts expiry from the local clock', async () => {
       const { broker, issuer, logger } = setup();
-      const issue = issuer.issue.bind(issuer);
-      issuer.issue = async (...args) => ({
-        ...(await issue(...args)),
+      const requestToken = issuer.requestToken.bind(issuer);
+      issuer.requestToken = async (...args) => ({
+        ...(await requestToken(...args)),
         upstreamTimestamp: T0 / 1000 + 3600,
       });
       const served = await broker.getToken('sandbox', { deadline: deadline() });
@@ -426,13 +426,13 @@ describe('Class: TokenBroker', () => {
 
     it('reports a failing connection without stopping the others', async () => {
       const { broker, issuer } = setup();
-      const issue = issuer.issue.bind(issuer);
-      issuer.issue = async (conn, creds) => {
+      const authorize = issuer.authorize.bind(issuer);
+      issuer.authorize = async (conn, creds, options) => {
         if (conn.name === 'legacy')
           throw new UpstreamUnavailableError('Open API authorize request failed: ECONNREFUSED', {
             retryAfterSeconds: 1,
           });
-        return issue(conn, creds);
+        return authorize(conn, creds, options);
       };
       const report = await broker.warmUp(deadline());
       expect(report.failed).toBe(1);
@@ -571,9 +571,9 @@ describe('Class: TokenBroker', () => {
       const store = new InMemoryTokenStore();
       const issuer = new FakeIssuer();
       const { broker } = setup({ store, issuer });
-      const issue = issuer.issue.bind(issuer);
-      issuer.issue = async (...args) => {
-        const mine = await issue(...args);
+      const requestToken = issuer.requestToken.bind(issuer);
+      issuer.requestToken = async (...args) => {
+        const mine = await requestToken(...args);
         // We overran our lease; another container took it and wrote its token.
         store.items.set('sandbox', { token: record('new-holder', T0 + 3600_500) });
         return mine;
@@ -917,10 +917,10 @@ describe('Class: TokenBroker', () => {
     it('re-reads the secret bypassing the cache when the upstream rejects the credentials, and retries once', async () => {
       const { broker, issuer, secrets } = setup();
       secrets.stored = { clientId: 'client-1', clientSecret: 'rotated' };
-      const issue = issuer.issue.bind(issuer);
-      issuer.issue = async (conn, credentials) => {
+      const requestToken = issuer.requestToken.bind(issuer);
+      issuer.requestToken = async (conn, credentials, code, options) => {
         if (credentials.clientSecret !== 'rotated') throw rejected();
-        return issue(conn, credentials);
+        return requestToken(conn, credentials, code, options);
       };
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served.source).toBe('upstream');
@@ -955,10 +955,10 @@ describe('Class: TokenBroker', () => {
 
       const rotated = setup();
       rotated.secrets.stored = { clientId: 'client-1', clientSecret: 'rotated' };
-      const issue = rotated.issuer.issue.bind(rotated.issuer);
-      rotated.issuer.issue = async (conn, credentials) => {
+      const requestToken = rotated.issuer.requestToken.bind(rotated.issuer);
+      rotated.issuer.requestToken = async (conn, credentials, code, options) => {
         if (credentials.clientSecret !== 'rotated') throw signatureRefused();
-        return issue(conn, credentials);
+        return requestToken(conn, credentials, code, options);
       };
       const served = await rotated.broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served.source).toBe('upstream');
@@ -1006,7 +1006,7 @@ describe('Class: TokenBroker', () => {
       await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       vi.advanceTimersByTime(3570_000);
       let attempts = 0;
-      issuer.issue = async () => {
+      issuer.authorize = async () => {
         attempts += 1;
         throw new UpstreamUnavailableError('down', { retryAfterSeconds: 1 });
       };
