@@ -1,6 +1,7 @@
 import { createHmac } from 'node:crypto';
+import { inspect } from 'node:util';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { issueWith } from '../../../lib/broker/issue-flow.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import {
@@ -9,6 +10,7 @@ import {
   UpstreamRejectedError,
   UpstreamUnavailableError,
 } from '../../../lib/errors.js';
+import type { AuthorizationCode } from '../../../lib/ports.js';
 import {
   OpenApiClient,
   readJsonBody,
@@ -351,15 +353,121 @@ describe('Class: OpenApiClient against the simulator', () => {
       const { fetch, posts } = fetchWith(async () => new Response('{}'));
       const upstream = new OpenApiClient({ timeoutMs: 1000, limits, fetch });
       const lease = new AbortController();
+      const bounds = { deadline: deadline(), signal: lease.signal };
+      const code = await upstream.authorize(v3, client, bounds);
       const reason = new Error('lease taken over');
       lease.abort(reason);
+      const error = await upstream.requestToken(v3, client, code, bounds).then(unexpected, caught);
+      expect(error).toBe(reason);
+      expect(posts).toHaveLength(0);
+    });
+
+    it('sends no access-token request before the fence resolves', async () => {
+      const { fetch, posts } = fetchWith(async () =>
+        jsonResponse({ code: '000000', data: { accessToken: 'at', expiresIn: 60 } }),
+      );
+      const upstream = new OpenApiClient({ timeoutMs: 1000, limits, fetch });
+      let release: () => void = () => undefined;
+      const gate = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      let fenced = false;
+      const pending = issueWith(upstream, v3, client, {
+        deadline: deadline(),
+        fence: async () => {
+          fenced = true;
+          await gate;
+        },
+      });
+      await vi.waitFor(() => expect(fenced).toBe(true));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(posts).toHaveLength(0);
+      const releasedAt = Date.now();
+      release();
+      const token = await pending;
+      expect(posts).toHaveLength(1);
+      expect(token.requestedAt).toBeGreaterThanOrEqual(releasedAt);
+    });
+
+    it('fences once for the token request, and retries an unsent attempt under that fence, its expiry counted from the attempt that answered', async () => {
+      const refused = Object.assign(new TypeError('fetch failed'), {
+        cause: { code: 'ECONNREFUSED' },
+      });
+      const { fetch, posts } = fetchWith(async () => {
+        if (posts.length === 1) throw refused;
+        return jsonResponse({ code: '000000', data: { accessToken: 'at', expiresIn: 60 } });
+      });
+      const upstream = new OpenApiClient({ timeoutMs: 1000, limits, fetch });
+      let fences = 0;
+      const token = await issueWith(upstream, v3, client, {
+        deadline: deadline(),
+        fence: async () => {
+          fences += 1;
+        },
+      });
+      expect(fences).toBe(1);
+      expect(posts).toHaveLength(2);
+      expect(token.requestedAt).toBeGreaterThanOrEqual(posts[0] ?? Number.NaN);
+      expect(token.requestedAt).toBeLessThanOrEqual(posts[1] ?? Number.NaN);
+    });
+
+    it('starts no retry of an unsent attempt once the lease has ended', async () => {
+      const lease = new AbortController();
+      const reason = new Error('the access-token request outlived its lease');
+      const { fetch, posts } = fetchWith(async () => {
+        // Refused (provably unsent); the lease's confirmed time runs out during the backoff.
+        setTimeout(() => lease.abort(reason), 10);
+        throw Object.assign(new TypeError('fetch failed'), { cause: { code: 'ECONNREFUSED' } });
+      });
+      const upstream = new OpenApiClient({
+        timeoutMs: 1000,
+        limits,
+        fetch,
+        // The full backoff ceiling (100 ms) every time: the lease ends well before the retry.
+        resilience: new UpstreamResilience({ ...DEFAULT_RESILIENCE, random: () => 1 }),
+      });
       const error = await issueWith(upstream, v3, client, {
         deadline: deadline(),
         signal: lease.signal,
       }).then(unexpected, caught);
       expect(error).toBe(reason);
+      expect(posts).toHaveLength(1);
+    });
+
+    it('refuses a code it did not hand out, and sends nothing', async () => {
+      const { fetch, posts } = fetchWith(async () => new Response('{}'));
+      const upstream = new OpenApiClient({ timeoutMs: 1000, limits, fetch });
+      const forged = { code: 'guessed' } as unknown as AuthorizationCode;
+      const error = await upstream
+        .requestToken(v3, client, forged, { deadline: deadline() })
+        .then(unexpected, caught);
+      expect(error).toMatchObject({ name: 'InternalError', code: 'INTERNAL_ERROR' });
+      expect(error.message).not.toContain('guessed');
       expect(posts).toHaveLength(0);
     });
+  });
+
+  it('hands the authorization code over sealed: it prints, serialises and inspects as [authorization code]', async () => {
+    const upstream = openApi();
+    const before = simulator.handedOut().length;
+    const code = await upstream.authorize(v3, client, { deadline: deadline() });
+    const [value] = simulator.handedOut().slice(before);
+    expect(value).toMatch(/.{8,}/);
+    const shown = [
+      String(code),
+      `${code}`,
+      JSON.stringify({ code }),
+      inspect(code),
+      inspect({ code }, { showHidden: true, depth: 5 }),
+      new Error(`with ${code}`).message,
+    ];
+    for (const text of shown) {
+      expect(text).toContain('[authorization code]');
+      expect(text).not.toContain(value);
+    }
+    expect(Object.keys(code)).toEqual([]);
+    const token = await upstream.requestToken(v3, client, code, { deadline: deadline() });
+    expect(simulator.isValid(token.accessToken)).toBe(true);
   });
 
   it('runs the legacy flow with the client secret in the token request', async () => {
