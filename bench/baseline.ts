@@ -7,6 +7,7 @@
 import { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SecretsManagerSecretSource } from '../lib/adapters/secrets-manager-secret-source.js';
+import { issueWith } from '../lib/broker/issue-flow.js';
 import { loadConfig } from '../lib/config.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
 
@@ -42,7 +43,9 @@ export const handler = async (event: Event) => {
     return { connection: connection.name, ...cached };
   }
   const credentials = await secrets.getCredentials(connection.secretId);
-  const issued = await client.issue(connection, credentials, { deadline: Date.now() + 10_000 });
+  const issued = await issueWith(client, connection, credentials, {
+    deadline: Date.now() + 10_000,
+  });
   const token = {
     accessToken: issued.accessToken,
     expiresAt: issued.requestedAt + issued.expiresIn * 1000,

@@ -203,31 +203,61 @@ export interface IssuedToken {
   readonly requestedAt: number;
 }
 
-/** How one run of the flow is bounded and fenced. */
-export interface IssueOptions {
-  /** Epoch ms by which the flow must be over (the caller's deadline). */
-  readonly deadline: number;
-  /** Aborts every upstream request in flight (the lease was lost, or its time ran out). */
-  readonly signal?: AbortSignal | undefined;
-  /**
-   * Called before each access-token request is sent, once the authorization code is in hand:
-   * the lease holder confirms its lease there, so that no token request leaves without a lease
-   * that covers it. It throws to stop the request; nothing is sent then.
-   */
-  readonly beforeAccessToken?: (() => Promise<void>) | undefined;
+declare const authorizationCodeBrand: unique symbol;
+
+/**
+ * The authorization code one run of the flow holds between its two steps: opaque outside the
+ * issuer that made it (the core only carries it from {@link TokenIssuer.authorize} to
+ * {@link TokenIssuer.requestToken}). It is single-use and short-lived, yet a credential while it
+ * lives: it never reaches a log or an error message (the upstream client's codes print, log and
+ * serialise as `[authorization code]`).
+ */
+export interface AuthorizationCode {
+  readonly [authorizationCodeBrand]: never;
 }
 
-/** Runs the two-step token flow against the Open API. */
+/** How one step of the flow is bounded. */
+export interface StepOptions {
+  /** Epoch ms by which the step must be over (the caller's deadline). */
+  readonly deadline: number;
+  /**
+   * Aborts every upstream request in flight (the lease was lost, or its time ran out); no
+   * attempt starts once it is aborted.
+   */
+  readonly signal?: AbortSignal | undefined;
+}
+
+/**
+ * Runs the two-step token flow against the Open API, one call per step, so that the caller
+ * fences in between (see `lib/broker/issue-flow.ts`): nothing that may revoke a token leaves
+ * before {@link TokenIssuer.requestToken} is called.
+ */
 export interface TokenIssuer {
   /**
+   * Asks for an authorization code (the GET). Harmless: it issues and revokes nothing, so it
+   * may be retried and may run while the lease counts down.
+   */
+  authorize(
+    connection: ConnectionConfig,
+    credentials: ClientCredentials,
+    options: StepOptions,
+  ): Promise<AuthorizationCode>;
+  /**
+   * Exchanges `code` for a token (the POST, which may revoke every token issued before). Each
+   * attempt is built, and signed, afresh; only an attempt proved unsent is retried, so
+   * `requestedAt` is when the attempt that answered was sent.
+   *
    * @throws {UpstreamUnavailableError} with `outcomeUnknown` when an access-token request may
    *   have reached the upstream without its answer reaching us (a timeout, a reset after
    *   sending): the upstream may still issue, and so revoke the tokens issued before.
+   * @throws {UpstreamBadResponseError} with `outcomeUnknown` when an answer came but cannot be
+   *   read: the upstream processed the request, and may have issued.
    */
-  issue(
+  requestToken(
     connection: ConnectionConfig,
     credentials: ClientCredentials,
-    options: IssueOptions,
+    code: AuthorizationCode,
+    options: StepOptions,
   ): Promise<IssuedToken>;
 }
 

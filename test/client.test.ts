@@ -34,6 +34,7 @@ import type {
   ReadinessReport as BrokerReadinessReport,
   WarmUpReport as BrokerWarmUpReport,
 } from '../lib/broker/index.js';
+import { issueWith } from '../lib/broker/issue-flow.js';
 import { ErrorCode } from '../lib/errors.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
 import { type Container, startContainer } from '../local/fleet.js';
@@ -124,7 +125,8 @@ describe.each(['lambda', 'http'] as const)('Client over %s', (transport) => {
     const before = await client.getToken('sandbox');
     // Someone else issues a token for this client: the upstream revokes the broker's token.
     const openApi = new OpenApiClient({ timeoutMs: 5000, limits: { maxLifetimeSeconds: 86_400 } });
-    await openApi.issue(
+    await issueWith(
+      openApi,
       {
         name: 'x',
         variant: 'v3',

@@ -139,7 +139,10 @@ const onFirstUse = <T>(load: () => Promise<T>): (() => Promise<T>) => {
 
 const lazyIssuer = (load: () => Promise<TokenIssuer>): TokenIssuer => {
   const issuer = onFirstUse(load);
-  return { issue: async (...args) => (await issuer()).issue(...args) };
+  return {
+    authorize: async (...args) => (await issuer()).authorize(...args),
+    requestToken: async (...args) => (await issuer()).requestToken(...args),
+  };
 };
 
 const lazyCipher = (load: () => Promise<TokenCipher>): TokenCipher => {

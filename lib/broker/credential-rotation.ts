@@ -1,18 +1,18 @@
 /**
- * Credential rotation around the issuer: when the upstream rejects the client's credentials,
- * the secret is read again bypassing every cache and, if it changed (a rotation), the flow is
- * tried once more with the new one. An unchanged secret means the rejection stands.
+ * Credential rotation around the flow (`issue-flow.ts`): when the upstream rejects the client's
+ * credentials, at either step, the secret is read again bypassing every cache and, if it
+ * changed (a rotation), the whole flow runs once more with the new one: a new code, the fence
+ * again, a new token request. An unchanged secret means the rejection stands.
  */
 import { type Clock, systemClock } from '../clock.js';
-import type { ConnectionConfig } from '../config.js';
 import { UpstreamRejectedError } from '../errors.js';
-import type { IssuedToken, IssueOptions, SecretSource, TokenIssuer } from '../ports.js';
+import type { SecretSource, TokenIssuer } from '../ports.js';
 import { SIGNATURE_REFUSAL, TIMESTAMP_REFUSAL } from '../upstream/rejections.js';
+import { type Issue, issueWith } from './issue-flow.js';
 import { withDeadline } from './single-flight.js';
 import type { BrokerLogger } from './types.js';
 
-/** Runs the flow for a connection with whatever credentials are current. */
-export type Issue = (connection: ConnectionConfig, options: IssueOptions) => Promise<IssuedToken>;
+export type { Issue, IssueOptions } from './issue-flow.js';
 
 /**
  * The upstream refused the client's credentials (rather than the request): HTTP 401/403, or a
@@ -44,7 +44,7 @@ export const withCredentialRotation =
     const clock = deps.clock ?? systemClock;
     const credentials = await secrets.getCredentials(connection.secretId);
     try {
-      return await issuer.issue(connection, credentials, options);
+      return await issueWith(issuer, connection, credentials, options);
     } catch (error) {
       if (!isCredentialRejection(error)) throw error;
       // Within the caller's deadline: past it, the rejection is the answer.
@@ -63,6 +63,7 @@ export const withCredentialRotation =
       logger.warn('Credentials rejected; the secret changed, retrying once with the new one', {
         connection: connection.name,
       });
-      return await issuer.issue(connection, fresh, options);
+      // Authorize → fence → token request afresh: the first code was the old client's.
+      return await issueWith(issuer, connection, fresh, options);
     }
   };

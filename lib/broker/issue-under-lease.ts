@@ -96,7 +96,7 @@ export const issueUnderLease = async (
     const issued = await deps.issue(connection, {
       deadline: flow.deadline.minus(STORE_RESERVE_MS).epoch(),
       signal: lease.signal,
-      beforeAccessToken: () => lease.fence(),
+      fence: () => lease.fence(),
     });
     lease.stop();
     const took = clock.monotonic() - started;

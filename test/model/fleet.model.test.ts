@@ -23,7 +23,8 @@ import fc from 'fast-check';
 import { describe, it } from 'vitest';
 import type { TokenBroker } from '../../lib/broker/index.js';
 import type { Clock } from '../../lib/clock.js';
-import type { IssueOptions, TokenIssuer } from '../../lib/ports.js';
+import type { TokenIssuer } from '../../lib/ports.js';
+import { sealCode } from '../../lib/upstream/authorization-code.js';
 import { InMemoryTokenStore } from '../support/fakes.js';
 import { fleetBroker, Upstream, wrap } from '../support/fleet-model.js';
 import { Sim, settle } from '../support/sim.js';
@@ -126,8 +127,8 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
     const clock = sim.clock(`n${i}`, offsets[i] ?? 0);
     clocks.push(clock);
     const issuer: TokenIssuer = {
-      issue: async (_connection, _credentials, options: IssueOptions) => {
-        await options.beforeAccessToken?.();
+      authorize: async () => sealCode('code'),
+      requestToken: async (_connection, _credentials, _code, options) => {
         options.signal?.throwIfAborted();
         const issued = up.post(clock.now(), LIFE_S);
         issuedBy.set(issued.accessToken, i);

@@ -8,20 +8,22 @@ import type { Clock } from '../../lib/clock.js';
 import type { ConnectionConfig } from '../../lib/config.js';
 import type { BrokerMetrics, MetricName } from '../../lib/metrics.js';
 import type {
+  AuthorizationCode,
   ClientCredentials,
   IssuedToken,
-  IssueOptions,
   Lease,
   LeaseAttempt,
   LeaseRef,
   LeaseRequest,
   LeaseTerms,
   SecretSource,
+  StepOptions,
   TokenIssuer,
   TokenRecord,
   TokenState,
   TokenStore,
 } from '../../lib/ports.js';
+import { sealCode } from '../../lib/upstream/authorization-code.js';
 
 /** Whether `lease` is exactly the write `ref` names (holder and version). */
 const isExactly = (lease: Lease | undefined, ref: LeaseRef): boolean =>
@@ -165,7 +167,11 @@ export class FakeSecretSource implements SecretSource {
   }
 }
 
-/** Issues `token-1`, `token-2`, … with the given lifetime; can be made slow or failing. */
+/**
+ * Issues `token-1`, `token-2`, … with the given lifetime; can be made slow or failing. As the
+ * real client: `authorize` hands out a code (slowly, or failing, when told), `requestToken` is
+ * the access-token POST the caller fenced before.
+ */
 export class FakeIssuer implements TokenIssuer {
   issued = 0;
   expiresIn = 3600;
@@ -173,17 +179,26 @@ export class FakeIssuer implements TokenIssuer {
   failWith: Error | undefined;
   constructor(private readonly now: () => number = () => Date.now()) {}
 
+  /** Authorization codes handed out. */
+  authorized = 0;
   /** Access-token requests that were sent (after the fence let them through). */
   posts = 0;
-  async issue(
+  async authorize(
     _connection: ConnectionConfig,
     _credentials: ClientCredentials,
-    options?: IssueOptions,
-  ): Promise<IssuedToken> {
+    _options?: StepOptions,
+  ): Promise<AuthorizationCode> {
     if (this.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.delayMs));
     if (this.failWith) throw this.failWith;
-    // As the real client does: the fence runs once the code is in hand, before the POST.
-    await options?.beforeAccessToken?.();
+    this.authorized += 1;
+    return sealCode(`code-${this.authorized}`);
+  }
+  async requestToken(
+    _connection: ConnectionConfig,
+    _credentials: ClientCredentials,
+    _code: AuthorizationCode,
+    options?: StepOptions,
+  ): Promise<IssuedToken> {
     options?.signal?.throwIfAborted();
     this.posts += 1;
     const requestedAt = this.now();

@@ -6,13 +6,8 @@
 import { TokenBroker } from '../../lib/broker/index.js';
 import { tokenDigest } from '../../lib/broker/types.js';
 import type { ConnectionConfig } from '../../lib/config.js';
-import type {
-  IssueOptions,
-  SecretSource,
-  TokenIssuer,
-  TokenRecord,
-  TokenStore,
-} from '../../lib/ports.js';
+import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../../lib/ports.js';
+import { sealCode } from '../../lib/upstream/authorization-code.js';
 import {
   CountingMetrics,
   captureLogger,
@@ -50,14 +45,14 @@ export class Upstream {
   }
 }
 
-/** The real client's order: authorize, the fence, then the POST (issued when it lands). */
+/** The real client's steps: authorize, then the POST (issued when it lands); the core fences between. */
 export const issuerFor = (
   up: Upstream,
   clock: { now(): number },
   expiresIn = 1200,
 ): TokenIssuer => ({
-  issue: async (_c, _cr, o: IssueOptions) => {
-    await o.beforeAccessToken?.();
+  authorize: async () => sealCode('code'),
+  requestToken: async (_c, _cr, _code, o) => {
     o.signal?.throwIfAborted();
     return up.post(clock.now(), expiresIn);
   },

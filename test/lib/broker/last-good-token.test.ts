@@ -26,7 +26,7 @@ describe('Last good token: served when a newer one cannot be had', () => {
     await broker.getToken('sandbox', { deadline: T0 + 5_000 });
     vi.advanceTimersByTime(3570_000);
     let attempts = 0;
-    issuer.issue = async () => {
+    issuer.authorize = async () => {
       attempts += 1;
       throw new UpstreamUnavailableError('down', { retryAfterSeconds: 1 });
     };

@@ -79,7 +79,7 @@ const recordCountdowns = (store: InMemoryTokenStore): number[] => {
 const fencedIssue =
   (clock: ManualClock, posts: number[], expiresIn = 3600): Issue =>
   async (_c, options) => {
-    await options.beforeAccessToken?.();
+    await options.fence?.();
     posts.push(clock.now());
     return { accessToken: 'issued', expiresIn, upstreamTimestamp: undefined, requestedAt: T0 };
   };
@@ -468,7 +468,7 @@ describe('Class: LeasedIssuance under faults', () => {
       // Authorization code in hand; the process stops here while another container takes the
       // lease over, issues and writes its token.
       store.items.set('sandbox', { token: record('theirs', T0 + HOUR + 5_000) });
-      await options.beforeAccessToken?.();
+      await options.fence?.();
       posts += 1;
       return code(clock);
     });
@@ -489,7 +489,7 @@ describe('Class: LeasedIssuance under faults', () => {
         clock.advanceNow(2_500); // paused right after the confirmation came back
         return renewed;
       };
-      await options.beforeAccessToken?.();
+      await options.fence?.();
       posts += 1;
       return code(clock);
     });
@@ -510,7 +510,7 @@ describe('Class: LeasedIssuance under faults', () => {
       };
       await clock.advance(LEASE_HEARTBEAT_MS); // a heartbeat fires, and fails
       aborted = options.signal?.aborted ?? false;
-      await options.beforeAccessToken?.();
+      await options.fence?.();
       posts += 1;
       return code(clock);
     });
@@ -526,7 +526,7 @@ describe('Class: LeasedIssuance under faults', () => {
     const store = new InMemoryTokenStore();
     let leaseAtPost: number | undefined;
     const { issuance } = container(store, clock, async (_c, options) => {
-      await options.beforeAccessToken?.();
+      await options.fence?.();
       leaseAtPost = store.items.get('sandbox')?.lease?.expiresAt;
       return code(clock);
     });
@@ -541,7 +541,7 @@ describe('Class: LeasedIssuance under faults', () => {
     const current = record('current', T0 + 100_000);
     store.setToken(current);
     const { issuance, memory } = container(store, clock, async (_c, options) => {
-      await options.beforeAccessToken?.();
+      await options.fence?.();
       throw new UpstreamUnavailableError('Open API access-token request timed out after 2000 ms', {
         outcomeUnknown: true,
       });
@@ -632,7 +632,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
     (async (_c, options) => {
       during();
       await clock.advance(LEASE_HEARTBEAT_MS);
-      await options.beforeAccessToken?.();
+      await options.fence?.();
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     }) satisfies Issue;
 
@@ -668,7 +668,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
     const { issuance } = container(store, clock, async (_c, options) => {
       store.renewLease = () => new Promise<boolean>(() => undefined); // renewals hang
       await clock.advance(LEASE_MS + LEASE_HEARTBEAT_MS);
-      await options.beforeAccessToken?.();
+      await options.fence?.();
       posts += 1;
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
@@ -697,7 +697,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
     let posts = 0;
     const { issuance } = container(store, clock, async (_c, options) => {
       await clock.advance(500);
-      await options.beforeAccessToken?.();
+      await options.fence?.();
       posts += 1;
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
@@ -713,7 +713,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
     const store = new InMemoryTokenStore();
     let abortedAt: number | undefined;
     const { issuance } = container(store, clock, async (_c, options) => {
-      await options.beforeAccessToken?.();
+      await options.fence?.();
       options.signal?.addEventListener('abort', () => {
         abortedAt = clock.now();
       });
@@ -824,7 +824,7 @@ describe('Class: LeasedIssuance, store failing at the fence', () => {
     let posts = 0;
     const { issuance } = container(store, clock, async (_c, options) => {
       store.failing = true; // DynamoDB refuses from here on
-      await options.beforeAccessToken?.();
+      await options.fence?.();
       posts += 1;
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });

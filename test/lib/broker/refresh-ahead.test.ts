@@ -8,8 +8,10 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../lib/broker/index.js';
+import { issueWith } from '../../../lib/broker/issue-flow.js';
 import { UpstreamUnavailableError } from '../../../lib/errors.js';
 import type { TokenIssuer } from '../../../lib/ports.js';
+import { sealCode } from '../../../lib/upstream/authorization-code.js';
 import { connection, FakeIssuer, InMemoryTokenStore } from '../../support/fakes.js';
 import { issuerFor, sandbox, seed, Upstream, wrap } from '../../support/fleet-model.js';
 import { Sim } from '../../support/sim.js';
@@ -243,13 +245,13 @@ describe('Refresh ahead of expiry: by the warm-up', () => {
 
   it('reports a failing connection without stopping the others', async () => {
     const { broker, issuer } = setup();
-    const issue = issuer.issue.bind(issuer);
-    issuer.issue = async (conn, creds) => {
+    const authorize = issuer.authorize.bind(issuer);
+    issuer.authorize = async (conn, creds, options) => {
       if (conn.name === 'legacy')
         throw new UpstreamUnavailableError('Open API authorize request failed: ECONNREFUSED', {
           retryAfterSeconds: 1,
         });
-      return issue(conn, creds);
+      return authorize(conn, creds, options);
     };
     const report = await broker.warmUp(deadline());
     expect(report.failed).toBe(1);
@@ -310,7 +312,9 @@ describe('Refresh ahead of expiry: what the cut-over costs readers', () => {
       releaseLease: (n, l) => (partitioned ? cut() : store.releaseLease(n, l)),
     });
     const clockH = sim.clock('H');
-    const h = issuance(hStore, clockH, (c, o) => issuerFor(up, clockH).issue(c, {} as never, o));
+    const h = issuance(hStore, clockH, (c, o) =>
+      issueWith(issuerFor(up, clockH), c, {} as never, o),
+    );
     const forced = await sim.run(h.obtain(sandbox, 1_000_000, T0 + 9_500, false));
     expect(forced.error).toBeDefined();
     expect(store.items.get('sandbox')?.lease?.countdown).toBe(2);
@@ -359,11 +363,11 @@ describe('Refresh ahead of expiry: what the cut-over costs readers', () => {
     // Retry-After (8 s in all). C's measured issuance (XFetch's delta) is now 8 s.
     let slow = true;
     const cIssuer: TokenIssuer = {
-      issue: async (_c, _cr, o) => {
+      authorize: async () => {
         if (slow) await clockC.sleep(8_000);
-        await o.beforeAccessToken?.();
-        return up.post(clockC.now());
+        return sealCode('code');
       },
+      requestToken: async () => up.post(clockC.now()),
     };
     const c = simBroker(store, clockC, up, { issuer: cIssuer });
     const first = await simAsk(sim, c, up, { step: 50 });

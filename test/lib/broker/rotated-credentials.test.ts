@@ -27,10 +27,10 @@ describe('Rotated credentials: a rejection of the credentials re-reads the secre
   it('re-reads the secret bypassing the cache when the upstream rejects the credentials, and retries once', async () => {
     const { broker, issuer, secrets } = setup();
     secrets.stored = { clientId: 'client-1', clientSecret: 'rotated' };
-    const issue = issuer.issue.bind(issuer);
-    issuer.issue = async (conn, credentials) => {
+    const requestToken = issuer.requestToken.bind(issuer);
+    issuer.requestToken = async (conn, credentials, code, options) => {
       if (credentials.clientSecret !== 'rotated') throw rejected();
-      return issue(conn, credentials);
+      return requestToken(conn, credentials, code, options);
     };
     const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
     expect(served.source).toBe('upstream');
@@ -65,10 +65,10 @@ describe('Rotated credentials: a rejection of the credentials re-reads the secre
 
     const rotated = setup();
     rotated.secrets.stored = { clientId: 'client-1', clientSecret: 'rotated' };
-    const issue = rotated.issuer.issue.bind(rotated.issuer);
-    rotated.issuer.issue = async (conn, credentials) => {
+    const requestToken = rotated.issuer.requestToken.bind(rotated.issuer);
+    rotated.issuer.requestToken = async (conn, credentials, code, options) => {
       if (credentials.clientSecret !== 'rotated') throw signatureRefused();
-      return issue(conn, credentials);
+      return requestToken(conn, credentials, code, options);
     };
     const served = await rotated.broker.getToken('sandbox', { deadline: T0 + 5_000 });
     expect(served.source).toBe('upstream');

@@ -99,9 +99,9 @@ describe('Serving a token', () => {
 
     it('warns about upstream clock skew but counts expiry from the local clock', async () => {
       const { broker, issuer, logger } = setup();
-      const issue = issuer.issue.bind(issuer);
-      issuer.issue = async (...args) => ({
-        ...(await issue(...args)),
+      const requestToken = issuer.requestToken.bind(issuer);
+      issuer.requestToken = async (...args) => ({
+        ...(await requestToken(...args)),
         upstreamTimestamp: T0 / 1000 + 3600,
       });
       const served = await broker.getToken('sandbox', { deadline: deadline() });

@@ -12,10 +12,11 @@
  */
 import { afterEach, beforeEach, vi } from 'vitest';
 import { TokenBroker, tokenDigest } from '../../../lib/broker/index.js';
+import type { Issue } from '../../../lib/broker/issue-flow.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
 import { type Clock, systemClock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
-import type { IssueOptions, TokenIssuer, TokenRecord, TokenStore } from '../../../lib/ports.js';
+import type { TokenRecord, TokenStore } from '../../../lib/ports.js';
 import {
   CountingMetrics,
   captureLogger,
@@ -131,7 +132,7 @@ export const storeToken = (
 export const issuance = (
   store: TokenStore,
   clock: Clock,
-  issue: (c: ConnectionConfig, o: IssueOptions) => ReturnType<TokenIssuer['issue']>,
+  issue: Issue,
   o: { recheck?: number; window?: number; timeout?: number } = {},
 ) =>
   new LeasedIssuance({

@@ -1,6 +1,8 @@
 import { createHmac } from 'node:crypto';
+import { inspect } from 'node:util';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { issueWith } from '../../../lib/broker/issue-flow.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import {
   BrokerError,
@@ -8,6 +10,7 @@ import {
   UpstreamRejectedError,
   UpstreamUnavailableError,
 } from '../../../lib/errors.js';
+import type { AuthorizationCode } from '../../../lib/ports.js';
 import {
   OpenApiClient,
   readJsonBody,
@@ -229,10 +232,10 @@ describe('Class: OpenApiClient against the simulator', () => {
 
   it('counts expiry from when the token request leaves, after the fence, not from the authorize', async () => {
     let fenceDone = 0;
-    const token = await openApi().issue(v3, client, {
+    const token = await issueWith(openApi(), v3, client, {
       deadline: deadline(),
       // The lease holder's fence waits out its countdown here.
-      beforeAccessToken: async () => {
+      fence: async () => {
         await new Promise((resolve) => setTimeout(resolve, 300));
         fenceDone = Date.now();
       },
@@ -243,7 +246,7 @@ describe('Class: OpenApiClient against the simulator', () => {
 
   it('runs the v3 flow and never sends the client secret', async () => {
     const before = Date.now();
-    const token = await openApi().issue(v3, client, { deadline: deadline() });
+    const token = await issueWith(openApi(), v3, client, { deadline: deadline() });
     expect(simulator.isValid(token.accessToken)).toBe(true);
     expect(token.expiresIn).toBe(86400);
     expect(token.requestedAt).toBeGreaterThanOrEqual(before);
@@ -276,9 +279,10 @@ describe('Class: OpenApiClient against the simulator', () => {
     it('reports a token request that timed out as an unknown outcome, and never retries it', async () => {
       const { fetch, posts } = fetchWith(held);
       const upstream = new OpenApiClient({ timeoutMs: 200, limits, fetch });
-      const error = await upstream
-        .issue(v3, client, { deadline: deadline() })
-        .then(unexpected, caught);
+      const error = await issueWith(upstream, v3, client, { deadline: deadline() }).then(
+        unexpected,
+        caught,
+      );
       expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: true });
       expect(error.message).toContain('access-token request timed out after 200 ms');
       expect(posts).toHaveLength(1);
@@ -292,9 +296,10 @@ describe('Class: OpenApiClient against the simulator', () => {
         throw refused;
       });
       const upstream = new OpenApiClient({ timeoutMs: 200, limits, fetch });
-      const error = await upstream
-        .issue(v3, client, { deadline: deadline() })
-        .then(unexpected, caught);
+      const error = await issueWith(upstream, v3, client, { deadline: deadline() }).then(
+        unexpected,
+        caught,
+      );
       expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: false });
       expect(posts.length).toBeGreaterThan(1);
     });
@@ -305,9 +310,10 @@ describe('Class: OpenApiClient against the simulator', () => {
         throw reset;
       });
       const upstream = new OpenApiClient({ timeoutMs: 200, limits, fetch });
-      const error = await upstream
-        .issue(v3, client, { deadline: deadline() })
-        .then(unexpected, caught);
+      const error = await issueWith(upstream, v3, client, { deadline: deadline() }).then(
+        unexpected,
+        caught,
+      );
       expect(error).toMatchObject({ outcomeUnknown: true });
       expect(posts).toHaveLength(1);
     });
@@ -316,14 +322,12 @@ describe('Class: OpenApiClient against the simulator', () => {
       const { fetch, posts } = fetchWith(async () => new Response('{}'));
       const upstream = new OpenApiClient({ timeoutMs: 1000, limits, fetch });
       const fenced = new Error('lease lost');
-      const error = await upstream
-        .issue(v3, client, {
-          deadline: deadline(),
-          beforeAccessToken: async () => {
-            throw fenced;
-          },
-        })
-        .then(unexpected, caught);
+      const error = await issueWith(upstream, v3, client, {
+        deadline: deadline(),
+        fence: async () => {
+          throw fenced;
+        },
+      }).then(unexpected, caught);
       expect(error).toBe(fenced);
       expect(posts).toHaveLength(0);
     });
@@ -332,10 +336,10 @@ describe('Class: OpenApiClient against the simulator', () => {
       const { fetch, posts } = fetchWith(held);
       const upstream = new OpenApiClient({ timeoutMs: 5000, limits, fetch });
       const lease = new AbortController();
-      const pending = upstream.issue(v3, client, {
+      const pending = issueWith(upstream, v3, client, {
         deadline: deadline(),
         signal: lease.signal,
-        beforeAccessToken: async () => {
+        fence: async () => {
           setTimeout(() => lease.abort(new Error('lease ended')), 50);
         },
       });
@@ -349,18 +353,125 @@ describe('Class: OpenApiClient against the simulator', () => {
       const { fetch, posts } = fetchWith(async () => new Response('{}'));
       const upstream = new OpenApiClient({ timeoutMs: 1000, limits, fetch });
       const lease = new AbortController();
+      const bounds = { deadline: deadline(), signal: lease.signal };
+      const code = await upstream.authorize(v3, client, bounds);
       const reason = new Error('lease taken over');
       lease.abort(reason);
-      const error = await upstream
-        .issue(v3, client, { deadline: deadline(), signal: lease.signal })
-        .then(unexpected, caught);
+      const error = await upstream.requestToken(v3, client, code, bounds).then(unexpected, caught);
       expect(error).toBe(reason);
+      expect(posts).toHaveLength(0);
+    });
+
+    it('sends no access-token request before the fence resolves', async () => {
+      const { fetch, posts } = fetchWith(async () =>
+        jsonResponse({ code: '000000', data: { accessToken: 'at', expiresIn: 60 } }),
+      );
+      const upstream = new OpenApiClient({ timeoutMs: 1000, limits, fetch });
+      let release: () => void = () => undefined;
+      const gate = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      let fenced = false;
+      const pending = issueWith(upstream, v3, client, {
+        deadline: deadline(),
+        fence: async () => {
+          fenced = true;
+          await gate;
+        },
+      });
+      await vi.waitFor(() => expect(fenced).toBe(true));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(posts).toHaveLength(0);
+      const releasedAt = Date.now();
+      release();
+      const token = await pending;
+      expect(posts).toHaveLength(1);
+      expect(token.requestedAt).toBeGreaterThanOrEqual(releasedAt);
+    });
+
+    it('fences once for the token request, and retries an unsent attempt under that fence, its expiry counted from the attempt that answered', async () => {
+      const refused = Object.assign(new TypeError('fetch failed'), {
+        cause: { code: 'ECONNREFUSED' },
+      });
+      const { fetch, posts } = fetchWith(async () => {
+        if (posts.length === 1) throw refused;
+        return jsonResponse({ code: '000000', data: { accessToken: 'at', expiresIn: 60 } });
+      });
+      const upstream = new OpenApiClient({ timeoutMs: 1000, limits, fetch });
+      let fences = 0;
+      const token = await issueWith(upstream, v3, client, {
+        deadline: deadline(),
+        fence: async () => {
+          fences += 1;
+        },
+      });
+      expect(fences).toBe(1);
+      expect(posts).toHaveLength(2);
+      expect(token.requestedAt).toBeGreaterThanOrEqual(posts[0] ?? Number.NaN);
+      expect(token.requestedAt).toBeLessThanOrEqual(posts[1] ?? Number.NaN);
+    });
+
+    it('starts no retry of an unsent attempt once the lease has ended', async () => {
+      const lease = new AbortController();
+      const reason = new Error('the access-token request outlived its lease');
+      const { fetch, posts } = fetchWith(async () => {
+        // Refused (provably unsent); the lease's confirmed time runs out during the backoff.
+        setTimeout(() => lease.abort(reason), 10);
+        throw Object.assign(new TypeError('fetch failed'), { cause: { code: 'ECONNREFUSED' } });
+      });
+      const upstream = new OpenApiClient({
+        timeoutMs: 1000,
+        limits,
+        fetch,
+        // The full backoff ceiling (100 ms) every time: the lease ends well before the retry.
+        resilience: new UpstreamResilience({ ...DEFAULT_RESILIENCE, random: () => 1 }),
+      });
+      const error = await issueWith(upstream, v3, client, {
+        deadline: deadline(),
+        signal: lease.signal,
+      }).then(unexpected, caught);
+      expect(error).toBe(reason);
+      expect(posts).toHaveLength(1);
+    });
+
+    it('refuses a code it did not hand out, and sends nothing', async () => {
+      const { fetch, posts } = fetchWith(async () => new Response('{}'));
+      const upstream = new OpenApiClient({ timeoutMs: 1000, limits, fetch });
+      const forged = { code: 'guessed' } as unknown as AuthorizationCode;
+      const error = await upstream
+        .requestToken(v3, client, forged, { deadline: deadline() })
+        .then(unexpected, caught);
+      expect(error).toMatchObject({ name: 'InternalError', code: 'INTERNAL_ERROR' });
+      expect(error.message).not.toContain('guessed');
       expect(posts).toHaveLength(0);
     });
   });
 
+  it('hands the authorization code over sealed: it prints, serialises and inspects as [authorization code]', async () => {
+    const upstream = openApi();
+    const before = simulator.handedOut().length;
+    const code = await upstream.authorize(v3, client, { deadline: deadline() });
+    const [value] = simulator.handedOut().slice(before);
+    expect(value).toMatch(/.{8,}/);
+    const shown = [
+      String(code),
+      `${code}`,
+      JSON.stringify({ code }),
+      inspect(code),
+      inspect({ code }, { showHidden: true, depth: 5 }),
+      new Error(`with ${code}`).message,
+    ];
+    for (const text of shown) {
+      expect(text).toContain('[authorization code]');
+      expect(text).not.toContain(value);
+    }
+    expect(Object.keys(code)).toEqual([]);
+    const token = await upstream.requestToken(v3, client, code, { deadline: deadline() });
+    expect(simulator.isValid(token.accessToken)).toBe(true);
+  });
+
   it('runs the legacy flow with the client secret in the token request', async () => {
-    const token = await openApi().issue(legacy, client, { deadline: deadline() });
+    const token = await issueWith(openApi(), legacy, client, { deadline: deadline() });
     expect(simulator.isValid(token.accessToken)).toBe(true);
     const requests = simulator.requests().slice(-2);
     expect(requests.map((r) => `${r.method} ${r.path}`)).toEqual([
@@ -373,9 +484,10 @@ describe('Class: OpenApiClient against the simulator', () => {
   it('reads the v3 code from a configured field, and lists the fields when it is absent', async () => {
     simulator.settings.codeField = 'authCode';
     try {
-      const error = await openApi()
-        .issue(v3, client, { deadline: deadline() })
-        .then(unexpected, caught);
+      const error = await issueWith(openApi(), v3, client, { deadline: deadline() }).then(
+        unexpected,
+        caught,
+      );
       expect(error).toBeInstanceOf(UpstreamBadResponseError);
       expect(error.message).toContain(
         'no authorization code in data.code (fields present: timestamp, eventType, orderId, authCode)',
@@ -384,7 +496,7 @@ describe('Class: OpenApiClient against the simulator', () => {
       expect(error.message).toContain(
         `the provider's documented v3 example has no code field while working clients read data.code: set the connection's "codeField" (default "code") to the field your provider sends`,
       );
-      const token = await openApi().issue({ ...v3, codeField: 'authCode' }, client, {
+      const token = await issueWith(openApi(), { ...v3, codeField: 'authCode' }, client, {
         deadline: deadline(),
       });
       expect(simulator.isValid(token.accessToken)).toBe(true);
@@ -394,9 +506,12 @@ describe('Class: OpenApiClient against the simulator', () => {
   });
 
   it('reports a v3 rejection with the upstream code and message', async () => {
-    const error = await openApi()
-      .issue(v3, { clientId: 'unknown', clientSecret: 'x' }, { deadline: deadline() })
-      .then(unexpected, caught);
+    const error = await issueWith(
+      openApi(),
+      v3,
+      { clientId: 'unknown', clientSecret: 'x' },
+      { deadline: deadline() },
+    ).then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamRejectedError);
     expect(error.message).toBe(
       'Open API rejected the authorize request: code 100001: invalid clientId',
@@ -405,9 +520,10 @@ describe('Class: OpenApiClient against the simulator', () => {
 
   it('reports a legacy rejection of a wrong secret without echoing it', async () => {
     const wrong = { clientId: client.clientId, clientSecret: 'wrong-secret-value' };
-    const error = await openApi()
-      .issue(legacy, wrong, { deadline: deadline() })
-      .then(unexpected, caught);
+    const error = await issueWith(openApi(), legacy, wrong, { deadline: deadline() }).then(
+      unexpected,
+      caught,
+    );
     expect(error).toBeInstanceOf(UpstreamRejectedError);
     expect(error.message).toContain('HTTP 401, code invalid_client');
     expect(error.message).not.toContain('wrong-secret-value');
@@ -415,26 +531,28 @@ describe('Class: OpenApiClient against the simulator', () => {
 
   it('times out a hung upstream within its budget', async () => {
     simulator.injectFault({ times: 3, delayMs: 2000, pathIncludes: 'authorize' });
-    const error = await openApi(200)
-      .issue(v3, client, { deadline: deadline() })
-      .then(unexpected, caught);
+    const error = await issueWith(openApi(200), v3, client, { deadline: deadline() }).then(
+      unexpected,
+      caught,
+    );
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
     expect(error.message).toBe('Open API authorize request timed out after 200 ms');
   });
 
   it('never starts a request past the deadline', async () => {
-    const error = await openApi()
-      .issue(v3, client, { deadline: Date.now() - 1 })
-      .then(unexpected, caught);
+    const error = await issueWith(openApi(), v3, client, { deadline: Date.now() - 1 }).then(
+      unexpected,
+      caught,
+    );
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
   });
 
   it('reports a refused connection as unavailable', async () => {
     const closed = await startSimulator({ clients: [client] });
     await closed.close();
-    const error = await openApi()
-      .issue({ ...v3, baseUrl: closed.url }, client, { deadline: deadline() })
-      .then(unexpected, caught);
+    const error = await issueWith(openApi(), { ...v3, baseUrl: closed.url }, client, {
+      deadline: deadline(),
+    }).then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
     expect(error.message).toBe('Open API authorize request failed: ECONNREFUSED');
   });
@@ -443,9 +561,10 @@ describe('Class: OpenApiClient against the simulator', () => {
     // A gateway's 503 or 504 may hide a request the upstream processed: it may have issued.
     simulator.injectFault({ times: 1, status: 504, pathIncludes: 'access-token' });
     const posts = simulator.requests().length;
-    const unknown = await openApi()
-      .issue(v3, client, { deadline: deadline() })
-      .then(unexpected, caught);
+    const unknown = await issueWith(openApi(), v3, client, { deadline: deadline() }).then(
+      unexpected,
+      caught,
+    );
     expect(unknown).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: true });
     expect(simulator.requests().length - posts).toBe(2); // one authorize, one POST, no retry
     const before = simulator.requests().length;
@@ -455,9 +574,10 @@ describe('Class: OpenApiClient against the simulator', () => {
       pathIncludes: 'access-token',
       body: '{"code":"200001","message":"rate limited","data":null}',
     });
-    const error = await openApi()
-      .issue(v3, client, { deadline: deadline() })
-      .then(unexpected, caught);
+    const error = await issueWith(openApi(), v3, client, { deadline: deadline() }).then(
+      unexpected,
+      caught,
+    );
     expect(error).toBeInstanceOf(UpstreamRejectedError);
     expect(error.message).toBe(
       'Open API rejected the access-token request: code 200001: rate limited',
@@ -470,7 +590,7 @@ describe('Class: OpenApiClient against the simulator', () => {
     simulator.injectFault({ times: 1, reset: true, pathIncludes: 'v3/oauth/authorize' });
     simulator.injectFault({ times: 1, status: 429, pathIncludes: 'v3/oauth/access-token' });
     const before = simulator.stats().issuances;
-    const token = await openApi().issue(v3, client, { deadline: deadline() });
+    const token = await issueWith(openApi(), v3, client, { deadline: deadline() });
     expect(simulator.isValid(token.accessToken)).toBe(true);
     expect(simulator.stats().issuances - before).toBe(1);
   });
@@ -491,21 +611,26 @@ describe('Class: OpenApiClient against the simulator', () => {
     const fragile = new OpenApiClient({ timeoutMs: 5000, limits, resilience: breaking });
     simulator.injectFault({ times: 2, status: 503, pathIncludes: 'v3/oauth/authorize' });
     for (let i = 0; i < 2; i += 1) {
-      await expect(fragile.issue(v3, client, { deadline: deadline() })).rejects.toThrow('HTTP 503');
+      await expect(issueWith(fragile, v3, client, { deadline: deadline() })).rejects.toThrow(
+        'HTTP 503',
+      );
     }
     const before = simulator.requests().length;
-    const error = await fragile
-      .issue(v3, client, { deadline: deadline() })
-      .then(unexpected, caught);
+    const error = await issueWith(fragile, v3, client, { deadline: deadline() }).then(
+      unexpected,
+      caught,
+    );
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
     expect(error.message).toContain('failed repeatedly');
     expect(simulator.requests().length).toBe(before);
     expect(states).toEqual(['open']);
     // Other connections are not affected.
     const other = new OpenApiClient({ timeoutMs: 5000, limits, resilience });
-    await expect(other.issue(legacy, client, { deadline: deadline() })).resolves.toMatchObject({
-      expiresIn: 86400,
-    });
+    await expect(issueWith(other, legacy, client, { deadline: deadline() })).resolves.toMatchObject(
+      {
+        expiresIn: 86400,
+      },
+    );
   });
 });
 
@@ -597,7 +722,7 @@ describe('Strict Access Token Mode against the simulator', () => {
 
   it('signs the access-token POST by default ({params}, hex) and leaves the authorize GET unsigned', async () => {
     const before = Date.now();
-    const token = await openApi().issue(v3, plain, { deadline: deadline() });
+    const token = await issueWith(openApi(), v3, plain, { deadline: deadline() });
     expect(simulator.isValid(token.accessToken)).toBe(true);
     const [authorize, post] = simulator.requests().slice(-2);
     expect(authorize?.method).toBe('GET');
@@ -615,20 +740,20 @@ describe('Strict Access Token Mode against the simulator', () => {
 
   it.each(Object.entries(schemes))('issues with the scheme %s', async (_name, client) => {
     const signing: SigningConfig = { encoding: 'hex', ...client.signing };
-    const token = await openApi().issue({ ...v3, signing }, client, { deadline: deadline() });
+    const token = await issueWith(openApi(), { ...v3, signing }, client, { deadline: deadline() });
     expect(simulator.isValid(token.accessToken)).toBe(true);
     if (signing.encoding === 'base64')
       expect(sent.at(-1)?.signature).toMatch(/^[A-Za-z0-9+/]{43}=$/);
   });
 
   it('sends no signing headers with signing off, nor on the legacy variant', async () => {
-    const unsigned = await openApi().issue({ ...v3, signing: false }, relaxed, {
+    const unsigned = await issueWith(openApi(), { ...v3, signing: false }, relaxed, {
       deadline: deadline(),
     });
     expect(simulator.isValid(unsigned.accessToken)).toBe(true);
     expect(sent.at(-1)).toEqual({ timestamp: null, signature: null });
     const legacy = connection({ name: 'legacy', variant: 'legacy', baseUrl: simulator.url });
-    await openApi().issue(legacy, plain, { deadline: deadline() });
+    await issueWith(openApi(), legacy, plain, { deadline: deadline() });
     expect(sent.at(-1)).toEqual({ timestamp: null, signature: null });
   });
 
@@ -652,7 +777,8 @@ describe('Strict Access Token Mode against the simulator', () => {
     // A scheme that signs the timestamp: the simulator accepts only a signature over the
     // timestamp actually sent, so the token proves the second attempt was signed anew.
     const stamped = schemes['{timestamp}{params}'];
-    const token = await client.issue(
+    const token = await issueWith(
+      client,
       { ...v3, signing: { stringToSign: '{timestamp}{params}', encoding: 'hex' } },
       stamped,
       { deadline: now() + 10_000 },
@@ -666,7 +792,7 @@ describe('Strict Access Token Mode against the simulator', () => {
 
   it('reports a wrong secret as a strict-mode rejection naming the signing settings', async () => {
     const wrong = { clientId: plain.clientId, clientSecret: 'wrong-secret-value-0123' };
-    const error = await rejection(openApi().issue(v3, wrong, { deadline: deadline() }));
+    const error = await rejection(issueWith(openApi(), v3, wrong, { deadline: deadline() }));
     expect(error).toBeInstanceOf(UpstreamRejectedError);
     expect(error.code).toBe('UPSTREAM_REJECTED');
     expect(error.upstreamCode).toBe('100413');
@@ -679,7 +805,8 @@ describe('Strict Access Token Mode against the simulator', () => {
   it('reports a template the provider does not use the same way, naming it', async () => {
     const client = schemes['{timestamp}{params}'];
     const error = await rejection(
-      openApi().issue(
+      issueWith(
+        openApi(),
         { ...v3, signing: { stringToSign: '{params}{timestamp}', encoding: 'hex' } },
         client,
         {
@@ -694,7 +821,8 @@ describe('Strict Access Token Mode against the simulator', () => {
     );
     // The right template with the wrong encoding is refused too.
     const encoding = await rejection(
-      openApi().issue(
+      issueWith(
+        openApi(),
         { ...v3, signing: { stringToSign: '{timestamp}{params}', encoding: 'base64' } },
         client,
         {
@@ -709,17 +837,17 @@ describe('Strict Access Token Mode against the simulator', () => {
   it('reports a clock more than 5 minutes off, and accepts one within', async () => {
     const skewed = (ms: number) => () => Date.now() + ms;
     const ahead = await rejection(
-      openApi(skewed(301_000)).issue(v3, plain, { deadline: Date.now() + 301_000 + 10_000 }),
+      issueWith(openApi(skewed(301_000)), v3, plain, { deadline: Date.now() + 301_000 + 10_000 }),
     );
     expect(ahead).toBeInstanceOf(UpstreamRejectedError);
     expect(ahead.upstreamCode).toBe('100412');
     expect(ahead.message).toContain('code 100412: timestamp expired or invalid');
     expect(ahead.message).toContain('this clock is within 5 minutes of theirs');
     const behind = await rejection(
-      openApi(skewed(-400_000)).issue(v3, plain, { deadline: Date.now() - 400_000 + 10_000 }),
+      issueWith(openApi(skewed(-400_000)), v3, plain, { deadline: Date.now() - 400_000 + 10_000 }),
     );
     expect(behind.upstreamCode).toBe('100412');
-    const near = await openApi(skewed(-240_000)).issue(v3, plain, {
+    const near = await issueWith(openApi(skewed(-240_000)), v3, plain, {
       deadline: Date.now() - 240_000 + 10_000,
     });
     expect(simulator.isValid(near.accessToken)).toBe(true);
@@ -727,7 +855,7 @@ describe('Strict Access Token Mode against the simulator', () => {
 
   it('says signing is off when the provider wants a signature the connection does not send', async () => {
     const error = await rejection(
-      openApi().issue({ ...v3, signing: false }, plain, { deadline: deadline() }),
+      issueWith(openApi(), { ...v3, signing: false }, plain, { deadline: deadline() }),
     );
     expect(error.upstreamCode).toBe('100411');
     expect(error.message).toContain(
@@ -744,7 +872,7 @@ describe('Strict Access Token Mode against the simulator', () => {
         pathIncludes: 'v3/oauth/access-token',
         body: JSON.stringify({ code: 100401, message: 'unauthorized' }),
       });
-      const error = await rejection(openApi().issue(v3, plain, { deadline: deadline() }));
+      const error = await rejection(issueWith(openApi(), v3, plain, { deadline: deadline() }));
       expect(error).toBeInstanceOf(UpstreamRejectedError);
       expect(error.message).toContain(
         `(Strict Access Token Mode): HTTP ${status}, code 100401: unauthorized. Connection 'sandbox' signs with`,
@@ -759,7 +887,7 @@ describe('Strict Access Token Mode against the simulator', () => {
       pathIncludes: 'v3/oauth/access-token',
       body: '{"code":200001,"message":"rate limited","data":null}',
     });
-    const error = await rejection(openApi().issue(v3, plain, { deadline: deadline() }));
+    const error = await rejection(issueWith(openApi(), v3, plain, { deadline: deadline() }));
     expect(error.message).toBe(
       'Open API rejected the access-token request: code 200001: rate limited',
     );
@@ -778,7 +906,7 @@ describe('Strict Access Token Mode against the simulator', () => {
         return jsonResponse({ code: 100413, message: `signature ${echoed} does not match` });
       },
     });
-    const error = await rejection(echoing.issue(v3, plain, { deadline: deadline() }));
+    const error = await rejection(issueWith(echoing, v3, plain, { deadline: deadline() }));
     expect(echoed).toMatch(/^[0-9a-f]{64}$/);
     expect(error.message).toContain('code 100413: signature [redacted] does not match');
     expect(error.message).not.toContain(echoed);

@@ -9,6 +9,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { UpstreamRejectedError, UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { ClientCredentials, SecretSource, TokenIssuer } from '../../../../lib/ports.js';
+import { sealCode } from '../../../../lib/upstream/authorization-code.js';
 import { caught, unexpected } from '../../../support/errors.js';
 import { InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
 import { fleetBroker, sandbox, seed, Upstream, wrap } from '../../../support/fleet-model.js';
@@ -110,28 +111,26 @@ describe('I3: an answer by the deadline', () => {
       const clock = sim.clock('C');
       let calls = 0;
       const issuer: TokenIssuer = {
-        issue: async (_c, _cr, o) => {
+        authorize: async (_c, _cr, o) => {
           calls += 1;
           if (calls === 1) {
             await clock.sleep(4_000); // a slow authorize
-            await o.beforeAccessToken?.();
+          } else if (o.deadline - clock.now() <= 0) {
+            throw new UpstreamUnavailableError(
+              'No time left to call the Open API authorize endpoint',
+              { retryAfterSeconds: 1 },
+            );
+          }
+          return sealCode('code');
+        },
+        requestToken: async () => {
+          if (calls === 1) {
             await clock.sleep(5_000); // the POST takes its whole budget, then: 401
             throw new UpstreamRejectedError(
               'Open API rejected the access-token request: HTTP 401',
-              {
-                upstreamStatus: 401,
-              },
+              { upstreamStatus: 401 },
             );
           }
-          if (o.deadline - clock.now() <= 0) {
-            throw new UpstreamUnavailableError(
-              'No time left to call the Open API authorize endpoint',
-              {
-                retryAfterSeconds: 1,
-              },
-            );
-          }
-          await o.beforeAccessToken?.();
           return up.post(clock.now());
         },
       };
@@ -175,7 +174,7 @@ describe('I3: an answer by the deadline', () => {
       const t0 = seed(store, up, T0 - 1_170_000, 1_200_000);
       const deadline = T0 + 8000;
       const a = issuance(slowStore, clock, async (_c, o) => {
-        await o.beforeAccessToken?.();
+        await o.fence?.();
         await clock.sleep(o.deadline - clock.now());
         throw new UpstreamUnavailableError('access-token timed out', {
           retryAfterSeconds: 1,

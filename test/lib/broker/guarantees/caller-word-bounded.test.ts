@@ -16,7 +16,8 @@
 import { describe, expect, it, vi } from 'vitest';
 import type { TokenBroker } from '../../../../lib/broker/index.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
-import type { IssueOptions, TokenIssuer } from '../../../../lib/ports.js';
+import type { TokenIssuer } from '../../../../lib/ports.js';
+import { sealCode } from '../../../../lib/upstream/authorization-code.js';
 import { InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
 import { fleetBroker, issuerFor, seed, Upstream } from '../../../support/fleet-model.js';
 import { deadline, setup, T0, useFakeTime } from '../setup.js';
@@ -260,8 +261,8 @@ describe('I4: a caller’s word replaces tokens at most once per refresh window'
     // Every other token request times out after it was sent (its outcome unknown).
     let attempts = 0;
     const issuer: TokenIssuer = {
-      issue: async (_connection, _credentials, options: IssueOptions) => {
-        await options.beforeAccessToken?.();
+      authorize: async () => sealCode('code'),
+      requestToken: async (_connection, _credentials, _code, options) => {
         options.signal?.throwIfAborted();
         attempts += 1;
         if (attempts % 2 === 1) {
@@ -317,12 +318,13 @@ describe('I4: a caller’s word replaces tokens at most once per refresh window'
     const real = issuerFor(up, clock);
     let calls = 0;
     const issuer: TokenIssuer = {
-      issue: async (connection, credentials, options) => {
+      authorize: async (connection, credentials, options) => {
         calls += 1;
         // The deferred replacement's first try: a definite failure (nothing issued).
         if (calls === 2) throw new UpstreamUnavailableError('503 from the Open API');
-        return real.issue(connection, credentials, options);
+        return real.authorize(connection, credentials, options);
       },
+      requestToken: (...args) => real.requestToken(...args),
     };
     const a = fleetBroker(store, clock, up, { window: WINDOW_S, recheck: 5, floor: 2, issuer });
     const first = (await a.getToken('sandbox', { deadline: T0 + 30_000 })).record.accessToken;

@@ -18,6 +18,7 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../../lib/broker/index.js';
+import { issueWith } from '../../../../lib/broker/issue-flow.js';
 import type { Clock } from '../../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { TokenIssuer, TokenStore } from '../../../../lib/ports.js';
@@ -421,7 +422,9 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
         return ok;
       },
     });
-    const holder = issuance(sdk, clock, (c, o) => issuerFor(up, clock).issue(c, {} as never, o));
+    const holder = issuance(sdk, clock, (c, o) =>
+      issueWith(issuerFor(up, clock), c, {} as never, o),
+    );
     await holder.refresh(sandbox, t0, T0 + 16_000);
     expect(up.revoked.has(t0.accessToken)).toBe(true);
     // The late attempt is refused: a countdown never goes back up (the store's condition, checked
@@ -442,11 +445,12 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     // The upstream has been failing through the window, so t0 was never refreshed: C's
     // refresh-ahead attempts fail at the authorize step (a definite 503).
     const down: TokenIssuer = {
-      issue: async () => {
+      authorize: async () => {
         throw new UpstreamUnavailableError('Open API authorize answered HTTP 503', {
           retryAfterSeconds: 1,
         });
       },
+      requestToken: () => Promise.reject(new Error('not reached: authorize fails')),
     };
     const c = simBroker(store, sim.clock('C'), up, { issuer: down });
     const ahead = simBroker(store, sim.clock('A', 4_000), up);
@@ -471,7 +475,7 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     const up = new Upstream();
     const t0 = seed(store, up, T0 - 1_170_000, 1_200_000); // 30 s left: inside the 60 s window
     const mk = (s: TokenStore) =>
-      issuance(s, clock, (c, o) => issuerFor(up, clock).issue(c, {} as never, o));
+      issuance(s, clock, (c, o) => issueWith(issuerFor(up, clock), c, {} as never, o));
     const slowStore = wrap(store, {
       read: async (n) => {
         const snap = await store.read(n);
@@ -544,7 +548,9 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
         }), // authorize in flight
     );
     primed(a.view, clockA, t0, T0);
-    const b = issuance(store, clockB, (c, o) => issuerFor(up, clockB).issue(c, {} as never, o));
+    const b = issuance(store, clockB, (c, o) =>
+      issueWith(issuerFor(up, clockB), c, {} as never, o),
+    );
     const pending = a.refresh(sandbox, t0, T0 + 8000).catch((e) => e);
     await clockA.advance(400); // counting down, authorize sent; then A is SIGSTOPped
     // B needs more than t0 has left: it waits out A's lease, takes it over, counts down, POSTs.

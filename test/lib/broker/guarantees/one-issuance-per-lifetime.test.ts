@@ -8,6 +8,7 @@
  * fleet's token.
  */
 import { describe, expect, it, vi } from 'vitest';
+import { issueWith } from '../../../../lib/broker/issue-flow.js';
 import { LeaseWatch } from '../../../../lib/broker/lease-watch.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import { FakeIssuer, InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
@@ -99,9 +100,9 @@ describe('I1: one issuance per lifetime', () => {
       const store = new InMemoryTokenStore();
       const issuer = new FakeIssuer();
       const { broker } = setup({ store, issuer });
-      const issue = issuer.issue.bind(issuer);
-      issuer.issue = async (...args) => {
-        const mine = await issue(...args);
+      const requestToken = issuer.requestToken.bind(issuer);
+      issuer.requestToken = async (...args) => {
+        const mine = await requestToken(...args);
         // We overran our lease; another container took it and wrote its token.
         store.items.set('sandbox', { token: record('new-holder', T0 + 3600_500) });
         return mine;
@@ -124,7 +125,7 @@ describe('I1: one issuance per lifetime', () => {
       // gateway had it queued and processes it 5.9 s after it was sent, inside the budget + grace
       // (2 x 5 s) that A's own confirmation reserved for exactly this.
       const a = issuance(store, clockA, async (_c, o) => {
-        await o.beforeAccessToken?.();
+        await o.fence?.();
         sentAt = clockA.now();
         clockA.after(T + 900, () => up.post(clockA.now()));
         await clockA.sleep(50);
@@ -168,7 +169,7 @@ describe('I1: one issuance per lifetime', () => {
         clockA,
         async (_c, o) => {
           await clockA.sleep(1_900);
-          await o.beforeAccessToken?.();
+          await o.fence?.();
           await clockA.sleep(400); // the POST, in flight for 400 ms
           return up.post(clockA.now());
         },
@@ -202,7 +203,9 @@ describe('I1: one issuance per lifetime', () => {
           return store.acquireLease(n, r);
         },
       });
-      const a = issuance(retrying, clock, (c, o) => issuerFor(up, clock).issue(c, {} as never, o));
+      const a = issuance(retrying, clock, (c, o) =>
+        issueWith(issuerFor(up, clock), c, {} as never, o),
+      );
       const refreshed = await a.refresh(sandbox, t0, T0 + 8000);
       expect(refreshed?.source).toBe('upstream');
       expect(store.items.get('sandbox')?.lease).toBeUndefined();

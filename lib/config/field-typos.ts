@@ -1,0 +1,34 @@
+/** Naming a field a connection does not take, with the known field it is most likely a typo of. */
+import { printable } from '../errors.js';
+
+/** Edit distance of two short strings (insertions, deletions, substitutions). */
+const distance = (a: string, b: string): number => {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i += 1) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j += 1) {
+      current[j] = Math.min(
+        (previous[j] ?? 0) + 1,
+        (current[j - 1] ?? 0) + 1,
+        (previous[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    }
+    previous = current;
+  }
+  return previous[b.length] ?? 0;
+};
+
+/**
+ * The first field of `value` that is not one of `known`, with the known field it is most
+ * likely a typo of: a typo in a required field (`secretID`) is named as such, not reported as
+ * the required field missing. Undefined when every field is known (or `value` is no object).
+ */
+export const unknownField = (value: unknown, known: readonly string[]): string | undefined => {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  const key = Object.keys(value).find((k) => !known.includes(k));
+  if (key === undefined) return undefined;
+  const near = known.find(
+    (field) => field.toLowerCase() === key.toLowerCase() || distance(field, key) <= 2,
+  );
+  return `field "${printable(key, 40)}": unknown field${near ? ` (did you mean "${near}"?)` : ''}; known: ${known.join(', ')}`;
+};
