@@ -13,7 +13,7 @@ import { isOutcomeUnknown } from '../errors.js';
 import { MetricName } from '../metrics.js';
 import type { LeaseRef } from '../ports.js';
 import { LeaseLost } from './held-lease.js';
-import type { HolderDeps, LeasedFlow } from './issue-under-lease.js';
+import type { HolderDeps, LeasedFlow } from './holder-deps.js';
 
 export const afterFailedFlow = async (
   deps: Pick<HolderDeps, 'store' | 'view' | 'clock' | 'logger' | 'metrics' | 'settings'> & {

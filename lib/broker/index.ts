@@ -11,7 +11,8 @@
  *   (pure), its lease writes, and its flow (authorize, fence, POST, write);
  * - `connection-view.ts`: what this container knows of each connection, and the serving rules;
  * - `credential-rotation.ts`: re-read a rejected secret and retry once if it was rotated;
- * - `single-flight.ts`: concurrent misses in a container share one load, each within its deadline;
+ * - `shared-loads.ts` and `single-flight.ts`: concurrent misses in a container share one load,
+ *   each within its deadline;
  * - `reports.ts`: a caller's invalidate report, acted on at once or kept until it may be;
  * - `caller-bounds.ts`: how often a caller's word may replace a token (I4).
  *
@@ -22,26 +23,20 @@
  */
 import { type Clock, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
-import {
-  BadRequestError,
-  ReplacementRefusedError,
-  toBrokerError,
-  UnknownConnectionError,
-  UpstreamUnavailableError,
-} from '../errors.js';
+import { BadRequestError, toBrokerError, UnknownConnectionError } from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../ports.js';
 import type { CallerBoundSettings } from './caller-bounds.js';
 import { ConnectionView } from './connection-view.js';
 import { withCredentialRotation } from './credential-rotation.js';
 import { IssuanceCause, type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
-import { LeasedIssuance, type Need, unsatisfiable } from './leased-issuance.js';
+import { LeasedIssuance } from './leased-issuance.js';
 import { readStatus, warmUp } from './operator.js';
 import { checkReadiness, type ReadinessReport } from './readiness.js';
 import { RefreshAhead } from './refresh-ahead.js';
 import { Reports } from './reports.js';
-import { SingleFlight } from './single-flight.js';
-import { dueForRefresh, windowMs } from './timing/index.js';
+import { SharedLoads } from './shared-loads.js';
+import { dueForRefresh } from './timing/index.js';
 import type {
   BrokerLogger,
   ConnectionStatus,
@@ -77,15 +72,10 @@ export interface TokenBrokerDeps {
   readonly clock?: Clock;
 }
 
-const joinTimedOut = () =>
-  new UpstreamUnavailableError('Timed out waiting for a token being issued concurrently', {
-    retryAfterSeconds: 1,
-  });
-
 export class TokenBroker {
   readonly #view: ConnectionView;
   readonly #reports: Reports;
-  readonly #loads: SingleFlight<string, ServedToken>;
+  readonly #loads: SharedLoads;
   readonly #refreshAhead: RefreshAhead;
   readonly #issuance: LeasedIssuance;
   readonly #settings: CallerBoundSettings & { readonly upstreamTimeoutMs: number };
@@ -95,7 +85,6 @@ export class TokenBroker {
   constructor(private readonly deps: TokenBrokerDeps) {
     this.#clock = deps.clock ?? systemClock;
     this.#metrics = deps.metrics ?? noMetrics;
-    this.#loads = new SingleFlight(this.#clock);
     this.#settings = {
       refreshWindowMs: deps.config.refreshWindowSeconds * 1000,
       memoryRecheckMs: deps.config.memoryRecheckSeconds * 1000,
@@ -124,6 +113,7 @@ export class TokenBroker {
       logger: deps.logger,
       metrics: this.#metrics,
     });
+    this.#loads = new SharedLoads(this.#issuance, this.#clock, this.#settings);
     this.#refreshAhead = new RefreshAhead({
       issuance: this.#issuance,
       clock: this.#clock,
@@ -161,7 +151,7 @@ export class TokenBroker {
     try {
       served =
         this.#fromMemory(name, needMs) ??
-        (await this.#load(
+        (await this.#loads.load(
           connection,
           needMs,
           options.deadline,
@@ -247,7 +237,7 @@ export class TokenBroker {
     for (const name of this.connectionNames()) this.#metrics.record(MetricName.WarmUpRuns, name);
     return warmUp(this.deps.config.connections.values(), {
       // The same window as every other path: a token outside its (clamped) window is fresh.
-      load: (connection) => this.#load(connection, 'outside-window', deadline, true, trigger),
+      load: (connection) => this.#loads.load(connection, 'outside-window', deadline, true, trigger),
       now: () => this.#clock.now(),
       logger: this.deps.logger,
       metrics: this.#metrics,
@@ -302,34 +292,5 @@ export class TokenBroker {
       this.#clock.random(),
       this.#issuance.issuanceMs(record.connection),
     );
-  }
-
-  /** Concurrent misses for one connection in this container share one load. */
-  async #load(
-    connection: ConnectionConfig,
-    need: Need,
-    deadline: number,
-    bypassMemory: boolean,
-    trigger: Trigger,
-    mayForce = true,
-  ): Promise<ServedToken> {
-    const obtain = () =>
-      this.#issuance.obtain(connection, need, deadline, bypassMemory, trigger, mayForce);
-    const joining = this.#loads.has(connection.name);
-    let outcome: { readonly value: ServedToken; readonly joined: boolean };
-    try {
-      outcome = await this.#loads.run(connection.name, obtain, deadline, joinTimedOut);
-    } catch (error) {
-      // A refusal answers the caller that asked, not the ones that joined it: they ask anew.
-      if (joining && error instanceof ReplacementRefusedError) return obtain();
-      throw error;
-    }
-    const { value: shared, joined } = outcome;
-    const now = this.#clock.now();
-    const needMs = need === 'outside-window' ? windowMs(shared.record, this.#settings) : need;
-    if (!joined || shared.record.expiresAt - now > needMs) return shared;
-    // The shared load asked for less validity than this caller needs.
-    if (shared.source === 'upstream') throw unsatisfiable(shared.record, needMs);
-    return obtain();
   }
 }

@@ -4,61 +4,16 @@
  * lease in the same step (only under the very version it confirmed: I1). What a failed flow
  * leaves behind is `failed-flow.ts`'s.
  */
-import type { Clock, Deadline } from '../clock.js';
 import type { ConnectionConfig } from '../config.js';
 import { isOutcomeUnknown } from '../errors.js';
-import type { BrokerMetrics } from '../metrics.js';
-import type { LeaseRef, TokenRecord, TokenStore } from '../ports.js';
-import type { CallerBoundSettings } from './caller-bounds.js';
-import type { ConnectionView } from './connection-view.js';
-import type { Issue } from './credential-rotation.js';
+import type { TokenRecord } from '../ports.js';
 import { afterFailedFlow } from './failed-flow.js';
 import { HeldLease } from './held-lease.js';
-import type { IssuanceCause, Trigger } from './issuance-cause.js';
+import type { HolderDeps, LeasedFlow } from './holder-deps.js';
 import { recordIssued } from './issued-token.js';
 import { unsatisfiable } from './observer.js';
 import { ownRecheckMs, PROOF_MARGIN_MS, STORE_RESERVE_MS } from './timing/index.js';
-import type { BrokerLogger, ServedToken } from './types.js';
-
-export interface HolderDeps {
-  readonly store: TokenStore;
-  readonly clock: Clock;
-  readonly issue: Issue;
-  readonly view: ConnectionView;
-  readonly settings: CallerBoundSettings & {
-    /**
-     * The upstream request timeout: the grace after a POST during which it may still land, and
-     * during which no other POST for the connection starts.
-     */
-    readonly upstreamTimeoutMs: number;
-  };
-  readonly logger: BrokerLogger;
-  readonly metrics: BrokerMetrics;
-  /** Cuts a store call to `waitMs`: the caller is answered before its deadline, always (I3). */
-  readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
-}
-
-/** One run of the upstream flow under a lease. */
-export interface LeasedFlow {
-  /** The lease as this run wrote it when taking it. */
-  readonly lease: LeaseRef;
-  /** Validity (ms) the caller needs from the new token. */
-  readonly needMs: number;
-  readonly deadline: Deadline;
-  /** The valid token this run replaces, if any: dropped if the POST is lost. */
-  readonly replacing: TokenRecord | undefined;
-  /** Monotonic instant at which the lease write was sent: lease time counts from here. */
-  readonly leasedAt: number;
-  /** Monotonic instant at which that write was answered: the first step counts from here. */
-  readonly answeredAt: number;
-  /** The countdown the lease was written with. */
-  readonly countdown: number;
-  /** Why the token is issued, and at whose request (logged and counted with the issuance). */
-  readonly cause: IssuanceCause;
-  /** Issued on a caller's word, or by taking over a lease that was (see `TokenRecord.forced`). */
-  readonly forced: boolean;
-  readonly trigger: Trigger;
-}
+import type { ServedToken } from './types.js';
 
 /** The lease was lost during a flow: the new holder's token wins. */
 export const LOST = Symbol('lost');

@@ -5,29 +5,22 @@
  * `issue-under-lease.ts` and `held-lease.ts`; what the container knows, `connection-view.ts`;
  * all timing, `timing/`. Deadlines are judged on the monotonic clock (I3).
  */
-import { randomUUID } from 'node:crypto';
 import { Deadline } from '../clock.js';
 import type { ConnectionConfig } from '../config.js';
 import { ReplacementRefusedError, StoreUnavailableError } from '../errors.js';
 import { MetricName } from '../metrics.js';
-import type {
-  Lease,
-  LeaseAttempt,
-  LeaseRef,
-  LeaseRequest,
-  TokenRecord,
-  TokenState,
-} from '../ports.js';
+import type { TokenRecord, TokenState } from '../ports.js';
 import { ConnectionView, type ReadSent } from './connection-view.js';
+import { awaitCutOver } from './cut-over-wait.js';
+import type { HolderDeps, LeasedFlow } from './holder-deps.js';
 import { IssuanceCause, isCallersWord, type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
-import { type HolderDeps, issueUnderLease, type LeasedFlow, LOST } from './issue-under-lease.js';
+import { issueUnderLease, LOST } from './issue-under-lease.js';
+import { LeaseTaker } from './lease-taker.js';
 import { type Decision, decide, type Need, notEnoughTime, waitTimedOut } from './observer.js';
 import { withDeadline } from './single-flight.js';
+import { readStore, storeFailure } from './store-calls.js';
 import {
-  COUNTDOWN_STEP_MS,
-  cutOverExpectedAt,
   DEFAULT_ISSUANCE_MS,
-  LEASE_MS,
   leaseCountdown,
   leaseNeedsMs,
   readReserveMs,
@@ -44,13 +37,12 @@ export type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view'> & {
 };
 
 export class LeasedIssuance {
-  readonly #containerId = randomUUID();
-  #attempts = 0;
   /** Last measured issuance duration per connection (XFetch's δ), countdown excluded. */
   readonly #issuanceMs = new Map<string, number>();
   /** Last measured store read round trip per connection (monotonic). */
   readonly #readMs = new Map<string, number>();
   readonly #holder: HolderDeps;
+  readonly #leases: LeaseTaker;
   private readonly deps: HolderDeps;
 
   constructor(deps: LeasedIssuanceDeps) {
@@ -60,6 +52,7 @@ export class LeasedIssuance {
       bounded: (operation, waitMs) => this.#bounded(operation, waitMs),
     };
     this.#holder = this.deps;
+    this.#leases = new LeaseTaker(this.deps);
   }
 
   /** What this container knows of each connection. */
@@ -92,12 +85,17 @@ export class LeasedIssuance {
     const by = Deadline.fromEpoch(clock, deadline);
     let known: { state: TokenState; read: ReadSent } | undefined;
     let waits = 0;
-    await this.#awaitCutOver(name, by);
+    await awaitCutOver(this.deps, name, by, {
+      issuanceMs: this.issuanceMs(name),
+      lastReadMs: this.#readMs.get(name),
+    });
     for (;;) {
       // 1. Read the store, or take the state that won a lost acquisition. What a read proves
       //    counts from when it was sent.
       const read = known?.read ?? { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-      const state = known?.state ?? (await this.#read(name, need, bypassMemory, by));
+      const state =
+        known?.state ??
+        (await readStore(this.deps, name, bypassMemory ? undefined : need, by.leftMs()));
       const fresh = known === undefined;
       known = undefined;
       if ('source' in state) return state; // the store is down; memory had a usable token
@@ -133,7 +131,7 @@ export class LeasedIssuance {
           if (decision.callersWord) this.#refused(name, decision.error, need, trigger);
           throw decision.error;
         case 'let-go':
-          await this.#letGo(name, decision.stale, decision.record, by);
+          await this.#leases.letGo(name, decision.stale, decision.record, by);
           continue;
         case 'acquire': {
           const outcome = await this.#acquireAndIssue(connection, decision, by, trigger);
@@ -229,16 +227,20 @@ export class LeasedIssuance {
   ): Promise<ServedToken | { state?: TokenState; read: ReadSent; lost?: boolean }> {
     const { name } = connection;
     const { clock } = this.deps;
-    const ours = this.#nextLease();
+    const ours = this.#leases.next();
     const read = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-    const attempt = await this.#store('take the lease', () =>
-      this.#acquire(name, ours, by, {
+    const attempt = await this.#leases
+      .acquire(name, ours, by, {
         countdown: plan.countdown,
         takeOver: plan.takeOver,
         replacing: plan.replacing,
         forced: plan.forced,
-      }),
-    );
+      })
+      .catch((error: unknown) => {
+        throw error instanceof StoreUnavailableError
+          ? error
+          : storeFailure('take the lease', error);
+      });
     // A write that was applied but whose answer was lost (then retried) shows our own version
     // in the state that won: the lease is ours.
     if (!attempt.acquired && attempt.state.lease?.version !== ours.version) {
@@ -264,35 +266,6 @@ export class LeasedIssuance {
     return issued === LOST ? { read, lost: true } : issued;
   }
 
-  /**
-   * A token whose announced countdown this container read has just run out: its successor comes
-   * one access-token request after the countdown's last step. Reading before then would only
-   * find the countdown ending, so the first read waits for it (within the deadline): at a
-   * cut-over a busy container reads about once, not once per step.
-   */
-  async #awaitCutOver(name: string, by: Deadline): Promise<void> {
-    const { clock, view } = this.deps;
-    const entry = view.entry(name);
-    if (!entry?.lease) return;
-    // A countdown that did not move between two reads (its holder gone or starved) announces
-    // nothing to wait for.
-    const since = view.leaseFirstSeen(name, entry.lease);
-    if (since === undefined || since < entry.checkedAt - COUNTDOWN_STEP_MS) return;
-    const now = clock.now();
-    const lastRead = this.#readMs.get(name);
-    const expected = cutOverExpectedAt(
-      entry.checkedAt,
-      entry.lease.countdown,
-      this.issuanceMs(name),
-      lastRead,
-    );
-    if (now < entry.until || now >= expected) return;
-    // I3. Wake with time left for the read: a caller whose deadline comes first reads what the
-    // store holds then (the successor, often), or is told it timed out waiting (R3).
-    const wait = Math.min(expected - now, by.leftMs() - readReserveMs(lastRead));
-    if (wait > 0) await clock.sleep(wait);
-  }
-
   /** Logs and counts a caller's word refused (I4). */
   #refused(name: string, error: Error, need: Need, trigger: Trigger): void {
     if (!(error instanceof ReplacementRefusedError)) return;
@@ -306,93 +279,8 @@ export class LeasedIssuance {
     });
   }
 
-  /** Asks for the lease as `ours` (LEASE_MS, cut to the deadline), within the deadline. */
-  #acquire(
-    name: string,
-    ours: LeaseRef,
-    by: Deadline,
-    terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replacing' | 'forced'>,
-  ): Promise<LeaseAttempt> {
-    const durationMs = Math.min(by.leftMs(), LEASE_MS);
-    const request: LeaseRequest = {
-      ...ours,
-      leaseExpiresAt: this.deps.clock.now() + durationMs,
-      durationMs,
-      ...terms,
-    };
-    return this.#bounded(this.deps.store.acquireLease(name, request), by.leftMs());
-  }
-
-  /** Takes a stale lease over and releases it at once; best effort (another may do it). */
-  async #letGo(name: string, stale: Lease, valid: TokenRecord, by: Deadline): Promise<void> {
-    const ours = this.#nextLease();
-    try {
-      const attempt = await this.#acquire(name, ours, by, {
-        countdown: stale.countdown,
-        takeOver: stale,
-        replacing: valid.tokenDigest,
-      });
-      if (attempt.acquired) {
-        await this.#bounded(this.deps.store.releaseLease(name, ours), by.leftMs());
-      }
-      this.deps.logger.info('Stale lease let go', { connection: name, countdown: stale.countdown });
-    } catch {
-      // The next read tries again, or finds it gone.
-    }
-  }
-
-  /** Reads the store; when it is down, falls back to a usable token in memory (I2's rule). */
-  async #read(
-    name: string,
-    need: Need,
-    bypassMemory: boolean,
-    by: Deadline,
-  ): Promise<TokenState | ServedToken> {
-    try {
-      return await this.#bounded(this.deps.store.read(name), by.leftMs());
-    } catch (error) {
-      const needMs = need === 'outside-window' ? Number.POSITIVE_INFINITY : need;
-      const held = bypassMemory
-        ? undefined
-        : this.deps.view.whileStoreDown(name, this.deps.clock.now(), needMs);
-      if (held) {
-        this.deps.logger.warn('Token store unreadable; serving the token held in memory', {
-          connection: name,
-        });
-        return { record: held, source: 'memory' };
-      }
-      throw new StoreUnavailableError('The token store could not be read; retry shortly', {
-        cause: error,
-      });
-    }
-  }
-
-  /**
-   * A store call that answers within `waitMs` or fails: a stalled connection must not keep the
-   * caller past its Lambda deadline (I3; the SDK's own time limits bound each attempt as well).
-   */
+  /** A store call cut to `waitMs` (I3; see `withDeadline`). */
   #bounded<T>(operation: Promise<T>, waitMs: number): Promise<T> {
-    return withDeadline(
-      operation,
-      waitMs,
-      this.deps.clock,
-      () => new StoreUnavailableError('The token store did not answer in time; retry shortly'),
-    );
-  }
-
-  async #store<T>(what: string, operation: () => Promise<T>): Promise<T> {
-    try {
-      return await operation();
-    } catch (error) {
-      throw new StoreUnavailableError(`The token store failed to ${what}; retry shortly`, {
-        cause: error,
-      });
-    }
-  }
-
-  /** A new attempt's lease: a holder id of its own, and its first version. */
-  #nextLease(): LeaseRef {
-    this.#attempts += 1;
-    return { holder: `${this.#containerId}:${this.#attempts}`, version: randomUUID() };
+    return withDeadline(operation, waitMs, this.deps.clock, () => storeFailure('answer in time'));
   }
 }

@@ -3,13 +3,13 @@
  * it, the others join it, each bounded by its own deadline, because a caller must be answered
  * before its Lambda deadline even when the shared load takes longer.
  */
-import type { Clock } from '../clock.js';
+import type { Clock, Deadline } from '../clock.js';
 
 export class SingleFlight<K, V> {
   // A Map, not an object: keys come from callers and must not reach prototype members.
   readonly #pending = new Map<K, Promise<V>>();
 
-  constructor(private readonly clock: Pick<Clock, 'now' | 'after'>) {}
+  constructor(private readonly clock: Pick<Clock, 'after'>) {}
 
   /** Whether a load for `key` is running. */
   has(key: K): boolean {
@@ -18,18 +18,18 @@ export class SingleFlight<K, V> {
 
   /**
    * Runs `load` unless one is running for `key`, in which case its result is awaited until
-   * `deadline` (epoch ms), after which `timedOut()` is thrown. `joined` says which happened.
+   * `deadline` (monotonic: I3), after which `timedOut()` is thrown. `joined` says which happened.
    */
   async run(
     key: K,
     load: () => Promise<V>,
-    deadline: number,
+    deadline: Pick<Deadline, 'leftMs'>,
     timedOut: () => Error,
   ): Promise<{ readonly value: V; readonly joined: boolean }> {
     const existing = this.#pending.get(key);
     if (existing) {
       return {
-        value: await withDeadline(existing, deadline - this.clock.now(), this.clock, timedOut),
+        value: await withDeadline(existing, deadline.leftMs(), this.clock, timedOut),
         joined: true,
       };
     }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SingleFlight } from '../../../lib/broker/single-flight.js';
+import { Deadline } from '../../../lib/clock.js';
 import { ManualClock } from '../../support/fakes.js';
 
 const T0 = 1_795_262_400_000;
@@ -7,7 +8,8 @@ const timedOut = () => new Error('timed out');
 
 describe('Class: SingleFlight', () => {
   it('runs one load per key for concurrent callers and tells each whether it joined', async () => {
-    const flight = new SingleFlight<string, number>(new ManualClock(T0));
+    const clock = new ManualClock(T0);
+    const flight = new SingleFlight<string, number>(clock);
     let loads = 0;
     let finish: ((value: number) => void) | undefined;
     const load = () => {
@@ -16,8 +18,8 @@ describe('Class: SingleFlight', () => {
         finish = resolve;
       });
     };
-    const first = flight.run('a', load, T0 + 1_000, timedOut);
-    const second = flight.run('a', load, T0 + 1_000, timedOut);
+    const first = flight.run('a', load, Deadline.fromEpoch(clock, T0 + 1_000), timedOut);
+    const second = flight.run('a', load, Deadline.fromEpoch(clock, T0 + 1_000), timedOut);
     expect(flight.has('a')).toBe(true);
     finish?.(7);
     expect(await first).toEqual({ value: 7, joined: false });
@@ -28,10 +30,11 @@ describe('Class: SingleFlight', () => {
   });
 
   it('keeps keys apart, including prototype member names', async () => {
-    const flight = new SingleFlight<string, string>(new ManualClock(T0));
+    const clock = new ManualClock(T0);
+    const flight = new SingleFlight<string, string>(clock);
     const results = await Promise.all(
       ['constructor', '__proto__', 'a'].map((key) =>
-        flight.run(key, async () => key, T0 + 1_000, timedOut),
+        flight.run(key, async () => key, Deadline.fromEpoch(clock, T0 + 1_000), timedOut),
       ),
     );
     expect(results.map((r) => r.value)).toEqual(['constructor', '__proto__', 'a']);
@@ -45,8 +48,10 @@ describe('Class: SingleFlight', () => {
       new Promise<number>((resolve) => {
         finish = resolve;
       });
-    const owner = flight.run('a', load, T0 + 10_000, timedOut);
-    const joiner = flight.run('a', load, T0 + 300, timedOut).catch((error: Error) => error);
+    const owner = flight.run('a', load, Deadline.fromEpoch(clock, T0 + 10_000), timedOut);
+    const joiner = flight
+      .run('a', load, Deadline.fromEpoch(clock, T0 + 300), timedOut)
+      .catch((error: Error) => error);
     await clock.advance(300);
     expect(await joiner).toEqual(new Error('timed out'));
     finish?.(1);
@@ -55,11 +60,19 @@ describe('Class: SingleFlight', () => {
   });
 
   it('forgets a failed load, so the next caller starts afresh', async () => {
-    const flight = new SingleFlight<string, number>(new ManualClock(T0));
+    const clock = new ManualClock(T0);
+    const flight = new SingleFlight<string, number>(clock);
     await expect(
-      flight.run('a', async () => Promise.reject(new Error('boom')), T0 + 1_000, timedOut),
+      flight.run(
+        'a',
+        async () => Promise.reject(new Error('boom')),
+        Deadline.fromEpoch(clock, T0 + 1_000),
+        timedOut,
+      ),
     ).rejects.toThrow('boom');
-    expect(await flight.run('a', async () => 2, T0 + 1_000, timedOut)).toEqual({
+    expect(
+      await flight.run('a', async () => 2, Deadline.fromEpoch(clock, T0 + 1_000), timedOut),
+    ).toEqual({
       value: 2,
       joined: false,
     });

@@ -1,0 +1,35 @@
+/**
+ * The observer's wait at a cut-over: a token whose announced countdown this container read has
+ * just run out. Its successor comes one access-token request after the countdown's last step;
+ * reading before then would only find the countdown ending, so the first read waits for it
+ * (within the deadline): at a cut-over a busy container reads about once, not once per step.
+ */
+import type { Clock, Deadline } from '../clock.js';
+import type { ConnectionView } from './connection-view.js';
+import { COUNTDOWN_STEP_MS, cutOverExpectedAt, readReserveMs } from './timing/index.js';
+
+export const awaitCutOver = async (
+  { clock, view }: { readonly clock: Clock; readonly view: ConnectionView },
+  name: string,
+  by: Deadline,
+  measured: { readonly issuanceMs: number; readonly lastReadMs: number | undefined },
+): Promise<void> => {
+  const entry = view.entry(name);
+  if (!entry?.lease) return;
+  // A countdown that did not move between two reads (its holder gone or starved) announces
+  // nothing to wait for.
+  const since = view.leaseFirstSeen(name, entry.lease);
+  if (since === undefined || since < entry.checkedAt - COUNTDOWN_STEP_MS) return;
+  const now = clock.now();
+  const expected = cutOverExpectedAt(
+    entry.checkedAt,
+    entry.lease.countdown,
+    measured.issuanceMs,
+    measured.lastReadMs,
+  );
+  if (now < entry.until || now >= expected) return;
+  // I3. Wake with time left for the read: a caller whose deadline comes first reads what the
+  // store holds then (the successor, often), or is told it timed out waiting (R3).
+  const wait = Math.min(expected - now, by.leftMs() - readReserveMs(measured.lastReadMs));
+  if (wait > 0) await clock.sleep(wait);
+};

@@ -1,0 +1,76 @@
+/**
+ * Taking the lease, for the observer's driver: each attempt under a holder id of its own and a
+ * first version of its own (the Lock Client's record version number), for LEASE_MS cut to the
+ * caller's deadline; and letting a stale lease go (taken over exactly, released at once).
+ */
+import { randomUUID } from 'node:crypto';
+import type { Clock, Deadline } from '../clock.js';
+import type {
+  Lease,
+  LeaseAttempt,
+  LeaseRef,
+  LeaseRequest,
+  TokenRecord,
+  TokenStore,
+} from '../ports.js';
+import { LEASE_MS } from './timing/index.js';
+import type { BrokerLogger } from './types.js';
+
+export class LeaseTaker {
+  readonly #containerId = randomUUID();
+  #attempts = 0;
+
+  constructor(
+    private readonly deps: {
+      readonly store: TokenStore;
+      readonly clock: Clock;
+      readonly logger: BrokerLogger;
+      /** Cuts a store call to `waitMs` (I3). */
+      readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
+    },
+  ) {}
+
+  /** A new attempt's lease: a holder id of its own, and its first version. */
+  next(): LeaseRef {
+    this.#attempts += 1;
+    return { holder: `${this.#containerId}:${this.#attempts}`, version: randomUUID() };
+  }
+
+  /** Asks for the lease as `ours` (LEASE_MS, cut to the deadline), within the deadline. */
+  acquire(
+    name: string,
+    ours: LeaseRef,
+    by: Deadline,
+    terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replacing' | 'forced'>,
+  ): Promise<LeaseAttempt> {
+    const durationMs = Math.min(by.leftMs(), LEASE_MS);
+    const request: LeaseRequest = {
+      ...ours,
+      leaseExpiresAt: this.deps.clock.now() + durationMs,
+      durationMs,
+      ...terms,
+    };
+    return this.deps.bounded(this.deps.store.acquireLease(name, request), by.leftMs());
+  }
+
+  /**
+   * Takes a stale lease over and releases it at once, best effort (another may do it): a
+   * countdown nobody advances would have readers re-read at each of its ends.
+   */
+  async letGo(name: string, stale: Lease, valid: TokenRecord, by: Deadline): Promise<void> {
+    const ours = this.next();
+    try {
+      const attempt = await this.acquire(name, ours, by, {
+        countdown: stale.countdown,
+        takeOver: stale,
+        replacing: valid.tokenDigest,
+      });
+      if (attempt.acquired) {
+        await this.deps.bounded(this.deps.store.releaseLease(name, ours), by.leftMs());
+      }
+      this.deps.logger.info('Stale lease let go', { connection: name, countdown: stale.countdown });
+    } catch {
+      // The next read tries again, or finds it gone.
+    }
+  }
+}

@@ -1,0 +1,66 @@
+/**
+ * Concurrent misses for one connection in a container share one load (`single-flight.ts`), each
+ * caller bounded by its own deadline (I3). A joiner whose need the shared load did not meet asks
+ * anew; a refusal of a caller's word answers the caller that asked, not the ones that joined.
+ */
+import { type Clock, Deadline } from '../clock.js';
+import type { ConnectionConfig } from '../config.js';
+import { ReplacementRefusedError, UpstreamUnavailableError } from '../errors.js';
+import type { Trigger } from './issuance-cause.js';
+import type { LeasedIssuance } from './leased-issuance.js';
+import { type Need, unsatisfiable } from './observer.js';
+import { SingleFlight } from './single-flight.js';
+import { type RefreshSettings, windowMs } from './timing/index.js';
+import type { ServedToken } from './types.js';
+
+const joinTimedOut = () =>
+  new UpstreamUnavailableError('Timed out waiting for a token being issued concurrently', {
+    retryAfterSeconds: 1,
+  });
+
+export class SharedLoads {
+  readonly #flight: SingleFlight<string, ServedToken>;
+
+  constructor(
+    private readonly issuance: LeasedIssuance,
+    private readonly clock: Clock,
+    private readonly settings: RefreshSettings,
+  ) {
+    this.#flight = new SingleFlight(clock);
+  }
+
+  /** Whether a load for `name` is running in this container. */
+  has(name: string): boolean {
+    return this.#flight.has(name);
+  }
+
+  /** @param deadline epoch ms, judged on the monotonic clock from here */
+  async load(
+    connection: ConnectionConfig,
+    need: Need,
+    deadline: number,
+    bypassMemory: boolean,
+    trigger: Trigger,
+    mayForce = true,
+  ): Promise<ServedToken> {
+    const by = Deadline.fromEpoch(this.clock, deadline);
+    const obtain = () =>
+      this.issuance.obtain(connection, need, by.epoch(), bypassMemory, trigger, mayForce);
+    const joining = this.#flight.has(connection.name);
+    let outcome: { readonly value: ServedToken; readonly joined: boolean };
+    try {
+      outcome = await this.#flight.run(connection.name, obtain, by, joinTimedOut);
+    } catch (error) {
+      // A refusal answers the caller that asked, not the ones that joined it: they ask anew.
+      if (joining && error instanceof ReplacementRefusedError) return obtain();
+      throw error;
+    }
+    const { value: shared, joined } = outcome;
+    const now = this.clock.now();
+    const needMs = need === 'outside-window' ? windowMs(shared.record, this.settings) : need;
+    if (!joined || shared.record.expiresAt - now > needMs) return shared;
+    // The shared load asked for less validity than this caller needs.
+    if (shared.source === 'upstream') throw unsatisfiable(shared.record, needMs);
+    return obtain();
+  }
+}
