@@ -9,6 +9,7 @@ import type { Context } from 'aws-lambda';
 import type { TokenBroker } from '../../lib/broker/index.js';
 import { BadRequestError } from '../../lib/errors.js';
 import { type BrokerMetrics, noMetrics } from '../../lib/metrics.js';
+import type { Invocations } from './after-response.js';
 import { logRefusal } from './errors.js';
 import { createHttpHandler, isHttpEvent } from './http.js';
 import { createInvokeHandler, isInvokeEvent } from './invoke.js';
@@ -16,12 +17,14 @@ import { createScheduleHandler, isScheduledEvent } from './schedule.js';
 
 export interface HandlerDeps {
   readonly broker: TokenBroker;
+  /** Told when each invocation's handler has returned (the after-response extension waits). */
+  readonly invocations?: Invocations;
   readonly logger: Logger;
   /** Counts request errors; `flush` publishes what an invocation recorded, at its end. */
   readonly metrics?: BrokerMetrics & { flush(): void };
 }
 
-export const createHandler = ({ broker, logger, metrics }: HandlerDeps) => {
+export const createHandler = ({ broker, logger, metrics, invocations }: HandlerDeps) => {
   const http = createHttpHandler(broker, logger, metrics ?? noMetrics);
   const invoke = createInvokeHandler(broker, logger, metrics ?? noMetrics);
   const schedule = createScheduleHandler(broker, logger);
@@ -31,6 +34,11 @@ export const createHandler = ({ broker, logger, metrics }: HandlerDeps) => {
       // logEvent is pinned off: an invalidate request carries an access token in its body.
       .use(injectLambdaContext(logger, { resetKeys: true, logEvent: false }))
       .use({ after: () => metrics?.flush(), onError: () => metrics?.flush() })
+      // Last out: the invocation's own work is done; what it started runs after the response.
+      .use({
+        after: (request) => invocations?.finished(request.context.awsRequestId),
+        onError: (request) => invocations?.finished(request.context.awsRequestId),
+      })
       .handler(async (event: unknown, context: Context) => {
         if (isHttpEvent(event)) return http(event, context);
         if (isScheduledEvent(event)) return schedule(event, context);

@@ -4,7 +4,11 @@
  */
 import { createAwsBroker, createLogger, createMetrics } from '../../lib/adapters/aws.js';
 import { loadConfig } from '../../lib/config.js';
+import { Invocations, registerAfterResponse } from './after-response.js';
 import { createHandler } from './handler.js';
+
+/** Lambda gives the runtime 500 ms after SIGTERM with internal extensions only: kept under. */
+const SHUTDOWN_BUDGET_MS = 400;
 
 // Connections from an SSM parameter when BROKER_CONNECTIONS_PARAMETER names one (read once);
 // its module, and the SSM client with it, is loaded only then (a file of its own in the build).
@@ -17,8 +21,25 @@ const config = loadConfig(env);
 const logger = createLogger();
 const metrics = createMetrics();
 
-export const handler = createHandler({
-  broker: createAwsBroker(config, logger, metrics),
-  logger,
-  metrics,
+const broker = createAwsBroker(config, logger, metrics);
+const invocations = new Invocations();
+
+// Work after the response (issue 17): in Lambda, an internal extension keeps the environment
+// thawed until a refresh the invocation started has ended. Registered during init, before the
+// runtime asks for its first invocation.
+const registered = await registerAfterResponse({
+  runtimeApi: process.env.AWS_LAMBDA_RUNTIME_API,
+  idle: () => broker.idle(),
+  invocations,
+  log: logger,
 });
+
+// Shutdown: with an extension registered, Lambda sends the runtime SIGTERM before it ends the
+// environment. Leases held here are given up and released, so no other container waits them out.
+if (registered) {
+  process.once('SIGTERM', () => {
+    void broker.shutdown(Date.now() + SHUTDOWN_BUDGET_MS).finally(() => process.exit(0));
+  });
+}
+
+export const handler = createHandler({ broker, logger, metrics, invocations });

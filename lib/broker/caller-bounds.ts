@@ -18,7 +18,7 @@
  * here: each happens once per token lifetime, in its refresh window, which a forced token
  * reaches only once it is a window old (a window is at most half a lifetime).
  */
-import { ForceNotAllowedError, ReplacementTooSoonError } from '../errors.js';
+import { BadRequestError, ForceNotAllowedError, ReplacementTooSoonError } from '../errors.js';
 import type { TokenRecord } from '../ports.js';
 import { type RefreshSettings, windowMs } from './timing/index.js';
 
@@ -101,4 +101,25 @@ export const forcingRefusal = (
       `ask for ${available}s or less now, or retry in ${retryAfterSeconds}s`,
     { availableMinValidity: available, retryAfterSeconds },
   );
+};
+
+/**
+ * The validity (ms) a caller needs, after checking what it asked for: a whole number of seconds,
+ * the default when it asked for none, and below the longest lifetime a token may have.
+ * @throws {BadRequestError}
+ */
+export const needMsOf = (
+  minValiditySeconds: number | undefined,
+  config: { readonly defaultMinValiditySeconds: number; readonly maxTokenLifetimeSeconds: number },
+): number => {
+  const minValidity = minValiditySeconds ?? config.defaultMinValiditySeconds;
+  if (!Number.isInteger(minValidity) || minValidity < 0) {
+    throw new BadRequestError('minValidity must be a whole number of seconds, 0 or more');
+  }
+  if (minValidity >= config.maxTokenLifetimeSeconds) {
+    throw new BadRequestError(
+      `minValidity must be below the maximum token lifetime (${config.maxTokenLifetimeSeconds}s)`,
+    );
+  }
+  return minValidity * 1000;
 };

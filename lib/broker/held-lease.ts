@@ -171,6 +171,15 @@ export class HeldLease {
     this.#to({ type: 'post-sent' });
   }
 
+  /**
+   * Gives the lease up before its POST (the execution environment is shutting down): a holder
+   * still counting down, or fenced, sends nothing and its flow releases the lease, so that no
+   * other container waits out its duration. A POST already out is left to its answer (I1).
+   */
+  abandon(reason: string): void {
+    if (this.#state.name === 'counting' || this.#state.name === 'fenced') this.#lose(reason);
+  }
+
   /** Records how the flow ended (the token written, or not) and stops every timer. */
   end(event: HolderEvent): void {
     this.#to(event);

@@ -25,6 +25,8 @@ export interface HolderDeps {
   };
   readonly logger: BrokerLogger;
   readonly metrics: BrokerMetrics;
+  /** The leases this container holds now (given up when its environment shuts down). */
+  readonly held?: Set<{ abandon(reason: string): void }>;
   /** Cuts a store call to `waitMs`: the caller is answered before its deadline, always (I3). */
   readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
 }

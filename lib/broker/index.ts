@@ -23,10 +23,10 @@
  */
 import { type Clock, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
-import { BadRequestError, toBrokerError, UnknownConnectionError } from '../errors.js';
+import { toBrokerError, UnknownConnectionError } from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../ports.js';
-import type { CallerBoundSettings } from './caller-bounds.js';
+import { type CallerBoundSettings, needMsOf } from './caller-bounds.js';
 import { ConnectionView } from './connection-view.js';
 import { withCredentialRotation } from './credential-rotation.js';
 import { IssuanceCause, type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
@@ -146,7 +146,7 @@ export class TokenBroker {
   async getToken(name: string, options: GetTokenOptions): Promise<TokenAnswer> {
     const connection = this.connection(name);
     const trigger = options.caller ?? UNNAMED_TRIGGER;
-    const needMs = this.#needMs(options.minValiditySeconds);
+    const needMs = needMsOf(options.minValiditySeconds, this.deps.config);
     let served: ServedToken;
     try {
       served =
@@ -208,6 +208,17 @@ export class TokenBroker {
     return this.#refreshAhead.idle();
   }
 
+  /**
+   * The execution environment is shutting down (Lambda's SIGTERM): every lease held here is
+   * given up before its POST and released, and the work under way is awaited until `deadline`
+   * (epoch ms), so that no other container waits out a lease this one can no longer advance.
+   */
+  async shutdown(deadline: number): Promise<void> {
+    this.#issuance.abandonLeases('The execution environment is shutting down');
+    const left = Math.max(0, deadline - this.#clock.now());
+    await Promise.race([this.idle(), this.#clock.sleep(left)]);
+  }
+
   /** Every connection's token metadata and lease, read from the shared store. */
   status(): Promise<ConnectionStatus[]> {
     return readStatus(this.deps.config.connections.values(), this.deps.store, () =>
@@ -242,21 +253,6 @@ export class TokenBroker {
       logger: this.deps.logger,
       metrics: this.#metrics,
     });
-  }
-
-  /** The validity a caller needs, in ms, after checking what it asked for. */
-  #needMs(minValiditySeconds: number | undefined): number {
-    const { config } = this.deps;
-    const minValidity = minValiditySeconds ?? config.defaultMinValiditySeconds;
-    if (!Number.isInteger(minValidity) || minValidity < 0) {
-      throw new BadRequestError('minValidity must be a whole number of seconds, 0 or more');
-    }
-    if (minValidity >= config.maxTokenLifetimeSeconds) {
-      throw new BadRequestError(
-        `minValidity must be below the maximum token lifetime (${config.maxTokenLifetimeSeconds}s)`,
-      );
-    }
-    return minValidity * 1000;
   }
 
   /**

@@ -43,6 +43,7 @@ export const issueUnderLease = async (
     upstreamTimeoutMs: settings.upstreamTimeoutMs,
     bounded,
   });
+  deps.held?.add(lease);
   let record: TokenRecord;
   try {
     // Authorize while the lease counts down; the fence waits for the countdown's end, then
@@ -61,6 +62,7 @@ export const issueUnderLease = async (
     record = { ...issuedRecord, recheckMs: ownRecheckMs(issuedRecord, settings) };
   } catch (error) {
     lease.end(isOutcomeUnknown(error) ? { type: 'outcome-unknown' } : { type: 'failed' });
+    deps.held?.delete(lease);
     await afterFailedFlow(
       { ...deps, bounded: (operation) => bounded(operation, flow.deadline.leftMs()) },
       connection,
@@ -87,6 +89,7 @@ export const issueUnderLease = async (
     untilAtMost = (lease.confirmedUntil ?? writtenAt.sentAt) - PROOF_MARGIN_MS;
   }
   lease.end(written ? { type: 'token-written' } : { type: 'token-refused' });
+  deps.held?.delete(lease);
   if (!written) {
     logger.warn('Lease was taken over while issuing; using the new holder’s token', {
       connection: name,

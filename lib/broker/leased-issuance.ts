@@ -49,10 +49,19 @@ export class LeasedIssuance {
     this.deps = {
       ...deps,
       view: deps.view ?? new ConnectionView(deps.clock, deps.settings),
+      held: new Set(),
       bounded: (operation, waitMs) => this.#bounded(operation, waitMs),
     };
     this.#holder = this.deps;
     this.#leases = new LeaseTaker(this.deps);
+  }
+
+  /**
+   * Gives up every lease this container holds before its POST (its environment is shutting
+   * down): those flows send nothing and release their leases. See `HeldLease.abandon`.
+   */
+  abandonLeases(reason: string): void {
+    for (const lease of this.deps.held ?? []) lease.abandon(reason);
   }
 
   /** What this container knows of each connection. */

@@ -1,0 +1,107 @@
+/**
+ * Work after the response, Lambda's way (issue 17): an internal extension keeps the execution
+ * environment thawed until the work an invocation started (a refresh ahead of expiry, a kept
+ * report acted on) has ended. Lambda freezes an environment only when the runtime and every
+ * registered extension wait for their next event; the runtime posts the response first, so the
+ * caller has its answer, and the refresh runs to completion without holding it and without
+ * depending on that environment's next invocation. In the broker's own bundle: no layer.
+ *
+ * The Extensions API (AWS's reference, "Lambda Extensions API"): `POST
+ * /2020-01-01/extension/register` with `Lambda-Extension-Name` during init, then `GET
+ * /2020-01-01/extension/event/next` with `Lambda-Extension-Identifier`, one event at a time.
+ * An internal extension registers for INVOKE only; at shutdown Lambda sends the runtime
+ * SIGTERM (with an extension registered), which `onShutdown` answers.
+ */
+
+/** Invocations whose handler has not returned yet, by request id. */
+export class Invocations {
+  readonly #finished = new Set<string>();
+  readonly #waiting = new Map<string, () => void>();
+  /** Set once an extension waits on invocations: until then nothing is kept. */
+  watched = false;
+
+  /** The handler of `requestId` has returned (or thrown): its response is on its way. */
+  finished(requestId: string): void {
+    const wake = this.#waiting.get(requestId);
+    if (wake) {
+      this.#waiting.delete(requestId);
+      wake();
+    } else if (this.watched) this.#finished.add(requestId);
+  }
+
+  /** Settles once the handler of `requestId` has returned (at once if it already has). */
+  whenFinished(requestId: string): Promise<void> {
+    if (this.#finished.delete(requestId)) return Promise.resolve();
+    return new Promise((resolve) => this.#waiting.set(requestId, resolve));
+  }
+}
+
+export interface AfterResponseDeps {
+  /** `AWS_LAMBDA_RUNTIME_API` (host:port); without it, not in Lambda: nothing registers. */
+  readonly runtimeApi: string | undefined;
+  /** Settles once the work started by invocations so far has ended (`TokenBroker.idle`). */
+  readonly idle: () => Promise<void>;
+  readonly invocations: Invocations;
+  readonly log: { warn(message: string, fields: Record<string, unknown>): void };
+  readonly fetch?: typeof fetch;
+}
+
+const EXTENSION_NAME = 'token-broker-after-response';
+const BASE = '2020-01-01/extension';
+
+/**
+ * Registers the internal extension (at init: a module's top-level await) and runs its loop in
+ * the background. Returns whether it registered: false outside Lambda, or when the API refuses.
+ */
+export const registerAfterResponse = async (deps: AfterResponseDeps): Promise<boolean> => {
+  const { runtimeApi, log } = deps;
+  const send = deps.fetch ?? fetch;
+  if (!runtimeApi) return false;
+  let id: string | null;
+  try {
+    const response = await send(`http://${runtimeApi}/${BASE}/register`, {
+      method: 'POST',
+      headers: { 'Lambda-Extension-Name': EXTENSION_NAME, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ events: ['INVOKE'] }),
+    });
+    id = response.ok ? response.headers.get('Lambda-Extension-Identifier') : null;
+    await response.body?.cancel();
+    if (!id) {
+      log.warn('Extension not registered: refresh ahead waits for the next invocation', {
+        status: response.status,
+      });
+      return false;
+    }
+  } catch (error) {
+    log.warn('Extension not registered: refresh ahead waits for the next invocation', {
+      error: { name: (error as Error)?.name },
+    });
+    return false;
+  }
+  deps.invocations.watched = true;
+  void loop(deps, send, id);
+  return true;
+};
+
+/** One event at a time: after an INVOKE, asks for the next only once its work has ended. */
+const loop = async (deps: AfterResponseDeps, send: typeof fetch, id: string): Promise<void> => {
+  for (;;) {
+    let event: { eventType?: string; requestId?: string };
+    try {
+      const response = await send(`http://${deps.runtimeApi}/${BASE}/event/next`, {
+        headers: { 'Lambda-Extension-Identifier': id },
+      });
+      event = (await response.json()) as typeof event;
+    } catch (error) {
+      // The environment is going away (or the API is gone): nothing to keep thawed.
+      deps.log.warn('Extension event loop ended', { error: { name: (error as Error)?.name } });
+      return;
+    }
+    if (event.eventType === 'SHUTDOWN') return;
+    if (event.eventType === 'INVOKE' && event.requestId) {
+      // The invocation's handler first (it starts the work), then the work it started.
+      await deps.invocations.whenFinished(event.requestId);
+      await deps.idle();
+    }
+  }
+};

@@ -1,0 +1,157 @@
+/**
+ * The broker's internal extension (functions/broker/after-response.ts) against a loopback
+ * Extensions API: it registers for INVOKE during init, and after an INVOKE asks for its next
+ * event only once that invocation's handler has returned and the work it started has ended.
+ * Lambda freezes the environment only then (issue 17).
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Invocations, registerAfterResponse } from '../../functions/broker/after-response.js';
+
+interface FakeApi {
+  readonly address: string;
+  readonly registrations: { name: string | undefined; events: unknown }[];
+  /** `event/next` calls received so far. */
+  nexts: number;
+  /** Answers the pending `event/next` with `event`. */
+  send(event: Record<string, unknown>): void;
+  close(): Promise<void>;
+}
+
+const fakeApi = async (): Promise<FakeApi> => {
+  let pending: ServerResponse | undefined;
+  const api: Omit<FakeApi, 'address' | 'close'> = {
+    registrations: [],
+    nexts: 0,
+    send: (event) => {
+      pending?.writeHead(200, {
+        'Content-Type': 'application/json',
+        'Lambda-Extension-Event-Identifier': 'e-1',
+      });
+      pending?.end(JSON.stringify(event));
+      pending = undefined;
+    },
+  };
+  const server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
+    let body = '';
+    for await (const chunk of req) body += chunk;
+    if (req.method === 'POST' && req.url === '/2020-01-01/extension/register') {
+      api.registrations.push({
+        name: req.headers['lambda-extension-name'] as string | undefined,
+        events: JSON.parse(body).events,
+      });
+      res.writeHead(200, { 'Lambda-Extension-Identifier': 'ext-1' });
+      res.end(JSON.stringify({ functionName: 'token-broker', functionVersion: '$LATEST' }));
+      return;
+    }
+    if (req.method === 'GET' && req.url === '/2020-01-01/extension/event/next') {
+      expect(req.headers['lambda-extension-identifier']).toBe('ext-1');
+      api.nexts += 1;
+      pending = res;
+      return;
+    }
+    res.writeHead(404).end();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    ...api,
+    get nexts() {
+      return api.nexts;
+    },
+    set nexts(value) {
+      api.nexts = value;
+    },
+    address: `127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        api.send({ eventType: 'SHUTDOWN', shutdownReason: 'spindown', deadlineMs: Date.now() });
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+};
+
+const settle = (ms = 30) => new Promise((resolve) => setTimeout(resolve, ms));
+const log = { warn: () => undefined };
+
+describe('Function: registerAfterResponse', () => {
+  let api: FakeApi | undefined;
+  afterEach(async () => {
+    await api?.close();
+    api = undefined;
+  });
+
+  it('does nothing outside Lambda (no runtime API)', async () => {
+    const invocations = new Invocations();
+    expect(
+      await registerAfterResponse({
+        runtimeApi: undefined,
+        idle: async () => {},
+        invocations,
+        log,
+      }),
+    ).toBe(false);
+    expect(invocations.watched).toBe(false);
+  });
+
+  it('registers for INVOKE only, under its own name, during init', async () => {
+    api = await fakeApi();
+    const registered = await registerAfterResponse({
+      runtimeApi: api.address,
+      idle: async () => {},
+      invocations: new Invocations(),
+      log,
+    });
+    expect(registered).toBe(true);
+    expect(api.registrations).toEqual([
+      { name: 'token-broker-after-response', events: ['INVOKE'] },
+    ]);
+  });
+
+  it('asks for its next event only once the invocation has returned and its work has ended', async () => {
+    api = await fakeApi();
+    const invocations = new Invocations();
+    let endWork: (() => void) | undefined;
+    const work = new Promise<void>((resolve) => {
+      endWork = resolve;
+    });
+    await registerAfterResponse({
+      runtimeApi: api.address,
+      idle: () => work,
+      invocations,
+      log,
+    });
+    await settle();
+    expect(api.nexts).toBe(1); // init over: waiting for the first event
+    api.send({ eventType: 'INVOKE', requestId: 'r-1', deadlineMs: Date.now() + 3_000 });
+    await settle();
+    expect(api.nexts).toBe(1); // the handler of r-1 is still running
+    invocations.finished('r-1');
+    await settle();
+    expect(api.nexts).toBe(1); // answered, but the refresh it started goes on: not frozen
+    endWork?.();
+    await settle();
+    expect(api.nexts).toBe(2); // now the environment may freeze
+  });
+
+  it('does not mistake another invocation’s end for its own', async () => {
+    api = await fakeApi();
+    const invocations = new Invocations();
+    await registerAfterResponse({
+      runtimeApi: api.address,
+      idle: async () => {},
+      invocations,
+      log,
+    });
+    await settle();
+    invocations.finished('r-0'); // an earlier invocation, before the event
+    api.send({ eventType: 'INVOKE', requestId: 'r-1', deadlineMs: Date.now() + 3_000 });
+    await settle();
+    expect(api.nexts).toBe(1);
+    invocations.finished('r-1');
+    await settle();
+    expect(api.nexts).toBe(2);
+  });
+});
