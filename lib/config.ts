@@ -5,7 +5,7 @@
  */
 
 import { type ConnectionConfig, parseConnections } from './config/connections.js';
-import { type Env, integer, kmsKeyId } from './config/variables.js';
+import { type Env, integer, kmsKeyId, oneOf } from './config/variables.js';
 import { ConfigError } from './errors.js';
 
 export type { ConnectionConfig, Variant } from './config/connections.js';
@@ -54,6 +54,12 @@ export interface BrokerConfig {
   readonly secretStaleMaxSeconds: number;
   /** KMS key (id, ARN or alias) for application-level token encryption; undefined: none. */
   readonly kmsKeyId: string | undefined;
+  /**
+   * `background`: a request inside a token's window starts its refresh after the answer (kept
+   * running by the after-response extension in Lambda); `off`: only the warm-up, and a caller
+   * whose token no longer satisfies it, refresh (in the foreground). See the README.
+   */
+  readonly refreshAhead: 'background' | 'off';
 }
 
 const TABLE_NAME = /^[A-Za-z0-9_.-]{3,255}$/;
@@ -106,5 +112,6 @@ export const loadConfig = (env: Env): BrokerConfig => {
     secretMaxAgeSeconds: integer(env, 'BROKER_SECRET_MAX_AGE_SECONDS', 300, 0, day),
     secretStaleMaxSeconds: integer(env, 'BROKER_SECRET_STALE_MAX_SECONDS', 3600, 0, 7 * day),
     kmsKeyId: kmsKeyId(env.BROKER_KMS_KEY_ID),
+    refreshAhead: oneOf(env, 'BROKER_REFRESH_AHEAD', ['background', 'off'], 'background'),
   });
 };

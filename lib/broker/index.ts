@@ -62,7 +62,7 @@ export interface TokenBrokerDeps {
     | 'upstreamTimeoutMs'
     | 'invalidateMinAgeSeconds'
   > &
-    Partial<Pick<BrokerConfig, 'storeOutageGraceSeconds' | 'forcedMinAgeSeconds'>>;
+    Partial<Pick<BrokerConfig, 'storeOutageGraceSeconds' | 'forcedMinAgeSeconds' | 'refreshAhead'>>;
   readonly store: TokenStore;
   readonly secrets: SecretSource;
   readonly issuer: TokenIssuer;
@@ -170,7 +170,8 @@ export class TokenBroker {
         : this.#dueForRefresh(served.record)
           ? IssuanceCause.RefreshAhead
           : undefined;
-      if (cause && !this.#loads.has(name)) {
+      const background = this.deps.config.refreshAhead !== 'off';
+      if (cause && background && !this.#loads.has(name)) {
         this.#refreshAhead.start(connection, served.record, trigger, cause);
       }
     }

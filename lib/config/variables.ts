@@ -37,3 +37,16 @@ export const kmsKeyId = (raw: string | undefined): string | undefined => {
   }
   return value;
 };
+
+/** One of `values`, or `fallback` when unset; anything else fails naming the variable. */
+export const oneOf = <T extends string>(
+  env: Env,
+  variable: string,
+  values: readonly T[],
+  fallback: T,
+): T => {
+  const raw = env[variable]?.trim();
+  if (!raw) return fallback;
+  if ((values as readonly string[]).includes(raw)) return raw as T;
+  throw new ConfigError(`${variable} must be one of ${values.join(', ')}`);
+};
