@@ -97,10 +97,12 @@ export interface TokenState {
    */
   readonly reported?: boolean;
   /**
-   * The digest of a token the item holds but that could not be read (sealed under another key,
-   * or tampered with): a lease may replace it, as it replaces a token that was read.
+   * A token the item holds but that this container could not read (sealed under a key it does
+   * not have, or tampered with), without its value: other containers may read and serve it, so
+   * its replacement is announced like any other (a countdown), and a lease may replace it by
+   * its digest.
    */
-  readonly unreadableDigest?: string | undefined;
+  readonly unreadable?: Omit<TokenRecord, 'accessToken'> | undefined;
 }
 
 /** Who asks for the lease, with its first version, which stale lease it replaces and which token. */

@@ -99,14 +99,41 @@ export const fromItem = async (
     ...(Number.isFinite(invalidatedAt) && !token ? { invalidatedAt } : {}),
     // A report about an earlier token (the attribute outlived it) says nothing of this one.
     ...(token && item?.reportedDigest?.S === token.tokenDigest ? { reported: true } : {}),
-    ...(!token && item?.tokenDigest?.S ? { unreadableDigest: item.tokenDigest.S } : {}),
+    ...(!token ? unreadableOf(item) : {}),
   };
 };
 
 /** The writer's re-check, when it recorded one (a positive number of ms). */
 const recheckOf = (item: Item | undefined): { recheckMs?: number } => {
   const recheckMs = Number(item?.recheckMs?.N);
-  return Number.isFinite(recheckMs) && recheckMs > 0 ? { recheckMs } : {};
+  // 0 is a re-check too (BROKER_MEMORY_RECHECK_SECONDS=0): readers must apply it (I2).
+  return item?.recheckMs?.N !== undefined && Number.isFinite(recheckMs) && recheckMs >= 0
+    ? { recheckMs }
+    : {};
+};
+
+/** What an item says of a token it holds but that could not be read: all but its value. */
+const unreadableOf = (item: Item | undefined): Pick<TokenState, 'unreadable'> => {
+  const connection = item?.connection?.S;
+  const tokenDigest = item?.tokenDigest?.S;
+  const issuedAt = Number(item?.issuedAt?.N);
+  const expiresAt = Number(item?.expiresAt?.N);
+  if (!connection || !tokenDigest || !Number.isFinite(issuedAt) || !Number.isFinite(expiresAt)) {
+    // A digest alone still names the token for a lease (its times are unknown: none announced).
+    return tokenDigest
+      ? { unreadable: { connection: connection ?? '', tokenDigest, issuedAt: 0, expiresAt: 0 } }
+      : {};
+  }
+  return {
+    unreadable: {
+      connection,
+      tokenDigest,
+      issuedAt,
+      expiresAt,
+      ...(item?.forced?.BOOL === true ? { forced: true } : {}),
+      ...recheckOf(item),
+    },
+  };
 };
 
 /** The lease duration of items written before durations were recorded. */

@@ -152,8 +152,10 @@ export class DynamoDBTokenStore implements TokenStore {
           // Exactly the version last written, or the one this write sets (an SDK retry of an
           // attempt that landed, whose answer was lost: applying it again changes nothing). An
           // attempt applied late, after a later write, finds another version: a reader trusting
-          // a countdown never sees it go back up.
-          ConditionExpression: `(${held.condition}) OR leaseVersion = :version`,
+          // a countdown never sees it go back up. The holder is named in both branches: a lease
+          // an older release took over keeps the version attribute it found (its writes set
+          // none), and a late retry must not land on that holder's lease.
+          ConditionExpression: `(${held.condition}) OR (leaseHolder = :heldHolder AND leaseVersion = :version)`,
           ExpressionAttributeValues: { ...terms(next), ...held.values },
         }),
       ),

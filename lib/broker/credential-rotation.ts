@@ -4,8 +4,8 @@
  * changed (a rotation), the whole flow runs once more with the new one: a new code, the fence
  * again, a new token request. An unchanged secret means the rejection stands.
  */
-import { type Clock, systemClock } from '../clock.js';
-import { UpstreamRejectedError } from '../errors.js';
+import { type Clock, Deadline, systemClock } from '../clock.js';
+import { SecretUnavailableError, UpstreamRejectedError } from '../errors.js';
 import type { SecretSource, TokenIssuer } from '../ports.js';
 import { SIGNATURE_REFUSAL, TIMESTAMP_REFUSAL } from '../upstream/rejections.js';
 import { type Issue, issueWith } from './issue-flow.js';
@@ -42,7 +42,18 @@ export const withCredentialRotation =
   async (connection, options) => {
     const { secrets, issuer, logger } = deps;
     const clock = deps.clock ?? systemClock;
-    const credentials = await secrets.getCredentials(connection.secretId);
+    // The caller's deadline, on the monotonic clock from here (I3): a slow Secrets Manager (its
+    // SDK retries included) must not keep the caller past it.
+    const by = Deadline.fromEpoch(clock, options.deadline);
+    const credentials = await withDeadline(
+      secrets.getCredentials(connection.secretId),
+      by.leftMs(),
+      clock,
+      () =>
+        new SecretUnavailableError(
+          `The secret of connection '${connection.name}' was not read in time; retry shortly`,
+        ),
+    );
     try {
       return await issueWith(issuer, connection, credentials, options);
     } catch (error) {
@@ -50,7 +61,7 @@ export const withCredentialRotation =
       // Within the caller's deadline: past it, the rejection is the answer.
       const fresh = await withDeadline(
         secrets.getCredentials(connection.secretId, { forceFetch: true }),
-        options.deadline - clock.now(),
+        by.leftMs(),
         clock,
         () => error as Error,
       );

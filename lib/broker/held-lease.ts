@@ -133,6 +133,10 @@ export class HeldLease {
    */
   async fence(): Promise<void> {
     const { clock, store, connection, deadline, upstreamTimeoutMs } = this.options;
+    // Fenced again while posting: the issue flow sends a second token request only after a
+    // definite refusal of the first (rotated credentials), so nothing of the first can land.
+    // The lease is confirmed afresh before the second leaves.
+    if (this.#state.name === 'posting') this.#to({ type: 'post-refused' });
     const waitFrom = clock.monotonic();
     await Promise.race([this.#counted, this.#lost]);
     this.#stopHeartbeat();

@@ -10,6 +10,8 @@
  *             └─ lease lost (confirmation stale) ────────────▸ lost (nothing sent)
  *   posting ──┬─ token written (the lease goes with it) ─────▸ written
  *             ├─ token write refused (taken over after) ─────▸ superseded
+ *             ├─ refused for the credentials (a rotated secret) ▸ counting (0): fenced again
+ *             │   before the second request (a definite refusal: nothing was issued)
  *             ├─ timeout or reset after sending ─────────────▸ outcome-unknown
  *             └─ a definite refusal ─────────────────────────▸ failed
  *
@@ -32,6 +34,8 @@ export type HolderEvent =
   | { readonly type: 'confirmed'; readonly until: number }
   | { readonly type: 'lease-lost'; readonly reason: string }
   | { readonly type: 'post-sent' }
+  /** The POST was answered with a definite refusal, and the flow sends another (rotation). */
+  | { readonly type: 'post-refused' }
   | { readonly type: 'token-written' }
   | { readonly type: 'token-refused' }
   | { readonly type: 'outcome-unknown' }
@@ -70,6 +74,7 @@ export const transition = (state: HolderState, event: HolderEvent): HolderState 
       if (event.type === 'token-refused') return { name: 'superseded' };
       if (event.type === 'outcome-unknown') return { name: 'outcome-unknown' };
       if (event.type === 'failed') return { name: 'failed' };
+      if (event.type === 'post-refused') return { name: 'counting', countdown: 0 };
       // A lease lost while the POST is out changes nothing: only its answer tells what it did.
       return state;
     default:

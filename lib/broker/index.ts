@@ -21,7 +21,7 @@
  *
  * This file adds input checks and the last-good fallback, and starts refresh ahead.
  */
-import { type Clock, systemClock } from '../clock.js';
+import { type Clock, Deadline, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
 import { toBrokerError, UnknownConnectionError } from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
@@ -234,6 +234,8 @@ export class TokenBroker {
   ready(deadline: number, caller = 'readiness check'): Promise<ReadinessReport> {
     return checkReadiness(this.deps.config.connections.values(), {
       secrets: this.deps.secrets,
+      by: Deadline.fromEpoch(this.#clock, deadline),
+      clock: this.#clock,
       getToken: (connection) => this.getToken(connection.name, { deadline, caller }),
       now: () => this.#clock.now(),
       logger: this.deps.logger,

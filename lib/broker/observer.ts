@@ -123,8 +123,10 @@ export const decide = (o: Observation): Decision => {
   if (!leaseLive) {
     if (o.leftMs <= 0) return refuse(noTimeLeft(o.suspect, 'No time left to issue a token'));
     // A token that expired a moment ago here may still be valid on a container whose clock
-    // runs behind: its replacement is announced too.
-    const recent = token && token.expiresAt + SKEW_TOLERANCE_MS > o.now ? token : undefined;
+    // runs behind: its replacement is announced too. So is one this container cannot read (a
+    // key it lacks): others may read and serve it.
+    const stored = token ?? o.state.unreadable;
+    const recent = stored && stored.expiresAt + SKEW_TOLERANCE_MS > o.now ? stored : undefined;
     const countdown = leaseCountdown(o.revokesOnReissue, recent, lease, o.settings);
     if (leaseNeedsMs(countdown) >= o.leftMs) return refuse(notEnoughTime(countdown));
     const warmUp = o.need === 'outside-window';
@@ -136,7 +138,7 @@ export const decide = (o: Observation): Decision => {
       // Exactly the token read (a suspect one whatever its expiry), or none if none was read:
       // a token written by another container since may be served elsewhere already, and
       // nothing announced its replacement (I2).
-      replacing: token?.tokenDigest ?? o.state.unreadableDigest,
+      replacing: stored?.tokenDigest,
       replacingValid: valid,
       needMs,
       cause,

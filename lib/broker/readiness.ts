@@ -3,9 +3,11 @@
  * or can get one now (through the normal path: served from memory or DynamoDB, or issued under
  * the lease). What a deploy pipeline gates on; `/health` stays liveness and touches nothing.
  */
+import type { Clock, Deadline } from '../clock.js';
 import type { ConnectionConfig } from '../config.js';
-import { toBrokerError } from '../errors.js';
+import { SecretUnavailableError, toBrokerError } from '../errors.js';
 import type { SecretSource } from '../ports.js';
+import { withDeadline } from './single-flight.js';
 import type { BrokerLogger, TokenAnswer } from './types.js';
 
 /** One check's outcome; a failure carries the broker's code and message (never a credential). */
@@ -32,6 +34,9 @@ export interface ReadinessReport {
 
 export interface ReadinessDeps {
   readonly secrets: SecretSource;
+  /** The check's deadline: a slow Secrets Manager fails the check, it does not hang it (I3). */
+  readonly by: Deadline;
+  readonly clock: Pick<Clock, 'after'>;
   /** A token for the connection, as any caller gets it. */
   readonly getToken: (connection: ConnectionConfig) => Promise<TokenAnswer>;
   readonly now: () => number;
@@ -48,7 +53,12 @@ const checkConnection = async (
   deps: ReadinessDeps,
 ): Promise<ConnectionReadiness> => {
   try {
-    await deps.secrets.getCredentials(connection.secretId);
+    await withDeadline(
+      deps.secrets.getCredentials(connection.secretId),
+      deps.by.leftMs(),
+      deps.clock,
+      () => new SecretUnavailableError(`The secret ${connection.secretId} was not read in time`),
+    );
   } catch (error) {
     // A valid token may still be served, but none can be issued: not ready.
     return { ready: false, secret: failed(error), token: { status: 'skipped' } };

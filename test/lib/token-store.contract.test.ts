@@ -215,6 +215,11 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect(await store.renewLease('forward', ref('a:1'), next('v2b', now + 11_000, 3_000, 4))).toBe(
       false,
     );
+    // Another holder's write naming the version now stored as its own next (a retry landing
+    // on a lease taken over by an older release, which keeps the version attribute): refused.
+    expect(
+      await store.renewLease('forward', ref('b:1', 'gone'), next('v2', now + 12_000, 3_000, 15)),
+    ).toBe(false);
     // The same write twice (its first answer lost): accepted, nothing changes.
     expect(await store.renewLease('forward', ref('a:1'), next('v2', now + 12_000, 3_000, 3))).toBe(
       true,

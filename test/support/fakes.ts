@@ -107,7 +107,8 @@ export class InMemoryTokenStore implements TokenStore {
     this.#check();
     const item = this.items.get(connection);
     // Exactly the version last written, or the one this write sets (a retry that landed).
-    if (!item?.lease || !(isExactly(item.lease, lease) || item.lease.version === next.version)) {
+    const retried = item?.lease?.holder === lease.holder && item.lease.version === next.version;
+    if (!item?.lease || !(isExactly(item.lease, lease) || retried)) {
       return false;
     }
     this.items.set(connection, { ...item, lease: { ...item.lease, ...leaseOf(next) } });

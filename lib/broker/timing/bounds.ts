@@ -14,6 +14,9 @@
  */
 import type { Lease, TokenRecord } from '../../ports.js';
 
+/** What the timing reads of a token: its times and the re-check its writer recorded. */
+export type TokenTimes = Pick<TokenRecord, 'issuedAt' | 'expiresAt' | 'recheckMs'>;
+
 /** The settings the protocol reads, in milliseconds. */
 export interface RefreshSettings {
   /** BROKER_REFRESH_WINDOW_SECONDS, in ms (before clamping to the token's lifetime). */
@@ -64,7 +67,7 @@ export const STORE_RESERVE_MS = 300;
 export const MIN_POST_MS = 100;
 
 /** The refresh window of a token: configured, but never more than half its lifetime. */
-export const windowMs = (record: TokenRecord, settings: RefreshSettings): number =>
+export const windowMs = (record: TokenTimes, settings: RefreshSettings): number =>
   // A window as long as the lifetime would refresh on every request, forever.
   Math.min(settings.refreshWindowMs, (record.expiresAt - record.issuedAt) / 2);
 
@@ -73,7 +76,7 @@ export const windowMs = (record: TokenRecord, settings: RefreshSettings): number
  * BROKER_MEMORY_RECHECK_SECONDS, and never more than a quarter of the token's window, so that
  * a cut-over announced a re-check ahead still lands inside the window of a short-lived token.
  */
-export const ownRecheckMs = (record: TokenRecord, settings: RefreshSettings): number =>
+export const ownRecheckMs = (record: TokenTimes, settings: RefreshSettings): number =>
   Math.min(settings.memoryRecheckMs, Math.max(COUNTDOWN_STEP_MS, windowMs(record, settings) / 4));
 
 /**
@@ -82,7 +85,7 @@ export const ownRecheckMs = (record: TokenRecord, settings: RefreshSettings): nu
  * ({@link countdownFor}: the longer of the two), a deployment whose containers run different
  * re-checks (a rolling configuration change) is as safe as a uniform one.
  */
-export const recheckMs = (record: TokenRecord, settings: RefreshSettings): number =>
+export const recheckMs = (record: TokenTimes, settings: RefreshSettings): number =>
   Math.min(ownRecheckMs(record, settings), record.recheckMs ?? Number.POSITIVE_INFINITY);
 
 /** Countdown steps whose end lies more than `recheck` (plus the margin) after their start. */
@@ -96,7 +99,7 @@ const stepsToCover = (recheck: number): number =>
  * sees the countdown, and stops serving the token at its end. The re-check is the longer of
  * this container's and the one the token's writer recorded (readers apply the shorter).
  */
-export const countdownFor = (record: TokenRecord, settings: RefreshSettings): number =>
+export const countdownFor = (record: TokenTimes, settings: RefreshSettings): number =>
   stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0));
 
 /**
@@ -192,7 +195,7 @@ export const leaseTerm = (
  */
 export const leaseCountdown = (
   revokesOnReissue: boolean,
-  token: TokenRecord | undefined,
+  token: TokenTimes | undefined,
   takeOver: Lease | undefined,
   settings: RefreshSettings,
 ): number => {

@@ -139,9 +139,11 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     );
     const state = await store.read('unreadable');
     expect(state.token).toBeUndefined();
-    expect(state.unreadableDigest).toBe(tokenDigest('tok-u'));
+    expect(state.unreadable?.tokenDigest).toBe(tokenDigest('tok-u'));
     expect((await store.acquireLease('unreadable', lease('b:1'))).acquired).toBe(false);
-    expect(await store.acquireLease('unreadable', lease('b:2', state.unreadableDigest))).toEqual({
+    expect(
+      await store.acquireLease('unreadable', lease('b:2', state.unreadable?.tokenDigest)),
+    ).toEqual({
       acquired: true,
     });
   });

@@ -45,6 +45,12 @@ describe('Function: transition (the holder)', () => {
     ['posting: a timeout after sending', posting, { type: 'outcome-unknown' }, 'outcome-unknown'],
     ['posting: a definite refusal', posting, { type: 'failed' }, 'failed'],
     [
+      'posting: refused for the credentials, sent again: fenced afresh first',
+      posting,
+      { type: 'post-refused' },
+      'counting',
+    ],
+    [
       'posting: a lease lost changes nothing (only the answer tells)',
       posting,
       { type: 'lease-lost', reason: 'x' },
@@ -68,6 +74,7 @@ describe('Function: transition (the holder)', () => {
     { type: 'token-refused' },
     { type: 'outcome-unknown' },
     { type: 'failed' },
+    { type: 'post-refused' },
   );
 
   it('I1: along any run of events, a POST leaves only from a fresh confirmation, and final states stay final', () => {

@@ -205,3 +205,20 @@ describe('I3: an answer by the deadline', () => {
     });
   });
 });
+
+describe('I3: readiness', () => {
+  useFakeTime();
+
+  it('I3: a Secrets Manager that does not answer fails the readiness check at its deadline, not later', async () => {
+    const { broker, secrets } = setup();
+    secrets.getCredentials = () => new Promise(() => undefined); // never answers
+    const checked = broker.ready(Date.now() + 1_000);
+    await vi.advanceTimersByTimeAsync(1_000);
+    const report = await checked;
+    expect(report.ready).toBe(false);
+    expect(Object.values(report.connections)[0]).toMatchObject({
+      ready: false,
+      secret: { status: 'failed', error: { code: 'SECRET_UNAVAILABLE' } },
+    });
+  });
+});

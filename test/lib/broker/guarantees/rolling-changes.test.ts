@@ -1,7 +1,8 @@
 /**
- * Third adversarial review of the lease protocol (after the restructuring into observer /
- * holder / view / timing). Each test is a break found, or a control next to one; the report
- * says which fail. Failing tests are kept failing on purpose: lib/ is not changed here.
+ * The guarantees across rolling changes (a setting, a KMS key, a release rolled out to part of
+ * the fleet), a slow Secrets Manager and a rotated secret. Each was found by the third
+ * adversarial review of issue 18 (after the restructuring into observer / holder / view /
+ * timing), failed on the code it reviewed (38dea12), and passes since the fix.
  */
 import { describe, expect, it } from 'vitest';
 import { fromItem, toItem } from '../../../../lib/adapters/dynamodb-token-item.js';
@@ -31,6 +32,9 @@ import { issuance, simAsk, simBroker, T0 } from '../setup.js';
 
 /** Tokens live 120 s: a 60 s refresh window. */
 const LIFE_S = 120;
+
+/** A token as a container without its key reads it: all but its value. */
+const withoutValue = ({ accessToken: _value, ...rest }: TokenRecord) => rest;
 
 /** A token as a DynamoDB read hands it back: through the adapter's own item mapping. */
 const throughItem = async (token: TokenRecord | undefined): Promise<TokenRecord | undefined> =>
@@ -101,7 +105,8 @@ const pollWhile = async (
   return revoked;
 };
 
-describe('review 3, I2: the DynamoDB item mapping and the fake disagree on a re-check of 0', () => {
+// Found by the third review: the item mapping dropped a recorded re-check of 0.
+describe('I2: a re-check of 0 travels with the token through DynamoDB as through the fake', () => {
   // BROKER_MEMORY_RECHECK_SECONDS accepts 0 (lib/config.ts). A container with 0 writes
   // `recheckMs: 0` on its tokens; `toItem` stores N "0", but `fromItem`'s `recheckOf` keeps only
   // a positive value, so every DynamoDB reader sees *no* recorded re-check and applies its own
@@ -132,8 +137,9 @@ describe('review 3, I2: the DynamoDB item mapping and the fake disagree on a re-
   }
 });
 
-describe('review 3, I2: a container that cannot read the stored token (BROKER_KMS_KEY_ID rolled out to part of the fleet)', () => {
-  // A container without the KMS key reads a sealed item as "no token" with `unreadableDigest`
+// Found by the third review: a key-less container issued with no countdown.
+describe('I2: a container that cannot read the stored token (BROKER_KMS_KEY_ID rolled out to part of the fleet) announces its replacement', () => {
+  // A container without the KMS key reads a sealed item as "no token" with `unreadable` (all but its value)
   // (dynamodb-token-item.ts: "Sealed by a deployment with a key: without one now, it cannot be
   // read (a new one is issued)"). The observer then takes the lease with countdown 0
   // (`leaseCountdown` has no token to announce a replacement on) and replaces exactly that
@@ -142,9 +148,7 @@ describe('review 3, I2: a container that cannot read the stored token (BROKER_KM
   it('I2: the key-less container issues with no countdown, and a container with the key serves the token it revoked', async () => {
     const unreadable = (s: InMemoryTokenStore): TokenStore => {
       const hide = (state: TokenState): TokenState =>
-        state.token
-          ? { ...state, token: undefined, unreadableDigest: state.token.tokenDigest }
-          : state;
+        state.token ? { ...state, token: undefined, unreadable: withoutValue(state.token) } : state;
       return wrap(s, {
         read: async (n) => hide(await s.read(n)),
         acquireLease: async (n, r) => {
@@ -174,7 +178,8 @@ describe('review 3, I2: a container that cannot read the stored token (BROKER_KM
   });
 });
 
-describe('review 3, I3: the secret read at the start of a holder’s flow is not cut to the caller’s deadline', () => {
+// Found by the third review: the first secret read was not bounded.
+describe('I3: the secret read at the start of a holder’s flow is cut to the caller’s deadline', () => {
   // withCredentialRotation awaits `secrets.getCredentials(secretId)` with no deadline (only the
   // forced re-read after a rejection is bounded). The first caller of a single flight is not
   // bounded either (only joiners are), and the holder's `stopLastCall` aborts a signal the
@@ -198,7 +203,8 @@ describe('review 3, I3: the secret read at the start of a holder’s flow is not
   });
 });
 
-describe('review 3: a credential rotation rejected at the token request, under a real lease', () => {
+// Found by the third review: the second fence found the holder posting and let the lease go.
+describe('A credential rotation rejected at the token request goes on under its lease', () => {
   // docs/protocol.md: "a rejection of the credentials, at either step, re-reads the secret
   // bypassing caches and, if it changed, runs the flow once more (a new code, the fence again)".
   // With the real HeldLease the second `fence()` finds the holder in `posting` (the first
@@ -235,7 +241,8 @@ describe('review 3: a credential rotation rejected at the token request, under a
   });
 });
 
-describe('review 3, I2: rolling deploy, a lease item written by the release before lease versions', () => {
+// Found by the third review: a late retry landed on an older release's lease.
+describe('I2: rolling deploy, a lease item written by the release before lease versions', () => {
   // dynamodb-token-store.ts renewLease: `(leaseHolder = :heldHolder AND leaseVersion =
   // :heldVersion) OR leaseVersion = :version`. The second branch names no holder. The release
   // before versions (ed00c1f^) takes a stale lease over with `SET leaseHolder, leaseExpiresAt,
