@@ -44,6 +44,12 @@ export interface LeaseRef {
   readonly holder: string;
   /** A fresh random id per write of the lease. */
   readonly version: string;
+  /**
+   * A version this holder sent whose answer never came (a timeout, a lost answer): the write
+   * may have landed. Only a release names it too (the holder's own writes, and no other's);
+   * every other write names exactly `version`.
+   */
+  readonly unanswered?: string | undefined;
 }
 
 /**
@@ -157,8 +163,9 @@ export interface TokenStore {
    */
   renewLease(connection: string, lease: LeaseRef, next: LeaseTerms): Promise<boolean>;
   /**
-   * Gives the lease up if it is still exactly `lease` (after a failed flow). Returns whether it
-   * did: false means another holder took it over meanwhile.
+   * Gives the lease up if it is still exactly `lease`, or the holder's write whose answer never
+   * came (`lease.unanswered`), after a failed flow. Returns whether it did: false means another
+   * holder took it over meanwhile.
    */
   releaseLease(connection: string, lease: LeaseRef): Promise<boolean>;
   /**

@@ -164,6 +164,12 @@ export class DynamoDBTokenStore implements TokenStore {
 
   async releaseLease(connection: string, lease: LeaseRef): Promise<boolean> {
     const held = exactly(lease, ':held');
+    // Also the holder's own write whose answer was lost (say the fence's confirmation): it may
+    // have landed, and nothing was sent under it; without this, it would stand for its whole
+    // duration with countdown 0, and the token be suspect fleet-wide until it lapsed.
+    const condition = lease.unanswered
+      ? `(${held.condition}) OR (leaseHolder = :heldHolder AND leaseVersion = :unanswered)`
+      : held.condition;
     return this.#conditional(async () =>
       this.client.send(
         new UpdateItemCommand({
@@ -171,8 +177,11 @@ export class DynamoDBTokenStore implements TokenStore {
           Key: tokenKey(connection),
           UpdateExpression:
             'REMOVE leaseHolder, leaseVersion, leaseExpiresAt, leaseDurationMs, leaseCountdown, leaseForced',
-          ConditionExpression: held.condition,
-          ExpressionAttributeValues: held.values,
+          ConditionExpression: condition,
+          ExpressionAttributeValues: {
+            ...held.values,
+            ...(lease.unanswered ? { ':unanswered': { S: lease.unanswered } } : {}),
+          },
         }),
       ),
     );

@@ -56,6 +56,8 @@ export class HeldLease {
   #answeredAt: number;
   /** The version last written: each write names it, and sets a new one. */
   #version: string;
+  /** A version sent whose answer never came: it may have landed (a release names it too). */
+  #unanswered: string | undefined;
   /** The lease write in flight, if any: writes go out one at a time, in order. */
   #writing: Promise<unknown> = Promise.resolve();
   /** Settles once the countdown is down to 1 (or the lease is lost, or the flow over). */
@@ -112,7 +114,11 @@ export class HeldLease {
 
   /** The lease as last written (the token write and a release name exactly it). */
   get ref(): LeaseRef {
-    return { holder: this.options.lease.holder, version: this.#version };
+    return {
+      holder: this.options.lease.holder,
+      version: this.#version,
+      ...(this.#unanswered ? { unanswered: this.#unanswered } : {}),
+    };
   }
 
   /** How long the flow waited for the countdown to end, in all (not part of an issuance). */
@@ -155,11 +161,20 @@ export class HeldLease {
       durationMs: expiresAt - sentAt,
       countdown: 0,
     };
-    // Unconfirmed (taken over, or the store unreachable) means unsent: nothing to undo.
+    // Unconfirmed (taken over, or the store unreachable) means unsent: nothing to undo. An
+    // answer that never came may hide a confirmation that landed: the release names it too.
+    this.#unanswered = next.version;
     const confirmed = await this.options
       .bounded(store.renewLease(connection, this.ref, next), budget)
-      .catch(() => false);
+      .then(
+        (answer) => {
+          if (!answer) this.#unanswered = undefined;
+          return answer;
+        },
+        () => false,
+      );
     if (!confirmed) throw this.#loseNow('Lease not confirmed before the access-token request');
+    this.#unanswered = undefined;
     this.#version = next.version;
     this.#confirmedUntil = expiresAt;
     this.#to({ type: 'confirmed', until: expiresAt });
@@ -236,15 +251,20 @@ export class HeldLease {
         durationMs: term.durationMs,
         countdown: value,
       };
+      this.#unanswered = next.version;
       try {
         if (!(await store.renewLease(connection, this.ref, next))) {
+          this.#unanswered = undefined;
           return this.#lose('Lease taken over');
         }
       } catch {
+        // The write may have landed: `#unanswered` stays, for the release.
         return this.#lose('Lease renewal failed');
       }
+      this.#unanswered = undefined;
       this.#version = next.version;
-      this.#ownedUntil = Math.max(this.#ownedUntil, sentAt + LEASE_MS);
+      // Ours for what this version says, cut to the deadline like its duration.
+      this.#ownedUntil = Math.max(this.#ownedUntil, sentAt + next.durationMs);
       this.#to({ type: 'step-written', countdown: value });
       this.#answeredAt = clock.monotonic();
       return true;

@@ -266,6 +266,18 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect(await store.releaseLease('never-leased', ref('b:1'))).toBe(false);
   });
 
+  it('releases the holder’s write whose answer never came, and no other holder’s', async () => {
+    await store.acquireLease('unanswered', lease('a:1'));
+    // The confirmation landed; its answer was lost, so the holder knows only its earlier version.
+    await store.renewLease('unanswered', ref('a:1'), next('v2', now + 10_000, 10_000, 0));
+    expect(await store.releaseLease('unanswered', ref('a:1'))).toBe(false);
+    expect(
+      await store.releaseLease('unanswered', { ...ref('b:1', 'other'), unanswered: 'v2' }),
+    ).toBe(false);
+    expect(await store.releaseLease('unanswered', { ...ref('a:1'), unanswered: 'v2' })).toBe(true);
+    expect((await store.read('unanswered')).lease).toBeUndefined();
+  });
+
   it('deletes the token only when the digest matches, and leaves a lease in progress alone', async () => {
     await store.acquireLease('cad', lease('a:1'));
     await store.putToken(record('current', now + 3_600_000, 'cad'), ref('a:1'));

@@ -118,7 +118,10 @@ export class InMemoryTokenStore implements TokenStore {
     this.calls.release += 1;
     this.#check();
     const item = this.items.get(connection);
-    if (!item || !isExactly(item.lease, lease)) return false;
+    const unanswered =
+      lease.unanswered !== undefined &&
+      isExactly(item?.lease, { ...lease, version: lease.unanswered });
+    if (!item || !(isExactly(item.lease, lease) || unanswered)) return false;
     // Only the lease goes, as DynamoDB removes only its attributes.
     const { lease: _released, ...rest } = item;
     this.items.set(connection, rest);

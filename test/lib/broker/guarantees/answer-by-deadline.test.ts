@@ -7,12 +7,20 @@
  * Issuance counts are exact: each issuance beyond one per lifetime revokes a token (I1).
  */
 import { describe, expect, it, vi } from 'vitest';
+import { issueWith } from '../../../../lib/broker/issue-flow.js';
 import { UpstreamRejectedError, UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { ClientCredentials, SecretSource, TokenIssuer } from '../../../../lib/ports.js';
 import { sealCode } from '../../../../lib/upstream/authorization-code.js';
 import { caught, unexpected } from '../../../support/errors.js';
 import { InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
-import { fleetBroker, sandbox, seed, Upstream, wrap } from '../../../support/fleet-model.js';
+import {
+  fleetBroker,
+  issuerFor,
+  sandbox,
+  seed,
+  Upstream,
+  wrap,
+} from '../../../support/fleet-model.js';
 import { Sim } from '../../../support/sim.js';
 import { issuance, setup, simAsk, simBroker, T0, useFakeTime } from '../setup.js';
 
@@ -220,5 +228,36 @@ describe('I3: readiness', () => {
       ready: false,
       secret: { status: 'failed', error: { code: 'SECRET_UNAVAILABLE' } },
     });
+  });
+});
+
+describe('I3: a fence whose answer is lost', () => {
+  // Seen in the chaos scenario dynamodb-answer-lost: the confirmation landed, its answer was
+  // lost, the holder gave up (nothing sent), and its release named the version before the
+  // confirmation: the countdown-0 lease stood for its whole duration, the token suspect
+  // fleet-wide, and callers got 503s for up to twice the upstream timeout.
+  it('I3: the holder that gave up releases the confirmation it sent, so callers are not held', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const t0 = seed(store, up, T0 - 1_170_000, 1_200_000); // in its window
+    const lossy = wrap(store, {
+      renewLease: async (n, l, t) => {
+        const landed = await store.renewLease(n, l, t);
+        if (t.countdown === 0 && landed) throw new Error('socket hang up'); // answer lost
+        return landed;
+      },
+    });
+    const holder = issuance(lossy, clock, (c, o) =>
+      issueWith(issuerFor(up, clock), c, {} as never, o),
+    );
+    const refreshed = holder.refresh(sandbox, t0, T0 + 8_000);
+    for (let i = 0; i < 100 && store.items.get('sandbox')?.lease?.countdown !== 0; i += 1) {
+      await clock.advance(50);
+    }
+    await clock.advance(50);
+    await refreshed.catch(() => undefined);
+    expect(up.issuedAt).toHaveLength(1); // the seed only: nothing was sent
+    expect(store.items.get('sandbox')?.lease).toBeUndefined();
   });
 });

@@ -260,7 +260,7 @@ describe('I2: rolling deploy, a lease item written by the release before lease v
     const t0 = seed(store, up, T0 - 1_170_000, 1_200_000); // 30 s left: in the 60 s window
     let late: Parameters<TokenStore['renewLease']> | undefined;
     // H (new release): its step to 15 is applied, both SDK attempts' answers are lost; the
-    // second attempt is still in the network.
+    // second attempt is still in the network, and H's release does not get through.
     const lossy = wrap(store, {
       renewLease: async (n, l, t) => {
         if (t.countdown === 15 && !late) {
@@ -269,6 +269,10 @@ describe('I2: rolling deploy, a lease item written by the release before lease v
           throw new Error('socket hang up (attempt 2 of 2)');
         }
         return store.renewLease(n, l, t);
+      },
+      // Its release does not get through either (the link is down): the lease stays.
+      releaseLease: async () => {
+        throw new Error('socket hang up');
       },
     });
     const h = issuance(lossy, clock, (c, o) => issueWith(issuerFor(up, clock), c, {} as never, o));
