@@ -44,7 +44,10 @@ export const withCredentialRotation =
     const clock = deps.clock ?? systemClock;
     // The caller's deadline, on the monotonic clock from here (I3): a slow Secrets Manager (its
     // SDK retries included) must not keep the caller past it.
-    const by = Deadline.fromEpoch(clock, options.deadline);
+    const by =
+      typeof options.deadline === 'number'
+        ? Deadline.fromEpoch(clock, options.deadline)
+        : options.deadline;
     const credentials = await withDeadline(
       secrets.getCredentials(connection.secretId),
       by.leftMs(),

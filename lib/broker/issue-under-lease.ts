@@ -50,7 +50,7 @@ export const issueUnderLease = async (
     // confirms the lease; only then does the POST leave (I1, I2).
     const started = clock.monotonic();
     const issued = await deps.issue(connection, {
-      deadline: flow.deadline.minus(STORE_RESERVE_MS).epoch(),
+      deadline: flow.deadline.minus(STORE_RESERVE_MS),
       signal: lease.signal,
       fence: () => lease.fence(),
     });

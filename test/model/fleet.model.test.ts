@@ -3,7 +3,8 @@
  * upstream that revokes every earlier token on each issuance, all on one simulated timeline
  * (test/support/sim.ts). fast-check draws the fleet (each container's re-check, its store
  * round trip, its wall clock's offset) and a sequence of commands: callers' requests (some forcing a replacement),
- * warm-ups, invalidate reports, waits, wall clocks stepped (NTP) and containers frozen (a
+ * warm-ups, invalidate reports, waits, store answers lost after the write landed, POSTs
+ * processed late (within the grace), wall clocks stepped (NTP) and containers frozen (a
  * Lambda environment between invocations) and thawed. Every answer is judged the moment it is
  * given, and the invariants of docs/protocol.md are checked over the whole run:
  *
@@ -23,6 +24,7 @@ import fc from 'fast-check';
 import { describe, it } from 'vitest';
 import type { TokenBroker } from '../../lib/broker/index.js';
 import type { Clock } from '../../lib/clock.js';
+import { UpstreamUnavailableError } from '../../lib/errors.js';
 import type { TokenIssuer } from '../../lib/ports.js';
 import { sealCode } from '../../lib/upstream/authorization-code.js';
 import { InMemoryTokenStore } from '../support/fakes.js';
@@ -48,9 +50,19 @@ type Command =
   | { readonly kind: 'report'; readonly node: number }
   | { readonly kind: 'wait'; readonly ms: number }
   | { readonly kind: 'step'; readonly node: number; readonly ms: number }
-  | { readonly kind: 'freeze'; readonly node: number; readonly ms: number };
+  | { readonly kind: 'freeze'; readonly node: number; readonly ms: number }
+  /** The container's next store write lands, and its answer is lost (an SDK error). */
+  | { readonly kind: 'lose'; readonly node: number }
+  /**
+   * The container's next access-token POST reaches the upstream but its answer never comes
+   * (outcome unknown, after the timeout); the upstream processes it `ms` after it was sent,
+   * within the grace the protocol assumes (the upstream timeout: it cannot be fenced).
+   */
+  | { readonly kind: 'late-post'; readonly node: number; readonly ms: number };
 
 const NODES = 4;
+/** The brokers' upstream timeout: a POST's answer is given up after it, and its grace. */
+const UPSTREAM_TIMEOUT_MS = 5_000;
 const node = fc.nat(NODES - 1);
 const commandArb: fc.Arbitrary<Command> = fc.oneof(
   {
@@ -88,6 +100,15 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
       ms: fc.integer({ min: 100, max: 6_000 }),
     }),
   },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('lose' as const), node }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant('late-post' as const),
+      node,
+      ms: fc.integer({ min: 0, max: UPSTREAM_TIMEOUT_MS }),
+    }),
+  },
 );
 
 const fleetArb = fc.record({
@@ -123,6 +144,12 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
   const forcedAt: number[] = [];
   const reported = new Set<string>();
   const stats = { served: 0, refused: 0, codes: new Set<string>() };
+  const loseNext: boolean[] = [];
+  const upstreamClock = sim.clock('upstream');
+  const latePost: (number | undefined)[] = [];
+  /** Tokens issued by a POST whose answer never came: never stored, by design (I1). */
+  const unknownOutcome = new Set<string>();
+  const pending: Promise<unknown>[] = [];
   for (let i = 0; i < NODES; i += 1) {
     const clock = sim.clock(`n${i}`, offsets[i] ?? 0);
     clocks.push(clock);
@@ -130,6 +157,26 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
       authorize: async () => sealCode('code'),
       requestToken: async (_connection, _credentials, _code, options) => {
         options.signal?.throwIfAborted();
+        const lateMs = latePost[i];
+        if (lateMs !== undefined) {
+          latePost[i] = undefined;
+          // Processed late, upstream; the answer never comes: the client times out.
+          // On the upstream's own time: a container frozen meanwhile does not hold it back.
+          pending.push(
+            upstreamClock.sleep(lateMs).then(() => {
+              const issued = up.post(clock.now(), LIFE_S);
+              issuedBy.set(issued.accessToken, i);
+              unknownOutcome.add(issued.accessToken);
+            }),
+          );
+          await clock.sleep(
+            Math.min(UPSTREAM_TIMEOUT_MS, Math.max(0, options.deadline - clock.now())),
+          );
+          throw new UpstreamUnavailableError('Open API access-token request timed out', {
+            retryAfterSeconds: 1,
+            outcomeUnknown: true,
+          });
+        }
         const issued = up.post(clock.now(), LIFE_S);
         issuedBy.set(issued.accessToken, i);
         return issued;
@@ -138,30 +185,38 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
     const latency = latencies[i] ?? 0;
     const late = async <T>(call: () => Promise<T>): Promise<T> => {
       if (latency > 0) await clock.sleep(latency);
-      return call();
+      const answer = await call();
+      if (loseNext[i]) {
+        // Applied by the store; the answer is lost on the way back.
+        loseNext[i] = false;
+        throw new Error('socket hang up (answer lost)');
+      }
+      return answer;
     };
     const storeSeenFrom = wrap(store, {
       read: (name) => late(() => store.read(name)),
       acquireLease: (name, request) => late(() => store.acquireLease(name, request)),
       renewLease: (n, l, t) => late(() => store.renewLease(n, l, t)),
-      putToken: async (record, holder) => {
-        const ok = await late(() => store.putToken(record, holder));
-        if (ok) written.add(record.accessToken);
-        // Issued on a caller's word (a forcing minValidity, a report, or a takeover of one).
-        if (ok && record.forced) forcedAt.push(sim.now());
-        return ok;
-      },
+      releaseLease: (n, l) => late(() => store.releaseLease(n, l)),
+      putToken: (record, holder) =>
+        late(async () => {
+          const ok = await store.putToken(record, holder);
+          if (ok) written.add(record.accessToken);
+          // Issued on a caller's word (a forcing minValidity, a report, or a takeover of one).
+          if (ok && record.forced) forcedAt.push(sim.now());
+          return ok;
+        }),
     });
     brokers.push(
       fleetBroker(storeSeenFrom, clock, up, {
         recheck: rechecks[i] ?? 5,
         window: WINDOW_S,
         floor: 2,
+        timeout: UPSTREAM_TIMEOUT_MS,
         issuer,
       }),
     );
   }
-  const pending: Promise<unknown>[] = [];
   const wasDisturbed = (n: number, from: number, to: number) =>
     disturbed.some((d) => d.node === n && d.from <= to && d.to >= from);
 
@@ -234,6 +289,12 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
         // Deadlines are judged on the monotonic clock (ADR 0012): a step exempts nobody from I3.
         sim.step(`n${command.node}`, command.ms);
         break;
+      case 'lose':
+        loseNext[command.node] = true;
+        break;
+      case 'late-post':
+        latePost[command.node] = command.ms;
+        break;
       case 'freeze': {
         const owner = `n${command.node}`;
         if (frozenSince[command.node] !== undefined) break;
@@ -253,10 +314,11 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
   await sim.run(Promise.allSettled(pending), 120_000, 50);
   for (const broker of brokers) await sim.run(broker.idle(), 60_000, 50);
 
-  // I1: every issued token reached the store, unless its container was frozen meanwhile.
+  // I1: every issued token reached the store, unless its container was frozen meanwhile or
+  // its request's outcome was unknown (counted as issued: the grace held its lease).
   for (const [token, n] of issuedBy) {
     const frozen = disturbed.some((d) => d.node === n && d.to !== Number.POSITIVE_INFINITY);
-    if (!written.has(token) && !frozen)
+    if (!written.has(token) && !frozen && !unknownOutcome.has(token))
       violations.push(`I1: ${token} (asked by n${n}) was issued but never stored`);
   }
   // I4: replacements on a caller's word at most one per window, plus one after each natural

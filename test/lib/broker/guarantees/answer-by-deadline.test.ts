@@ -183,7 +183,9 @@ describe('I3: an answer by the deadline', () => {
       const deadline = T0 + 8000;
       const a = issuance(slowStore, clock, async (_c, o) => {
         await o.fence?.();
-        await clock.sleep(o.deadline - clock.now());
+        await clock.sleep(
+          typeof o.deadline === 'number' ? o.deadline - clock.now() : o.deadline.leftMs(),
+        );
         throw new UpstreamUnavailableError('access-token timed out', {
           retryAfterSeconds: 1,
           outcomeUnknown: true,
