@@ -333,6 +333,22 @@ describe('Class: EnvironmentPool, failures', () => {
     expect(lambda.environments()).toHaveLength(0);
   });
 
+  it("an extension's init/error fails the invocation with Extension.InitError and ends the environment", async () => {
+    // Act
+    const lambda = poolOf('extension', { env: { INIT_ERROR: '1' } });
+    const invocation = await lambda.invoke({});
+
+    // Assess
+    expect(invocation.coldStart).toBe(true);
+    expect(invocation.outcome).toEqual({
+      ok: false,
+      errorType: 'Extension.InitError',
+      errorMessage: 'Extension work-after-response reported Extension.ConfigInvalid: no endpoint',
+    });
+    expect(lambda.environments()).toHaveLength(0);
+    expect(lambda.environments({ ended: true })[0]?.shutdown?.reason).toBe('failure');
+  });
+
   it('a runtime that exits fails its invocation with Runtime.ExitError; a function error does not end the environment', async () => {
     // Prepare
     const lambda = poolOf('counter');

@@ -3,7 +3,7 @@
 // for the handler to finish, works for WORK_MS more (the caller already has its answer), and
 // only then asks for its next event. Lambda keeps the environment thawed, and billing, until
 // then. It also tries two registrations Lambda refuses: one for SHUTDOWN (at init), one after
-// init (when the event says `register`).
+// init (when the event says `register`). INIT_ERROR=1 makes it report an init error instead.
 const api = `http://${process.env.AWS_LAMBDA_RUNTIME_API}/2020-01-01/extension`;
 const WORK_MS = Number(process.env.WORK_MS ?? 300);
 
@@ -62,7 +62,19 @@ const loop = async () => {
     work.push({ requestId: event.requestId, deadlineMs: event.deadlineMs, endedAt: Date.now() });
   }
 };
-void loop();
+if (process.env.INIT_ERROR === '1') {
+  // It fails to initialise after registering, and says so as the reference asks.
+  await fetch(`${api}/init/error`, {
+    method: 'POST',
+    headers: {
+      'Lambda-Extension-Identifier': id,
+      'Lambda-Extension-Function-Error-Type': 'Extension.ConfigInvalid',
+    },
+    body: JSON.stringify({ errorType: 'Extension.ConfigInvalid', errorMessage: 'no endpoint' }),
+  });
+} else {
+  void loop();
+}
 
 export const handler = async (event, context) => {
   try {
