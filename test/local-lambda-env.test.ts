@@ -101,7 +101,8 @@ describe('Class: EnvironmentPool, freezing', () => {
 
     // Act: leave it frozen for a second (the module's timer would fire about 100 times)
     expect(lambda.environments()[0]?.state).toBe('frozen');
-    expect(runState(pid)).toBe('T');
+    // SIGSTOP takes effect when the kernel next handles the process: a moment after kill().
+    await until(() => runState(pid) === 'T', 'the runtime process is stopped', 50, 10);
     await sleep(1000);
     expect(runState(pid)).toBe('T');
     const second = await settled(await lambda.invoke({}));
