@@ -66,7 +66,10 @@ if (only.has('broker')) {
 if (only.has('local')) {
   await build({
     ...common,
-    entryPoints: ['local/start.ts', 'local/container.ts'],
+    // lambda-env/bootstrap.ts is the runtime process of an emulated execution environment
+    // (local/lambda-env/): built to <outdir>/local/lambda-env/bootstrap.mjs.
+    entryPoints: ['local/start.ts', 'local/container.ts', 'local/lambda-env/bootstrap.ts'],
+    outbase: 'local',
     outdir: `${outdir}/local`,
     outExtension: { '.js': '.mjs' },
     // dynalite loads its storage backends dynamically; it stays a regular dependency at run time.

@@ -1,0 +1,174 @@
+/**
+ * The runtime process of one emulated execution environment, as a Lambda custom runtime
+ * writes it against the Runtime API ("AWS Lambda runtime API", Lambda Developer Guide):
+ *
+ *   AWS_LAMBDA_RUNTIME_API=127.0.0.1:<port> node bootstrap.mjs <bundle.mjs>
+ *
+ * 1. init: imports the bundle once (its top-level code runs, and internal extensions in it may
+ *    register); a failure is posted to `/runtime/init/error` and the process exits;
+ * 2. then, forever: `GET /runtime/invocation/next`, the handler called with the event and a
+ *    Context built from the headers (`getRemainingTimeInMillis` counts down to
+ *    `Lambda-Runtime-Deadline-Ms`), and the result posted to `/invocation/{id}/response`, or
+ *    `{ errorType, errorMessage, trace }` to `/invocation/{id}/error`.
+ *
+ * Each call opens a connection of its own, with Node's http client and no timeout, rather than
+ * the platform `fetch`: the `next` long poll may wait for minutes, and fetch's (undici's)
+ * 300 s headers timeout fails it (measured: `UND_ERR_HEADERS_TIMEOUT` after 300 s unfrozen;
+ * the same poll over node:http answered after 310 s, frozen or not). Without pooled sockets,
+ * nothing is left idle across a freeze for the server to close under us.
+ */
+import { type IncomingHttpHeaders, request } from 'node:http';
+import { pathToFileURL } from 'node:url';
+import { createContext, DEFAULT_LAMBDA, type LambdaHandler } from '../lambda-events.js';
+
+interface Reply {
+  readonly status: number;
+  readonly headers: IncomingHttpHeaders;
+  readonly body: string;
+}
+
+// Read once: this process's configuration is what Lambda set for the function.
+const runtimeEnv = Object.freeze({
+  api: process.env.AWS_LAMBDA_RUNTIME_API ?? '',
+  functionName: process.env.AWS_LAMBDA_FUNCTION_NAME ?? DEFAULT_LAMBDA.functionName,
+  functionVersion: process.env.AWS_LAMBDA_FUNCTION_VERSION ?? '$LATEST',
+  memory: process.env.AWS_LAMBDA_FUNCTION_MEMORY_SIZE ?? '256',
+  logGroup: process.env.AWS_LAMBDA_LOG_GROUP_NAME,
+  logStream: process.env.AWS_LAMBDA_LOG_STREAM_NAME,
+  region: process.env.AWS_REGION ?? DEFAULT_LAMBDA.region,
+  handler: process.env._HANDLER ?? 'index.handler',
+});
+
+const bundle = process.argv[2];
+if (!bundle || !runtimeEnv.api) {
+  process.stderr.write('usage: AWS_LAMBDA_RUNTIME_API=host:port bootstrap.mjs <bundle.mjs>\n');
+  process.exit(2);
+}
+const endpoint = new URL(`http://${runtimeEnv.api}`);
+const RUNTIME = '/2018-06-01/runtime';
+
+/** One Runtime API call, on a new connection (`agent: false`), with no timeout. */
+const call = (
+  method: 'GET' | 'POST',
+  path: string,
+  body?: string,
+  headers: Record<string, string> = {},
+): Promise<Reply> =>
+  new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: endpoint.hostname,
+        port: endpoint.port,
+        method,
+        path,
+        agent: false,
+        headers: {
+          ...headers,
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          text += chunk;
+        });
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }),
+        );
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+
+const one = (value: string | string[] | undefined): string =>
+  (Array.isArray(value) ? value[0] : value) ?? '';
+
+/** How the Node.js runtime reports an error: its name as `errorType`, the stack as `trace`. */
+const describe = (error: unknown, errorType?: string) => {
+  const isError = error instanceof Error;
+  return {
+    errorType: errorType ?? (isError ? error.name : 'Error'),
+    errorMessage: isError ? error.message : String(error),
+    trace: isError ? (error.stack ?? '').split('\n') : [],
+  };
+};
+
+/** The Node.js runtime's init error types for a module that cannot load. */
+const initErrorType = (error: unknown): string | undefined => {
+  if (error instanceof SyntaxError) return 'Runtime.UserCodeSyntaxError';
+  if ((error as { code?: unknown } | null)?.code === 'ERR_MODULE_NOT_FOUND') {
+    return 'Runtime.ImportModuleError';
+  }
+  return undefined;
+};
+
+const post = async (path: string, payload: ReturnType<typeof describe> | string) => {
+  const body = typeof payload === 'string' ? payload : JSON.stringify(payload);
+  const headers: Record<string, string> =
+    typeof payload === 'string' ? {} : { 'lambda-runtime-function-error-type': payload.errorType };
+  const reply = await call('POST', path, body, headers);
+  if (reply.status >= 300)
+    process.stderr.write(`runtime: ${path} answered ${reply.status} ${reply.body}\n`);
+};
+
+// 1. Init.
+let handler: LambdaHandler;
+try {
+  const loaded = (await import(pathToFileURL(bundle).href)) as { handler?: unknown };
+  if (typeof loaded.handler !== 'function') {
+    const error = new Error(`${runtimeEnv.handler} is undefined or not exported`);
+    error.name = 'Runtime.HandlerNotFound';
+    throw error;
+  }
+  handler = loaded.handler as LambdaHandler;
+} catch (error) {
+  await post(`${RUNTIME}/init/error`, describe(error, initErrorType(error)));
+  process.exit(1);
+}
+
+// 2. Invocations, one at a time.
+for (;;) {
+  const next = await call('GET', `${RUNTIME}/invocation/next`);
+  if (next.status !== 200) {
+    process.stderr.write(`runtime: next answered ${next.status} ${next.body}\n`);
+    process.exit(1);
+  }
+  const requestId = one(next.headers['lambda-runtime-aws-request-id']);
+  const deadlineMs = Number(one(next.headers['lambda-runtime-deadline-ms']));
+  const invokedFunctionArn = one(next.headers['lambda-runtime-invoked-function-arn']);
+  const traceId = one(next.headers['lambda-runtime-trace-id']);
+  // The Node.js runtime hands the trace header to the X-Ray SDK this way.
+  if (traceId) process.env._X_AMZN_TRACE_ID = traceId;
+  else delete process.env._X_AMZN_TRACE_ID;
+  const context = {
+    ...createContext(
+      {
+        functionName: runtimeEnv.functionName,
+        timeoutMs: Math.max(0, deadlineMs - Date.now()),
+        region: runtimeEnv.region,
+        accountId: invokedFunctionArn.split(':')[4] ?? DEFAULT_LAMBDA.accountId,
+      },
+      requestId,
+    ),
+    functionVersion: runtimeEnv.functionVersion,
+    invokedFunctionArn,
+    memoryLimitInMB: runtimeEnv.memory,
+    ...(runtimeEnv.logGroup ? { logGroupName: runtimeEnv.logGroup } : {}),
+    ...(runtimeEnv.logStream ? { logStreamName: runtimeEnv.logStream } : {}),
+    getRemainingTimeInMillis: () => Math.max(0, deadlineMs - Date.now()),
+  };
+  let path: string;
+  let payload: ReturnType<typeof describe> | string;
+  try {
+    const result = await handler(JSON.parse(next.body || 'null'), context);
+    payload = JSON.stringify(result === undefined ? null : result);
+    path = `${RUNTIME}/invocation/${requestId}/response`;
+  } catch (error) {
+    payload = describe(error);
+    path = `${RUNTIME}/invocation/${requestId}/error`;
+  }
+  await post(path, payload);
+}

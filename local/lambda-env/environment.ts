@@ -1,0 +1,475 @@
+/**
+ * One Lambda execution environment: a runtime process (`node bootstrap.mjs <bundle>`, with the
+ * function's environment only) and its Runtime and Extensions API (api-server.ts).
+ *
+ * Lifecycle, as the Lambda Developer Guide's "Lambda execution environment lifecycle" and
+ * "Lambda Extensions API" pages describe it:
+ * - init: the bundle is imported, its internal extensions register; init ends when the runtime
+ *   and every registered extension wait on their `next`;
+ * - the environment is frozen (SIGSTOP) whenever they all wait: after init and after each
+ *   invocation. It is continued (SIGCONT) only to be given its next invocation, or to shut down;
+ * - an invocation's answer goes back as soon as the runtime posts it, even while an extension
+ *   keeps working after the response (the environment stays thawed until it calls `next`);
+ * - billed duration runs from delivery until the environment froze again (work after the
+ *   response included); the function's timeout bounds that whole span;
+ * - a timeout, a runtime that exits, or an init/exit error resets the environment: here it
+ *   ends, and the next invocation starts a new one (Lambda re-initialises in place, which a
+ *   caller cannot tell apart);
+ * - shutdown: with no extension registered, the runtime is killed at once (the guide: 0 ms;
+ *   the emulator: SIGKILL "as no agents are registered"); with one, it gets SIGTERM and has
+ *   `shutdownDeadlineMs` (the guide: 500 ms with an internal extension) before SIGKILL.
+ *   Internal extensions cannot register for SHUTDOWN, so none is ever sent.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { basename, dirname, extname } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { InvokeOutcome } from '../lambda-events.js';
+import { startRuntimeApi } from './api-server.js';
+
+/**
+ * - `initializing`: the bundle is loading;
+ * - `busy`: has an invocation and has not answered it;
+ * - `after-response`: has answered, and an extension is still working;
+ * - `frozen`: stopped (SIGSTOP) until its next invocation;
+ * - `idle`: waiting for its next invocation without being stopped (`freeze: false`);
+ * - `shutting-down`, `ended`.
+ */
+export type EnvironmentState =
+  | 'initializing'
+  | 'busy'
+  | 'after-response'
+  | 'frozen'
+  | 'idle'
+  | 'shutting-down'
+  | 'ended';
+
+/** The Extensions API's shutdown reasons. */
+export type ShutdownReason = 'spindown' | 'timeout' | 'failure';
+
+export interface FunctionSettings {
+  readonly functionName: string;
+  readonly region: string;
+  readonly accountId: string;
+  readonly memoryMb: number;
+  readonly timeoutMs: number;
+}
+
+export interface EnvironmentOptions {
+  readonly id: string;
+  /** Path of the built `bootstrap.mjs`. */
+  readonly bootstrap: string;
+  /** Path of the function's bundle (an ES module exporting `handler`). */
+  readonly bundle: string;
+  /** The function's environment variables: nothing else of this process's is passed on but PATH. */
+  readonly env: Readonly<Record<string, string>>;
+  readonly settings: FunctionSettings;
+  /** Stop the process between invocations (false: leave it running, for comparison). */
+  readonly freeze: boolean;
+  readonly initTimeoutMs: number;
+  /** How long a runtime has between SIGTERM and SIGKILL. */
+  readonly shutdownDeadlineMs: number;
+  /** Each line the process writes (stdout and stderr). */
+  readonly onLog?: ((line: string) => void) | undefined;
+  /** The environment waits for its next invocation again (after an invocation, not after init). */
+  readonly onReady?: ((environment: ExecutionEnvironment) => void) | undefined;
+  /** The environment has ended (its process is gone). */
+  readonly onEnded?: ((environment: ExecutionEnvironment) => void) | undefined;
+}
+
+export interface Failure {
+  readonly errorType: string;
+  readonly errorMessage: string;
+}
+
+export interface EnvironmentAnswer {
+  readonly outcome: InvokeOutcome;
+  readonly requestId: string;
+  /** From delivery to the runtime's response, in ms. */
+  readonly durationMs: number;
+  /**
+   * From delivery until the environment froze again (or ended), in whole ms rounded up: work
+   * after the response included. Settles after the answer when an extension is still working.
+   */
+  readonly billedMs: Promise<number>;
+}
+
+export interface EnvironmentStats {
+  readonly invocations: number;
+  readonly freezes: number;
+  readonly thaws: number;
+  readonly timeouts: number;
+}
+
+export interface ShutdownRecord {
+  readonly reason: ShutdownReason;
+  /** What the runtime process was sent to end it, in order (SIGTERM, SIGKILL). */
+  readonly signals: readonly NodeJS.Signals[];
+  readonly exitCode: number | null;
+  readonly exitSignal: NodeJS.Signals | null;
+}
+
+export interface ExecutionEnvironment {
+  readonly id: string;
+  /** The runtime process's PID. */
+  readonly pid: number;
+  state(): EnvironmentState;
+  stats(): EnvironmentStats;
+  /** Names of the extensions registered during init. */
+  extensions(): readonly string[];
+  /** How it ended, once it has. */
+  shutdownRecord(): ShutdownRecord | undefined;
+  /** The last 64 KB the process wrote. */
+  output(): string;
+  /** Runs one invocation; the environment must be `frozen` or `idle`. */
+  invoke(event: unknown): Promise<EnvironmentAnswer>;
+  shutdown(reason?: ShutdownReason): Promise<void>;
+}
+
+export type InitResult =
+  | { readonly ok: true; readonly environment: ExecutionEnvironment; readonly initMs: number }
+  | {
+      readonly ok: false;
+      readonly environment: ExecutionEnvironment;
+      readonly failure: Failure;
+      readonly initMs: number;
+    };
+
+const OUTPUT_TAIL = 64 * 1024;
+
+// Processes still running when this process exits are killed: a stopped child left behind
+// would stay stopped forever.
+const running = new Set<ChildProcess>();
+let guarded = false;
+const guardExit = () => {
+  if (guarded) return;
+  guarded = true;
+  process.once('exit', () => {
+    for (const child of running) child.kill('SIGKILL');
+  });
+};
+
+/** An X-Ray tracing header, as Lambda passes one to each invocation. */
+const traceHeader = () =>
+  `Root=1-${Math.floor(Date.now() / 1000).toString(16)}-${randomBytes(12).toString('hex')};Parent=${randomBytes(8).toString('hex')};Sampled=0`;
+
+/** Lambda's log stream name: `yyyy/mm/dd/[$LATEST]<32 hex>`. */
+const logStream = () =>
+  `${new Date().toISOString().slice(0, 10).replaceAll('-', '/')}/[$LATEST]${randomBytes(16).toString('hex')}`;
+
+const timedOut = (ms: number): Failure => ({
+  errorType: 'Sandbox.Timedout',
+  errorMessage: `Task timed out after ${(ms / 1000).toFixed(2)} seconds`,
+});
+
+interface Invocation {
+  readonly requestId: string;
+  readonly started: number;
+  readonly timer: NodeJS.Timeout;
+  answered: boolean;
+  readonly answer: (outcome: InvokeOutcome) => void;
+  readonly bill: (ms: number) => void;
+}
+
+interface Exit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+// How Lambda words a runtime's end (Go's process state): `exit status 1`, `signal: killed`.
+const SIGNAL_WORDS: Partial<Record<NodeJS.Signals, string>> = {
+  SIGKILL: 'killed',
+  SIGTERM: 'terminated',
+  SIGABRT: 'aborted',
+  SIGSEGV: 'segmentation fault',
+};
+const describeExit = ({ code, signal }: Exit) =>
+  signal ? `signal: ${SIGNAL_WORDS[signal] ?? signal}` : `exit status ${code}`;
+
+/** Starts an environment and runs its init; it is frozen (or idle) when this resolves `ok`. */
+export const startEnvironment = async (options: EnvironmentOptions): Promise<InitResult> => {
+  const { settings } = options;
+  const handler = `${basename(options.bundle, extname(options.bundle))}.handler`;
+  const arn = `arn:aws:lambda:${settings.region}:${settings.accountId}:function:${settings.functionName}`;
+  let state: EnvironmentState = 'initializing';
+  const stats = { invocations: 0, freezes: 0, thaws: 0, timeouts: 0 };
+  let stopped = false;
+  let invocation: Invocation | undefined;
+  let ending: Promise<void> | undefined;
+  let record: ShutdownRecord | undefined;
+  let exit: Exit | undefined;
+  let output = '';
+  let initDone: (failure: Failure | undefined) => void = () => undefined;
+  const initialized = new Promise<Failure | undefined>((resolve) => {
+    initDone = resolve;
+  });
+
+  // Everything below runs on the API's events; `environment` is defined before any can fire.
+  const park = (notify: boolean) => {
+    if (options.freeze) {
+      child.kill('SIGSTOP');
+      stopped = true;
+      stats.freezes += 1;
+      state = 'frozen';
+    } else {
+      state = 'idle';
+    }
+    if (notify) options.onReady?.(environment);
+  };
+
+  /** The runtime and every extension wait: init or the invocation is over. */
+  const settle = () => {
+    if (state === 'initializing') {
+      clearTimeout(initTimer);
+      park(false);
+      initDone(undefined);
+      return;
+    }
+    const current = invocation;
+    if (!current || (state !== 'busy' && state !== 'after-response')) return;
+    invocation = undefined;
+    clearTimeout(current.timer);
+    current.bill(Math.ceil(performance.now() - current.started));
+    park(true);
+  };
+
+  const respond = (requestId: string, outcome: InvokeOutcome) => {
+    const current = invocation;
+    if (!current || current.requestId !== requestId || current.answered) return;
+    current.answered = true;
+    state = 'after-response';
+    current.answer(outcome);
+  };
+
+  /** The environment cannot go on: the invocation (or init) fails with `failure`, then it ends. */
+  const fail = (failure: Failure, reason: ShutdownReason) => {
+    if (state === 'initializing') initDone(failure);
+    const current = invocation;
+    if (current && !current.answered) {
+      current.answered = true;
+      current.answer({ ok: false, ...failure });
+    }
+    void shutdown(reason);
+  };
+
+  const onTimeout = () => {
+    const current = invocation;
+    if (!current) return;
+    stats.timeouts += 1;
+    invocation = undefined;
+    if (!current.answered) {
+      current.answered = true;
+      current.answer({ ok: false, ...timedOut(settings.timeoutMs) });
+    }
+    // Lambda bills a timed-out invocation its timeout.
+    current.bill(settings.timeoutMs);
+    void shutdown('timeout');
+  };
+
+  const api = await startRuntimeApi(
+    {
+      functionName: settings.functionName,
+      functionVersion: '$LATEST',
+      handler,
+      accountId: settings.accountId,
+    },
+    {
+      onWaiting: () => settle(),
+      onResponse: respond,
+      onFailure: (failure) => fail(failure, 'failure'),
+    },
+  );
+
+  const child = spawn(process.execPath, [options.bootstrap, options.bundle], {
+    cwd: dirname(options.bundle),
+    env: {
+      PATH: process.env.PATH ?? '',
+      ...options.env,
+      // What Lambda sets; reserved, so they win over the function's own variables.
+      AWS_LAMBDA_FUNCTION_NAME: settings.functionName,
+      AWS_LAMBDA_FUNCTION_VERSION: '$LATEST',
+      AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(settings.memoryMb),
+      AWS_LAMBDA_LOG_GROUP_NAME: `/aws/lambda/${settings.functionName}`,
+      AWS_LAMBDA_LOG_STREAM_NAME: logStream(),
+      AWS_LAMBDA_INITIALIZATION_TYPE: 'on-demand',
+      AWS_EXECUTION_ENV: 'AWS_Lambda_nodejs24.x',
+      AWS_REGION: settings.region,
+      AWS_DEFAULT_REGION: settings.region,
+      LAMBDA_TASK_ROOT: dirname(options.bundle),
+      _HANDLER: handler,
+      AWS_LAMBDA_RUNTIME_API: api.address,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const spawnedAt = performance.now();
+  guardExit();
+  running.add(child);
+  const exited = new Promise<Exit>((resolve) => {
+    child.once('close', (code, signal) => resolve({ code, signal }));
+    // A process that could not be spawned (EAGAIN, ENOMEM) emits 'error' and may never close.
+    child.once('error', () => resolve({ code: null, signal: null }));
+  });
+  void exited.then((status) => {
+    exit = status;
+    running.delete(child);
+    if (state === 'shutting-down' || state === 'ended') return;
+    const current = invocation;
+    fail(
+      {
+        errorType: 'Runtime.ExitError',
+        errorMessage: `${current ? `RequestId: ${current.requestId} ` : ''}Error: Runtime exited with error: ${describeExit(status)}`,
+      },
+      'failure',
+    );
+  });
+
+  for (const stream of [child.stdout, child.stderr]) {
+    let rest = '';
+    stream.setEncoding('utf8');
+    stream.on('data', (chunk: string) => {
+      output = (output + chunk).slice(-OUTPUT_TAIL);
+      const lines = (rest + chunk).split('\n');
+      rest = lines.pop() ?? '';
+      for (const line of lines) options.onLog?.(line);
+    });
+    stream.on('end', () => {
+      if (rest !== '') options.onLog?.(rest);
+    });
+  }
+
+  const initTimer = setTimeout(() => {
+    if (state !== 'initializing') return;
+    fail(
+      {
+        errorType: 'Sandbox.Timedout',
+        errorMessage: `Init timed out after ${(options.initTimeoutMs / 1000).toFixed(2)} seconds`,
+      },
+      'timeout',
+    );
+  }, options.initTimeoutMs);
+
+  const shutdown = (reason: ShutdownReason = 'spindown'): Promise<void> => {
+    ending ??= (async () => {
+      state = 'shutting-down';
+      clearTimeout(initTimer);
+      const signals: NodeJS.Signals[] = [];
+      const signal = (name: NodeJS.Signals) => {
+        if (exit) return;
+        child.kill(name);
+        signals.push(name);
+      };
+      if (!exit) {
+        // A stopped process would keep a SIGTERM pending without running its handler.
+        if (stopped) child.kill('SIGCONT');
+        stopped = false;
+        if (api.extensions().length === 0) {
+          signal('SIGKILL');
+        } else {
+          signal('SIGTERM');
+          const deadline = new AbortController();
+          const first = await Promise.race([
+            exited.then(() => 'exited' as const),
+            sleep(options.shutdownDeadlineMs, 'deadline' as const, { signal: deadline.signal }),
+          ]);
+          deadline.abort();
+          if (first === 'deadline') signal('SIGKILL');
+        }
+      }
+      const status = await exited;
+      const current = invocation;
+      invocation = undefined;
+      if (current) {
+        // Ended under an invocation (the pool closed): it fails as a runtime that exited.
+        clearTimeout(current.timer);
+        if (!current.answered) {
+          current.answered = true;
+          current.answer({
+            ok: false,
+            errorType: 'Runtime.ExitError',
+            errorMessage: `RequestId: ${current.requestId} Error: Runtime exited with error: ${describeExit(status)}`,
+          });
+        }
+        current.bill(Math.ceil(performance.now() - current.started));
+      }
+      await api.close();
+      record = { reason, signals, exitCode: status.code, exitSignal: status.signal };
+      state = 'ended';
+      options.onEnded?.(environment);
+    })();
+    return ending;
+  };
+
+  const invoke = (event: unknown): Promise<EnvironmentAnswer> => {
+    if (state === 'shutting-down' || state === 'ended') {
+      const requestId = randomUUID();
+      return Promise.resolve({
+        outcome: {
+          ok: false,
+          errorType: 'Runtime.ExitError',
+          errorMessage: `RequestId: ${requestId} Error: Runtime exited`,
+        },
+        requestId,
+        durationMs: 0,
+        billedMs: Promise.resolve(0),
+      });
+    }
+    if (state !== 'frozen' && state !== 'idle') {
+      return Promise.reject(
+        new Error(`Environment ${options.id} is ${state}: not ready to invoke`),
+      );
+    }
+    // What Lambda delivers: the JSON payload, or null for an empty one.
+    const payload = JSON.stringify(event === undefined ? null : event);
+    const requestId = randomUUID();
+    state = 'busy';
+    stats.invocations += 1;
+    if (stopped) {
+      child.kill('SIGCONT');
+      stopped = false;
+      stats.thaws += 1;
+    }
+    return new Promise<EnvironmentAnswer>((resolve) => {
+      let bill: (ms: number) => void = () => undefined;
+      const billedMs = new Promise<number>((settled) => {
+        bill = settled;
+      });
+      const started = performance.now();
+      invocation = {
+        requestId,
+        started,
+        answered: false,
+        timer: setTimeout(onTimeout, settings.timeoutMs),
+        answer: (outcome) =>
+          resolve({ outcome, requestId, durationMs: performance.now() - started, billedMs }),
+        bill,
+      };
+      api.deliver({
+        requestId,
+        deadlineMs: Date.now() + settings.timeoutMs,
+        invokedFunctionArn: arn,
+        traceId: traceHeader(),
+        payload,
+      });
+    });
+  };
+
+  const environment: ExecutionEnvironment = {
+    id: options.id,
+    pid: child.pid ?? -1,
+    state: () => state,
+    stats: () => ({ ...stats }),
+    extensions: () => api.extensions(),
+    shutdownRecord: () => record,
+    output: () => output,
+    invoke,
+    shutdown,
+  };
+
+  const failure = await initialized;
+  const initMs = performance.now() - spawnedAt;
+  if (failure) {
+    await shutdown('failure');
+    return { ok: false, environment, failure, initMs };
+  }
+  return { ok: true, environment, initMs };
+};
