@@ -11,9 +11,9 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Container, startContainer } from '../local/fleet.js';
 import { scheduledEvent } from '../local/lambda-events.js';
 import { type Stack, startStack } from '../local/stack.js';
+import { type ChaosContainer, type Execution, startChaosContainer } from './containers.js';
 import {
   classify,
   duplicateIssuances,
@@ -22,6 +22,8 @@ import {
   type Outcome,
   type ReuseGrant,
   type ReuseTally,
+  refreshesAfterExpiry,
+  slowestAtCutOver,
   type Tally,
   type TokenHistory,
   tallyReuse,
@@ -32,6 +34,8 @@ import { type FaultProxy, startFaultProxy } from './proxy.js';
 export interface ChaosPaths {
   readonly bundle: string;
   readonly runner: string;
+  /** The runtime of an emulated execution environment (`local/lambda-env/bootstrap.mjs`). */
+  readonly bootstrap: string;
   /** The clock-skew preload (`--import`). */
   readonly clockSkew: string;
   /** Container logs of each run go under here. */
@@ -51,8 +55,14 @@ export interface RunSettings {
   readonly upstreamLatencyMs: number;
   /** Pause between a caller's answer and its next request (uniform 0.5×–1.5×). */
   readonly thinkMs: number;
-  /** Warm-up (scheduled event) interval, sent to the containers in turn. */
+  /** Warm-up (scheduled event) interval, sent to the containers in turn; 0: none. */
   readonly warmUpEveryMs: number;
+  /**
+   * How containers run: `frozen` (Lambda's model: an execution environment frozen between
+   * invocations; the default in every scenario), or `always-running` (a process that never
+   * stops), which a scenario must ask for.
+   */
+  readonly execution: Execution;
 }
 
 /**
@@ -72,12 +82,12 @@ export const DEFAULT_SETTINGS: RunSettings = {
   // About half the window, as a 5-minute schedule is for the default 600 s window: a refresh
   // that fails is retried by the schedule only seconds later, not at once.
   warmUpEveryMs: 4_000,
+  execution: 'frozen',
 };
 
 export interface ChaosNode {
   readonly index: number;
-  readonly container: Container;
-  readonly pid: number;
+  readonly container: ChaosContainer;
   readonly dynamodb: FaultProxy;
   readonly upstream: FaultProxy;
 }
@@ -146,6 +156,12 @@ export interface RunResult {
   readonly issuancesPerLifetime: number;
   /** Issuances less than half a lifetime after the previous one. */
   readonly duplicateIssuances: number;
+  /** Refreshes that landed after the token they replaced had expired (goal 0). */
+  readonly refreshesAfterExpiry: number;
+  /** The slowest answer to a request sent at a cut-over (ms): 5 s before to 1 s after it. */
+  readonly slowestAtCutOverMs: number;
+  /** Frozen containers: invocations, their billed and response durations (ms), in all. */
+  readonly billing: { invocations: number; billedMs: number; durationMs: number };
   readonly issuanceTimesMs: readonly number[];
   readonly faultsInjected: number;
   readonly faultEvents: readonly FaultEvent[];
@@ -164,6 +180,13 @@ export interface RunResult {
 const digestOf = (token: string) => createHash('sha256').update(token).digest('base64url');
 
 const INVOKE_PATH = '/2015-03-31/functions/token-broker/invocations';
+/**
+ * A request counts as "at a cut-over" when sent this long before a refresh's issuance (the
+ * countdown of a 20–30 s token, about 2.5–5 s) or this long after it (its write, the readers'
+ * next read).
+ */
+const CUT_OVER_BEFORE_MS = 5_000;
+const CUT_OVER_AFTER_MS = 1_000;
 /** A caller waits this much past its deadline for the emulated "Task timed out" answer. */
 const ANSWER_GRACE_MS = 500;
 
@@ -271,10 +294,15 @@ export const runScenario = async (
         ),
         ...scenario.env?.(index, paths),
       };
-      const container = await startContainer({ runner: paths.runner, bundle: paths.bundle, env });
-      const pid = container.process.pid;
-      if (pid === undefined) throw new Error(`container ${index} has no PID`);
-      nodes.push({ index, container, pid, dynamodb, upstream });
+      const container = await startChaosContainer({
+        execution: settings.execution,
+        runner: paths.runner,
+        bootstrap: paths.bootstrap,
+        bundle: paths.bundle,
+        env,
+        timeoutMs: settings.lambdaTimeoutMs,
+      });
+      nodes.push({ index, container, dynamodb, upstream });
     }
 
     const startedAt = Date.now();
@@ -291,10 +319,10 @@ export const runScenario = async (
       timers.add(timer);
     };
     const signal = (index: number, name: 'SIGSTOP' | 'SIGCONT') => {
-      const node = nodes[index];
-      if (!node || node.container.process.exitCode !== null) return;
+      const pid = nodes[index]?.container.pid();
+      if (pid === undefined) return;
       try {
-        process.kill(node.pid, name);
+        process.kill(pid, name);
       } catch {
         // Already gone: nothing to pause or continue.
       }
@@ -428,6 +456,7 @@ export const runScenario = async (
       }
     };
     const warmUps = async () => {
+      if (settings.warmUpEveryMs <= 0) return; // no schedule in this scenario
       let turn = 0;
       const pending: Promise<unknown>[] = [];
       while (running()) {
@@ -478,6 +507,26 @@ export const runScenario = async (
       issuances: issuanceTimes.length,
       issuancesPerLifetime: issuanceTimes.length / (durationMs / lifetimeMs),
       duplicateIssuances: duplicateIssuances(issuanceTimes, lifetimeMs / 2),
+      refreshesAfterExpiry: refreshesAfterExpiry(issuanceTimes, lifetimeMs),
+      slowestAtCutOverMs: slowestAtCutOver(
+        ledger.entries(),
+        issuanceTimes,
+        (container, at) =>
+          ledger.spans().some((f) => f.container === container && f.from <= at && at <= f.to),
+        CUT_OVER_BEFORE_MS,
+        CUT_OVER_AFTER_MS,
+      ),
+      billing: nodes.reduce(
+        (total, node) => {
+          const b = node.container.billing();
+          return {
+            invocations: total.invocations + b.invocations,
+            billedMs: total.billedMs + b.billedMs,
+            durationMs: total.durationMs + b.durationMs,
+          };
+        },
+        { invocations: 0, billedMs: 0, durationMs: 0 },
+      ),
       issuanceTimesMs: issuanceTimes.map((t) => t - startedAt),
       faultsInjected: faultEvents.length,
       faultEvents,
@@ -501,15 +550,16 @@ export const runScenario = async (
     for (const timer of timers) clearTimeout(timer);
     // A stopped process would hold a SIGTERM until continued: continue it, then kill it.
     for (const node of nodes) {
-      if (paused.has(node.index)) {
+      const pid = node.container.pid();
+      if (paused.has(node.index) && pid !== undefined) {
         try {
-          process.kill(node.pid, 'SIGCONT');
+          process.kill(pid, 'SIGCONT');
         } catch {
           // already gone
         }
       }
     }
-    await Promise.all(nodes.map((node) => node.container.kill('SIGKILL')));
+    await Promise.all(nodes.map((node) => node.container.close()));
     const logDir = join(paths.logDir, scenario.name);
     mkdirSync(logDir, { recursive: true });
     for (const node of nodes) {

@@ -282,6 +282,41 @@ export class Ledger {
   }
 }
 
+/**
+ * Refreshes that landed after the token they replace had expired (issue 17): the issuance
+ * came more than a lifetime after the previous one.
+ */
+export const refreshesAfterExpiry = (times: readonly number[], lifetimeMs: number): number => {
+  let late = 0;
+  for (let i = 1; i < times.length; i += 1) {
+    if ((times[i] ?? 0) - (times[i - 1] ?? 0) > lifetimeMs) late += 1;
+  }
+  return late;
+};
+
+/**
+ * The slowest answer (ms) to a request sent around a cut-over: within `beforeMs` before and
+ * `afterMs` after each refresh's issuance (the first issuance, the cold start, is not one).
+ * Containers under a fault at the time are left out: their callers wait for the fault.
+ */
+export const slowestAtCutOver = (
+  entries: readonly LedgerEntry[],
+  issuances: readonly number[],
+  faulted: (container: number, at: number) => boolean,
+  beforeMs: number,
+  afterMs: number,
+): number => {
+  let slowest = 0;
+  for (const at of issuances.slice(1)) {
+    for (const entry of entries) {
+      if (entry.sentAt < at - beforeMs || entry.sentAt > at + afterMs) continue;
+      if (faulted(entry.container, entry.sentAt)) continue;
+      slowest = Math.max(slowest, entry.receivedAt - entry.sentAt);
+    }
+  }
+  return slowest;
+};
+
 /** Issuances closer than `minGapMs` to the previous one: a second mint for one lifetime. */
 export const duplicateIssuances = (times: readonly number[], minGapMs: number): number => {
   let duplicates = 0;

@@ -21,6 +21,8 @@ export const HEADER = [
   'answers',
   'issuances (per lifetime)',
   'duplicate issuances',
+  'refreshes after expiry',
+  'slowest at a cut-over (s)',
   'revoked served (before request)',
   'revoked during request',
   'expired served',
@@ -63,6 +65,8 @@ export const row = (summary: ScenarioSummary): string[] => {
     String(served),
     `${issuances} (${fmt(perLifetime)})`,
     String(sum(runs, (r) => r.duplicateIssuances)),
+    String(sum(runs, (r) => r.refreshesAfterExpiry ?? 0)),
+    fmt(Math.max(...runs.map((r) => r.slowestAtCutOverMs ?? 0)) / 1000),
     revoked === 0
       ? '0'
       : `**${revoked}** (${((100 * revoked) / Math.max(1, served)).toFixed(1)}%, at ${spans.join('; ')})`,

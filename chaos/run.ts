@@ -55,6 +55,7 @@ const selected = names.length > 0 ? SCENARIOS.filter((s) => names.includes(s.nam
 const paths: ChaosPaths = {
   bundle: resolve(buildDir, 'dist/broker/index.mjs'),
   runner: resolve(buildDir, 'dist/local/container.mjs'),
+  bootstrap: resolve(buildDir, 'dist/local/lambda-env/bootstrap.mjs'),
   clockSkew: resolve(buildDir, 'clock-skew.mjs'),
   logDir: resolve(buildDir, 'logs'),
 };

@@ -139,6 +139,34 @@ const S = (seconds: number) => seconds * 1000;
 const LONGER = { durationMs: 26_000 };
 
 /**
+ * A mostly idle fleet (issue 17): 30 s tokens, a 15 s window, each container invoked every
+ * 0.45–1.35 s, no warm-up, 75 s (two refreshes).
+ */
+const IDLE_FLEET = {
+  lifetimeSeconds: 30,
+  refreshWindowSeconds: 15,
+  thinkMs: 900,
+  warmUpEveryMs: 0,
+  durationMs: 75_000,
+};
+/** How long the lease holder is stopped mid-countdown: over ten 3 s leases. */
+const HOLDER_STOP_MS = 40_000;
+/** How long the holder is stopped between its fence and its POST: past the POST's budget. */
+const POST_STOP_MS = 6_000;
+
+/** The countdown a lease write announces, from its body (-1 when it is none). */
+const countdownOf = (request: ProxiedRequest): number => {
+  try {
+    const body = JSON.parse(request.body.toString('utf8')) as {
+      ExpressionAttributeValues?: Record<string, { N?: string }>;
+    };
+    return Number(body.ExpressionAttributeValues?.[':countdown']?.N ?? -1);
+  } catch {
+    return -1;
+  }
+};
+
+/**
  * What a DynamoDB write of the broker is for, read from its body: `take` (acquire the lease),
  * `confirm` (the fence before the access-token POST: a renewal longer than the 3 s lease),
  * `heartbeat` (a 3 s renewal), `release`, `drop-token` (compare-and-delete), `put` (the token,
@@ -551,6 +579,74 @@ export const SCENARIOS: readonly Scenario[] = [
     predicted:
       'issue #19: each request replaced the token, revoking everyone’s; bounded to one replacement per refresh window',
     extra: askingEvery2s(-1),
+  },
+  // Issue 17: Lambda's execution model. Every scenario runs frozen containers; these four are
+  // about it. Mostly idle: each container is invoked every 0.45–1.35 s, tokens of 30 s with a
+  // 15 s window, so a refresh started by a request has to run in an environment nobody invokes.
+  {
+    name: 'idle-fleet-requests-only',
+    injects:
+      'no fault: 4 mostly idle frozen containers (a request every 0.45–1.35 s each), 30 s tokens, 15 s window, no warm-up: refreshes start only from requests',
+    settings: IDLE_FLEET,
+  },
+  {
+    name: 'idle-fleet-no-extension',
+    injects:
+      'the same mostly idle frozen fleet, requests only, with the after-response extension off (BROKER_LAMBDA_EXTENSION=off): what Lambda did to refresh ahead before issue 17',
+    settings: IDLE_FLEET,
+    env: () => ({ BROKER_LAMBDA_EXTENSION: 'off' }),
+  },
+  {
+    name: 'idle-fleet-foreground-only',
+    injects:
+      'the same mostly idle frozen fleet, requests only, with no refresh from requests (BROKER_REFRESH_AHEAD=off): a caller whose token no longer satisfies it refreshes, in the foreground',
+    settings: IDLE_FLEET,
+    env: () => ({ BROKER_REFRESH_AHEAD: 'off' }),
+  },
+  {
+    name: 'idle-fleet-warm-up',
+    injects:
+      'no fault: the same mostly idle frozen fleet, with a warm-up every 7 s besides the requests',
+    settings: { ...IDLE_FLEET, warmUpEveryMs: 7_000 },
+  },
+  {
+    name: 'holder-stopped-past-lease',
+    injects: `the lease holder SIGSTOPped ${HOLDER_STOP_MS / 1000} s at a countdown step (over 10 leases long): Lambda's function timeout (8 s) resets its environment meanwhile, as Lambda does`,
+    settings: { ...IDLE_FLEET, warmUpEveryMs: 7_000, durationMs: 60_000 },
+    install: (context) => {
+      const fire = trigger(context, { max: 1, cooldownMs: 0, afterMs: 5_000 });
+      for (const node of context.nodes) {
+        node.dynamodb.setHooks({
+          onRequest: (request) => {
+            if (dynamodbWrite(request) !== 'heartbeat' || countdownOf(request) < 3 || !fire()) {
+              return;
+            }
+            context.inject(
+              `SIGSTOP ${HOLDER_STOP_MS} ms at countdown step ${countdownOf(request)}`,
+              node.index,
+            );
+            context.pause(node.index, HOLDER_STOP_MS);
+          },
+        });
+      }
+    },
+  },
+  {
+    name: 'post-in-socket-at-freeze',
+    injects: `the holder SIGSTOPped ${POST_STOP_MS / 1000} s the moment its fence is confirmed, before its access-token POST is written: the POST leaves on thaw, or never (the bound: the function timeout)`,
+    settings: { ...IDLE_FLEET, warmUpEveryMs: 7_000, durationMs: 45_000 },
+    install: (context) => {
+      const fire = trigger(context, { max: 2, cooldownMs: 15_000, afterMs: 5_000 });
+      for (const node of context.nodes) {
+        node.dynamodb.setHooks({
+          onResponse: (request) => {
+            if (dynamodbWrite(request) !== 'confirm' || !fire()) return;
+            context.inject(`SIGSTOP ${POST_STOP_MS} ms at the fence's answer`, node.index);
+            context.pause(node.index, POST_STOP_MS);
+          },
+        });
+      }
+    },
   },
 ];
 

@@ -28,7 +28,11 @@ const invocations = new Invocations();
 // thawed until a refresh the invocation started has ended. Registered during init, before the
 // runtime asks for its first invocation.
 const registered = await registerAfterResponse({
-  runtimeApi: process.env.AWS_LAMBDA_RUNTIME_API,
+  // BROKER_LAMBDA_EXTENSION=off: none (for comparison; see docs/configuration.md).
+  runtimeApi:
+    process.env.BROKER_LAMBDA_EXTENSION?.trim() === 'off'
+      ? undefined
+      : process.env.AWS_LAMBDA_RUNTIME_API,
   idle: () => broker.idle(),
   invocations,
   log: logger,
