@@ -12,7 +12,7 @@ import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
 import type { Stack } from '../local/stack.js';
-import { percentile } from './fleet.js';
+import { percentile } from './measures.js';
 
 export interface WarmCost {
   readonly memoryHitMeanUs: number;

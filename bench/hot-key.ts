@@ -18,7 +18,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
 import type { Stack } from '../local/stack.js';
-import { percentile } from './fleet.js';
+import { percentile } from './measures.js';
 
 export interface HotKeySettings {
   readonly bundle: string;
