@@ -5,7 +5,7 @@
  */
 import { statSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { startStack } from '../local/stack.js';
 import { fleetChart } from './chart.js';
 import { type ClientCacheResult, measureClientCache } from './client-cache.js';
@@ -14,12 +14,14 @@ import { type FleetResult, runFleet } from './fleet.js';
 import { type HotKeyResult, measureHotKey } from './hot-key.js';
 
 const [buildDir = '.bench', resultsDir = 'bench/results'] = process.argv.slice(2);
+// Absolute: an execution environment's runtime runs in its bundle's directory, as Lambda's does.
 const paths = {
-  broker: join(buildDir, 'dist/broker/index.mjs'),
-  container: join(buildDir, 'dist/local/container.mjs'),
-  baseline: join(buildDir, 'baseline.mjs'),
-  bare: join(buildDir, 'bare-getitem.mjs'),
-  coldRunner: join(buildDir, 'cold-runner.mjs'),
+  broker: resolve(buildDir, 'dist/broker/index.mjs'),
+  container: resolve(buildDir, 'dist/local/container.mjs'),
+  baseline: resolve(buildDir, 'baseline.mjs'),
+  bare: resolve(buildDir, 'bare-getitem.mjs'),
+  coldRunner: resolve(buildDir, 'cold-runner.mjs'),
+  bootstrap: resolve(buildDir, 'dist/local/lambda-env/bootstrap.mjs'),
 };
 
 const quick = process.env.BENCH_QUICK === '1';
@@ -96,12 +98,15 @@ let hotKey: HotKeyResult;
     hotKey = await measureHotKey(stack, {
       bundle: paths.broker,
       runner: paths.container,
+      bootstrap: paths.bootstrap,
       env: {
         ...stack.env,
         BROKER_REFRESH_WINDOW_SECONDS: String(hotKeySettings.windowSeconds),
         BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '1',
         POWERTOOLS_LOG_LEVEL: 'WARN',
       },
+      execution: 'always-running',
+      pauseMs: { min: 5, max: 5 },
       ...hotKeySettings,
     });
   } finally {
