@@ -18,8 +18,11 @@ export type Execution = 'frozen' | 'always-running';
 
 export interface ChaosContainer {
   readonly url: string;
-  /** The process running the function now (an environment may be replaced after a timeout). */
-  pid(): number | undefined;
+  /**
+   * The processes running the function now: one, or two while an environment finishes work
+   * after its answer (an environment may be replaced after a timeout). A fault pauses them all.
+   */
+  pids(): readonly number[];
   output(): string;
   /** Ends it (its environments get SIGTERM first when frozen ones, as at a Lambda shutdown). */
   close(): Promise<void>;
@@ -47,7 +50,10 @@ export const startChaosContainer = async (spec: ChaosContainerSpec): Promise<Cha
     const container = await startContainer(spec);
     return {
       url: container.url,
-      pid: () => (container.process.exitCode === null ? container.process.pid : undefined),
+      pids: () =>
+        container.process.exitCode === null && container.process.pid !== undefined
+          ? [container.process.pid]
+          : [],
       output: () => container.output(),
       close: () => container.kill('SIGKILL'),
       billing: () => ({ invocations: 0, billedMs: 0, durationMs: 0 }),
@@ -59,8 +65,9 @@ export const startChaosContainer = async (spec: ChaosContainerSpec): Promise<Cha
     bundle: spec.bundle,
     bootstrap: spec.bootstrap,
     env: spec.env,
-    // One container: one environment at a time, as one chaos caller per container sends.
-    maxEnvironments: 1,
+    // One caller per container: one environment, and a second while the first finishes its
+    // work after an answer (Lambda gives a busy environment no invocation: it starts another).
+    maxEnvironments: 2,
     timeoutMs: spec.timeoutMs,
     onLog: (line) => {
       output += line.endsWith('\n') ? line : `${line}\n`;
@@ -82,11 +89,13 @@ export const startChaosContainer = async (spec: ChaosContainerSpec): Promise<Cha
     },
     { settings: { ...DEFAULT_LAMBDA, timeoutMs: spec.timeoutMs } },
   );
-  const running = () =>
-    pool.environments().find((e) => e.state !== 'ended' && e.state !== 'shutting-down');
   return {
     url: server.url,
-    pid: () => running()?.pid,
+    pids: () =>
+      pool
+        .environments()
+        .filter((e) => e.state !== 'ended' && e.state !== 'shutting-down')
+        .map((e) => e.pid),
     output: () => output,
     close: async () => {
       await pool.close();

@@ -319,12 +319,12 @@ export const runScenario = async (
       timers.add(timer);
     };
     const signal = (index: number, name: 'SIGSTOP' | 'SIGCONT') => {
-      const pid = nodes[index]?.container.pid();
-      if (pid === undefined) return;
-      try {
-        process.kill(pid, name);
-      } catch {
-        // Already gone: nothing to pause or continue.
+      for (const pid of nodes[index]?.container.pids() ?? []) {
+        try {
+          process.kill(pid, name);
+        } catch {
+          // Already gone: nothing to pause or continue.
+        }
       }
     };
     const context: ScenarioContext = {
@@ -550,8 +550,8 @@ export const runScenario = async (
     for (const timer of timers) clearTimeout(timer);
     // A stopped process would hold a SIGTERM until continued: continue it, then kill it.
     for (const node of nodes) {
-      const pid = node.container.pid();
-      if (paused.has(node.index) && pid !== undefined) {
+      if (!paused.has(node.index)) continue;
+      for (const pid of node.container.pids()) {
         try {
           process.kill(pid, 'SIGCONT');
         } catch {

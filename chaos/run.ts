@@ -130,7 +130,8 @@ if (broken) {
 const violations = summaries.flatMap(({ scenario, runs: results }) =>
   results.flatMap((result, index) => {
     const { tally } = result;
-    const paused = scenario.startsWith('pause-');
+    // A container that a fault stopped (SIGSTOP) cannot answer its callers meanwhile.
+    const paused = result.faultEvents.some((event) => event.what.startsWith('SIGSTOP'));
     const unanswered = paused ? tally.unanswered - tally.unansweredOnFaulted : tally.unanswered;
     return [
       ...(tally.revokedBeforeRequest > 0

@@ -4,6 +4,9 @@
  * - every other request becomes an API Gateway HTTP API event (payload format 2.0) with an IAM
  *   authorizer. SigV4 is not checked here: the caller is whatever the `x-local-caller-arn`
  *   header says (default `arn:aws:iam::<account>:user/local-developer`).
+ *
+ * `localRoutes` adds `GET` routes of the local runtime itself under `/__local/` (the execution
+ * environments, say): answered here with JSON, never sent to the function, and not in AWS.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { buffer } from 'node:stream/consumers';
@@ -38,6 +41,17 @@ const respond = (
   res.end(body);
 };
 
+/** Paths of the local runtime's own routes: nothing the broker serves starts with it. */
+export const LOCAL_ROUTE_PREFIX = '/__local/';
+
+export interface LambdaServerOptions {
+  readonly host?: string;
+  readonly port?: number;
+  readonly settings?: LambdaSettings;
+  /** `GET` routes of the local runtime, by path (each under `/__local/`): their JSON answer. */
+  readonly localRoutes?: Readonly<Record<string, () => unknown>>;
+}
+
 const tooLarge = (req: IncomingMessage) =>
   Number(req.headers['content-length'] ?? 0) > MAX_INVOKE_PAYLOAD_BYTES;
 
@@ -48,9 +62,19 @@ export const startLambdaServer = async (
     host = '127.0.0.1',
     port = 0,
     settings = DEFAULT_LAMBDA,
-  }: { host?: string; port?: number; settings?: LambdaSettings } = {},
+    localRoutes = {},
+  }: LambdaServerOptions = {},
 ): Promise<LocalLambdaServer> => {
   const invokeApi = createInvokeApi(handler, settings);
+  // A Map, so that a path cannot reach an object's prototype members.
+  const local = new Map(Object.entries(localRoutes));
+  for (const path of local.keys()) {
+    if (!path.startsWith(LOCAL_ROUTE_PREFIX)) {
+      throw new TypeError(
+        `startLambdaServer: local route '${path}' is not under ${LOCAL_ROUTE_PREFIX}`,
+      );
+    }
+  }
 
   const serve = async (req: IncomingMessage, res: ServerResponse) => {
     const url = new URL(req.url ?? '/', 'http://local');
@@ -74,6 +98,16 @@ export const startLambdaServer = async (
             { 'content-type': 'application/json' },
             '{"message":"Request Entity Too Large"}',
           );
+    }
+    const route = req.method === 'GET' ? local.get(url.pathname) : undefined;
+    if (route) {
+      req.resume();
+      return respond(
+        res,
+        200,
+        { 'content-type': 'application/json' },
+        `${JSON.stringify(route(), null, 2)}\n`,
+      );
     }
     const body = await buffer(req);
     if (invoke) {

@@ -3,48 +3,54 @@
  *
  * Starts dynalite (DynamoDB), the Open API simulator with generated demo credentials for one v3
  * and one legacy connection, and a loopback Secrets Manager endpoint holding those credentials;
- * then loads the built Lambda bundle (dist/broker/index.mjs) like Lambda does and serves it:
- * the HTTP routes, the Lambda Invoke API, and the warm-up schedule.
+ * then runs the built Lambda bundle (dist/broker/index.mjs) in emulated Lambda execution
+ * environments (local/lambda-env/: processes frozen between invocations) and serves it: the
+ * HTTP routes, the Lambda Invoke API, and the warm-up schedule.
  *
  * Settings (all optional): see docs/guide.md, "The local runtime".
  */
 import { readFileSync } from 'node:fs';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
 import { ensureTable, localDynamoDBClient, startDynalite } from './dynamodb-local.js';
 import { startKmsEmulator } from './kms-emulator.js';
-import { applyLambdaEnvironment } from './lambda-environment.js';
-import { DEFAULT_LAMBDA, type LambdaHandler, scheduledEvent } from './lambda-events.js';
-import { invokeHandler } from './lambda-invoke.js';
+import {
+  EnvironmentPool,
+  type EnvironmentSnapshot,
+  type PoolInvocation,
+} from './lambda-env/pool.js';
+import { DEFAULT_LAMBDA, scheduledEvent } from './lambda-events.js';
 import { startLambdaServer } from './lambda-server.js';
 import { listenFailure, networkWarning, upstreamNotice } from './notices.js';
 import { startSecretsEmulator } from './secrets-manager-emulator.js';
 import { generateClient, startSimulator } from './simulator.js';
+import { functionEnvironment, readSettings, type StartSettings } from './start-settings.js';
 
 const env = process.env;
-const number = (name: string, fallback: number) => {
-  const value = env[name] === undefined || env[name] === '' ? fallback : Number(env[name]);
-  if (!Number.isInteger(value) || value < 0) throw new Error(`${name} must be a whole number`);
-  return value;
-};
-
-const settings = {
-  host: env.HOST ?? '127.0.0.1',
-  port: number('PORT', 3000),
-  scheduleSeconds: number('BROKER_LOCAL_SCHEDULE_SECONDS', 60),
-  timeoutMs: number('BROKER_LOCAL_TIMEOUT_MS', 10_000),
-  expiresIn: number('BROKER_LOCAL_EXPIRES_IN', 86_400),
-  secretsFile: env.BROKER_LOCAL_SECRETS_FILE,
-};
-
 const closers: (() => Promise<void>)[] = [];
 const log = (line: string) => process.stdout.write(`${line}\n`);
+
+/** Closes the execution environments: before the rest, since they may release leases in DynamoDB. */
+let closePool: (() => Promise<void>) | undefined;
+
+/** Stops what runs: the environments first, then the servers. */
+const closeAll = async () => {
+  await closePool?.();
+  await Promise.allSettled(closers.reverse().map((close) => close()));
+};
 
 /** Ends the start with one clear line on stderr, after stopping what already runs. */
 const fail = async (line: string): Promise<never> => {
   process.stderr.write(`${line}\n`);
-  await Promise.allSettled(closers.reverse().map((close) => close()));
+  await closeAll();
   process.exit(1);
 };
+
+let settings: StartSettings;
+try {
+  settings = readSettings(env);
+} catch (error) {
+  settings = await fail(`The local runtime did not start: ${(error as Error).message}`);
+}
 
 // DynamoDB: dynalite unless an endpoint is given.
 if (!env.AWS_ENDPOINT_URL_DYNAMODB) {
@@ -106,32 +112,70 @@ if (!env.BROKER_KMS_KEY_ID && !env.AWS_ENDPOINT_URL_KMS) {
   env.BROKER_KMS_KEY_ID = kms.keyArn;
 }
 
-applyLambdaEnvironment();
-// Loaded only now: the bundle reads its configuration at import, like a Lambda cold start.
-const bundle = new URL('../broker/index.mjs', import.meta.url);
-const { handler } = (await import(pathToFileURL(bundle.pathname).href).catch((error: unknown) =>
-  // A configuration error names the variable, the connection and the field: that line alone,
-  // not Node's dump of the minified line that threw.
-  fail(`The broker did not start: ${(error as Error)?.message ?? String(error)}`),
-)) as { handler: LambdaHandler };
-
 const lambda = { ...DEFAULT_LAMBDA, timeoutMs: settings.timeoutMs };
-const server = await startLambdaServer(handler, {
+// The bundle runs in execution environments, each a process of its own with the function's
+// environment only; its configuration is read at each one's init, as at a Lambda cold start.
+const pool = new EnvironmentPool({
+  bundle: fileURLToPath(new URL('../broker/index.mjs', import.meta.url)),
+  bootstrap: fileURLToPath(new URL('./lambda-env/bootstrap.mjs', import.meta.url)),
+  env: functionEnvironment(env),
+  timeoutMs: settings.timeoutMs,
+  maxEnvironments: settings.maxEnvironments,
+  idleShutdownMs: settings.idleShutdownSeconds * 1000,
+  freeze: settings.freeze,
+  functionName: lambda.functionName,
+  accountId: lambda.accountId,
+  onLog: (line) => log(line),
+});
+closePool = () => pool.close();
+
+/** Runs the schedule's event; `undefined` when the pool could not run it (closed, throttled). */
+const warmUp = () =>
+  pool.invoke(scheduledEvent(lambda)).catch((error: Error) => {
+    log(`warm-up not run: ${error.name}: ${error.message}`);
+    return undefined;
+  });
+const reportWarmUp = (run: PoolInvocation | undefined) => {
+  if (run && !run.outcome.ok) {
+    log(`warm-up failed: ${run.outcome.errorType}: ${run.outcome.errorMessage}`);
+  }
+};
+
+// The first invocation, before anything listens: it starts the first environment, whose init
+// is where a configuration error shows. Like a Lambda cold start, that error names the
+// variable, the connection and the field: that line alone, not the bundle's stack.
+const first = await warmUp();
+if (first?.initFailed) {
+  const { errorType, errorMessage } = first.outcome as { errorType: string; errorMessage: string };
+  // The platform's own types say where init failed; the broker's (ConfigError) need no prefix.
+  const where = /^(Runtime|Sandbox|Extension)\./.test(errorType) ? `${errorType}: ` : '';
+  await fail(`The broker did not start: ${where}${errorMessage}`);
+}
+reportWarmUp(first);
+
+const server = await startLambdaServer(pool.asHandler(), {
   host: settings.host,
   port: settings.port,
   settings: lambda,
+  localRoutes: {
+    // Local only (no such route in AWS): which environments exist, and in which state.
+    '/__local/environments': () =>
+      pool.environments().map(({ id, pid, state, stats }) => ({
+        id,
+        pid,
+        state,
+        invocations: stats.invocations,
+      })),
+  },
 }).catch((error: NodeJS.ErrnoException) =>
   fail(listenFailure(settings.host, settings.port, error)),
 );
 closers.push(server.close);
 
-const warmUp = async () => {
-  const outcome = await invokeHandler(handler, scheduledEvent(lambda), lambda);
-  if (!outcome.ok) log(`warm-up failed: ${outcome.errorType}: ${outcome.errorMessage}`);
-};
-await warmUp();
 const schedule =
-  settings.scheduleSeconds > 0 ? setInterval(warmUp, settings.scheduleSeconds * 1000) : undefined;
+  settings.scheduleSeconds > 0
+    ? setInterval(async () => reportWarmUp(await warmUp()), settings.scheduleSeconds * 1000)
+    : undefined;
 
 const connections = JSON.parse(env.BROKER_CONNECTIONS ?? '{}') as Record<
   string,
@@ -145,6 +189,9 @@ log(
   `KMS                  ${env.AWS_ENDPOINT_URL_KMS ?? 'AWS'}  (tokens encrypted with ${env.BROKER_KMS_KEY_ID})`,
 );
 log(`Token broker         ${server.url}  (connections: ${names.join(', ')})`);
+log(
+  `Lambda environments  up to ${settings.maxEnvironments}, ${settings.freeze ? 'frozen (SIGSTOP) between invocations' : 'not frozen (BROKER_LOCAL_FREEZE=false)'}; each ends after ${settings.idleShutdownSeconds}s idle`,
+);
 const warning = networkWarning(settings.host, server.port);
 if (warning) log(`\n${warning}`);
 if (!simulated) log(`\n${upstreamNotice(upstreams)}`);
@@ -154,6 +201,7 @@ log(
   `  curl -s -X POST ${server.url}/2015-03-31/functions/${lambda.functionName}/invocations -d '{"action":"getToken","connection":"${names[0]}"}'`,
 );
 log(`  curl -s ${server.url}/health`);
+log(`  curl -s ${server.url}/__local/environments    # local only: the execution environments`);
 log(
   `  aws lambda invoke --endpoint-url ${server.url} --function-name ${lambda.functionName} --cli-binary-format raw-in-base64-out --payload '{"action":"getToken","connection":"${names[0]}"}' /dev/stdout`,
 );
@@ -164,6 +212,15 @@ log(
     : 'Warm-up ran once at start and does not repeat (BROKER_LOCAL_SCHEDULE_SECONDS=0). Ctrl-C stops everything.',
 );
 
+/** `1a2b3c4d (pid 42): SIGTERM, exit 0`. */
+const describeShutdown = ({ id, pid, shutdown }: EnvironmentSnapshot) => {
+  const signals = shutdown?.signals.join(', ') || 'no signal';
+  const exit = shutdown?.exitSignal
+    ? `ended by ${shutdown.exitSignal}`
+    : `exit ${shutdown?.exitCode}`;
+  return `${id} (pid ${pid}): ${signals}, ${exit}`;
+};
+
 // One process serves everything (npm start execs it), so the signal npm forwards, or a `kill`
 // of this pid, reaches it. A second signal while closing (Ctrl-C reaches npm and this process
 // both) must not cut the closing short, so the handlers stay installed and run once.
@@ -173,7 +230,13 @@ const stop = async (signal: NodeJS.Signals) => {
   stopping = true;
   log(`${signal}: stopping; port ${server.port} is free once this exits.`);
   if (schedule) clearInterval(schedule);
-  await Promise.allSettled(closers.reverse().map((close) => close()));
+  // The environments get SIGTERM, as at a Lambda shutdown: the broker releases its leases.
+  const live = new Set(pool.environments().map(({ id }) => id));
+  await closeAll();
+  const ended = pool.environments({ ended: true }).filter(({ id }) => live.has(id));
+  if (ended.length > 0) {
+    log(`Lambda environments shut down: ${ended.map(describeShutdown).join('; ')}`);
+  }
   process.exit(0);
 };
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {

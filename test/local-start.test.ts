@@ -1,12 +1,16 @@
 /**
  * What `npm start` says when it cannot start or is started unusually: one clear line each, and
- * log lines that tell the cold start from the rest. The built local runtime runs as a process
- * (the script `npm start` execs), from a private build.
+ * log lines that tell the cold start from the rest; and the execution environments it runs the
+ * bundle in (frozen between invocations, shut down with SIGTERM). The built local runtime runs
+ * as a process (the script `npm start` execs), from a private build.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isLoopbackHost, listenFailure, networkWarning, upstreamNotice } from '../local/notices.js';
+import { functionEnvironment, readSettings } from '../local/start-settings.js';
 import { buildPrivate, type PrivateBuild } from './support/build.js';
 
 let build: PrivateBuild;
@@ -16,11 +20,72 @@ beforeAll(() => {
 afterAll(() => build?.remove());
 
 /** The local runtime with only the given settings (nothing of this process's environment). */
-const start = (env: Record<string, string>): ChildProcess =>
+const start = (env: Record<string, string>, { detached = false } = {}): ChildProcess =>
   spawn(process.execPath, [build.start], {
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached,
   });
+
+/** The broker's URL once the banner is out, and everything the process printed so far. */
+const listening = (child: ChildProcess) => {
+  let output = '';
+  const collect = (chunk: Buffer) => {
+    output += chunk.toString();
+  };
+  child.stderr?.on('data', collect);
+  const url = new Promise<string>((done, fail) => {
+    child.stdout?.on('data', (chunk: Buffer) => {
+      collect(chunk);
+      const match = /Token broker\s+(http:\/\/127\.0\.0\.1:\d+)/.exec(output);
+      if (match?.[1] && output.includes('Ctrl-C')) done(match[1]);
+    });
+    child.once('exit', (code) => fail(new Error(`exited ${code}: ${output}`)));
+  });
+  return { url, output: () => output };
+};
+
+/** Stops a runtime this test started (by its PID) and waits for its exit. */
+const stop = async (child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM') => {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((done) => child.once('exit', done));
+  child.kill(signal);
+  await exited;
+};
+
+/** The run state of a process (`S`, `R`, `T` for stopped, …), or undefined once it is gone. */
+const runState = (pid: number): string | undefined => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+  } catch {
+    return undefined;
+  }
+};
+
+interface Listed {
+  readonly id: string;
+  readonly pid: number;
+  readonly state: string;
+  readonly invocations: number;
+}
+const environments = async (url: string) =>
+  (await (await fetch(`${url}/__local/environments`)).json()) as Listed[];
+
+/** Polls until `check` holds, at most `tries` times `every` ms apart. */
+const until = async <T>(
+  check: () => Promise<T | undefined>,
+  what: string,
+  tries = 100,
+  every = 50,
+) => {
+  for (let i = 0; i < tries; i += 1) {
+    const value = await check();
+    if (value !== undefined) return value;
+    await sleep(every);
+  }
+  throw new Error(`still not true after ${tries * every} ms: ${what}`);
+};
 
 /** Runs it to its exit: the exit code and what it printed on each stream. */
 const runToExit = (env: Record<string, string>) =>
@@ -129,4 +194,203 @@ describe('Local runtime: log lines and notices', () => {
       'The local runtime could not listen on 127.0.0.1:1: denied',
     );
   });
+});
+
+describe('Local runtime: settings of its own', () => {
+  it('defaults to 4 environments, frozen, ended after 300 s idle', () => {
+    expect(readSettings({})).toMatchObject({
+      port: 3000,
+      timeoutMs: 10_000,
+      maxEnvironments: 4,
+      idleShutdownSeconds: 300,
+      freeze: true,
+    });
+    expect(
+      readSettings({
+        BROKER_LOCAL_MAX_ENVIRONMENTS: '1',
+        BROKER_LOCAL_IDLE_SHUTDOWN_SECONDS: '5',
+        BROKER_LOCAL_FREEZE: 'false',
+      }),
+    ).toMatchObject({ maxEnvironments: 1, idleShutdownSeconds: 5, freeze: false });
+  });
+
+  it.each([
+    ['BROKER_LOCAL_FREEZE', 'yes', 'BROKER_LOCAL_FREEZE must be true or false'],
+    [
+      'BROKER_LOCAL_MAX_ENVIRONMENTS',
+      '0',
+      'BROKER_LOCAL_MAX_ENVIRONMENTS must be a whole number of at least 1',
+    ],
+    [
+      'BROKER_LOCAL_IDLE_SHUTDOWN_SECONDS',
+      '1.5',
+      'BROKER_LOCAL_IDLE_SHUTDOWN_SECONDS must be a whole number of at least 1',
+    ],
+    [
+      'BROKER_LOCAL_TIMEOUT_MS',
+      '0',
+      'BROKER_LOCAL_TIMEOUT_MS must be a whole number of at least 1',
+    ],
+    ['PORT', '70000', 'PORT must be a whole number from 0 to 65535'],
+  ])('throws naming %s when it is %s', (name, value, message) => {
+    expect(() => readSettings({ [name]: value })).toThrow(message);
+  });
+
+  it('hands the function the broker, Powertools and AWS SDK variables, and nothing else of the shell', () => {
+    const passed = functionEnvironment({
+      BROKER_CONNECTIONS: '{}',
+      BROKER_TABLE_NAME: 't',
+      BROKER_LOCAL_FREEZE: 'false',
+      POWERTOOLS_LOG_LEVEL: 'DEBUG',
+      AWS_REGION: 'eu-west-1',
+      AWS_PROFILE: 'dev',
+      AWS_ENDPOINT_URL_KMS: 'http://127.0.0.1:1',
+      HOME: '/home/me',
+      NODE_EXTRA_CA_CERTS: '/ca.pem',
+      PORT: '3000',
+      HOST: '127.0.0.1',
+      npm_lifecycle_event: 'start',
+      GITHUB_TOKEN: 'ghp_not-for-the-function',
+    });
+    expect(Object.keys(passed).sort()).toEqual([
+      'AWS_ENDPOINT_URL_KMS',
+      'AWS_PROFILE',
+      'AWS_REGION',
+      'BROKER_CONNECTIONS',
+      'BROKER_TABLE_NAME',
+      'HOME',
+      'NODE_EXTRA_CA_CERTS',
+      'POWERTOOLS_LOG_LEVEL',
+    ]);
+  });
+
+  it('says a bad setting in one line and exits 1', async () => {
+    const { code, stderr } = await runToExit({ BROKER_LOCAL_FREEZE: 'yes' });
+    expect(code).toBe(1);
+    expect(stderr.trim()).toBe(
+      'The local runtime did not start: BROKER_LOCAL_FREEZE must be true or false',
+    );
+  }, 30_000);
+});
+
+describe('Local runtime: the bundle in execution environments', () => {
+  let child: ChildProcess;
+  let url = '';
+  let output: () => string = () => '';
+
+  beforeAll(async () => {
+    // A process group of its own, as a terminal's foreground job: Ctrl-C reaches all of it.
+    child = start({ PORT: '0', BROKER_LOCAL_SCHEDULE_SECONDS: '0' }, { detached: true });
+    const started = listening(child);
+    output = started.output;
+    url = await started.url;
+  }, 60_000);
+  afterAll(async () => {
+    await stop(child);
+  });
+
+  it('says how many environments it runs, and that they are frozen', () => {
+    expect(output()).toContain(
+      'Lambda environments  up to 4, frozen (SIGSTOP) between invocations; each ends after 300s idle',
+    );
+  });
+
+  it('freezes the environment that served a request until the next one (T in /proc), which it serves after 3 s frozen', async () => {
+    // Prepare: the warm-up at start ran in one environment.
+    const [warm] = await until(async () => {
+      const listed = await environments(url);
+      return listed.length === 1 && listed[0]?.state === 'frozen' ? listed : undefined;
+    }, 'the warm-up environment frozen');
+    if (!warm) throw new Error('no environment after the warm-up');
+
+    // Act: a request, then 3 s with nothing to do.
+    const first = await fetch(`${url}/tokens/demo-v3`);
+    expect(first.status).toBe(200);
+    const { accessToken } = (await first.json()) as { accessToken: string };
+    const served = await until(async () => {
+      const listed = await environments(url);
+      return listed.find((e) => e.invocations > warm.invocations && e.state === 'frozen');
+    }, 'the environment that served the request frozen again');
+    await until(
+      async () => (runState(served.pid) === 'T' ? true : undefined),
+      `process ${served.pid} stopped`,
+    );
+    await sleep(3_000);
+    const frozenState = runState(served.pid);
+    const again = await fetch(`${url}/tokens/demo-v3`);
+
+    // Assess: stopped the whole time, then thawed for the next request, which it served.
+    expect(frozenState).toBe('T');
+    expect(again.status).toBe(200);
+    expect(((await again.json()) as { accessToken: string }).accessToken).toBe(accessToken);
+    const after = await until(async () => {
+      const listed = await environments(url);
+      const entry = listed.find((e) => e.id === served.id);
+      return entry?.state === 'frozen' ? entry : undefined;
+    }, 'frozen after the second request');
+    // The most recently used environment is reused: the same process, one invocation more.
+    expect(after).toMatchObject({ pid: served.pid, invocations: served.invocations + 1 });
+    expect(served.id).toBe(warm.id);
+  });
+
+  it('X-Amz-Log-Type: Tail carries the lines the environment wrote for that invocation, under its request ID', async () => {
+    const response = await fetch(`${url}/2015-03-31/functions/token-broker/invocations`, {
+      method: 'POST',
+      headers: { 'x-amz-log-type': 'Tail' },
+      body: JSON.stringify({ action: 'getToken', connection: 'nope' }),
+    });
+    expect(response.headers.get('x-amz-function-error')).toBe('Unhandled');
+    const requestId = response.headers.get('x-amzn-requestid') ?? '';
+    const log = Buffer.from(response.headers.get('x-amz-log-result') ?? '', 'base64').toString();
+    const lines = log.trimEnd().split('\n');
+    expect(lines[0]).toBe(`START RequestId: ${requestId} Version: $LATEST`);
+    expect(lines.at(-2)).toBe(`END RequestId: ${requestId}`);
+    expect(lines.at(-1)).toMatch(new RegExp(`^REPORT RequestId: ${requestId}\\t`));
+    const logged = lines
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as { message: string; function_request_id: string });
+    // The function's own line, which the request ID the caller got names (as in Lambda).
+    expect(logged.map((l) => l.message)).toContain('Request refused');
+    expect(logged.every((l) => l.function_request_id === requestId)).toBe(true);
+    // And it went to the runtime's output as well.
+    expect(output()).toContain(`"function_request_id":"${requestId}"`);
+  });
+
+  it('Ctrl-C (SIGINT to the whole process group) shuts the environments down with SIGTERM, as Lambda does', async () => {
+    const [environment] = await environments(url);
+    if (!environment) throw new Error('no environment');
+    const exited = new Promise<number | null>((done) => child.once('exit', done));
+    process.kill(-(child.pid as number), 'SIGINT');
+    expect(await exited).toBe(0);
+    expect(output()).toContain('SIGINT: stopping');
+    // The runtime ignored the terminal's SIGINT and ended on the pool's SIGTERM (the broker's
+    // handler exits 0 once it has released its leases).
+    expect(output()).toContain(
+      `Lambda environments shut down: ${environment.id} (pid ${environment.pid}): SIGTERM, exit 0`,
+    );
+    expect(runState(environment.pid)).toBeUndefined();
+  });
+});
+
+describe('Local runtime: BROKER_LOCAL_FREEZE=false', () => {
+  it('keeps the environment running between requests, and says so', async () => {
+    const child = start({
+      PORT: '0',
+      BROKER_LOCAL_SCHEDULE_SECONDS: '0',
+      BROKER_LOCAL_FREEZE: 'false',
+    });
+    try {
+      const started = listening(child);
+      const url = await started.url;
+      expect(started.output()).toContain('not frozen (BROKER_LOCAL_FREEZE=false)');
+      expect((await fetch(`${url}/tokens/demo-v3`)).status).toBe(200);
+      const idle = await until(async () => {
+        const listed = await environments(url);
+        return listed.find((e) => e.invocations === 2 && e.state === 'idle');
+      }, 'the environment idle after the request');
+      expect(runState(idle.pid)).not.toBe('T');
+    } finally {
+      await stop(child);
+    }
+  }, 60_000);
 });

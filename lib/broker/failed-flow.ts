@@ -31,6 +31,15 @@ export const afterFailedFlow = async (
 ): Promise<undefined> => {
   const { name } = connection;
   const { store, view, clock, logger, metrics, settings, bounded } = deps;
+  if (flow.suspect && flow.replacing && !isOutcomeUnknown(error)) {
+    // I2. The lease this flow took over had counted down: its holder's POST may be out, and
+    // the token it replaced revoked. That is why it was not served; letting the lease go would
+    // make it servable again, so it goes first (compare-and-delete), as after an unknown outcome.
+    view.forget(flow.replacing);
+    await bounded(
+      store.deleteIfMatches(name, flow.replacing.tokenDigest, { reportedAt: clock.now() }),
+    ).catch(() => undefined);
+  }
   if (error instanceof LeaseLost) {
     // Nothing was sent: our lease, if still ours, is freed; the new holder's token wins.
     await bounded(store.releaseLease(name, flow.held)).catch(() => undefined);

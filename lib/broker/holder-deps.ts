@@ -40,6 +40,8 @@ export interface LeasedFlow {
   readonly deadline: Deadline;
   /** The valid token this run replaces, if any: dropped if the POST is lost. */
   readonly replacing: TokenRecord | undefined;
+  /** `replacing` may already be revoked (a POST under the lease taken over may be out). */
+  readonly suspect: boolean;
   /** Monotonic instant at which the lease write was sent: lease time counts from here. */
   readonly leasedAt: number;
   /** Monotonic instant at which that write was answered: the first step counts from here. */

@@ -194,6 +194,7 @@ export class LeasedIssuance {
         // Replace the token we saw, never a newer one another container wrote meanwhile.
         replacing: current.tokenDigest,
         replacingValid: current,
+        suspect: false,
         needMs: 0,
         cause,
         forced: isCallersWord(cause),
@@ -261,6 +262,7 @@ export class LeasedIssuance {
       needMs: plan.needMs,
       deadline: by,
       replacing: plan.replacingValid,
+      suspect: plan.suspect,
       leasedAt: read.sentAtMonotonic,
       answeredAt: clock.monotonic(),
       countdown: plan.countdown,

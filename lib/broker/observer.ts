@@ -72,6 +72,11 @@ export type Decision =
       readonly replacing: string | undefined;
       /** The valid token the new one replaces (dropped if the POST's outcome is unknown). */
       readonly replacingValid: TokenRecord | undefined;
+      /**
+       * That token may already be revoked (the lease taken over had counted down: its POST may
+       * be out). Whoever takes it over and gives up drops it before letting the lease go.
+       */
+      readonly suspect: boolean;
       readonly needMs: number;
       readonly cause: IssuanceCause;
       readonly forced: boolean;
@@ -140,6 +145,7 @@ export const decide = (o: Observation): Decision => {
       // nothing announced its replacement (I2).
       replacing: stored?.tokenDigest,
       replacingValid: valid,
+      suspect: o.suspect,
       needMs,
       cause,
       // A lease taken over from a caller's replacement finishes it: its token is one too (I4).

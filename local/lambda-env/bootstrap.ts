@@ -44,6 +44,11 @@ if (!bundle || !runtimeEnv.api) {
   process.stderr.write('usage: AWS_LAMBDA_RUNTIME_API=host:port bootstrap.mjs <bundle.mjs>\n');
   process.exit(2);
 }
+// Nothing sends a Lambda runtime SIGINT. Here a Ctrl-C reaches the terminal's whole foreground
+// process group, this process included: ignored, so that the environment ends the way Lambda
+// ends one, by its pool's SIGTERM, and the function's cleanup runs. (A frozen process keeps
+// the SIGINT pending; unhandled, it would end the process at the thaw, before that SIGTERM.)
+process.on('SIGINT', () => undefined);
 const endpoint = new URL(`http://${runtimeEnv.api}`);
 const RUNTIME = '/2018-06-01/runtime';
 

@@ -20,6 +20,7 @@
  *   `shutdownDeadlineMs` (the guide: 500 ms with an internal extension) before SIGKILL.
  *   Internal extensions cannot register for SHUTDOWN, so none is ever sent.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { basename, dirname, extname } from 'node:path';
@@ -69,7 +70,11 @@ export interface EnvironmentOptions {
   readonly initTimeoutMs: number;
   /** How long a runtime has between SIGTERM and SIGKILL. */
   readonly shutdownDeadlineMs: number;
-  /** Each line the process writes (stdout and stderr). */
+  /**
+   * Each line the process writes (stdout and stderr). A line that arrives while the environment
+   * runs an invocation is emitted in the async context `invoke` was called in, so that
+   * AsyncLocalStorage-based capture (the Invoke API's `Tail`) counts it as that invocation's.
+   */
   readonly onLog?: ((line: string) => void) | undefined;
   /** The environment waits for its next invocation again (after an invocation, not after init). */
   readonly onReady?: ((environment: ExecutionEnvironment) => void) | undefined;
@@ -122,8 +127,16 @@ export interface ExecutionEnvironment {
   /** The last 64 KB the process wrote. */
   output(): string;
   /** Runs one invocation; the environment must be `frozen` or `idle`. */
-  invoke(event: unknown): Promise<EnvironmentAnswer>;
+  invoke(event: unknown, options?: InvokeOptions): Promise<EnvironmentAnswer>;
   shutdown(reason?: ShutdownReason): Promise<void>;
+}
+
+export interface InvokeOptions {
+  /**
+   * The request ID the function sees (`context.awsRequestId`); default a new UUID. The Invoke
+   * API passes its own, so that `X-Amzn-RequestId` and the function's log lines agree, as in Lambda.
+   */
+  readonly requestId?: string;
 }
 
 export type InitResult =
@@ -165,6 +178,8 @@ const timedOut = (ms: number): Failure => ({
 interface Invocation {
   readonly requestId: string;
   readonly started: number;
+  /** Runs a function in the async context of the caller of `invoke` (for `onLog`). */
+  readonly scope: <R>(fn: () => R) => R;
   readonly timer: NodeJS.Timeout;
   answered: boolean;
   readonly answer: (outcome: InvokeOutcome) => void;
@@ -330,7 +345,15 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
       output = (output + chunk).slice(-OUTPUT_TAIL);
       const lines = (rest + chunk).split('\n');
       rest = lines.pop() ?? '';
-      for (const line of lines) options.onLog?.(line);
+      if (!options.onLog || lines.length === 0) return;
+      const emit = () => {
+        for (const line of lines) options.onLog?.(line);
+      };
+      // Lines that arrive during an invocation are its own (a line of the previous invocation's
+      // work after its response can still arrive here once the next one was delivered, when
+      // an invocation waited for this environment: it is then counted as the new one's).
+      if (invocation) invocation.scope(emit);
+      else emit();
     });
     stream.on('end', () => {
       if (rest !== '') options.onLog?.(rest);
@@ -399,7 +422,10 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
     return ending;
   };
 
-  const invoke = (event: unknown): Promise<EnvironmentAnswer> => {
+  const invoke = (
+    event: unknown,
+    invokeOptions: InvokeOptions = {},
+  ): Promise<EnvironmentAnswer> => {
     if (state === 'shutting-down' || state === 'ended') {
       const requestId = randomUUID();
       return Promise.resolve({
@@ -420,7 +446,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
     }
     // What Lambda delivers: the JSON payload, or null for an empty one.
     const payload = JSON.stringify(event === undefined ? null : event);
-    const requestId = randomUUID();
+    const requestId = invokeOptions.requestId || randomUUID();
     state = 'busy';
     stats.invocations += 1;
     if (stopped) {
@@ -437,6 +463,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
       invocation = {
         requestId,
         started,
+        scope: AsyncLocalStorage.snapshot(),
         answered: false,
         timer: setTimeout(onTimeout, settings.timeoutMs),
         answer: (outcome) =>

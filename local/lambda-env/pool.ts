@@ -10,12 +10,15 @@
  * `asHandler()` makes the pool a `LambdaHandler`, so that `startLambdaServer` fronts it
  * unchanged.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { DEFAULT_LAMBDA, type InvokeOutcome, type LambdaHandler } from '../lambda-events.js';
 import {
   type EnvironmentState,
   type EnvironmentStats,
   type ExecutionEnvironment,
+  type InvokeOptions,
   type ShutdownRecord,
   startEnvironment,
 } from './environment.js';
@@ -46,7 +49,10 @@ export interface EnvironmentPoolOptions {
   readonly region?: string;
   readonly accountId?: string;
   readonly memoryMb?: number;
-  /** Each line an environment writes. */
+  /**
+   * Each line an environment writes; during an invocation, in the async context `invoke` was
+   * called in (see `ExecutionEnvironment`'s `onLog`), else in the one the pool was made in.
+   */
   readonly onLog?: ((line: string, environmentId: string) => void) | undefined;
 }
 
@@ -57,6 +63,11 @@ export interface PoolInvocation {
   readonly environmentId: string;
   /** The environment was started for this invocation. */
   readonly coldStart: boolean;
+  /**
+   * That environment's init failed: the outcome is the init error (a module that throws or
+   * cannot load, `Runtime.HandlerNotFound`, `Extension.InitError`, an init timeout).
+   */
+  readonly initFailed?: true;
   /** Init time of that environment (cold starts only). */
   readonly initMs?: number;
   /** From delivery to the runtime's response. */
@@ -177,6 +188,12 @@ export class EnvironmentPool {
   readonly #starting = new Set<Promise<unknown>>();
   /** The last environments that ended, for diagnostics. */
   readonly #ended: ExecutionEnvironment[] = [];
+  /**
+   * Runs a function in the async context the pool was made in: an environment belongs to the
+   * pool, not to the invocation that happened to start it, so its process's streams and timers
+   * must not carry that invocation's AsyncLocalStorage values (its `Tail` capture) for good.
+   */
+  readonly #outside = AsyncLocalStorage.snapshot();
   #count = 0;
   #closed = false;
 
@@ -185,23 +202,24 @@ export class EnvironmentPool {
   }
 
   /** Runs one invocation in an environment of the pool; a function error is an outcome. */
-  async invoke(event: unknown): Promise<PoolInvocation> {
+  async invoke(event: unknown, options: InvokeOptions = {}): Promise<PoolInvocation> {
     // An event that is not JSON (a BigInt, a cycle) throws here, before it holds an environment.
     JSON.stringify(event ?? null);
     const lease = await this.#acquire();
     if (!lease.ok) {
       return {
         outcome: { ok: false, errorType: lease.errorType, errorMessage: lease.errorMessage },
-        requestId: randomUUID(),
+        requestId: options.requestId || randomUUID(),
         environmentId: lease.environmentId,
         coldStart: true,
+        initFailed: true,
         initMs: lease.initMs,
         durationMs: 0,
         billedMs: Promise.resolve(0),
       };
     }
     const { environment, coldStart, initMs } = lease;
-    const answer = await environment.invoke(event);
+    const answer = await environment.invoke(event, options);
     return {
       ...answer,
       environmentId: environment.id,
@@ -210,10 +228,17 @@ export class EnvironmentPool {
     };
   }
 
-  /** The pool as a handler: the result, or a thrown Error whose `name` is the errorType. */
+  /**
+   * The pool as a handler: the result, or a thrown Error whose `name` is the errorType. The
+   * function sees the caller's `context.awsRequestId` as its own.
+   */
   asHandler(): LambdaHandler {
-    return async (event) => {
-      const { outcome } = await this.invoke(event);
+    return async (event, context) => {
+      const { outcome } = await this.invoke(event, { requestId: context?.awsRequestId });
+      // The runtime writes its lines before it posts its answer, but the two reach this process
+      // on two descriptors (a pipe, a socket) read in the same turn in either order: one more
+      // turn lets lines already written reach `onLog` in this invocation's context.
+      await nextTurn();
       if (outcome.ok) return outcome.result;
       const error = new Error(outcome.errorMessage);
       error.name = outcome.errorType;
@@ -290,25 +315,27 @@ export class EnvironmentPool {
     const o = this.#options;
     const id = randomUUID().slice(0, 8);
     this.#count += 1;
-    const started = startEnvironment({
-      id,
-      bootstrap: o.bootstrap,
-      bundle: o.bundle,
-      env: o.env,
-      settings: {
-        functionName: o.functionName,
-        region: o.region,
-        accountId: o.accountId,
-        memoryMb: o.memoryMb,
-        timeoutMs: o.timeoutMs,
-      },
-      freeze: o.freeze,
-      initTimeoutMs: o.initTimeoutMs,
-      shutdownDeadlineMs: o.shutdownDeadlineMs,
-      onLog: o.onLog && ((line) => o.onLog?.(line, id)),
-      onReady: (environment) => this.#ready(environment),
-      onEnded: (environment) => this.#gone(environment),
-    }).then(async (init): Promise<Lease> => {
+    const started = this.#outside(() =>
+      startEnvironment({
+        id,
+        bootstrap: o.bootstrap,
+        bundle: o.bundle,
+        env: o.env,
+        settings: {
+          functionName: o.functionName,
+          region: o.region,
+          accountId: o.accountId,
+          memoryMb: o.memoryMb,
+          timeoutMs: o.timeoutMs,
+        },
+        freeze: o.freeze,
+        initTimeoutMs: o.initTimeoutMs,
+        shutdownDeadlineMs: o.shutdownDeadlineMs,
+        onLog: o.onLog && ((line) => o.onLog?.(line, id)),
+        onReady: (environment) => this.#ready(environment),
+        onEnded: (environment) => this.#gone(environment),
+      }),
+    ).then(async (init): Promise<Lease> => {
       if (!init.ok) {
         return { ok: false, environmentId: id, ...init.failure, initMs: init.initMs };
       }
