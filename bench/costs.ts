@@ -4,15 +4,21 @@
  *   against one loopback GetItem (the cheapest DynamoDB read a container could do instead);
  * - cold: import of the bundle plus the first token served from DynamoDB, against a bare
  *   bundle that does one GetItem and returns JSON. Each measured in fresh processes,
- *   alternating, median of `rounds`.
+ *   alternating, median of `rounds`;
+ * - cold in an execution environment (issue 17): the same, as Lambda runs it: init of an
+ *   emulated environment (`local/lambda-env/`: the runtime process, the bundle's import and its
+ *   extensions' registration, until all wait on `next`) plus the first invocation through the
+ *   Runtime API, the broker with its extension registering and with BROKER_LAMBDA_EXTENSION=off
+ *   next to the bare bundle.
  */
 import { execFile } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
+import { EnvironmentPool } from '../local/lambda-env/pool.js';
 import type { Stack } from '../local/stack.js';
-import { percentile } from './fleet.js';
+import { percentile } from './measures.js';
 
 export interface WarmCost {
   readonly memoryHitMeanUs: number;
@@ -152,5 +158,114 @@ export const measureCold = async (
     rounds,
     brokerBundleBytes: paths.brokerBytes,
     bareBundleBytes: paths.bareBytes,
+  };
+};
+
+/** One variant's cold starts in an execution environment: medians (ms). */
+export interface EnvironmentCold {
+  /** `initMs` + `durationMs` of the invocation that started the environment. */
+  readonly totalMedianMs: number;
+  /** From the runtime process's spawn until it and every extension waited on `next`. */
+  readonly initMedianMs: number;
+  /** The first invocation, from delivery to the runtime's response. */
+  readonly durationMedianMs: number;
+  /** Extensions registered in the environment (the same in every round). */
+  readonly extensions: number;
+}
+
+export interface EnvironmentColdCost {
+  readonly rounds: number;
+  readonly broker: EnvironmentCold;
+  readonly brokerNoExtension: EnvironmentCold;
+  readonly bare: EnvironmentCold;
+  /** Broker (extension registering) over the bare bundle, medians of the totals. */
+  readonly ratio: number;
+  /** Broker with BROKER_LAMBDA_EXTENSION=off over the bare bundle. */
+  readonly noExtensionRatio: number;
+}
+
+interface EnvironmentColdSample {
+  readonly initMs: number;
+  readonly durationMs: number;
+  readonly extensions: number;
+}
+
+/** One environment started for one invocation, then shut down. */
+const coldInEnvironment = async (
+  bootstrap: string,
+  bundle: string,
+  event: unknown,
+  env: Record<string, string>,
+): Promise<EnvironmentColdSample> => {
+  const pool = new EnvironmentPool({ bundle, bootstrap, env, maxEnvironments: 1 });
+  try {
+    const { outcome, coldStart, initMs, durationMs, billedMs } = await pool.invoke(event);
+    if (!outcome.ok) {
+      throw new Error(
+        `cold start of ${bundle} failed: ${outcome.errorType}: ${outcome.errorMessage}`,
+      );
+    }
+    if (!coldStart || initMs === undefined) throw new Error(`${bundle}: not a cold start`);
+    await billedMs; // frozen again: the extension has asked for its next event
+    const extensions = pool.environments()[0]?.extensions.length ?? 0;
+    return { initMs, durationMs, extensions };
+  } finally {
+    await pool.close();
+  }
+};
+
+/**
+ * Cold starts in emulated execution environments, alternating the three bundles round by round;
+ * the token is in the table already, so the broker serves it from DynamoDB.
+ */
+export const measureColdInEnvironment = async (
+  stack: Stack,
+  paths: { bootstrap: string; broker: string; bare: string },
+  rounds = 15,
+): Promise<EnvironmentColdCost> => {
+  const samples = { broker: [], brokerNoExtension: [], bare: [] } as Record<
+    'broker' | 'brokerNoExtension' | 'bare',
+    EnvironmentColdSample[]
+  >;
+  const event = { action: 'getToken', connection: 'sandbox' };
+  const issued = stack.simulator.stats().issuances;
+  for (let i = 0; i < rounds; i += 1) {
+    samples.broker.push(await coldInEnvironment(paths.bootstrap, paths.broker, event, stack.env));
+    samples.brokerNoExtension.push(
+      await coldInEnvironment(paths.bootstrap, paths.broker, event, {
+        ...stack.env,
+        BROKER_LAMBDA_EXTENSION: 'off',
+      }),
+    );
+    samples.bare.push(
+      await coldInEnvironment(paths.bootstrap, paths.bare, { connection: 'sandbox' }, stack.env),
+    );
+  }
+  if (stack.simulator.stats().issuances !== issued) {
+    throw new Error('a cold start reached the upstream: the table should have served it');
+  }
+  const median = (values: number[]) => percentile(values, 50);
+  const summary = (list: EnvironmentColdSample[]): EnvironmentCold => ({
+    totalMedianMs: median(list.map((s) => s.initMs + s.durationMs)),
+    initMedianMs: median(list.map((s) => s.initMs)),
+    durationMedianMs: median(list.map((s) => s.durationMs)),
+    extensions: Math.max(0, ...list.map((s) => s.extensions)),
+  });
+  const broker = summary(samples.broker);
+  const brokerNoExtension = summary(samples.brokerNoExtension);
+  const bare = summary(samples.bare);
+  // The comparison means something only if the extension did register, and only there.
+  if (broker.extensions !== 1 || brokerNoExtension.extensions !== 0) {
+    throw new Error(
+      `extensions registered: ${broker.extensions} with, ${brokerNoExtension.extensions} without (expected 1 and 0)`,
+    );
+  }
+  return {
+    rounds,
+    broker,
+    brokerNoExtension,
+    bare,
+    ratio: broker.totalMedianMs / bare.totalMedianMs,
+    noExtensionRatio: brokerNoExtension.totalMedianMs / bare.totalMedianMs,
   };
 };

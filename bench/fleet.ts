@@ -14,6 +14,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
 import { type InvokeOutcome, scheduledEvent } from '../local/lambda-events.js';
 import type { Stack } from '../local/stack.js';
+import { CHAOS_CUT_OVER, percentile, refreshesAfterExpiry, waitsAtCutOver } from './measures.js';
 
 export interface FleetSettings {
   readonly mode: 'broker' | 'baseline';
@@ -47,6 +48,13 @@ export interface FleetResult {
   readonly revokedReceived: number;
   readonly errors: number;
   readonly latencyMs: { readonly p50: number; readonly p99: number; readonly max: number };
+  /**
+   * The chaos suite's cut-over figure: the slowest token served to a request sent from 5 s
+   * before a refresh's issuance to 1 s after it (ms), and how many such requests.
+   */
+  readonly cutoverChaos: { readonly callers: number; readonly slowestMs: number };
+  /** Issuances more than a lifetime after the one before (or a token left to expire). */
+  readonly refreshesAfterExpiry: number;
   readonly dynamodbRequests: number;
   readonly dynamodbRequestsPerServedToken: number;
   readonly containersStarted: number;
@@ -60,12 +68,6 @@ export interface FleetResult {
     p99: number;
   }[];
 }
-
-export const percentile = (values: readonly number[], p: number): number => {
-  if (values.length === 0) return 0;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? 0;
-};
 
 class Fleet {
   readonly idle: Container[] = [];
@@ -167,6 +169,7 @@ export const runFleet = async (stack: Stack, settings: FleetSettings): Promise<F
   const bucketAt = (time: number) =>
     buckets[Math.min(buckets.length - 1, Math.floor((time - start) / settings.bucketMs))];
   const latencies: number[] = [];
+  const sent: { at: number; took: number }[] = [];
   let served = 0;
   let revoked = 0;
   let errors = 0;
@@ -174,6 +177,7 @@ export const runFleet = async (stack: Stack, settings: FleetSettings): Promise<F
   const caller = async () => {
     while (Date.now() < end) {
       const asked = performance.now();
+      const at = performance.timeOrigin + asked;
       let outcome: InvokeOutcome;
       try {
         outcome = await fleet.invoke({ action: 'getToken', connection: 'sandbox' });
@@ -189,6 +193,7 @@ export const runFleet = async (stack: Stack, settings: FleetSettings): Promise<F
         const token = tokenOf(outcome);
         served += 1;
         latencies.push(took);
+        sent.push({ at, took });
         bucket?.latencies.push(took);
         if (bucket) bucket.served += 1;
         if (!stack.simulator.isValid(token)) {
@@ -231,7 +236,10 @@ export const runFleet = async (stack: Stack, settings: FleetSettings): Promise<F
     const bucket = bucketAt(time);
     if (bucket) bucket.issuances += 1;
   }
-  const durationMs = Date.now() - start;
+  const endedAt = Date.now();
+  const durationMs = endedAt - start;
+  const lifetimeMs = settings.lifetimeSeconds * 1000;
+  const atCutover = waitsAtCutOver(sent, issuanceTimes, CHAOS_CUT_OVER);
   const dynamodbRequests = stack.dynamodb.requests() - dynamodbBefore;
   return {
     mode: settings.mode,
@@ -246,6 +254,8 @@ export const runFleet = async (stack: Stack, settings: FleetSettings): Promise<F
       p99: percentile(latencies, 99),
       max: percentile(latencies, 100),
     },
+    cutoverChaos: { callers: atCutover.length, slowestMs: percentile(atCutover, 100) },
+    refreshesAfterExpiry: refreshesAfterExpiry(issuanceTimes, lifetimeMs, endedAt),
     dynamodbRequests,
     dynamodbRequestsPerServedToken: served === 0 ? 0 : dynamodbRequests / served,
     containersStarted: fleet.started,

@@ -1,8 +1,8 @@
 /**
- * The hot key: how many DynamoDB requests one busy container makes per second in each phase of
- * a token's life, measured on the real bundle. Busy containers (each serving a steady stream of
- * requests, as Lambda does one at a time) share one token item; the dynalite request counter is
- * sampled every 100 ms and each sample is put in the phase the current token was in:
+ * The hot key: how many DynamoDB requests one container makes per second in each phase of a
+ * token's life, measured on the real bundle. Containers (each serving a stream of requests, as
+ * Lambda does one at a time) share one token item; the dynalite request counter is sampled
+ * every 100 ms and each sample is put in the phase the current token was in:
  *
  *   before the window ─── the window (countdown announced) ─── cut-over (±1 s around an issuance)
  *
@@ -14,42 +14,83 @@
  * busiest phase's rate says at how many busy containers that item saturates. The same run
  * times every caller, and reports the wait of those who arrived at a cut-over (from 1 s before
  * an issuance to 200 ms after it), to set against the upstream's own latency.
+ *
+ * Issue 17 runs the same measurement on containers that are mostly idle (a request every
+ * `pauseMs`, 0.3–1.5 s) and either always running or frozen between invocations (Lambda's
+ * model, `execution`): besides, every run reports the slowest caller at a cut-over as the chaos
+ * suite counts it (a request sent from 5 s before a refresh's issuance to 1 s after it),
+ * refreshes that landed after their token expired, issuances per lifetime, and (frozen) the
+ * billed time after the response.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Container, startContainer, tokenOf } from '../local/fleet.js';
+import { tokenOf } from '../local/fleet.js';
 import type { Stack } from '../local/stack.js';
-import { percentile } from './fleet.js';
+import {
+  type BenchContainer,
+  type Billing,
+  type Execution,
+  startBenchContainer,
+} from './containers.js';
+import { CHAOS_CUT_OVER, percentile, refreshesAfterExpiry, waitsAtCutOver } from './measures.js';
 
 export interface HotKeySettings {
   readonly bundle: string;
   readonly runner: string;
+  /** `local/lambda-env/bootstrap.mjs`, for frozen containers. */
+  readonly bootstrap: string;
   readonly env: Record<string, string>;
+  readonly execution: Execution;
   readonly containers: number;
   readonly durationMs: number;
   readonly lifetimeSeconds: number;
   readonly windowSeconds: number;
+  /** Each container's pause between an answer and its next request, uniform in [min, max]. */
+  readonly pauseMs: { readonly min: number; readonly max: number };
 }
 
 export interface HotKeyPhase {
   /** Seconds of the run spent in this phase. */
   readonly seconds: number;
-  /** DynamoDB reads per busy container per second in this phase (they grow with the fleet). */
+  /** DynamoDB reads per container per second in this phase (they grow with the fleet). */
   readonly readsPerContainerSecond: number;
   /** DynamoDB writes per second on the item in this phase (the lease holder's: they do not). */
   readonly writesPerSecond: number;
 }
 
 export interface HotKeyResult {
+  readonly execution: Execution;
   readonly containers: number;
+  readonly pauseMs: { readonly min: number; readonly max: number };
+  readonly durationMs: number;
   readonly phases: Readonly<Record<'outside' | 'inside' | 'cutover', HotKeyPhase>>;
   /** The cold start, once per fleet: its length and the reads each container made in it. */
   readonly coldStart: { readonly seconds: number; readonly readsPerContainer: number };
-  /** Busy containers at which the busiest phase's reads reach 3,000 per second on one item. */
+  /** Containers at which the busiest phase's reads reach 3,000 per second on one item. */
   readonly containersToSaturate: number;
   /** Callers who arrived at a cut-over: how many, and their wait (ms). */
   readonly cutover: { readonly callers: number; readonly p99Ms: number; readonly maxMs: number };
+  /** The chaos suite's figure: the slowest request sent 5 s before to 1 s after a refresh (ms). */
+  readonly cutoverChaos: { readonly callers: number; readonly slowestMs: number };
   /** Every caller of the run (ms). */
-  readonly latencyMs: { readonly p99: number; readonly max: number };
+  readonly latencyMs: { readonly p50: number; readonly p99: number; readonly max: number };
+  readonly requests: number;
+  /** Requests answered with an error (a function error, or no answer). */
+  readonly errors: number;
+  /** Tokens the upstream no longer accepted when they were received. */
+  readonly invalidServed: number;
+  readonly issuances: number;
+  /** When each issuance came, ms after the run's start. */
+  readonly issuanceTimesMs: readonly number[];
+  /** Issuances after the fleet's first token. */
+  readonly refreshes: number;
+  readonly issuancesPerLifetime: number;
+  /**
+   * Refreshes that landed after the token they replace had expired: an issuance more than a
+   * lifetime after the one before, or a token left to expire before the run's end.
+   */
+  readonly refreshesAfterExpiry: number;
+  /** Frozen containers: the billed time of every invocation, once each had frozen. */
+  readonly billing: Billing;
 }
 
 const ITEM_READS_PER_SECOND = 3_000;
@@ -59,28 +100,48 @@ export const measureHotKey = async (
   stack: Stack,
   settings: HotKeySettings,
 ): Promise<HotKeyResult> => {
-  const containers: Container[] = [];
+  const containers: BenchContainer[] = [];
   try {
     for (let i = 0; i < settings.containers; i += 1) {
-      containers.push(
-        await startContainer({
-          runner: settings.runner,
-          bundle: settings.bundle,
-          env: settings.env,
-        }),
-      );
+      const container = await startBenchContainer({
+        execution: settings.execution,
+        runner: settings.runner,
+        bootstrap: settings.bootstrap,
+        bundle: settings.bundle,
+        env: settings.env,
+      });
+      containers.push(container);
+      // Initialised and invoked once (a store read, no token) before the run, whichever the
+      // execution: a frozen environment starts only at its first invocation.
+      const status = await container.invoke({ action: 'status' });
+      if (!status.ok) {
+        throw new Error(
+          `status: ${status.errorType}: ${status.errorMessage}\n${container.output()}`,
+        );
+      }
     }
     const start = Date.now();
     const end = start + settings.durationMs;
     const issuedBefore = stack.simulator.issuanceTimes().length;
     const samples: { at: number; requests: number; reads: number }[] = [];
     const calls: { at: number; took: number }[] = [];
-    const busy = containers.map(async (container) => {
+    let errors = 0;
+    let invalidServed = 0;
+    const { min, max } = settings.pauseMs;
+    const loops = containers.map(async (container) => {
       while (Date.now() < end) {
         const at = performance.timeOrigin + performance.now();
-        tokenOf(await container.invoke({ action: 'getToken', connection: 'sandbox' }));
+        const outcome = await container
+          .invoke({ action: 'getToken', connection: 'sandbox' })
+          .catch((error: Error) => ({
+            ok: false as const,
+            errorType: error.name,
+            errorMessage: '',
+          }));
         calls.push({ at, took: performance.timeOrigin + performance.now() - at });
-        await sleep(5);
+        if (!outcome.ok) errors += 1;
+        else if (!stack.simulator.isValid(tokenOf(outcome))) invalidServed += 1;
+        await sleep(min + Math.random() * (max - min));
       }
     });
     while (Date.now() < end) {
@@ -91,7 +152,10 @@ export const measureHotKey = async (
       });
       await sleep(SAMPLE_MS);
     }
-    await Promise.all(busy);
+    await Promise.all(loops);
+    const endedAt = Date.now();
+    // The status invocation before the run aside.
+    const billings = await Promise.all(containers.map((c) => c.billing(1)));
     const issuances = stack.simulator.issuanceTimes().slice(issuedBefore);
     const lifetimeMs = settings.lifetimeSeconds * 1000;
     const windowMs = Math.min(settings.windowSeconds * 1000, lifetimeMs / 2);
@@ -129,13 +193,15 @@ export const measureHotKey = async (
     };
     const busiest = Math.max(...Object.values(phases).map((p) => p.readsPerContainerSecond));
     // The first issuance is the cold start, not a cut-over.
-    const cutovers = issuances.slice(1);
-    const atCutover = calls
-      .filter(({ at }) => cutovers.some((issued) => at >= issued - 1_000 && at <= issued + 200))
-      .map(({ took }) => took);
+    const atCutover = waitsAtCutOver(calls, issuances, { beforeMs: 1_000, afterMs: 200 });
+    const atCutoverChaos = waitsAtCutOver(calls, issuances, CHAOS_CUT_OVER);
     const all = calls.map(({ took }) => took);
+    const durationMs = endedAt - start;
     return {
+      execution: settings.execution,
       containers: settings.containers,
+      pauseMs: settings.pauseMs,
+      durationMs,
       phases,
       coldStart: {
         seconds: totals.cold.ms / 1000,
@@ -148,9 +214,31 @@ export const measureHotKey = async (
         p99Ms: percentile(atCutover, 99),
         maxMs: percentile(atCutover, 100),
       },
-      latencyMs: { p99: percentile(all, 99), max: percentile(all, 100) },
+      cutoverChaos: { callers: atCutoverChaos.length, slowestMs: percentile(atCutoverChaos, 100) },
+      latencyMs: {
+        p50: percentile(all, 50),
+        p99: percentile(all, 99),
+        max: percentile(all, 100),
+      },
+      requests: calls.length,
+      errors,
+      invalidServed,
+      issuances: issuances.length,
+      issuanceTimesMs: issuances.map((at) => at - start),
+      refreshes: Math.max(0, issuances.length - 1),
+      issuancesPerLifetime: issuances.length / (durationMs / lifetimeMs),
+      refreshesAfterExpiry: refreshesAfterExpiry(issuances, lifetimeMs, endedAt),
+      billing: billings.reduce(
+        (total, b) => ({
+          invocations: total.invocations + b.invocations,
+          durationMs: total.durationMs + b.durationMs,
+          billedMs: total.billedMs + b.billedMs,
+          keptThawed: total.keptThawed + b.keptThawed,
+        }),
+        { invocations: 0, durationMs: 0, billedMs: 0, keptThawed: 0 },
+      ),
     };
   } finally {
-    await Promise.all(containers.map((c) => c.kill('SIGKILL')));
+    await Promise.all(containers.map((c) => c.close()));
   }
 };

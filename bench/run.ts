@@ -1,25 +1,44 @@
 /**
- * `npm run bench`: the fleet simulation (broker and baseline, same settings, one run) and the
- * warm/cold cost ratios. Prints a table and writes bench/results/{fleet.json,fleet.svg,results.md}.
- * Every figure comes from this run.
+ * `npm run bench`: the fleet simulation (broker and baseline, same settings, one run), the hot
+ * key, the client's cache, the warm/cold cost ratios, and Lambda's execution model (issue 17:
+ * cold starts in an execution environment, mostly idle containers frozen between invocations,
+ * the billed time after the response). Prints a table and writes
+ * bench/results/{fleet.json,fleet.svg,results.md}. Every figure comes from this run.
  */
 import { statSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { startStack } from '../local/stack.js';
 import { fleetChart } from './chart.js';
 import { type ClientCacheResult, measureClientCache } from './client-cache.js';
-import { type ColdCost, measureCold, measureWarm, type WarmCost } from './costs.js';
+import {
+  type ColdCost,
+  type EnvironmentColdCost,
+  measureCold,
+  measureColdInEnvironment,
+  measureWarm,
+  type WarmCost,
+} from './costs.js';
+import {
+  afterResponseCost,
+  executionModelMarkdown,
+  type IdleRun,
+  MEMORY_MB,
+  PRICE_PER_GB_SECOND_USD,
+  runIdleFleets,
+} from './execution-model.js';
 import { type FleetResult, runFleet } from './fleet.js';
 import { type HotKeyResult, measureHotKey } from './hot-key.js';
 
 const [buildDir = '.bench', resultsDir = 'bench/results'] = process.argv.slice(2);
+// Absolute: an execution environment's runtime runs in its bundle's directory, as Lambda's does.
 const paths = {
-  broker: join(buildDir, 'dist/broker/index.mjs'),
-  container: join(buildDir, 'dist/local/container.mjs'),
-  baseline: join(buildDir, 'baseline.mjs'),
-  bare: join(buildDir, 'bare-getitem.mjs'),
-  coldRunner: join(buildDir, 'cold-runner.mjs'),
+  broker: resolve(buildDir, 'dist/broker/index.mjs'),
+  container: resolve(buildDir, 'dist/local/container.mjs'),
+  baseline: resolve(buildDir, 'baseline.mjs'),
+  bare: resolve(buildDir, 'bare-getitem.mjs'),
+  coldRunner: resolve(buildDir, 'cold-runner.mjs'),
+  bootstrap: resolve(buildDir, 'dist/local/lambda-env/bootstrap.mjs'),
 };
 
 const quick = process.env.BENCH_QUICK === '1';
@@ -46,6 +65,10 @@ const brokerEnv = {
 const upstreamLatencyMs = 100;
 
 const log = (line = '') => process.stdout.write(`${line}\n`);
+const began = performance.now();
+/** A progress line, with the seconds since the start (the whole bench should stay under 12 minutes). */
+const step = (line: string) =>
+  log(`[${((performance.now() - began) / 1000).toFixed(0)} s] ${line}`);
 
 const fleets: FleetResult[] = [];
 for (const mode of ['broker', 'baseline'] as const) {
@@ -56,7 +79,7 @@ for (const mode of ['broker', 'baseline'] as const) {
     ['sandbox'],
   );
   try {
-    log(`fleet: ${mode} for ${fleetSettings.durationMs / 1000}s …`);
+    step(`fleet: ${mode} for ${fleetSettings.durationMs / 1000}s …`);
     fleets.push(
       await runFleet(stack, {
         mode,
@@ -70,6 +93,13 @@ for (const mode of ['broker', 'baseline'] as const) {
     await stack.close();
   }
 }
+
+/** The broker's settings in the hot-key runs: production's, but for the window. */
+const hotKeyEnv = (windowSeconds: number) => ({
+  BROKER_REFRESH_WINDOW_SECONDS: String(windowSeconds),
+  BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '1',
+  POWERTOOLS_LOG_LEVEL: 'WARN',
+});
 
 // The hot key, in production's proportions: the default 5 s memory re-check (a window of at
 // least 20 s keeps it whole), no kills, no warm-up (refresh ahead on demand), busy containers.
@@ -90,24 +120,48 @@ let hotKey: HotKeyResult;
     ['sandbox'],
   );
   try {
-    log(
+    step(
       `hot key: ${hotKeySettings.containers} busy containers for ${hotKeySettings.durationMs / 1000}s …`,
     );
     hotKey = await measureHotKey(stack, {
       bundle: paths.broker,
       runner: paths.container,
-      env: {
-        ...stack.env,
-        BROKER_REFRESH_WINDOW_SECONDS: String(hotKeySettings.windowSeconds),
-        BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '1',
-        POWERTOOLS_LOG_LEVEL: 'WARN',
-      },
+      bootstrap: paths.bootstrap,
+      env: { ...stack.env, ...hotKeyEnv(hotKeySettings.windowSeconds) },
+      execution: 'always-running',
+      pauseMs: { min: 5, max: 5 },
       ...hotKeySettings,
     });
   } finally {
     await stack.close();
   }
 }
+
+// Issue 17: the same measurement on mostly idle containers (a request every 0.3–1.5 s each),
+// always running, and frozen between invocations with the extension and without it. Tokens
+// as in the hot key above; quick mode shortens them so that its short runs still refresh.
+const idleSettings = {
+  containers: hotKeySettings.containers,
+  durationMs: quick ? 24_000 : 90_000,
+  lifetimeSeconds: quick ? 20 : hotKeySettings.lifetimeSeconds,
+  windowSeconds: quick ? 10 : hotKeySettings.windowSeconds,
+  pauseMs: { min: 300, max: 1_500 },
+};
+const idle: IdleRun[] = await runIdleFleets(
+  () =>
+    startStack(
+      {
+        expiresIn: idleSettings.lifetimeSeconds,
+        latencyMs: upstreamLatencyMs,
+        revokeOnReissue: true,
+      },
+      ['sandbox'],
+    ),
+  { bundle: paths.broker, runner: paths.container, bootstrap: paths.bootstrap },
+  hotKeyEnv(idleSettings.windowSeconds),
+  idleSettings,
+  step,
+);
 
 // Where the token is used: a service process with the client's default options (a 60 s margin,
 // so tokens live 180 s here: the broker's default window, clamped to 90 s, outlasts the margin
@@ -122,7 +176,7 @@ const clientCacheSettings = {
   forceMinValidity: 175,
   lifetimeSeconds: 180,
 };
-log(`client cache: 0.4.0's policy and today's, ${clientCacheSettings.durationMs / 1000}s each …`);
+step(`client cache: 0.4.0's policy and today's, ${clientCacheSettings.durationMs / 1000}s each …`);
 const clientCache: ClientCacheResult[] = await Promise.all(
   (['before', 'after'] as const).map(async (mode) => {
     const stack = await startStack(
@@ -149,16 +203,17 @@ const clientCache: ClientCacheResult[] = await Promise.all(
 
 let warm: WarmCost;
 let cold: ColdCost;
+let environmentCold: EnvironmentColdCost;
 {
   const stack = await startStack();
   try {
-    log('warm path: memory hits vs loopback GetItem …');
+    step('warm path: memory hits vs loopback GetItem …');
     warm = await measureWarm(
       stack,
       paths.broker,
       quick ? { memoryHits: 2_000, getItems: 200 } : {},
     );
-    log('cold start: broker vs bare GetItem bundle …');
+    step('cold start: broker vs bare GetItem bundle …');
     cold = await measureCold(
       stack,
       {
@@ -168,6 +223,12 @@ let cold: ColdCost;
         brokerBytes: statSync(paths.broker).size,
         bareBytes: statSync(paths.bare).size,
       },
+      quick ? 5 : 15,
+    );
+    step('cold start in an execution environment: broker with its extension, without, bare …');
+    environmentCold = await measureColdInEnvironment(
+      stack,
+      { bootstrap: paths.bootstrap, broker: paths.broker, bare: paths.bare },
       quick ? 5 : 15,
     );
   } finally {
@@ -291,6 +352,8 @@ const clientRows: string[][] = [
   ['calls that failed', ...clientCache.map((r) => String(r.errors))],
 ];
 
+const minutes = (ms: number) =>
+  `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s`;
 const machine = `${cpus().length} cores, Node ${process.versions.node}`;
 const settingsLine = `${fleetSettings.durationMs / 1000}s per mode, ≤${fleetSettings.maxContainers} containers, ${fleetSettings.callers} callers, a container killed every ${fleetSettings.killEveryMs / 1000}s, upstream latency ${upstreamLatencyMs} ms per request, token lifetime ${lifetimeSeconds}s, old tokens revoked on re-issue, warm-up every ${fleetSettings.scheduleEveryMs / 1000}s (broker)`;
 const table = (head: string[], body: string[][]) =>
@@ -302,7 +365,7 @@ const table = (head: string[], body: string[][]) =>
 const markdown = [
   '# Benchmark results',
   '',
-  `Generated by \`npm run bench\` on ${new Date().toISOString().slice(0, 10)} (${machine}${quick ? ', quick mode' : ''}). Every figure below comes from that one run.`,
+  `Generated by \`npm run bench\` on ${new Date().toISOString().slice(0, 10)} (${machine}${quick ? ', quick mode' : ''}; the measurements took ${minutes(performance.now() - began)}). Every figure below comes from that one run.`,
   '',
   `Fleet: ${settingsLine}.`,
   '',
@@ -332,15 +395,50 @@ const markdown = [
   '',
   table(['', 'before (0.4.0)', 'after'], clientRows),
   '',
+  executionModelMarkdown({
+    cold,
+    environmentCold,
+    fleet: broker,
+    busy: hotKey,
+    idle,
+    idleSettings,
+    upstreamLatencyMs,
+  }),
 ].join('\n');
 
 log();
 log(markdown);
 writeFileSync(
   join(resultsDir, 'fleet.json'),
-  `${JSON.stringify({ settings: { ...fleetSettings, upstreamLatencyMs, brokerEnv, machine, hotKey: hotKeySettings, clientCache: clientCacheSettings }, fleets, warm, cold, hotKey, clientCache }, null, 2)}\n`,
+  `${JSON.stringify(
+    {
+      settings: {
+        ...fleetSettings,
+        upstreamLatencyMs,
+        brokerEnv,
+        machine,
+        hotKey: hotKeySettings,
+        clientCache: clientCacheSettings,
+        idle: idleSettings,
+        pricePerGbSecondUsd: PRICE_PER_GB_SECOND_USD,
+        memoryMb: MEMORY_MB,
+      },
+      fleets,
+      warm,
+      cold,
+      environmentCold,
+      hotKey,
+      idle: idle.map((run) => ({
+        ...run,
+        afterResponse: run.execution === 'frozen' ? afterResponseCost(run.result) : undefined,
+      })),
+      clientCache,
+    },
+    null,
+    2,
+  )}\n`,
 );
 writeFileSync(join(resultsDir, 'fleet.svg'), `${fleetChart(fleets, settingsLine)}\n`);
 writeFileSync(join(resultsDir, 'results.md'), markdown);
-log(`written: ${resultsDir}/fleet.json, fleet.svg, results.md`);
+step(`written: ${resultsDir}/fleet.json, fleet.svg, results.md`);
 process.exit(0);
