@@ -49,27 +49,9 @@ export const fromItem = async (
   item: Item | undefined,
   cipher: TokenCipher | undefined,
 ): Promise<TokenState> => {
-  const connection = item?.connection?.S;
+  const stored = storedToken(item);
   const accessToken = await accessTokenOf(item, cipher);
-  const tokenDigest = item?.tokenDigest?.S;
-  const issuedAt = Number(item?.issuedAt?.N);
-  const expiresAt = Number(item?.expiresAt?.N);
-  const token =
-    connection &&
-    accessToken &&
-    tokenDigest &&
-    Number.isFinite(issuedAt) &&
-    Number.isFinite(expiresAt)
-      ? {
-          connection,
-          accessToken,
-          tokenDigest,
-          issuedAt,
-          expiresAt,
-          ...(item?.forced?.BOOL === true ? { forced: true } : {}),
-          ...recheckOf(item),
-        }
-      : undefined;
+  const token = stored && accessToken ? { ...stored, accessToken } : undefined;
   const holder = item?.leaseHolder?.S;
   const leaseExpiresAt = Number(item?.leaseExpiresAt?.N);
   // Leases written before durations were recorded lasted 3 s.
@@ -99,7 +81,7 @@ export const fromItem = async (
     ...(Number.isFinite(invalidatedAt) && !token ? { invalidatedAt } : {}),
     // A report about an earlier token (the attribute outlived it) says nothing of this one.
     ...(token && item?.reportedDigest?.S === token.tokenDigest ? { reported: true } : {}),
-    ...(!token ? unreadableOf(item) : {}),
+    ...(!token ? unreadableOf(item, stored) : {}),
   };
 };
 
@@ -112,28 +94,43 @@ const recheckOf = (item: Item | undefined): { recheckMs?: number } => {
     : {};
 };
 
-/** What an item says of a token it holds but that could not be read: all but its value. */
-const unreadableOf = (item: Item | undefined): Pick<TokenState, 'unreadable'> => {
+/** What an item says of its token, all but the value: undefined when malformed. */
+const storedToken = (item: Item | undefined): Omit<TokenRecord, 'accessToken'> | undefined => {
   const connection = item?.connection?.S;
   const tokenDigest = item?.tokenDigest?.S;
   const issuedAt = Number(item?.issuedAt?.N);
   const expiresAt = Number(item?.expiresAt?.N);
   if (!connection || !tokenDigest || !Number.isFinite(issuedAt) || !Number.isFinite(expiresAt)) {
-    // A digest alone still names the token for a lease (its times are unknown: none announced).
-    return tokenDigest
-      ? { unreadable: { connection: connection ?? '', tokenDigest, issuedAt: 0, expiresAt: 0 } }
-      : {};
+    return undefined;
   }
   return {
-    unreadable: {
-      connection,
-      tokenDigest,
-      issuedAt,
-      expiresAt,
-      ...(item?.forced?.BOOL === true ? { forced: true } : {}),
-      ...recheckOf(item),
-    },
+    connection,
+    tokenDigest,
+    issuedAt,
+    expiresAt,
+    ...(item?.forced?.BOOL === true ? { forced: true } : {}),
+    ...recheckOf(item),
   };
+};
+
+/** A token the item holds but that could not be read: all but its value. */
+const unreadableOf = (
+  item: Item | undefined,
+  stored: Omit<TokenRecord, 'accessToken'> | undefined,
+): Pick<TokenState, 'unreadable'> => {
+  if (stored) return { unreadable: stored };
+  // A digest alone still names the token for a lease (its times are unknown: none announced).
+  const tokenDigest = item?.tokenDigest?.S;
+  return tokenDigest
+    ? {
+        unreadable: {
+          connection: item?.connection?.S ?? '',
+          tokenDigest,
+          issuedAt: 0,
+          expiresAt: 0,
+        },
+      }
+    : {};
 };
 
 /** The lease duration of items written before durations were recorded. */
