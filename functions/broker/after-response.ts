@@ -85,6 +85,7 @@ export const registerAfterResponse = async (deps: AfterResponseDeps): Promise<bo
 
 /** One event at a time: after an INVOKE, asks for the next only once its work has ended. */
 const loop = async (deps: AfterResponseDeps, send: typeof fetch, id: string): Promise<void> => {
+  let failures = 0;
   for (;;) {
     let event: { eventType?: string; requestId?: string };
     try {
@@ -92,10 +93,17 @@ const loop = async (deps: AfterResponseDeps, send: typeof fetch, id: string): Pr
         headers: { 'Lambda-Extension-Identifier': id },
       });
       event = (await response.json()) as typeof event;
+      failures = 0;
     } catch (error) {
-      // The environment is going away (or the API is gone): nothing to keep thawed.
-      deps.log.warn('Extension event loop ended', { error: { name: (error as Error)?.name } });
-      return;
+      // A long poll the HTTP client gave up on (fetch stops waiting for headers after 300 s of
+      // an environment left running) is asked again; an API that is gone ends the loop.
+      failures += 1;
+      if (failures >= MAX_FAILURES) {
+        deps.log.warn('Extension event loop ended', { error: { name: (error as Error)?.name } });
+        return;
+      }
+      await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
+      continue;
     }
     if (event.eventType === 'SHUTDOWN') return;
     if (event.eventType === 'INVOKE' && event.requestId) {
@@ -105,3 +113,7 @@ const loop = async (deps: AfterResponseDeps, send: typeof fetch, id: string): Pr
     }
   }
 };
+
+/** Consecutive failed polls after which the Extensions API is taken to be gone. */
+const MAX_FAILURES = 3;
+const RETRY_MS = 200;

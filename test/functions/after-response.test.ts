@@ -155,3 +155,33 @@ describe('Function: registerAfterResponse', () => {
     expect(api.nexts).toBe(2);
   });
 });
+
+describe('Function: registerAfterResponse, its poll failing', () => {
+  it('asks again after a poll that failed (a client timeout), and stops once the API is gone', async () => {
+    const invocations = new Invocations();
+    let polls = 0;
+    const warnings: string[] = [];
+    const send = (async (url: string) => {
+      if (String(url).endsWith('/register')) {
+        return new Response('{}', { status: 200, headers: { 'Lambda-Extension-Identifier': 'e' } });
+      }
+      polls += 1;
+      if (polls === 1) throw new TypeError('fetch failed (headers timeout)');
+      if (polls === 2) return Response.json({ eventType: 'INVOKE', requestId: 'r-1' });
+      throw new TypeError('fetch failed (ECONNREFUSED)');
+    }) as typeof fetch;
+    const registered = await registerAfterResponse({
+      runtimeApi: '127.0.0.1:9',
+      idle: async () => {},
+      invocations,
+      log: { warn: (message) => void warnings.push(message) },
+      fetch: send,
+    });
+    expect(registered).toBe(true);
+    invocations.finished('r-1'); // its handler returned before the INVOKE reached the extension
+    for (let i = 0; i < 50 && warnings.length === 0; i += 1) await settle(50);
+    // 1 failed, 2 delivered the INVOKE (asked again), then 3 failures in a row: the API is gone.
+    expect(polls).toBe(5);
+    expect(warnings).toEqual(['Extension event loop ended']);
+  });
+});
