@@ -19,8 +19,8 @@ export type Execution = 'frozen' | 'always-running';
 export interface ChaosContainer {
   readonly url: string;
   /**
-   * The processes running the function now: one, or two while an environment finishes work
-   * after its answer (an environment may be replaced after a timeout). A fault pauses them all.
+   * The processes running the function now: one, or more while environments finish work after
+   * their answer (an environment may be replaced after a timeout). A fault pauses them all.
    */
   pids(): readonly number[];
   output(): string;
@@ -65,9 +65,11 @@ export const startChaosContainer = async (spec: ChaosContainerSpec): Promise<Cha
     bundle: spec.bundle,
     bootstrap: spec.bootstrap,
     env: spec.env,
-    // One caller per container: one environment, and a second while the first finishes its
-    // work after an answer (Lambda gives a busy environment no invocation: it starts another).
-    maxEnvironments: 2,
+    // One caller per container, and the warm-ups: one environment, and more while others
+    // finish their work after an answer (Lambda gives a busy environment no invocation: it
+    // starts another). Two were too few when a refresh held one for the function's timeout
+    // and a warm-up another: the caller queued past its deadline.
+    maxEnvironments: 4,
     timeoutMs: spec.timeoutMs,
     onLog: (line) => {
       output += line.endsWith('\n') ? line : `${line}\n`;

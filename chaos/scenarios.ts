@@ -610,6 +610,13 @@ export const SCENARIOS: readonly Scenario[] = [
     settings: { ...IDLE_FLEET, warmUpEveryMs: 7_000 },
   },
   {
+    name: 'mixed-settings',
+    injects:
+      'no fault: a rolling configuration change caught halfway: containers 0 and 1 re-check memory every 1 s, 2 and 3 every 10 s (3.75 s once clamped to a quarter of the window), on the mostly idle frozen fleet with a warm-up every 7 s',
+    settings: { ...IDLE_FLEET, warmUpEveryMs: 7_000 },
+    env: (index) => ({ BROKER_MEMORY_RECHECK_SECONDS: index < 2 ? '1' : '10' }),
+  },
+  {
     name: 'holder-stopped-past-lease',
     injects: `the lease holder SIGSTOPped ${HOLDER_STOP_MS / 1000} s at a countdown step (over 10 leases long): Lambda's function timeout (8 s) resets its environment meanwhile, as Lambda does`,
     settings: { ...IDLE_FLEET, warmUpEveryMs: 7_000, durationMs: 60_000 },
