@@ -22,6 +22,13 @@ export type InvokeOutcome =
 export interface LambdaSettings {
   readonly functionName: string;
   readonly timeoutMs: number;
+  /**
+   * The handler runs the function in an execution environment (`local/lambda-env/`) that
+   * enforces `timeoutMs` itself, from the invocation's delivery, as Lambda does: a cold start's
+   * init and a wait for a free environment do not count. The server then adds no timer of its
+   * own, which would count them and answer "Task timed out" for a handler still in its time.
+   */
+  readonly timedByEnvironment?: boolean;
   readonly region: string;
   readonly accountId: string;
 }

@@ -12,7 +12,8 @@
  * - `X-Amz-Log-Type: Tail` adds `X-Amz-Log-Result`: the base64 of the last 4 KB of that
  *   invocation's log (START, its own lines, END, REPORT);
  * - a body that is not JSON is 400 `InvalidRequestContentException`; over 6 MB, 413.
- * Each invocation's deadline is real: a handler that overruns gets "Task timed out".
+ * Each invocation's deadline is real: a handler that overruns gets "Task timed out" (from the
+ * execution environment, when `timedByEnvironment` says one times it).
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
@@ -87,10 +88,12 @@ export const runInvocation = async (
   };
   let outcome: InvokeOutcome;
   try {
-    outcome = await Promise.race([
-      run,
-      sleep(settings.timeoutMs, timedOut, { signal: stop.signal }).catch(() => timedOut),
-    ]);
+    outcome = settings.timedByEnvironment
+      ? await run
+      : await Promise.race([
+          run,
+          sleep(settings.timeoutMs, timedOut, { signal: stop.signal }).catch(() => timedOut),
+        ]);
   } finally {
     stop.abort();
   }

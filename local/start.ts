@@ -112,7 +112,9 @@ if (!env.BROKER_KMS_KEY_ID && !env.AWS_ENDPOINT_URL_KMS) {
   env.BROKER_KMS_KEY_ID = kms.keyArn;
 }
 
-const lambda = { ...DEFAULT_LAMBDA, timeoutMs: settings.timeoutMs };
+// The environments time each invocation from its delivery, as Lambda does (init and a wait for
+// an environment do not count): the server adds no timer of its own.
+const lambda = { ...DEFAULT_LAMBDA, timeoutMs: settings.timeoutMs, timedByEnvironment: true };
 // The bundle runs in execution environments, each a process of its own with the function's
 // environment only; its configuration is read at each one's init, as at a Lambda cold start.
 const pool = new EnvironmentPool({

@@ -15,6 +15,7 @@ import {
   type EnvironmentPoolOptions,
   type PoolInvocation,
 } from '../local/lambda-env/pool.js';
+import { DEFAULT_LAMBDA } from '../local/lambda-events.js';
 import { startLambdaServer } from '../local/lambda-server.js';
 import { root } from './support/build.js';
 import { caught, unexpected } from './support/errors.js';
@@ -491,6 +492,29 @@ describe('Method: EnvironmentPool.asHandler', () => {
         errorType: 'SomethingFailed',
         errorMessage: 'it failed',
       });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("fronted by startLambdaServer, the function's timeout runs from delivery: a cold start's init does not count (as in Lambda)", async () => {
+    // Prepare: an init of 800 ms, then a handler that answers 1,000 ms into its 1,500 ms:
+    // 1,800 ms after the request arrived, within the function's timeout as Lambda counts it.
+    const lambda = poolOf('counter', { timeoutMs: 1_500, env: { INIT_SLEEP_MS: '800' } });
+    const server = await startLambdaServer(lambda.asHandler(), {
+      settings: { ...DEFAULT_LAMBDA, timeoutMs: 1_500, timedByEnvironment: true },
+    });
+
+    try {
+      // Act
+      const answer = await fetch(`${server.url}/2015-03-31/functions/token-broker/invocations`, {
+        method: 'POST',
+        body: JSON.stringify({ sleepMs: 1_000 }),
+      });
+
+      // Assess: the handler's answer, not "Task timed out" from a timer started on arrival.
+      expect(answer.headers.get('x-amz-function-error')).toBeNull();
+      expect(((await answer.json()) as Counter).pid).toBe(lambda.environments()[0]?.pid);
     } finally {
       await server.close();
     }

@@ -1,6 +1,9 @@
 // A function whose module keeps a 10 ms timer running: `ticks` counts its firings, so a caller
 // can tell whether the process ran between two invocations. The event can make it wait
-// (`sleepMs`), fail (`fail`), or end its process (`exit`).
+// (`sleepMs`), fail (`fail`), or end its process (`exit`). `INIT_SLEEP_MS` makes its init (the
+// module's evaluation, a cold start) last that long.
+const initSleepMs = Number(process.env.INIT_SLEEP_MS ?? 0);
+if (initSleepMs > 0) await new Promise((done) => setTimeout(done, initSleepMs));
 let ticks = 0;
 setInterval(() => {
   ticks += 1;
