@@ -213,11 +213,15 @@ const startLocalBroker = async (env: Record<string, string>) => {
     cwd: root,
     // Inside the repository, as dist/ is: the local runtime resolves dynalite from there.
     // Nothing of this test process's broker settings either: npm start's own defaults.
-    env: Object.fromEntries(
-      Object.entries(cleanEnv({ PORT: '0', BUILD_OUTDIR: outdir, ...env })).filter(
-        ([name]) => !/^(BROKER_(?!LOCAL_)|POWERTOOLS_)/.test(name),
+    env: {
+      ...Object.fromEntries(
+        Object.entries(cleanEnv({ PORT: '0', BUILD_OUTDIR: outdir })).filter(
+          ([name]) => !/^(BROKER_(?!LOCAL_)|POWERTOOLS_)/.test(name),
+        ),
       ),
-    ),
+      // What the test sets, the broker's settings among them (npm start hands BROKER_* on).
+      ...env,
+    },
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -292,22 +296,27 @@ const digest = (token: string) =>
 
 describe('End to end: a service using the packed client, against npm start (issue 16)', () => {
   it('hands out no token the upstream has revoked, across warm-up refreshes, a forced replacement (a second one refused) and another caller’s invalidate (provider() and the middy middleware)', async () => {
-    // Tokens of 124 s: a 62 s refresh window, a 5 s re-check, a warm-up every 2 s. Shorter
-    // tokens could not meet the defaults (the broker's minValidity and the client's margin,
-    // 60 s each), and this test runs with every default.
+    // At scaled timing (issue 27): tokens of 40 s, so a 20 s refresh window (half the
+    // lifetime), a warm-up every second, a 2 s re-check (so a 2 s countdown at each cut-over),
+    // and a validity floor of 5 s on both sides (the broker's default minValidity and the
+    // client's margin). At the defaults (60 s each, a 5 s re-check) the same story needs
+    // tokens of 124 s and 160 s of wall clock.
     const local = await startLocalBroker({
-      BROKER_LOCAL_EXPIRES_IN: '124',
-      BROKER_LOCAL_SCHEDULE_SECONDS: '2',
+      BROKER_LOCAL_EXPIRES_IN: '40',
+      BROKER_LOCAL_SCHEDULE_SECONDS: '1',
+      BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '5',
+      BROKER_MEMORY_RECHECK_SECONDS: '2',
     });
     try {
       const connection = 'demo-v3';
-      const durationMs = 160_000;
+      const durationMs = 64_000;
       const common = {
         BROKER_URL: local.broker,
         PING_URL: `${local.simulator}/open-api/v3/ping`,
         CONNECTION: connection,
         DURATION_MS: String(durationMs),
         PERIOD_MS: '200',
+        MARGIN_SECONDS: '5',
         MIDDY_CORE: join(root, 'node_modules/@middy/core/index.js'),
       };
       const started = Date.now();
@@ -323,18 +332,18 @@ describe('End to end: a service using the packed client, against npm start (issu
         return body as { accessToken: string; expiresIn: number };
       };
 
-      // t = 62 s: the warm-up replaces the first token. Then another caller forces a
+      // t = 20–22 s: the warm-up replaces the first token. Then another caller forces a
       // replacement, with a validity only a new token has.
-      await at(75_000);
+      await at(27_000);
       const forcedFrom = digest((await get()).accessToken);
-      const forced = digest((await get('?minValidity=118')).accessToken);
+      const forced = digest((await get('?minValidity=37')).accessToken);
       expect(forced).not.toBe(forcedFrom);
 
-      // The same caller again once that token cannot give 118 s either: a token issued on a
-      // caller's word is not replaced on one for a refresh window. Refused, with what it can
-      // have now.
-      await at(90_000);
-      const again = await fetch(`${local.broker}/tokens/${connection}?minValidity=118`);
+      // The same caller again once that token cannot give 37 s either (it was issued after its
+      // 2 s countdown): a token issued on a caller's word is not replaced on one for a refresh
+      // window. Refused, with what it can have now.
+      await at(35_000);
+      const again = await fetch(`${local.broker}/tokens/${connection}?minValidity=37`);
       const refusal = (await again.json()) as {
         error: { code: string; availableMinValidity: number };
       };
@@ -342,13 +351,13 @@ describe('End to end: a service using the packed client, against npm start (issu
         status: 429,
         code: 'REPLACEMENT_TOO_SOON',
       });
-      expect(refusal.error.availableMinValidity).toBeLessThan(118);
+      expect(refusal.error.availableMinValidity).toBeLessThan(37);
 
-      // The warm-up replaces the forced token about 62 s after it was issued. Then another
+      // The warm-up replaces the forced token about 20 s after it was issued. Then another
       // caller reports the current token as rejected: it goes at once (it is not a forced one).
-      await at(140_000);
+      await at(50_000);
       let reported = (await get()).accessToken;
-      while (digest(reported) === forced && Date.now() - started < 152_000) {
+      while (digest(reported) === forced && Date.now() - started < 58_000) {
         await new Promise((r) => setTimeout(r, 500));
         reported = (await get()).accessToken;
       }
@@ -382,7 +391,7 @@ describe('End to end: a service using the packed client, against npm start (issu
         expect(refused.filter((u) => !excepted.includes(u))).toEqual([]);
         expect(uses.filter((u) => u.error)).toEqual([]);
         // It did run across the refreshes: the forced token, and warm-up refreshes around it.
-        expect(pinged.length).toBeGreaterThan(300);
+        expect(pinged.length).toBeGreaterThan(150);
         expect(pinged.some((u) => u.token === forced)).toBe(true);
         expect(tokensSeen).toBeGreaterThanOrEqual(5);
       }
@@ -391,5 +400,5 @@ describe('End to end: a service using the packed client, against npm start (issu
     } finally {
       await local.stop();
     }
-  }, 300_000);
+  }, 120_000);
 });

@@ -5,7 +5,7 @@
 //   provider  `tokens.provider(connection)()`, the way most services use the client;
 //   middy     a middy handler behind `tokenBroker`, which reports a 401 with
 //             `context.tokenRejected` and uses the fresh token once.
-// Settings: BROKER_URL, PING_URL, CONNECTION, MODE, DURATION_MS, PERIOD_MS.
+// Settings: BROKER_URL, PING_URL, CONNECTION, MODE, DURATION_MS, PERIOD_MS, MARGIN_SECONDS.
 import { createHash } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { createTokenClient } from '@open-api-token-broker/client';
@@ -27,10 +27,12 @@ const use = async (token, how) => {
   return response.status;
 };
 
-// Default client options, as a service would create the client.
+// Default client options, as a service would create the client (but the margin, when the test
+// runs at scaled timing: MARGIN_SECONDS).
 const tokens = createTokenClient({
   transport: { type: 'http', url: BROKER_URL },
   onWarning: () => undefined,
+  ...(process.env.MARGIN_SECONDS ? { marginSeconds: Number(process.env.MARGIN_SECONDS) } : {}),
 });
 
 let step;
