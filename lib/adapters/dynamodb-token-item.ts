@@ -4,6 +4,7 @@
  * `dynamodb-token-store.ts`). A malformed token counts as absent, so the next issuance replaces it.
  */
 import type { AttributeValue } from '@aws-sdk/client-dynamodb';
+import { TTL_MARGIN_SECONDS } from '../broker/timing/index.js';
 import type { Lease, TokenCipher, TokenRecord, TokenState } from '../ports.js';
 
 export type Item = Record<string, AttributeValue>;
@@ -20,11 +21,20 @@ export const toItem = async (
   tokenDigest: { S: record.tokenDigest },
   issuedAt: { N: String(record.issuedAt) },
   expiresAt: { N: String(record.expiresAt) },
-  // expiresAt = issuedAt + expiresIn·1000, so this is issuance (s) + expiresIn exactly.
-  ttl: { N: String(Math.floor(record.expiresAt / 1000)) },
+  ttl: { N: String(ttlOf(record)) },
   ...(record.forced ? { forced: { BOOL: true } } : {}),
   ...(record.recheckMs === undefined ? {} : { recheckMs: { N: String(record.recheckMs) } }),
 });
+
+/**
+ * The `ttl` of an item holding `record` (epoch seconds): DynamoDB may delete the item any time
+ * after it. Clean-up only, never a guarantee (a table may have no TTL at all), so it is set where
+ * a deletion can do no harm: `TTL_MARGIN_SECONDS` past the token's expiry, when no container's
+ * clock (within the skew allowed) still serves it. Lease writes remove it (see `NO_TTL` in
+ * `dynamodb-token-store.ts`).
+ */
+export const ttlOf = (record: Pick<TokenRecord, 'expiresAt'>): number =>
+  Math.ceil(record.expiresAt / 1000) + TTL_MARGIN_SECONDS;
 
 const sealed = async (record: TokenRecord, cipher: TokenCipher): Promise<Item> => {
   const { ciphertext, encryptedKey } = await cipher.seal(record.connection, record.accessToken);

@@ -57,6 +57,14 @@ export const REUSE_MARGIN_MS = 100;
  */
 export const SKEW_TOLERANCE_MS = 10_000;
 
+/**
+ * How long after a token's expiry DynamoDB's TTL may delete its item, s. A container whose clock
+ * runs up to SKEW_TOLERANCE_MS behind still serves the token until its own clock says it
+ * expired: were the item gone before then, another container would find nothing and issue with
+ * no countdown, revoking it. A minute is past any skew allowed, with room. I2.
+ */
+export const TTL_MARGIN_SECONDS = 60;
+
 /** How long one lease version lasts, ms, on anyone's clock from when they first see it. I1. */
 export const LEASE_MS = 3_000;
 /** The holder writes a new version at least this often while it holds the lease, ms. I1. */
