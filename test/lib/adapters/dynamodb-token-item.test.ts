@@ -1,6 +1,6 @@
 /**
- * The numbers of a DynamoDB item are checked when read (docs/protocol.md, "What a read
- * believes"): a value this protocol never writes is read in the direction that keeps I1 and
+ * The numbers of a DynamoDB item are checked when read (docs/protocol.md, "The item: TTL and
+ * what a read believes"): a value this protocol never writes is read in the direction that keeps I1 and
  * I2, never trusted. Found in issue 24: an item with `recheckMs: 1e12` made every holder count
  * down for ever, and 9 of 9 callers were refused "Not enough time left to replace the token
  * safely".
