@@ -4,6 +4,13 @@
  * `dynamodb-token-store.ts`). A malformed token counts as absent, so the next issuance replaces it.
  */
 import type { AttributeValue } from '@aws-sdk/client-dynamodb';
+import {
+  MAX_COUNTDOWN,
+  MAX_LEASE_DURATION_MS,
+  MAX_MEMORY_RECHECK_MS,
+  MAX_TOKEN_LIFETIME_MS,
+  TTL_MARGIN_SECONDS,
+} from '../broker/timing/index.js';
 import type { Lease, TokenCipher, TokenRecord, TokenState } from '../ports.js';
 
 export type Item = Record<string, AttributeValue>;
@@ -20,11 +27,20 @@ export const toItem = async (
   tokenDigest: { S: record.tokenDigest },
   issuedAt: { N: String(record.issuedAt) },
   expiresAt: { N: String(record.expiresAt) },
-  // expiresAt = issuedAt + expiresIn·1000, so this is issuance (s) + expiresIn exactly.
-  ttl: { N: String(Math.floor(record.expiresAt / 1000)) },
+  ttl: { N: String(ttlOf(record)) },
   ...(record.forced ? { forced: { BOOL: true } } : {}),
   ...(record.recheckMs === undefined ? {} : { recheckMs: { N: String(record.recheckMs) } }),
 });
+
+/**
+ * The `ttl` of an item holding `record` (epoch seconds): DynamoDB may delete the item any time
+ * after it. Clean-up only, never a guarantee (a table may have no TTL at all), so it is set where
+ * a deletion can do no harm: `TTL_MARGIN_SECONDS` past the token's expiry, when no container's
+ * clock (within the skew allowed) still serves it. Lease writes remove it (see `NO_TTL` in
+ * `dynamodb-token-store.ts`).
+ */
+export const ttlOf = (record: Pick<TokenRecord, 'expiresAt'>): number =>
+  Math.ceil(record.expiresAt / 1000) + TTL_MARGIN_SECONDS;
 
 const sealed = async (record: TokenRecord, cipher: TokenCipher): Promise<Item> => {
   const { ciphertext, encryptedKey } = await cipher.seal(record.connection, record.accessToken);
@@ -54,44 +70,85 @@ export const fromItem = async (
   const token = stored && accessToken ? { ...stored, accessToken } : undefined;
   const holder = item?.leaseHolder?.S;
   const leaseExpiresAt = Number(item?.leaseExpiresAt?.N);
-  // Leases written before durations were recorded lasted 3 s.
-  const durationMs = Number(item?.leaseDurationMs?.N ?? LEGACY_LEASE_MS);
-  // Leases written before countdowns were recorded announced nothing: 0, a request may be out.
-  const countdown = Number(item?.leaseCountdown?.N ?? 0);
   const lease: Lease | undefined =
-    holder &&
-    Number.isFinite(leaseExpiresAt) &&
-    Number.isFinite(durationMs) &&
-    Number.isInteger(countdown)
+    holder && Number.isFinite(leaseExpiresAt)
       ? {
           holder,
           // Leases written by releases before versions were recorded: holder and expiry told
           // their writes apart (see LEGACY_VERSION).
           version: item?.leaseVersion?.S ?? LEGACY_VERSION,
           expiresAt: leaseExpiresAt,
-          durationMs,
-          countdown,
+          ...leaseNumbersOf(item),
           ...(item?.leaseForced?.BOOL === true ? { forced: true } : {}),
         }
       : undefined;
+  // Only names an issuance's cause: a stamp no clock writes (negative, fractional) is dropped.
   const invalidatedAt = Number(item?.invalidatedAt?.N);
   return {
     token,
     lease,
-    ...(Number.isFinite(invalidatedAt) && !token ? { invalidatedAt } : {}),
+    ...(isStamp(invalidatedAt) && !token ? { invalidatedAt } : {}),
     // A report about an earlier token (the attribute outlived it) says nothing of this one.
     ...(token && item?.reportedDigest?.S === token.tokenDigest ? { reported: true } : {}),
     ...(!token ? unreadableOf(item, stored) : {}),
   };
 };
 
-/** The writer's re-check, when it recorded one (a positive number of ms). */
+/**
+ * Every number of an item is checked when read (a value this protocol never writes: a bug, a
+ * hand edit, a corrupted restore), and read in the direction that keeps I1 and I2 rather than
+ * trusted:
+ *
+ * - `recheckMs`: readers apply the shorter of theirs and this, holders count down the longer.
+ *   Outside [0, 100 s] it reads as 0: readers re-read the store on every request, holders count
+ *   down their own. Clamping it to 100 s instead would be as safe but make every holder count
+ *   down 100 s, which no caller's deadline fits: every replacement refused (issue 24).
+ * - `leaseCountdown`: readers serve the old token for (r - 1) steps, a takeover goes on from r.
+ *   Not an integer in [0, MAX_COUNTDOWN]: read as 0, a countdown that has ended (the token is
+ *   suspect, nobody serves it, a takeover POSTs at once). Read the same by every reader.
+ * - `leaseDurationMs`: how long a waiter watches a version before taking it over. Outside
+ *   [0, MAX_LEASE_DURATION_MS]: read as that maximum. Shorter could take a live lease over and
+ *   start a second POST (I1); no holder counts on more than it wrote.
+ * - `leaseExpiresAt`: read as stored. A takeover's condition names the stored value, so it
+ *   cannot be rewritten on read; a stamp far ahead only delays "stale at first sight" (the
+ *   lease is judged by watching), one far behind reads as a holder whose own clock says its
+ *   lease is over, as the protocol already allows.
+ * - `issuedAt`, `expiresAt`: not stamps, a lifetime outside (0, MAX_TOKEN_LIFETIME_MS], or an
+ *   issuance more than ISSUED_AHEAD_MAX_MS ahead of the reader's clock: the token is malformed
+ *   (see `storedToken`), replaced by its digest, never clamped into one that is served. Every
+ *   reader of this release refuses it alike, so none serves it while it is replaced.
+ * - `invalidatedAt`: names a cause only; not a stamp, it is dropped.
+ */
+const isStamp = (value: number): boolean =>
+  Number.isFinite(value) && value >= 0 && value <= Number.MAX_SAFE_INTEGER;
+
+/**
+ * How far ahead of the reader's clock a token's `issuedAt` may be: far past the skew allowed
+ * (10 s), so a clock off by more than the protocol allows does not set off a replacement storm,
+ * yet a token stamped in another year is not served for a lifetime past its real one.
+ */
+const ISSUED_AHEAD_MAX_MS = 3_600_000;
+
+/** The writer's re-check, when it recorded one (ms; see above). */
 const recheckOf = (item: Item | undefined): { recheckMs?: number } => {
-  const recheckMs = Number(item?.recheckMs?.N);
+  if (item?.recheckMs?.N === undefined) return {};
+  const recheckMs = Number(item.recheckMs.N);
   // 0 is a re-check too (BROKER_MEMORY_RECHECK_SECONDS=0): readers must apply it (I2).
-  return item?.recheckMs?.N !== undefined && Number.isFinite(recheckMs) && recheckMs >= 0
-    ? { recheckMs }
-    : {};
+  return { recheckMs: recheckMs >= 0 && recheckMs <= MAX_MEMORY_RECHECK_MS ? recheckMs : 0 };
+};
+
+/** A lease's numbers, each checked (see above). */
+const leaseNumbersOf = (item: Item | undefined): Pick<Lease, 'durationMs' | 'countdown'> => {
+  // Leases written before durations were recorded lasted 3 s.
+  const durationMs = Number(item?.leaseDurationMs?.N ?? LEGACY_LEASE_MS);
+  // Leases written before countdowns were recorded announced nothing: 0, a request may be out.
+  const countdown = Number(item?.leaseCountdown?.N ?? 0);
+  return {
+    durationMs:
+      durationMs >= 0 && durationMs <= MAX_LEASE_DURATION_MS ? durationMs : MAX_LEASE_DURATION_MS,
+    countdown:
+      Number.isInteger(countdown) && countdown >= 0 && countdown <= MAX_COUNTDOWN ? countdown : 0,
+  };
 };
 
 /** What an item says of its token, all but the value: undefined when malformed. */
@@ -100,7 +157,15 @@ const storedToken = (item: Item | undefined): Omit<TokenRecord, 'accessToken'> |
   const tokenDigest = item?.tokenDigest?.S;
   const issuedAt = Number(item?.issuedAt?.N);
   const expiresAt = Number(item?.expiresAt?.N);
-  if (!connection || !tokenDigest || !Number.isFinite(issuedAt) || !Number.isFinite(expiresAt)) {
+  const lifetime = expiresAt - issuedAt;
+  if (
+    !connection ||
+    !tokenDigest ||
+    !isStamp(issuedAt) ||
+    !isStamp(expiresAt) ||
+    !(lifetime > 0 && lifetime <= MAX_TOKEN_LIFETIME_MS) ||
+    issuedAt > Date.now() + ISSUED_AHEAD_MAX_MS
+  ) {
     return undefined;
   }
   return {

@@ -13,7 +13,8 @@
  * | tokenDigest     | S    | SHA-256 of the access token, base64url                        |
  * | issuedAt        | N    | epoch ms at which the token request was sent                  |
  * | expiresAt       | N    | epoch ms after which the token must not be served             |
- * | ttl             | N    | epoch seconds = issuance + expiresIn (DynamoDB TTL)           |
+ * | ttl             | N    | DynamoDB TTL, clean-up only: token expiry + TTL_MARGIN_SECONDS; |
+ * |                 |      | absent while a lease is held (see `ttlOf`)                    |
  * | leaseHolder     | S    | who is running the upstream flow now, if anyone               |
  * | leaseVersion    | S    | a fresh random id per lease write: conditions name exactly one |
  * | leaseExpiresAt  | N    | epoch ms (holder's clock) until which the holder counts on it |
@@ -76,7 +77,7 @@ export class DynamoDBTokenStore implements TokenStore {
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
-          UpdateExpression: `SET leaseHolder = :holder, leaseForced = :forced, ${LEASE_FIELDS}`,
+          UpdateExpression: `SET leaseHolder = :holder, leaseForced = :forced, ${LEASE_FIELDS} ${NO_TTL}`,
           // Timeline of the race this prevents:
           //   t0  A and B both read a token about to expire, no lease
           //   t1  A takes the lease (condition holds), runs the flow
@@ -96,6 +97,7 @@ export class DynamoDBTokenStore implements TokenStore {
               ? 'attribute_not_exists(tokenDigest)'
               : 'tokenDigest = :replacing'
           }`,
+          ExpressionAttributeNames: TTL_NAME,
           ExpressionAttributeValues: {
             ...terms(request),
             ':holder': { S: request.holder },
@@ -148,7 +150,7 @@ export class DynamoDBTokenStore implements TokenStore {
         new UpdateItemCommand({
           TableName: this.tableName,
           Key: tokenKey(connection),
-          UpdateExpression: `SET ${LEASE_FIELDS}`,
+          UpdateExpression: `SET ${LEASE_FIELDS} ${NO_TTL}`,
           // Exactly the version last written, or the one this write sets (an SDK retry of an
           // attempt that landed, whose answer was lost: applying it again changes nothing). An
           // attempt applied late, after a later write, finds another version: a reader trusting
@@ -156,6 +158,7 @@ export class DynamoDBTokenStore implements TokenStore {
           // an older release took over keeps the version attribute it found (its writes set
           // none), and a late retry must not land on that holder's lease.
           ConditionExpression: `(${held.condition}) OR (leaseHolder = :heldHolder AND leaseVersion = :version)`,
+          ExpressionAttributeNames: TTL_NAME,
           ExpressionAttributeValues: { ...terms(next), ...held.values },
         }),
       ),
@@ -243,6 +246,18 @@ export class DynamoDBTokenStore implements TokenStore {
     }
   }
 }
+
+/**
+ * Every write of a lease removes the item's TTL: DynamoDB may delete an item any time after its
+ * `ttl`, and the `ttl` of a token that expired overnight is past when a lease comes to replace
+ * it. Deleted under the lease, the item would let another container find nothing, take a fresh
+ * lease and issue, and the first POST land after it and revoke that token (I1, I2). No clock is
+ * compared: the item has no `ttl` for as long as it holds a lease, whatever the lease's length or
+ * the clocks' skew. The token write restores it (`toItem`); a release leaves it absent, so the
+ * item of a failed flow stays until its next token (clean-up, never correctness: ADR 0014).
+ */
+const NO_TTL = 'REMOVE #ttl';
+const TTL_NAME = { '#ttl': 'ttl' };
 
 /** The attributes every write of a lease sets: a new version, its times, its countdown. */
 const LEASE_FIELDS =

@@ -12,9 +12,12 @@ import type { Lease, LeaseRef, LeaseRequest, TokenRecord, TokenStore } from '../
 import { startAmazonDynamoDBLocal } from '../../local/amazon-dynamodb-local.js';
 import { ensureTable, localDynamoDBClient, startDynalite } from '../../local/dynamodb-local.js';
 import { InMemoryTokenStore } from '../support/fakes.js';
+import { sweepExpired } from '../support/ttl-sweep.js';
 
 interface StoreUnderTest {
   readonly store: TokenStore;
+  /** DynamoDB's TTL, run now: deletes every item whose `ttl` is before `nowSeconds`. */
+  sweep(nowSeconds: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -24,6 +27,7 @@ const dynamoDBStore = async (endpoint: { url: string; close(): Promise<void> }) 
   await ensureTable(client, 'token-store-contract');
   return {
     store: new DynamoDBTokenStore(client, 'token-store-contract'),
+    sweep: (nowSeconds: number) => sweepExpired(client, 'token-store-contract', nowSeconds),
     close: async () => {
       client.destroy();
       await endpoint.close();
@@ -34,7 +38,14 @@ const dynamoDBStore = async (endpoint: { url: string; close(): Promise<void> }) 
 const implementations: [string, () => Promise<StoreUnderTest>][] = [
   [
     'in memory (the unit tests’ fake)',
-    async () => ({ store: new InMemoryTokenStore(), close: async () => {} }),
+    async () => {
+      const store = new InMemoryTokenStore();
+      return {
+        store,
+        sweep: async (nowSeconds: number) => void store.sweepExpired(nowSeconds),
+        close: async () => {},
+      };
+    },
   ],
   ['DynamoDB on dynalite', async () => dynamoDBStore(await startDynalite())],
   ['DynamoDB on DynamoDB Local', async () => dynamoDBStore(await startAmazonDynamoDBLocal())],
@@ -364,6 +375,61 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     const next = record('second', now + 3_600_000, 'reported');
     await store.putToken(next, ref('b:1'));
     expect(await store.read('reported')).toEqual({ token: next, lease: undefined });
+  });
+
+  describe('TTL deletes nothing the protocol still needs (clean-up only)', () => {
+    /** Epoch seconds `ms` from now: TTL may run at any instant. */
+    const at = (ms: number) => Math.floor((now + ms) / 1000);
+    const DAY = 86_400_000;
+
+    // Found in issue 24: the ttl was the token's expiry, and lease writes left it in the past.
+    it('I1, I2: a lease that replaces a token expired overnight keeps the item through every sweep, its renewals and the fence included, until the token write', async () => {
+      await store.acquireLease('overnight', lease('a:1'));
+      const old = record('expired', now - DAY / 2, 'overnight');
+      await store.putToken(old, ref('a:1'));
+      await store.acquireLease('overnight', lease('b:1', { replacing: 'expired' }));
+      await subject.sweep(at(0));
+      await subject.sweep(at(9_000));
+      expect((await store.read('overnight')).lease?.holder).toBe('b:1');
+      await store.renewLease('overnight', ref('b:1'), next('v-b:2', now + 20_000, 20_000, 0));
+      await subject.sweep(at(19_000));
+      expect(await store.read('overnight')).toMatchObject({
+        token: old,
+        lease: { version: 'v-b:2' },
+      });
+      // The token write restores a ttl: the item may go once the new token has expired too.
+      const fresh = record('fresh', now + 3_600_000, 'overnight');
+      expect(await store.putToken(fresh, ref('b:1', 'v-b:2'))).toBe(true);
+      await subject.sweep(at(3_600_000));
+      expect(await store.read('overnight')).toEqual({ token: fresh, lease: undefined });
+      await subject.sweep(at(3_600_000 + 62_000));
+      expect(await store.read('overnight')).toEqual({ token: undefined, lease: undefined });
+    });
+
+    it('I2: a token is not swept until a minute after its expiry, when no clock within the skew allowed still serves it', async () => {
+      await store.acquireLease('expiring', lease('a:1'));
+      const token = record('expiring', now + 1_000, 'expiring');
+      await store.putToken(token, ref('a:1'));
+      await subject.sweep(at(1_000 + 10_000));
+      expect((await store.read('expiring')).token).toEqual(token);
+    });
+
+    it('keeps an invalidate report through every sweep, and a lease taken after it', async () => {
+      await store.acquireLease('report-kept', lease('a:1'));
+      await store.putToken(record('dropped', now - DAY, 'report-kept'), ref('a:1'));
+      await store.deleteIfMatches('report-kept', tokenDigest('dropped'), { reportedAt: now });
+      await subject.sweep(at(DAY));
+      expect((await store.read('report-kept')).invalidatedAt).toBe(now);
+    });
+
+    it('leaves a released lease’s item in place (no ttl until the next token)', async () => {
+      await store.acquireLease('released', lease('a:1'));
+      await store.putToken(record('old', now - DAY, 'released'), ref('a:1'));
+      await store.acquireLease('released', lease('b:1', { replacing: 'old' }));
+      expect(await store.releaseLease('released', ref('b:1'))).toBe(true);
+      await subject.sweep(at(DAY));
+      expect((await store.read('released')).token?.accessToken).toBe('old');
+    });
   });
 
   it('keeps connections apart', async () => {

@@ -4,8 +4,9 @@
  * (test/support/sim.ts). fast-check draws the fleet (each container's re-check, its store
  * round trip, its wall clock's offset) and a sequence of commands: callers' requests (some forcing a replacement),
  * warm-ups, invalidate reports, waits, store answers lost after the write landed, POSTs
- * processed late (within the grace), wall clocks stepped (NTP) and containers frozen (a
- * Lambda environment between invocations) and thawed. Every answer is judged the moment it is
+ * processed late (within the grace), wall clocks stepped (NTP), containers frozen (a
+ * Lambda environment between invocations) and thawed, idle spells longer than a token's life,
+ * and DynamoDB's TTL deleting every item whose `ttl` has passed. Every answer is judged the moment it is
  * given, and the invariants of docs/protocol.md are checked over the whole run:
  *
  * - I1 one issuance per lifetime: every token the upstream issued was written to the store,
@@ -58,7 +59,11 @@ type Command =
    * (outcome unknown, after the timeout); the upstream processes it `ms` after it was sent,
    * within the grace the protocol assumes (the upstream timeout: it cannot be fenced).
    */
-  | { readonly kind: 'late-post'; readonly node: number; readonly ms: number };
+  | { readonly kind: 'late-post'; readonly node: number; readonly ms: number }
+  /** DynamoDB's TTL runs: every item whose `ttl` is past may vanish, at any moment. */
+  | { readonly kind: 'sweep' }
+  /** Nobody asks for a while (a night, shortened): tokens expire and their ttl passes. */
+  | { readonly kind: 'idle'; readonly ms: number };
 
 const NODES = 4;
 /** The brokers' upstream timeout: a POST's answer is given up after it, and its grace. */
@@ -107,6 +112,14 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
       kind: fc.constant('late-post' as const),
       node,
       ms: fc.integer({ min: 0, max: UPSTREAM_TIMEOUT_MS }),
+    }),
+  },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('sweep' as const) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant('idle' as const),
+      ms: fc.integer({ min: LIFE_S * 1_000, max: 4 * LIFE_S * 1_000 }),
     }),
   },
 );
@@ -283,7 +296,12 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
         break;
       }
       case 'wait':
+      case 'idle':
         await sim.advance(command.ms);
+        break;
+      case 'sweep':
+        // On AWS's clock (the timeline): TTL compares the item's ttl with the time it runs.
+        store.sweepExpired(Math.floor(sim.now() / 1_000));
         break;
       case 'step':
         // Deadlines are judged on the monotonic clock (ADR 0012): a step exempts nobody from I3.

@@ -1,5 +1,6 @@
 /** In-memory implementations of the ports, for unit tests of the core. */
 
+import { ttlOf } from '../../lib/adapters/dynamodb-token-item.js';
 import type { ConnectionView } from '../../lib/broker/connection-view.js';
 import type { BrokerLogger } from '../../lib/broker/index.js';
 import { type RefreshSettings, servableUntil } from '../../lib/broker/timing/index.js';
@@ -41,7 +42,14 @@ const leaseOf = (terms: LeaseTerms) => ({
 export class InMemoryTokenStore implements TokenStore {
   readonly items = new Map<
     string,
-    { token?: TokenRecord; lease?: Lease; invalidatedAt?: number; reportedDigest?: string }
+    {
+      token?: TokenRecord;
+      lease?: Lease;
+      invalidatedAt?: number;
+      reportedDigest?: string;
+      /** DynamoDB's TTL attribute (epoch seconds), as the adapter writes it. */
+      ttl?: number;
+    }
   >();
   calls = { read: 0, acquire: 0, renew: 0, put: 0, release: 0, delete: 0, report: 0 };
   failing = false;
@@ -53,7 +61,22 @@ export class InMemoryTokenStore implements TokenStore {
     return this.items.get(connection)?.token;
   }
   setToken(record: TokenRecord) {
-    this.items.set(record.connection, { ...this.items.get(record.connection), token: record });
+    this.items.set(record.connection, {
+      ...this.items.get(record.connection),
+      token: record,
+      ttl: ttlOf(record),
+    });
+  }
+  /**
+   * DynamoDB's TTL: deletes every item whose `ttl` is before `nowSeconds` (epoch seconds), as
+   * TTL may at any time after it. Returns the connections it deleted.
+   */
+  sweepExpired(nowSeconds: number): string[] {
+    const swept = [...this.items]
+      .filter(([, item]) => item.ttl !== undefined && item.ttl < nowSeconds)
+      .map(([name]) => name);
+    for (const name of swept) this.items.delete(name);
+    return swept;
   }
   async read(connection: string): Promise<TokenState> {
     this.calls.read += 1;
@@ -84,8 +107,10 @@ export class InMemoryTokenStore implements TokenStore {
     const tokenReplaceable = item.token?.tokenDigest === request.replacing;
     // What won, as a read would show it (DynamoDB returns the whole item).
     if (!leaseFree || !tokenReplaceable) return { acquired: false, state: this.#state(item) };
+    // A lease write removes the ttl, as the adapter does: TTL never deletes a held lease.
+    const { ttl: _removed, ...rest } = item;
     this.items.set(connection, {
-      ...item,
+      ...rest,
       lease: {
         holder: request.holder,
         ...leaseOf(request),
@@ -99,7 +124,7 @@ export class InMemoryTokenStore implements TokenStore {
     this.#check();
     const item = this.items.get(record.connection) ?? {};
     if (!isExactly(item.lease, lease)) return false;
-    this.items.set(record.connection, { token: record });
+    this.items.set(record.connection, { token: record, ttl: ttlOf(record) });
     return true;
   }
   async renewLease(connection: string, lease: LeaseRef, next: LeaseTerms): Promise<boolean> {
@@ -111,7 +136,8 @@ export class InMemoryTokenStore implements TokenStore {
     if (!item?.lease || !(isExactly(item.lease, lease) || retried)) {
       return false;
     }
-    this.items.set(connection, { ...item, lease: { ...item.lease, ...leaseOf(next) } });
+    const { ttl: _removed, ...rest } = item;
+    this.items.set(connection, { ...rest, lease: { ...item.lease, ...leaseOf(next) } });
     return true;
   }
   async releaseLease(connection: string, lease: LeaseRef): Promise<boolean> {
@@ -136,6 +162,7 @@ export class InMemoryTokenStore implements TokenStore {
     this.#check();
     const item = this.items.get(connection);
     if (item?.token?.tokenDigest !== tokenDigest) return false;
+    // The token's `ttl` goes with it: a kept report is never deleted by TTL.
     this.items.set(connection, {
       ...(item.lease ? { lease: item.lease } : {}),
       invalidatedAt: reportedAt,

@@ -57,6 +57,14 @@ export const REUSE_MARGIN_MS = 100;
  */
 export const SKEW_TOLERANCE_MS = 10_000;
 
+/**
+ * How long after a token's expiry DynamoDB's TTL may delete its item, s. A container whose clock
+ * runs up to SKEW_TOLERANCE_MS behind still serves the token until its own clock says it
+ * expired: were the item gone before then, another container would find nothing and issue with
+ * no countdown, revoking it. A minute is past any skew allowed, with room. I2.
+ */
+export const TTL_MARGIN_SECONDS = 60;
+
 /** How long one lease version lasts, ms, on anyone's clock from when they first see it. I1. */
 export const LEASE_MS = 3_000;
 /** The holder writes a new version at least this often while it holds the lease, ms. I1. */
@@ -65,6 +73,21 @@ export const LEASE_HEARTBEAT_MS = 1_000;
 export const STORE_RESERVE_MS = 300;
 /** A POST is not started with less time than this, ms: it would time out, outcome unknown. I1. */
 export const MIN_POST_MS = 100;
+
+/**
+ * The largest values a writer of this protocol records in the item: what a read of another
+ * container's item may believe. Each mirrors a setting's cap in `lib/config.ts`; a recorded
+ * value outside them was not written by the protocol, and is read in the direction that keeps
+ * I1 and I2 (see `dynamodb-token-item.ts`).
+ */
+/** BROKER_MEMORY_RECHECK_SECONDS is at most 100 s (see PROOF_MARGIN_MS), ms. */
+export const MAX_MEMORY_RECHECK_MS = 100_000;
+/** BROKER_UPSTREAM_TIMEOUT_MS is at most 60 s. */
+const MAX_UPSTREAM_TIMEOUT_MS = 60_000;
+/** The longest lease version: the fence's POST budget and its grace, each at most a timeout. */
+export const MAX_LEASE_DURATION_MS = 2 * MAX_UPSTREAM_TIMEOUT_MS;
+/** BROKER_MAX_TOKEN_LIFETIME_SECONDS is at most 365 days, ms. */
+export const MAX_TOKEN_LIFETIME_MS = 365 * 86_400_000;
 
 /** The refresh window of a token: configured, but never more than half its lifetime. */
 export const windowMs = (record: TokenTimes, settings: RefreshSettings): number =>
@@ -89,7 +112,7 @@ export const recheckMs = (record: TokenTimes, settings: RefreshSettings): number
   Math.min(ownRecheckMs(record, settings), record.recheckMs ?? Number.POSITIVE_INFINITY);
 
 /** Countdown steps whose end lies more than `recheck` (plus the margin) after their start. */
-const stepsToCover = (recheck: number): number =>
+export const stepsToCover = (recheck: number): number =>
   Math.ceil((recheck + PROOF_MARGIN_MS) / COUNTDOWN_STEP_MS);
 
 /**
@@ -101,6 +124,9 @@ const stepsToCover = (recheck: number): number =>
  */
 export const countdownFor = (record: TokenTimes, settings: RefreshSettings): number =>
   stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0));
+
+/** The longest countdown a lease of this protocol announces: a fresh one over the longest re-check. */
+export const MAX_COUNTDOWN = stepsToCover(MAX_MEMORY_RECHECK_MS);
 
 /**
  * I2. How long after a read of the store was sent no token request under `lease` (or a lease

@@ -2,8 +2,10 @@ import { DynamoDBClient, GetItemCommand, UpdateItemCommand } from '@aws-sdk/clie
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DynamoDBTokenStore, tokenKey } from '../../../lib/adapters/dynamodb-token-store.js';
 import { tokenDigest } from '../../../lib/broker/index.js';
+import { systemClock } from '../../../lib/clock.js';
 import type { Lease, LeaseRequest, TokenRecord } from '../../../lib/ports.js';
 import { applyEnv, type Stack, startStack } from '../../../local/stack.js';
+import { fleetBroker, Upstream } from '../../support/fleet-model.js';
 
 const record = (accessToken: string, expiresAt: number, connection: string): TokenRecord => ({
   connection,
@@ -69,7 +71,7 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     await stack.close();
   });
 
-  it('writes the token under the lease: pk, ttl = issuance + expiresIn, no secret, lease released', async () => {
+  it('writes the token under the lease: pk, ttl a minute past the expiry, no secret, lease released', async () => {
     expect(await store.acquireLease('roundtrip', lease('a:1'))).toEqual({ acquired: true });
     expect((await store.read('roundtrip')).lease).toEqual({
       holder: 'a:1',
@@ -84,7 +86,8 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     expect(await store.read('roundtrip')).toEqual({ token, lease: undefined });
     const item = await rawItem('roundtrip');
     expect(item?.pk).toEqual({ S: 'token#roundtrip' });
-    expect(item?.ttl).toEqual({ N: String(Math.floor(issuedAt / 1000) + 86_400) });
+    // Expiry 1_795_348_800.123 s, rounded up, plus TTL_MARGIN_SECONDS: clean-up only (ADR 0014).
+    expect(item?.ttl).toEqual({ N: '1795348861' });
     expect(Object.keys(item ?? {}).sort()).toEqual(
       ['accessToken', 'connection', 'expiresAt', 'issuedAt', 'pk', 'tokenDigest', 'ttl'].sort(),
     );
@@ -146,6 +149,28 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     ).toEqual({
       acquired: true,
     });
+  });
+
+  // Found in issue 24: recheckOf trusted any non-negative recheckMs.
+  it('I2: a token whose item records a re-check of 1e12 ms is replaced with the reader’s own countdown, not refused to every caller', async () => {
+    const up = new Upstream();
+    const expiresAt = Date.now() - 1_000; // just expired: its replacement is counted down
+    await store.acquireLease('sandbox', lease('writer:1'));
+    await store.putToken(
+      { ...record('corrupt', expiresAt, 'sandbox'), recheckMs: 1e12 },
+      { holder: 'writer:1', version: 'v-writer:1' },
+    );
+    // BROKER_MEMORY_RECHECK_SECONDS=0: a countdown of one step, so the test runs in real time.
+    const broker = fleetBroker(store, systemClock, up, { recheck: 0 });
+    const answers = await Promise.allSettled(
+      Array.from({ length: 3 }, () => broker.getToken('sandbox', { deadline: Date.now() + 9_000 })),
+    );
+    expect(answers.map((a) => (a.status === 'rejected' ? String(a.reason) : 'served'))).toEqual([
+      'served',
+      'served',
+      'served',
+    ]);
+    expect(up.n).toBe(1);
   });
 
   it('surfaces an unreachable table as an error for the broker to translate', async () => {

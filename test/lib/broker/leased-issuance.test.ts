@@ -688,7 +688,8 @@ describe('Class: LeasedIssuance, lease edges', () => {
       .then(unexpected, caught);
     expect(error.message).toBe('Not enough time left to replace the token safely; retry shortly');
     expect(calls).toEqual([]);
-    expect(store.items.get('sandbox')).toEqual({ token: record('current', T0 + 1_000_000) });
+    expect(store.items.get('sandbox')?.token).toEqual(record('current', T0 + 1_000_000));
+    expect(store.items.get('sandbox')?.lease).toBeUndefined();
   });
 
   it('does not start a token request without time for it and the write after it', async () => {

@@ -130,6 +130,29 @@ describe('I2: no revoked token served, across containers that disagree', () => {
     expect(served.filter((s) => s.revoked)).toEqual([]);
     expect(served.at(-1)?.token).not.toBe(old);
   });
+
+  // Found in issue 24: the item's ttl was the token's expiry to the second.
+  it('I2: TTL does not delete a token that a container whose clock runs 8 s behind still serves, so nobody issues its replacement without a countdown', async () => {
+    const sim = new Sim(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const expiresAt = T0 + 3_000;
+    seed(store, up, expiresAt - 24_000, 24_000);
+    // A 1 s window: neither container refreshes ahead; A's memory re-check is 250 ms.
+    const a = simBroker(store, sim.clock('A', -8_000), up, { window: 1 });
+    const b = simBroker(store, sim.clock('B'), up, { window: 1 });
+    await sim.advance(expiresAt + 900 - T0);
+    // On A's clock the token has 7 s left: served, and kept in memory for its proof.
+    expect((await simAsk(sim, a, up)).token).toBe('tok-1');
+    await sim.advance(100);
+    // DynamoDB's TTL runs at this second, on AWS's (the timeline's) clock.
+    store.sweepExpired(Math.floor(sim.now() / 1000));
+    const fromB = simAsk(sim, b, up);
+    await sim.advance(50);
+    const fromA = await simAsk(sim, a, up);
+    await fromB;
+    expect(fromA.revoked, `A served ${fromA.token} (${fromA.source})`).toBe(false);
+  });
 });
 
 describe('I2: no revoked token served, with a store call in flight while the clocks move', () => {

@@ -8,6 +8,7 @@
  * fleet's token.
  */
 import { describe, expect, it, vi } from 'vitest';
+import { ttlOf } from '../../../../lib/adapters/dynamodb-token-item.js';
 import { issueWith } from '../../../../lib/broker/issue-flow.js';
 import { LeaseWatch } from '../../../../lib/broker/lease-watch.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
@@ -80,7 +81,10 @@ describe('I1: one issuance per lifetime', () => {
       const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
       expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'token-1' } });
       expect(issuer.issued).toBe(1);
-      expect(store.items.get('sandbox')).toEqual({ token: served.record });
+      expect(store.items.get('sandbox')).toEqual({
+        token: served.record,
+        ttl: ttlOf(served.record),
+      });
     });
 
     it('I1: a holder keeps its lease alive with heartbeats through a slow flow, never more than a lease ahead, so it lapses soon after the holder dies', async () => {
@@ -189,6 +193,35 @@ describe('I1: one issuance per lifetime', () => {
       expect.soft(up.n, 'upstream issuances').toBe(1);
       expect.soft(bServed.revoked, `B served ${bServed.token}`).toBe(false);
       expect(aServed?.revoked, `A served ${aServed?.token}`).toBe(false);
+    });
+
+    // Found in issue 24: the item's ttl was the token's expiry, and no lease write touched it.
+    it('I1 and I2: after a fleet sat idle past the token’s life, TTL does not delete the item while a lease replaces the token, so no second container issues', async () => {
+      const sim = new Sim(T0);
+      const store = new InMemoryTokenStore();
+      const up = new Upstream();
+      // Overnight: the token expired 3 hours ago and nobody asked since (its ttl is long past).
+      seed(store, up, T0 - 3 * 3_600_000 - 1_200_000, 1_200_000);
+      const clockA = sim.clock('A');
+      // A replaces it under a lease; its POST is in flight for 2 s.
+      const a = issuance(store, clockA, async (_c, o) => {
+        await o.fence?.();
+        await clockA.sleep(2_000);
+        return up.post(clockA.now());
+      });
+      const aRun = sim.run(a.obtain(sandbox, 1_000, T0 + 9_500, false));
+      await sim.advance(500);
+      expect(store.items.get('sandbox')?.lease?.holder).toMatch(/./);
+      // DynamoDB's TTL may delete an item at any time after its ttl: now, say.
+      store.sweepExpired(Math.floor(sim.now() / 1000));
+      // B's caller comes while A's POST is out.
+      const b = simBroker(store, sim.clock('B'), up);
+      const bRun = simAsk(sim, b, up);
+      const [aServed] = await Promise.all([aRun, bRun]);
+      const bLater = await simAsk(sim, b, up);
+      expect.soft(up.n - 1, 'issuances after the night').toBe(1);
+      expect.soft(bLater.revoked, `B served ${bLater.token} (${bLater.source})`).toBe(false);
+      expect(aServed.error).toBeUndefined();
     });
 
     // Found by the adversarial review of the lease protocol (23ea480).

@@ -1,0 +1,172 @@
+/**
+ * The numbers of a DynamoDB item are checked when read (docs/protocol.md, "The item: TTL and
+ * what a read believes"): a value this protocol never writes is read in the direction that keeps I1 and
+ * I2, never trusted. Found in issue 24: an item with `recheckMs: 1e12` made every holder count
+ * down for ever, and 9 of 9 callers were refused "Not enough time left to replace the token
+ * safely".
+ */
+import { describe, expect, it } from 'vitest';
+import { fromItem, type Item } from '../../../lib/adapters/dynamodb-token-item.js';
+import {
+  countdownFor,
+  LEASE_MS,
+  leaseNeedsMs,
+  MAX_COUNTDOWN,
+  MAX_LEASE_DURATION_MS,
+  MAX_MEMORY_RECHECK_MS,
+} from '../../../lib/broker/timing/index.js';
+
+const now = Date.now();
+const DAY = 86_400_000;
+
+/** A well-formed item holding a token issued a minute ago for a day, and `extra` attributes. */
+const item = (extra: Item = {}): Item => ({
+  pk: { S: 'token#sandbox' },
+  connection: { S: 'sandbox' },
+  accessToken: { S: 'tok' },
+  tokenDigest: { S: 'digest' },
+  issuedAt: { N: String(now - 60_000) },
+  expiresAt: { N: String(now - 60_000 + DAY) },
+  ...extra,
+});
+
+/** The same item with a lease whose numbers are `lease`'s. */
+const leased = (lease: { durationMs?: string; countdown?: string; expiresAt?: string }) =>
+  item({
+    leaseHolder: { S: 'other:1' },
+    leaseVersion: { S: 'v1' },
+    leaseExpiresAt: { N: lease.expiresAt ?? String(now + 3_000) },
+    leaseDurationMs: { N: lease.durationMs ?? '3000' },
+    leaseCountdown: { N: lease.countdown ?? '5' },
+  });
+
+const read = (raw: Item) => fromItem(raw, undefined);
+const settings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 };
+
+describe('Function: fromItem, the numbers of an item checked when read', () => {
+  describe('recheckMs (readers take the shorter, holders count down the longer)', () => {
+    it('I2: reads a re-check above the 100 s cap as 0: readers re-read the store, holders count down their own, so a replacement still fits a caller’s deadline', async () => {
+      const { token } = await read(item({ recheckMs: { N: '1000000000000' } }));
+      expect(token?.recheckMs).toBe(0);
+      const steps = countdownFor(token as NonNullable<typeof token>, settings);
+      expect(steps).toBe(
+        countdownFor({ ...(token as NonNullable<typeof token>), recheckMs: undefined }, settings),
+      );
+      expect(leaseNeedsMs(steps)).toBeLessThan(9_000);
+    });
+
+    it('I2: reads a negative re-check as 0, the shortest, never as absent (a reader’s own could be longer than the holder’s)', async () => {
+      expect((await read(item({ recheckMs: { N: '-1' } }))).token?.recheckMs).toBe(0);
+    });
+
+    it('keeps a re-check at the cap, and an absent one absent (tokens of older releases)', async () => {
+      const atCap = await read(item({ recheckMs: { N: String(MAX_MEMORY_RECHECK_MS) } }));
+      expect(atCap.token?.recheckMs).toBe(MAX_MEMORY_RECHECK_MS);
+      expect((await read(item())).token).not.toHaveProperty('recheckMs');
+    });
+  });
+
+  describe('leaseCountdown (readers serve the old token for r - 1 steps)', () => {
+    it('I2: reads a countdown above the longest any holder announces as 0: ended, the token suspect', async () => {
+      const { lease } = await read(leased({ countdown: String(MAX_COUNTDOWN + 1) }));
+      expect(lease?.countdown).toBe(0);
+    });
+
+    it('I2: reads a negative countdown as 0', async () => {
+      expect((await read(leased({ countdown: '-3' }))).lease?.countdown).toBe(0);
+    });
+
+    it('I2: reads a fractional countdown as 0, and still as a lease (not as none, which a reader would serve under and nobody could take)', async () => {
+      const { lease } = await read(leased({ countdown: '2.5' }));
+      expect(lease).toMatchObject({ holder: 'other:1', countdown: 0 });
+    });
+
+    it('keeps a countdown in range', async () => {
+      expect((await read(leased({ countdown: String(MAX_COUNTDOWN) }))).lease?.countdown).toBe(
+        MAX_COUNTDOWN,
+      );
+    });
+  });
+
+  describe('leaseDurationMs (how long a waiter watches a version before taking it over)', () => {
+    it('reads a duration above the longest lease (POST budget and grace) as that longest: refreshes resume', async () => {
+      const { lease } = await read(leased({ durationMs: '1000000000000' }));
+      expect(lease?.durationMs).toBe(MAX_LEASE_DURATION_MS);
+    });
+
+    it('I1: reads a negative duration as the longest, never as one that lets a live lease be taken at once', async () => {
+      expect((await read(leased({ durationMs: '-1' }))).lease?.durationMs).toBe(
+        MAX_LEASE_DURATION_MS,
+      );
+    });
+
+    it('keeps a duration in range, and 3 s for leases of releases that recorded none', async () => {
+      expect((await read(leased({ durationMs: '2500.5' }))).lease?.durationMs).toBe(2500.5);
+      const legacy = leased({});
+      delete legacy.leaseDurationMs;
+      expect((await read(legacy)).lease?.durationMs).toBe(LEASE_MS);
+    });
+  });
+
+  describe('leaseExpiresAt (the holder’s stamp: a takeover’s condition names it)', () => {
+    it('reads it as stored, far ahead or far behind', async () => {
+      expect((await read(leased({ expiresAt: '99999999999999' }))).lease?.expiresAt).toBe(
+        99_999_999_999_999,
+      );
+      expect((await read(leased({ expiresAt: '-5' }))).lease?.expiresAt).toBe(-5);
+    });
+  });
+
+  describe('issuedAt and expiresAt (a token is refused, never clamped into one that is served)', () => {
+    const refused = async (times: { issuedAt: number; expiresAt: number }) => {
+      const state = await read(
+        item({
+          issuedAt: { N: String(times.issuedAt) },
+          expiresAt: { N: String(times.expiresAt) },
+        }),
+      );
+      expect(state.token).toBeUndefined();
+      // Still named by its digest, so that a lease replaces it.
+      expect(state.unreadable?.tokenDigest).toBe('digest');
+    };
+
+    it('I2: refuses a token that expires before it was issued', async () => {
+      await refused({ issuedAt: now, expiresAt: now - 1 });
+    });
+
+    it('I2: refuses a token living longer than any BROKER_MAX_TOKEN_LIFETIME_SECONDS allows (365 days)', async () => {
+      await refused({ issuedAt: now - 60_000, expiresAt: now - 60_000 + 400 * DAY });
+    });
+
+    it('I2: refuses a token issued in another year ahead of the reader’s clock', async () => {
+      const year3000 = Date.UTC(3000, 0, 1);
+      await refused({ issuedAt: year3000, expiresAt: year3000 + DAY });
+    });
+
+    it('refuses negative stamps', async () => {
+      await refused({ issuedAt: -DAY, expiresAt: now + DAY });
+    });
+
+    it('keeps a token issued a little ahead of the reader’s clock (a clock within the skew allowed)', async () => {
+      const state = await read(
+        item({ issuedAt: { N: String(now + 10_000) }, expiresAt: { N: String(now + DAY) } }),
+      );
+      expect(state.token?.issuedAt).toBe(now + 10_000);
+    });
+  });
+
+  describe('invalidatedAt (names an issuance’s cause only)', () => {
+    const dropped = (invalidatedAt: string) => ({
+      pk: { S: 'token#sandbox' },
+      invalidatedAt: { N: invalidatedAt },
+    });
+
+    it('drops a negative stamp', async () => {
+      expect(await read(dropped('-5'))).not.toHaveProperty('invalidatedAt');
+    });
+
+    it('keeps a stamp', async () => {
+      expect((await read(dropped(String(now)))).invalidatedAt).toBe(now);
+    });
+  });
+});
