@@ -1,9 +1,7 @@
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
 import type { ServedToken, TokenAnswer } from '../../lib/broker/index.js';
-
-/** Kept free before the Lambda deadline to serialise and return the answer. */
-const ANSWER_MARGIN_MS = 500;
+import { ANSWER_MARGIN_MS } from '../../lib/broker/timing/index.js';
 /** Used when a context has no deadline (never in Lambda; possible in hand-made invocations). */
 const DEFAULT_BUDGET_MS = 10_000;
 
