@@ -8,12 +8,12 @@
  * re-check, the warm-up rate against the window, and the example account outside dev. Pure:
  * `validate-stage.ts` feeds it the output of `serverless print`.
  */
-import { loadConfig } from '../lib/config.js';
 import {
   exampleAccountProblem,
   timeoutProblem,
   warmupRateProblem,
 } from '../lib/config/settings-check.js';
+import { loadConfig } from '../lib/config.js';
 import { ConfigError } from '../lib/errors.js';
 
 /** The parts of `serverless print --format json` this reads. */

@@ -13,7 +13,7 @@ const ARN = 'arn:aws:secretsmanager:eu-west-1:111122223333:secret:token-broker/p
 const printed = (connections: string, secretArns: unknown[] = [ARN]): PrintedConfig => ({
   params: { default: {}, dev: {}, prod: {} },
   functions: {
-    broker: { events: [{ schedule: { rate: ['rate(5 minutes)'], description: 'warm-up' } }] },
+    broker: { events: [{ schedule: { rate: ['rate(5 minutes)'] } }] },
   },
   provider: {
     timeout: 10,
