@@ -1,17 +1,37 @@
 /**
  * What a stage's resolved Serverless configuration must be before it is packaged: a stage that
- * serverless.yml declares (an unknown one would silently take the example parameters), a
- * `BROKER_CONNECTIONS` the broker's own cold start accepts (the same `loadConfig`), and every
- * connection's secret among the ARNs the function may read. Pure: `validate-stage.ts` feeds it
- * the output of `serverless print`.
+ * serverless.yml declares (an unknown one would silently take the example parameters), an
+ * environment the broker's own cold start accepts (the same `loadConfig`: connections, known
+ * variable names, the window against the default minValidity), every connection's secret among
+ * the ARNs the function may read, and the checks only the stage can answer, from the same
+ * module as the cold start's (lib/config/settings-check.ts): the function's timeout against the
+ * re-check, the warm-up rate against the window, and the example account outside dev. Pure:
+ * `validate-stage.ts` feeds it the output of `serverless print`.
  */
+import {
+  exampleAccountProblem,
+  timeoutProblem,
+  warmupRateProblem,
+} from '../lib/config/settings-check.js';
 import { loadConfig } from '../lib/config.js';
 import { ConfigError } from '../lib/errors.js';
 
 /** The parts of `serverless print --format json` this reads. */
 export interface PrintedConfig {
   readonly params?: Readonly<Record<string, unknown>>;
+  readonly functions?: Readonly<
+    Record<
+      string,
+      {
+        readonly timeout?: number;
+        readonly events?: readonly { readonly schedule?: { readonly rate?: unknown } }[];
+      }
+    >
+  >;
+  readonly resources?: unknown;
   readonly provider?: {
+    /** Seconds; Serverless's default is 6. */
+    readonly timeout?: number;
     readonly environment?: Readonly<Record<string, unknown>>;
     readonly iam?: {
       readonly role?: {
@@ -79,6 +99,11 @@ export const secretCovered = (secretId: string, resources: readonly string[]): b
     );
   });
 
+/** The connections that stand in for those of an SSM parameter (checked at cold start). */
+const STAND_IN = JSON.stringify({
+  ssm: { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId: 'from-ssm' },
+});
+
 /** The problems that stop `stage` from being packaged; none: it may be. */
 export const checkStage = (stage: string, printed: PrintedConfig): string[] => {
   const declared = Object.keys(printed.params ?? {}).filter((name) => name !== 'default');
@@ -88,27 +113,46 @@ export const checkStage = (stage: string, printed: PrintedConfig): string[] => {
     ];
   }
   const env = environmentOf(printed);
-  if (env.BROKER_CONNECTIONS_PARAMETER?.trim()) {
-    // The connections live in SSM: the cold start checks them, and readiness after the deploy.
-    return env.BROKER_CONNECTIONS?.trim()
-      ? [
-          `Stage '${stage}': both connections and connectionsParameter are set; set connections: '' when the connections come from the SSM parameter.`,
-        ]
-      : [];
+  const fromParameter = Boolean(env.BROKER_CONNECTIONS_PARAMETER?.trim());
+  if (fromParameter && env.BROKER_CONNECTIONS?.trim()) {
+    return [
+      `Stage '${stage}': both connections and connectionsParameter are set; set connections: '' when the connections come from the SSM parameter.`,
+    ];
   }
-  let connections: ReturnType<typeof loadConfig>['connections'];
+  let config: ReturnType<typeof loadConfig>;
   try {
-    connections = loadConfig(env).connections;
+    // Connections in SSM are checked by the cold start (and readiness after the deploy); the
+    // other settings here, with a stand-in connection.
+    config = loadConfig(fromParameter ? { ...env, BROKER_CONNECTIONS: STAND_IN } : env);
   } catch (error) {
     if (error instanceof ConfigError) return [`Stage '${stage}': ${error.message}`];
     throw error;
   }
+  const problems = [
+    exampleAccountProblem(stage, {
+      provider: printed.provider,
+      functions: printed.functions,
+      resources: printed.resources,
+    }),
+    ...Object.values(printed.functions ?? {}).flatMap((fn) => [
+      timeoutProblem(config, (fn.timeout ?? printed.provider?.timeout ?? 6) * 1000),
+      ...(fn.events ?? [])
+        .flatMap((event) => [event.schedule?.rate ?? []].flat())
+        .map((rate) =>
+          typeof rate === 'string'
+            ? warmupRateProblem(rate, config.refreshWindowSeconds)
+            : undefined,
+        ),
+    ]),
+  ]
+    .filter((problem) => problem !== undefined)
+    .map((problem) => `Stage '${stage}': ${problem}`);
+  if (fromParameter) return problems;
   const statement = printed.provider?.iam?.role?.statements?.find(
     (s) => s.Sid === 'ConnectionSecrets',
   );
   const resources = [statement?.Resource ?? []].flat().filter((r) => typeof r === 'string');
-  const problems: string[] = [];
-  for (const connection of connections.values()) {
+  for (const connection of config.connections.values()) {
     if (!secretCovered(connection.secretId, resources)) {
       problems.push(
         `Stage '${stage}': connection "${connection.name}" reads secret '${connection.secretId}', which params.${stage}.secretArns does not list: the function could not read it. Add its full ARN (with the 6-character suffix).`,

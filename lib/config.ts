@@ -5,6 +5,7 @@
  */
 
 import { type ConnectionConfig, parseConnections } from './config/connections.js';
+import { unknownVariables, windowProblem } from './config/settings-check.js';
 import { type Env, integer, kmsKeyId, oneOf } from './config/variables.js';
 import { ConfigError } from './errors.js';
 
@@ -68,9 +69,13 @@ const TABLE_NAME = /^[A-Za-z0-9_.-]{3,255}$/;
  * Reads and validates the broker's configuration from the environment, once, at cold start.
  *
  * @throws {ConfigError} naming the variable (and, for `BROKER_CONNECTIONS`, the connection and
- *   the field) whose value is missing or malformed.
+ *   the field) whose value is missing or malformed, a `BROKER_*` variable nothing reads (with
+ *   the one it most likely misspells), or two settings that contradict each other
+ *   (`config/settings-check.ts`, shared with `npm run validate`).
  */
 export const loadConfig = (env: Env): BrokerConfig => {
+  const unknown = unknownVariables(env);
+  if (unknown.length > 0) throw new ConfigError(unknown.join('; '));
   const tableName = env.BROKER_TABLE_NAME?.trim();
   if (!tableName) throw new ConfigError('BROKER_TABLE_NAME is required');
   if (!TABLE_NAME.test(tableName)) {
@@ -93,6 +98,8 @@ export const loadConfig = (env: Env): BrokerConfig => {
       'BROKER_REFRESH_WINDOW_SECONDS must be shorter than BROKER_MAX_TOKEN_LIFETIME_SECONDS',
     );
   }
+  const window = windowProblem({ refreshWindowSeconds, defaultMinValiditySeconds });
+  if (window) throw new ConfigError(window);
   return Object.freeze({
     tableName,
     connections,

@@ -22,6 +22,7 @@ export const ErrorCode = {
   STORE_UNAVAILABLE: 'STORE_UNAVAILABLE',
   SECRET_UNAVAILABLE: 'SECRET_UNAVAILABLE',
   CONFIG_INVALID: 'CONFIG_INVALID',
+  FUNCTION_TIMEOUT_TOO_SHORT: 'FUNCTION_TIMEOUT_TOO_SHORT',
   INTERNAL_ERROR: 'INTERNAL_ERROR',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
@@ -238,6 +239,17 @@ export class SecretUnavailableError extends BrokerError {
 export class ConfigError extends BrokerError {
   override readonly name = 'ConfigError';
   readonly code = ErrorCode.CONFIG_INVALID;
+}
+
+/**
+ * The function's timeout cannot hold a refresh's countdown and POST under the configured
+ * re-check (`settings-check.ts`, `timeoutProblem`): found at an environment's first invocation,
+ * whose time left is the timeout, and every invocation of that environment is refused with it.
+ * The message names both settings.
+ */
+export class FunctionTimeoutTooShortError extends BrokerError {
+  override readonly name = 'FunctionTimeoutTooShortError';
+  readonly code = ErrorCode.FUNCTION_TIMEOUT_TOO_SHORT;
 }
 
 /** Anything unexpected, with internals withheld from the caller. */

@@ -2,7 +2,7 @@
  * Ports: the broker core talks to the outside world only through these interfaces. Adapters in
  * `lib/adapters/` implement them for AWS; tests implement them in memory.
  */
-import type { ConnectionConfig } from './config.js';
+import type { ConnectionConfig } from './config/connections.js';
 
 /** `clientId` / `clientSecret` of one connection, as stored in Secrets Manager. */
 export interface ClientCredentials {

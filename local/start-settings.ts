@@ -2,6 +2,7 @@
  * `npm start`'s own settings, and the environment its function gets. Pure: read from the `env`
  * given, checked once; start.ts reports a bad value as one line and exits.
  */
+import { unknownVariables } from '../lib/config/settings-check.js';
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -20,9 +21,13 @@ export interface StartSettings {
 /**
  * The local runtime's settings (docs/guide.md, "The local runtime").
  *
- * @throws {Error} naming the variable and what it must be.
+ * @throws {Error} naming the variable and what it must be; or a `BROKER_*` variable nothing
+ *   reads, with the one it most likely misspells (a `BROKER_LOCAL_*` one never reaches the
+ *   function, so only this check can name it).
  */
 export const readSettings = (env: Env): StartSettings => {
+  const [unknown] = unknownVariables(env);
+  if (unknown) throw new Error(unknown);
   const whole = (name: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER) => {
     const raw = env[name]?.trim();
     const value = raw === undefined || raw === '' ? fallback : Number(raw);

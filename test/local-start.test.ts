@@ -236,6 +236,17 @@ describe('Local runtime: settings of its own', () => {
     expect(() => readSettings({ [name]: value })).toThrow(message);
   });
 
+  it('refuses a misspelt BROKER_* variable, which it would otherwise drop silently (issue 24)', () => {
+    // BROKER_LOCAL_* never reach the function: a typo of one would be ignored by both.
+    expect(() => readSettings({ BROKER_LOCAL_SCHEDULE: '5' })).toThrow(
+      'BROKER_LOCAL_SCHEDULE is not a variable the broker reads (did you mean BROKER_LOCAL_SCHEDULE_SECONDS?)',
+    );
+    expect(() => readSettings({ BROKER_REFRESH_WINDOW: '300' })).toThrow(
+      '(did you mean BROKER_REFRESH_WINDOW_SECONDS?)',
+    );
+    expect(() => readSettings({ BROKER_LOCAL_FREEZE: 'false' })).not.toThrow();
+  });
+
   it('hands the function the broker, Powertools and AWS SDK variables, and nothing else of the shell', () => {
     const passed = functionEnvironment({
       BROKER_CONNECTIONS: '{}',

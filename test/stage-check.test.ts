@@ -7,18 +7,23 @@
 import { describe, expect, it } from 'vitest';
 import { checkStage, type PrintedConfig, secretCovered } from '../infra/stage-check.js';
 
-const ARN = 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:token-broker/production-GhIjKl';
+// A production account of its own: outside dev, serverless.yml's example account is refused.
+const ARN = 'arn:aws:secretsmanager:eu-west-1:111122223333:secret:token-broker/production-GhIjKl';
 
 const printed = (connections: string, secretArns: unknown[] = [ARN]): PrintedConfig => ({
   params: { default: {}, dev: {}, prod: {} },
+  functions: {
+    broker: { events: [{ schedule: { rate: ['rate(5 minutes)'] } }] },
+  },
   provider: {
+    timeout: 10,
     environment: {
       // As `serverless print` shows it: CloudFormation resolves these at deploy time.
       BROKER_TABLE_NAME: { Ref: 'TokenTable' },
       BROKER_KMS_KEY_ID: { 'Fn::GetAtt': ['TokenKey', 'Arn'] },
       BROKER_CONNECTIONS: connections,
       BROKER_REFRESH_WINDOW_SECONDS: '600',
-    },
+    } as Record<string, unknown>,
     iam: {
       role: { statements: [{ Sid: 'ConnectionSecrets', Resource: secretArns }] },
     },
@@ -64,6 +69,58 @@ describe('Function: checkStage', () => {
   });
 });
 
+describe('Function: checkStage, settings checked together (issue 24)', () => {
+  const withEnv = (extra: Record<string, string>, base = printed(production(ARN))) => ({
+    ...base,
+    provider: { ...base.provider, environment: { ...base.provider?.environment, ...extra } },
+  });
+  const withRate = (rate: string | string[], base = printed(production(ARN))): PrintedConfig => ({
+    ...base,
+    functions: { broker: { events: [{ schedule: { rate } }] } },
+  });
+
+  it('refuses a warm-up rate not shorter than the refresh window', () => {
+    expect(checkStage('prod', withRate(['rate(15 minutes)']))).toEqual([
+      "Stage 'prod': warmupRate 'rate(15 minutes)' (every 900 s) must be shorter than BROKER_REFRESH_WINDOW_SECONDS (600): a token could pass its whole window between two warm-ups",
+    ]);
+    expect(checkStage('prod', withRate('rate(10 minutes)'))[0]).toContain('(every 600 s)');
+    expect(checkStage('prod', withRate('rate(1 hour)'))[0]).toContain('(every 3600 s)');
+    expect(checkStage('prod', withRate('rate(9 minutes)'))).toEqual([]);
+    expect(checkStage('prod', withRate('cron(0/5 * * * ? *)'))[0]).toContain(
+      'is a cron expression, whose period cannot be checked',
+    );
+  });
+
+  it('refuses a re-check whose countdown and POST cannot fit the function timeout', () => {
+    expect(checkStage('prod', withEnv({ BROKER_MEMORY_RECHECK_SECONDS: '10' }))).toEqual([
+      "Stage 'prod': BROKER_MEMORY_RECHECK_SECONDS (10) needs a function timeout of at least 14 s for a refresh's countdown and POST, but the function's timeout (serverless.yml `timeout`) gives 10.0 s: lower the re-check or raise the timeout",
+    ]);
+    expect(checkStage('prod', withEnv({ BROKER_MEMORY_RECHECK_SECONDS: '7' }))).toEqual([]);
+  });
+
+  it('refuses the example account outside dev, and lets dev keep it', () => {
+    const example = ARN.replace('111122223333', '123456789012');
+    const withExample = {
+      ...printed(production(example), [example]),
+      params: { default: {}, dev: {}, prod: {}, qa: {} },
+    };
+    expect(checkStage('prod', withExample)).toEqual([
+      "Stage 'prod': the configuration names the example account 123456789012 (serverless.yml's defaults): replace the account in params.prod (secretArns, connections, secretsKmsKeyArn) with your own; only dev may keep it",
+    ]);
+    expect(checkStage('qa', withExample)).toHaveLength(1);
+    expect(checkStage('dev', withExample)).toEqual([]);
+  });
+
+  it('refuses a misspelt variable and a window at or below the default minValidity, as the cold start does', () => {
+    expect(checkStage('prod', withEnv({ BROKER_REFRESH_WINDOW: '300' }))[0]).toContain(
+      'did you mean BROKER_REFRESH_WINDOW_SECONDS?',
+    );
+    expect(checkStage('prod', withEnv({ BROKER_REFRESH_WINDOW_SECONDS: '60' }))[0]).toContain(
+      'must be longer than BROKER_DEFAULT_MIN_VALIDITY_SECONDS (60)',
+    );
+  });
+});
+
 describe('Function: checkStage, with connections in an SSM parameter', () => {
   const withParameter = (connections: string): PrintedConfig => {
     const base = printed(connections);
@@ -93,17 +150,17 @@ describe('Function: secretCovered', () => {
     expect(secretCovered('token-broker/production', [ARN])).toBe(true);
     expect(
       secretCovered(
-        'arn:aws:secretsmanager:eu-west-1:123456789012:secret:token-broker/production',
+        'arn:aws:secretsmanager:eu-west-1:111122223333:secret:token-broker/production',
         [ARN],
       ),
     ).toBe(true);
   });
 
   it('honours IAM wildcards, and refuses another account, region or name', () => {
-    const all = 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:token-broker/*';
+    const all = 'arn:aws:secretsmanager:eu-west-1:111122223333:secret:token-broker/*';
     expect(secretCovered('token-broker/anything', [all])).toBe(true);
     expect(secretCovered(ARN, [all])).toBe(true);
-    expect(secretCovered(ARN.replace('123456789012', '999999999999'), [all])).toBe(false);
+    expect(secretCovered(ARN.replace('111122223333', '999999999999'), [all])).toBe(false);
     expect(secretCovered(ARN.replace('eu-west-1', 'us-east-1'), [ARN])).toBe(false);
     expect(secretCovered('token-broker/productio', [ARN])).toBe(false);
     expect(secretCovered('other/production', [all])).toBe(false);

@@ -24,6 +24,7 @@ export const BrokerErrorCode = {
   STORE_UNAVAILABLE: 'STORE_UNAVAILABLE',
   SECRET_UNAVAILABLE: 'SECRET_UNAVAILABLE',
   CONFIG_INVALID: 'CONFIG_INVALID',
+  FUNCTION_TIMEOUT_TOO_SHORT: 'FUNCTION_TIMEOUT_TOO_SHORT',
   INTERNAL_ERROR: 'INTERNAL_ERROR',
 } as const;
 export type BrokerErrorCode = (typeof BrokerErrorCode)[keyof typeof BrokerErrorCode];
@@ -190,6 +191,7 @@ const BY_CODE: { readonly [code in BrokerErrorCode]: ErrorClass } = {
   STORE_UNAVAILABLE: StoreUnavailableError,
   SECRET_UNAVAILABLE: InternalError,
   CONFIG_INVALID: InternalError,
+  FUNCTION_TIMEOUT_TOO_SHORT: InternalError,
   INTERNAL_ERROR: InternalError,
 };
 
@@ -208,6 +210,7 @@ const CODE_BY_NAME = new Map<string, BrokerErrorCode>([
   ['StoreUnavailableError', 'STORE_UNAVAILABLE'],
   ['SecretUnavailableError', 'SECRET_UNAVAILABLE'],
   ['ConfigError', 'CONFIG_INVALID'],
+  ['FunctionTimeoutTooShortError', 'FUNCTION_TIMEOUT_TOO_SHORT'],
   ['InternalError', 'INTERNAL_ERROR'],
 ]);
 

@@ -7,6 +7,7 @@ import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import type { TokenBroker } from '../../lib/broker/index.js';
+import type { TimeoutSettings } from '../../lib/config/settings-check.js';
 import { BadRequestError } from '../../lib/errors.js';
 import { type BrokerMetrics, noMetrics } from '../../lib/metrics.js';
 import type { Invocations } from './after-response.js';
@@ -14,6 +15,7 @@ import { logRefusal } from './errors.js';
 import { createHttpHandler, isHttpEvent } from './http.js';
 import { createInvokeHandler, isInvokeEvent } from './invoke.js';
 import { createScheduleHandler, isScheduledEvent } from './schedule.js';
+import { timeoutGate } from './timeout-gate.js';
 
 export interface HandlerDeps {
   readonly broker: TokenBroker;
@@ -22,12 +24,24 @@ export interface HandlerDeps {
   readonly logger: Logger;
   /** Counts request errors; `flush` publishes what an invocation recorded, at its end. */
   readonly metrics?: BrokerMetrics & { flush(): void };
+  /**
+   * The settings the function's timeout must hold (the re-check's countdown and a POST):
+   * checked at the first invocation (`timeout-gate.ts`); undefined: not checked.
+   */
+  readonly timeoutSettings?: TimeoutSettings;
 }
 
-export const createHandler = ({ broker, logger, metrics, invocations }: HandlerDeps) => {
-  const http = createHttpHandler(broker, logger, metrics ?? noMetrics);
-  const invoke = createInvokeHandler(broker, logger, metrics ?? noMetrics);
-  const schedule = createScheduleHandler(broker, logger);
+export const createHandler = ({
+  broker,
+  logger,
+  metrics,
+  invocations,
+  timeoutSettings,
+}: HandlerDeps) => {
+  const gate = timeoutGate(timeoutSettings);
+  const http = createHttpHandler(broker, logger, metrics ?? noMetrics, gate);
+  const invoke = createInvokeHandler(broker, logger, metrics ?? noMetrics, gate);
+  const schedule = createScheduleHandler(broker, logger, gate);
 
   return (
     middy<unknown, unknown>()

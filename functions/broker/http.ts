@@ -25,6 +25,7 @@ import type { BrokerMetrics } from '../../lib/metrics.js';
 import { answerFailure, errorBody } from './errors.js';
 import { parseHttpRequest } from './requests.js';
 import { cacheControl, deadlineOf, logServed, tokenResponse } from './shared.js';
+import type { TimeoutGate } from './timeout-gate.js';
 
 export type HttpEvent = APIGatewayProxyEventV2WithIAMAuthorizer;
 type HttpResult = APIGatewayProxyStructuredResultV2;
@@ -54,7 +55,12 @@ export const isHttpEvent = (event: unknown): event is HttpEvent => {
   );
 };
 
-export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: BrokerMetrics) => {
+export const createHttpHandler = (
+  broker: TokenBroker,
+  logger: Logger,
+  metrics: BrokerMetrics,
+  gate: TimeoutGate = () => {},
+) => {
   /** Who asks, as an issuance's audit line names it. */
   const callerOf = (event: HttpEvent) =>
     event.requestContext.authorizer?.iam?.userArn ?? 'HTTP caller without an IAM identity';
@@ -77,6 +83,8 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
     const served = await broker.getToken(connection.name, {
       minValiditySeconds: minValidity,
       deadline: deadlineOf(context),
+      // A refresh this request starts runs after the answer, within the same invocation.
+      workUntil: deadlineOf(context),
       caller: callerOf(event),
       mayForce: mayForce(connection, event.requestContext.authorizer?.iam?.userArn),
     });
@@ -144,7 +152,8 @@ export const createHttpHandler = (broker: TokenBroker, logger: Logger, metrics: 
 
   return middy<HttpEvent, HttpResult>()
     .use({
-      before: ({ event }) => {
+      before: ({ event, context }) => {
+        gate(context);
         const size = event.body ? Buffer.byteLength(event.body) : 0;
         if (size > MAX_BODY_BYTES) {
           throw new BadRequestError(`Request body is larger than ${MAX_BODY_BYTES} bytes`);

@@ -46,4 +46,11 @@ if (registered) {
   });
 }
 
-export const handler = createHandler({ broker, logger, metrics, invocations });
+// The function's timeout is known only at the first invocation: the settings are checked then.
+export const handler = createHandler({
+  broker,
+  logger,
+  metrics,
+  invocations,
+  timeoutSettings: config,
+});

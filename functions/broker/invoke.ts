@@ -13,6 +13,7 @@ import type { BrokerMetrics } from '../../lib/metrics.js';
 import { answerFailure } from './errors.js';
 import { parseInvokeRequest } from './requests.js';
 import { deadlineOf, logServed, tokenResponse } from './shared.js';
+import type { TimeoutGate } from './timeout-gate.js';
 
 /**
  * Who asks, for a direct invoke: Lambda hands the function no identity of its invoker (access
@@ -24,9 +25,10 @@ export const isInvokeEvent = (event: unknown): boolean =>
   typeof event === 'object' && event !== null && 'action' in event;
 
 export const createInvokeHandler =
-  (broker: TokenBroker, logger: Logger, metrics: BrokerMetrics) =>
+  (broker: TokenBroker, logger: Logger, metrics: BrokerMetrics, gate: TimeoutGate = () => {}) =>
   async (event: unknown, context: Context) => {
     try {
+      gate(context);
       const request = parseInvokeRequest(event);
       if (request.action === 'status') return { connections: await broker.status() };
       if (request.action === 'warmUp') return broker.warmUp(deadlineOf(context), DIRECT_INVOKE);
@@ -44,6 +46,8 @@ export const createInvokeHandler =
       const served = await broker.getToken(request.connection, {
         minValiditySeconds: request.minValidity,
         deadline: deadlineOf(context),
+        // A refresh this request starts runs after the answer, within the same invocation.
+        workUntil: deadlineOf(context),
         caller: DIRECT_INVOKE,
         // No identity to match against `forceCallers`: only where every caller may force.
         mayForce: mayForce(broker.connection(request.connection), undefined),

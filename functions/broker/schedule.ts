@@ -2,7 +2,10 @@
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context, ScheduledEvent } from 'aws-lambda';
 import type { TokenBroker, WarmUpReport } from '../../lib/broker/index.js';
+import type { BrokerError } from '../../lib/errors.js';
+import { logRefusal } from './errors.js';
 import { deadlineOf } from './shared.js';
+import type { TimeoutGate } from './timeout-gate.js';
 
 export const isScheduledEvent = (event: unknown): event is ScheduledEvent => {
   const candidate = event as Partial<ScheduledEvent> | null;
@@ -15,8 +18,14 @@ export const isScheduledEvent = (event: unknown): event is ScheduledEvent => {
 };
 
 export const createScheduleHandler =
-  (broker: TokenBroker, logger: Logger) =>
+  (broker: TokenBroker, logger: Logger, gate: TimeoutGate = () => {}) =>
   async (_event: ScheduledEvent, context: Context): Promise<WarmUpReport> => {
+    try {
+      gate(context);
+    } catch (error) {
+      logRefusal(logger, error as BrokerError);
+      throw error;
+    }
     const report = await broker.warmUp(deadlineOf(context));
     const log = report.failed > 0 ? logger.error.bind(logger) : logger.info.bind(logger);
     log('Warm-up finished', { issued: report.issued, failed: report.failed, report });

@@ -1,13 +1,16 @@
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
 import type { ServedToken, TokenAnswer } from '../../lib/broker/index.js';
+import { ANSWER_MARGIN_MS } from '../../lib/broker/timing/index.js';
 
-/** Kept free before the Lambda deadline to serialise and return the answer. */
-const ANSWER_MARGIN_MS = 500;
 /** Used when a context has no deadline (never in Lambda; possible in hand-made invocations). */
 const DEFAULT_BUDGET_MS = 10_000;
 
-/** Epoch ms by which the broker must have its answer ready. */
+/**
+ * Epoch ms by which the broker must have its answer ready; also the end of the work the
+ * invocation starts after its answer (`GetTokenOptions.workUntil`): the function's timeout
+ * bounds the invocation, the time the after-response extension keeps it thawed included.
+ */
 export const deadlineOf = (context: Pick<Context, 'getRemainingTimeInMillis'>): number => {
   const remaining =
     typeof context.getRemainingTimeInMillis === 'function'

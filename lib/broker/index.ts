@@ -172,7 +172,7 @@ export class TokenBroker {
           : undefined;
       const background = this.deps.config.refreshAhead !== 'off';
       if (cause && background && !this.#loads.has(name)) {
-        this.#refreshAhead.start(connection, served.record, trigger, cause);
+        this.#refreshAhead.start(connection, served.record, trigger, cause, options.workUntil);
       }
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);

@@ -13,7 +13,11 @@ export const IssuanceCause = {
   Expired: 'expired',
   /** The warm-up replaced a token inside its refresh window. */
   WarmUp: 'warm-up',
-  /** A request replaced a token inside its refresh window, in the background. */
+  /**
+   * A request replaced a token inside its refresh window: in the background, or in the
+   * foreground when the token no longer had the validity asked for. Routine either way: the
+   * token was due, so the replacement is not a caller's word (never `forced`).
+   */
   RefreshAhead: 'refresh-ahead',
   /** The stored token was valid but too short for the validity a caller asked for. */
   MinValidity: 'min-validity',
@@ -53,8 +57,10 @@ export const UNNAMED_TRIGGER: Trigger = 'unnamed caller';
 
 /**
  * Why the lease just taken issues a token, from the read that led to it: the stale lease it
- * takes over, a suspect token (an unknown outcome), a valid one replaced for the warm-up or for
- * a caller's validity, an expired one, or none at all (reported, or never stored).
+ * takes over, a suspect token (an unknown outcome), a valid one replaced for the warm-up, inside
+ * its window for a request, or before it for a caller's validity, an expired one, or none at
+ * all (reported, or never stored). Only the last of the valid ones is a caller's word: a token
+ * inside its window is due whatever `minValidity` asked (`forcesReplacement` agrees).
  */
 export const causeOf = (read: {
   readonly state: TokenState;
@@ -62,10 +68,15 @@ export const causeOf = (read: {
   readonly suspect: boolean;
   readonly takeOver: Lease | undefined;
   readonly warmUp: boolean;
+  /** The valid token has entered its refresh window. */
+  readonly inWindow?: boolean;
 }): IssuanceCause => {
   if (read.takeOver) return IssuanceCause.Takeover;
   if (read.suspect) return IssuanceCause.UnknownOutcome;
-  if (read.valid) return read.warmUp ? IssuanceCause.WarmUp : IssuanceCause.MinValidity;
+  if (read.valid) {
+    if (read.warmUp) return IssuanceCause.WarmUp;
+    return read.inWindow ? IssuanceCause.RefreshAhead : IssuanceCause.MinValidity;
+  }
   if (read.state.token) return IssuanceCause.Expired;
   return read.state.invalidatedAt === undefined
     ? IssuanceCause.FirstToken

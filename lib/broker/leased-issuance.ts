@@ -213,15 +213,12 @@ export class LeasedIssuance {
     return outcome.lost ? this.obtain(connection, 0, by.epoch(), false, trigger) : undefined;
   }
 
-  /** How long a refresh of `record` may take, announced countdown included (ms). */
-  refreshBudgetMs(connection: ConnectionConfig, record: TokenRecord): number {
-    const countdown = leaseCountdown(
-      connection.revokesOnReissue,
-      record,
-      undefined,
-      this.deps.settings,
-    );
-    return refreshBudgetMs(countdown, this.deps.settings.upstreamTimeoutMs);
+  /** How long a refresh of `record` may take, and the least it needs (countdown, POST, write), ms. */
+  refreshMs(connection: ConnectionConfig, record: TokenRecord): { budget: number; least: number } {
+    const { revokesOnReissue } = connection;
+    const countdown = leaseCountdown(revokesOnReissue, record, undefined, this.deps.settings);
+    const budget = refreshBudgetMs(countdown, this.deps.settings.upstreamTimeoutMs);
+    return { budget, least: leaseNeedsMs(countdown) };
   }
 
   /**

@@ -135,7 +135,16 @@ export const decide = (o: Observation): Decision => {
     const countdown = leaseCountdown(o.revokesOnReissue, recent, lease, o.settings);
     if (leaseNeedsMs(countdown) >= o.leftMs) return refuse(notEnoughTime(countdown));
     const warmUp = o.need === 'outside-window';
-    const cause = causeOf({ state: o.state, valid, suspect: o.suspect, takeOver: lease, warmUp });
+    // A token inside its window is due: its replacement is routine whatever the need was.
+    const inWindow = valid !== undefined && valid.expiresAt - o.now <= windowMs(valid, o.settings);
+    const cause = causeOf({
+      state: o.state,
+      valid,
+      suspect: o.suspect,
+      takeOver: lease,
+      warmUp,
+      inWindow,
+    });
     return {
       do: 'acquire',
       countdown,

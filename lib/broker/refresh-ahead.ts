@@ -33,17 +33,29 @@ export class RefreshAhead {
     return this.#running.has(name);
   }
 
-  /** Starts one try to replace `current` unless one is running here already. */
+  /**
+   * Starts one try to replace `current` unless one is running here already.
+   *
+   * @param until epoch ms by which the work must be over (the invocation's end, in Lambda): the
+   *   refresh's budget is cut to it, and none is started that could not take its lease and
+   *   post before it (a later request's will). Undefined: its own budget only.
+   */
   start(
     connection: ConnectionConfig,
     current: TokenRecord,
     trigger: Trigger,
     cause: IssuanceCause,
+    until?: number,
   ): void {
     const { name } = connection;
     const { issuance, clock, logger, metrics } = this.deps;
     if (this.#running.has(name)) return;
-    const deadline = clock.now() + issuance.refreshBudgetMs(connection, current);
+    const now = clock.now();
+    const { budget, least } = issuance.refreshMs(connection, current);
+    const deadline = Math.min(now + budget, until ?? Number.POSITIVE_INFINITY);
+    // Lambda resets an environment whose invocation overran its timeout, mid-refresh maybe:
+    // a refresh that cannot have its countdown and POST in time is not started at all.
+    if (least >= deadline - now) return;
     const run = issuance
       .refresh(connection, current, deadline, trigger, cause)
       .then(

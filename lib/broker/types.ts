@@ -34,6 +34,12 @@ export interface GetTokenOptions {
   readonly minValiditySeconds?: number | undefined;
   /** Epoch ms by which an answer is due (derived from the Lambda's remaining time). */
   readonly deadline: number;
+  /**
+   * Epoch ms by which work this request starts after its answer (a refresh ahead of expiry)
+   * must be over: in Lambda the invocation's end, since the function's timeout bounds the
+   * time an extension keeps the environment thawed. Undefined: the refresh's own budget only.
+   */
+  readonly workUntil?: number | undefined;
   /** Who asks (an HTTP caller's IAM ARN, `direct invoke`): logged with an issuance it causes. */
   readonly caller?: string | undefined;
   /**

@@ -2,7 +2,7 @@
 import { printable } from '../errors.js';
 
 /** Edit distance of two short strings (insertions, deletions, substitutions). */
-const distance = (a: string, b: string): number => {
+export const distance = (a: string, b: string): number => {
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i += 1) {
     const current = [i];
@@ -19,6 +19,26 @@ const distance = (a: string, b: string): number => {
 };
 
 /**
+ * The known name `name` is most likely a typo of: the same but for case, or the closest within
+ * `maxDistance` edits (the first such in `known` on a tie); undefined when none is that close.
+ */
+export const nearest = (
+  name: string,
+  known: readonly string[],
+  maxDistance = 2,
+): string | undefined => {
+  const same = known.find((k) => k.toLowerCase() === name.toLowerCase());
+  if (same !== undefined) return same;
+  let best: string | undefined;
+  let bestDistance = maxDistance + 1;
+  for (const candidate of known) {
+    const d = distance(candidate, name);
+    if (d < bestDistance) [best, bestDistance] = [candidate, d];
+  }
+  return best;
+};
+
+/**
  * The first field of `value` that is not one of `known`, with the known field it is most
  * likely a typo of: a typo in a required field (`secretID`) is named as such, not reported as
  * the required field missing. Undefined when every field is known (or `value` is no object).
@@ -27,8 +47,6 @@ export const unknownField = (value: unknown, known: readonly string[]): string |
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
   const key = Object.keys(value).find((k) => !known.includes(k));
   if (key === undefined) return undefined;
-  const near = known.find(
-    (field) => field.toLowerCase() === key.toLowerCase() || distance(field, key) <= 2,
-  );
+  const near = nearest(key, known);
   return `field "${printable(key, 40)}": unknown field${near ? ` (did you mean "${near}"?)` : ''}; known: ${known.join(', ')}`;
 };

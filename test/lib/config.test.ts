@@ -92,7 +92,8 @@ describe('Function: loadConfig', () => {
       BROKER_REFRESH_WINDOW_SECONDS: '120',
       BROKER_MEMORY_RECHECK_SECONDS: '0',
       BROKER_UPSTREAM_TIMEOUT_MS: '2500',
-      BROKER_CODE_FIELD: 'ignored',
+      // Not the broker's: only BROKER_* variables are checked by name.
+      CODE_FIELD: 'ignored',
     });
     expect(config.refreshWindowSeconds).toBe(120);
     expect(config.memoryRecheckSeconds).toBe(0);
@@ -338,5 +339,51 @@ describe('Function: loadConfig', () => {
       BROKER_MAX_TOKEN_LIFETIME_SECONDS: '3600',
     };
     expect(failure(env)).toContain('BROKER_REFRESH_WINDOW_SECONDS must be shorter');
+  });
+
+  it('refuses a refresh window at or below the default minValidity, naming both (issue 24)', () => {
+    for (const window of ['60', '30']) {
+      expect(failure({ ...good, BROKER_REFRESH_WINDOW_SECONDS: window })).toBe(
+        `BROKER_REFRESH_WINDOW_SECONDS (${window}) must be longer than BROKER_DEFAULT_MIN_VALIDITY_SECONDS (60): otherwise every routine refresh is a caller's forced replacement`,
+      );
+    }
+    expect(
+      loadConfig({
+        ...good,
+        BROKER_REFRESH_WINDOW_SECONDS: '30',
+        BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '29',
+      }).refreshWindowSeconds,
+    ).toBe(30);
+  });
+
+  it('refuses a misspelt BROKER_* variable, naming the one it most likely means (issue 24)', () => {
+    expect(failure({ ...good, BROKER_REFRESH_WINDOW: '300' })).toBe(
+      'BROKER_REFRESH_WINDOW is not a variable the broker reads (did you mean BROKER_REFRESH_WINDOW_SECONDS?); see docs/configuration.md',
+    );
+    expect(failure({ ...good, BROKER_LOCAL_SCHEDULE: '5' })).toContain(
+      '(did you mean BROKER_LOCAL_SCHEDULE_SECONDS?)',
+    );
+    expect(failure({ ...good, BROKER_STORE_OUTAGE_GRACE_SECOND: '5' })).toContain(
+      '(did you mean BROKER_STORE_OUTAGE_GRACE_SECONDS?)',
+    );
+    expect(failure({ ...good, BROKER_SOMETHING_ELSE_ENTIRELY: '1' })).toBe(
+      'BROKER_SOMETHING_ELSE_ENTIRELY is not a variable the broker reads; see docs/configuration.md',
+    );
+  });
+
+  it("accepts every BROKER_* variable the repository reads, the local runtime's included", () => {
+    const env = {
+      ...good,
+      BROKER_LOCAL_SCHEDULE_SECONDS: '5',
+      BROKER_LOCAL_TIMEOUT_MS: '10000',
+      BROKER_LOCAL_EXPIRES_IN: '60',
+      BROKER_LOCAL_SECRETS_FILE: 'secrets.json',
+      BROKER_LOCAL_MAX_ENVIRONMENTS: '2',
+      BROKER_LOCAL_IDLE_SHUTDOWN_SECONDS: '60',
+      BROKER_LOCAL_FREEZE: 'false',
+      BROKER_LAMBDA_EXTENSION: 'off',
+      BROKER_CONNECTIONS_PARAMETER: '',
+    };
+    expect(loadConfig(env).tableName).toBe('tokens');
   });
 });

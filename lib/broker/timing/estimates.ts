@@ -30,6 +30,11 @@ export const READ_RESERVE_MS = 50;
  * (each step lasts a write longer than 250 ms, which a reader cannot count on).
  */
 export const CUT_OVER_REREAD_MS = 1_000;
+/**
+ * Kept free before the function's deadline to serialise and return the answer, ms (the edge's
+ * `deadlineOf`; the settings check counts it in the least timeout a refresh needs).
+ */
+export const ANSWER_MARGIN_MS = 500;
 /** What a refresh's budget allows for each countdown step's lease write, ms. */
 export const STEP_WRITE_ALLOWANCE_MS = 50;
 /** XFetch β: 1 is the value the paper shows optimal for a single recompute. */

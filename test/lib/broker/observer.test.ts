@@ -118,6 +118,23 @@ describe('Function: decide (the observer)', () => {
     expect(decide(observation).do).toBe(expected);
   });
 
+  it('never marks forced a replacement of a token inside its window, whatever the need (issue 24)', () => {
+    // A window (30 s) shorter than the validity callers ask for (60 s): the token entered its
+    // window, so replacing it is routine, not a caller's word (I4 bounds only the latter).
+    const short = { ...settings, refreshWindowMs: 30_000 };
+    const inWindow = token('due', T0 + 20_000);
+    expect(
+      decide(
+        observe({ state: { token: inWindow, lease: undefined }, need: 60_000, settings: short }),
+      ),
+    ).toMatchObject({ do: 'acquire', cause: 'refresh-ahead', forced: false });
+    // Outside its window (40 s left, a 30 s window), a caller asking 60 s does force it.
+    const early = token('early', T0 + 40_000);
+    expect(
+      decide(observe({ state: { token: early, lease: undefined }, need: 60_000, settings: short })),
+    ).toMatchObject({ do: 'acquire', cause: 'min-validity', forced: true });
+  });
+
   it('takes over exactly the stale version seen, going on from its countdown, and replaces exactly the token read (I1, I2)', () => {
     const stale = lease(7);
     const decision = decide(

@@ -86,6 +86,31 @@ describe('Refresh ahead of expiry: on demand', () => {
     expect(refreshed.record.accessToken).toBe('token-1');
   });
 
+  it('budgets a refresh after the response from the invocation’s time left, and starts none that cannot fit it (issue 24)', async () => {
+    // Its own budget: 21 steps of 300 ms, two upstream timeouts of 2 s and the write, 10.6 s;
+    // the invocation ends in 3 s, less than the countdown alone (5.65 s at the least).
+    const short = setup({ window: 600 });
+    storeToken(short.store, 299_000);
+    const served = await short.broker.getToken('sandbox', {
+      deadline: T0 + 2_500,
+      workUntil: T0 + 3_000,
+    });
+    expect(served.record.accessToken).toBe('current');
+    await short.broker.idle();
+    expect(short.issuer.issued).toBe(0);
+    expect(short.store.items.get('sandbox')?.lease).toBeUndefined();
+    expect(short.metrics.get('RefreshFailures') ?? 0).toBe(0);
+
+    // With 8 s left it runs, and is over by then.
+    const { broker, store, issuer } = setup({ window: 600 });
+    storeToken(store, 299_000);
+    const start = Date.now();
+    await broker.getToken('sandbox', { deadline: start + 7_500, workUntil: start + 8_000 });
+    await broker.idle();
+    expect(issuer.issued).toBe(1);
+    expect(Date.now()).toBeLessThanOrEqual(start + 8_000);
+  });
+
   it('keeps serving the current token when the refresh fails, and counts the failure', async () => {
     const { broker, store, issuer, metrics, logger } = setup({ window: 600 });
     storeToken(store, 300_000);
