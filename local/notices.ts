@@ -53,3 +53,12 @@ export const originOf = (url: string): string => {
     return 'an endpoint that is not a URL';
   }
 };
+
+/**
+ * The banner's AWS CLI example, and why it may fail: `--cli-binary-format` is AWS CLI v2's
+ * (v2 reads `--payload` as base64 without it), and v1 refuses it as an unknown option.
+ */
+export const awsCliExample = (url: string, functionName: string, connection: string): string[] => [
+  `  aws lambda invoke --endpoint-url ${url} --function-name ${functionName} --cli-binary-format raw-in-base64-out --payload '{"action":"getToken","connection":"${connection}"}' /dev/stdout`,
+  '    # AWS CLI v2; v1 has no --cli-binary-format (it sends --payload as is): leave that option out. Any region and credentials do.',
+];

@@ -20,6 +20,7 @@ import {
 import { DEFAULT_LAMBDA, scheduledEvent } from './lambda-events.js';
 import { startLambdaServer } from './lambda-server.js';
 import {
+  awsCliExample,
   failureReason,
   listenFailure,
   networkWarning,
@@ -216,9 +217,7 @@ log(
 );
 log(`  curl -s ${server.url}/health`);
 log(`  curl -s ${server.url}/__local/environments    # local only: the execution environments`);
-log(
-  `  aws lambda invoke --endpoint-url ${server.url} --function-name ${lambda.functionName} --cli-binary-format raw-in-base64-out --payload '{"action":"getToken","connection":"${names[0]}"}' /dev/stdout`,
-);
+for (const line of awsCliExample(server.url, lambda.functionName, String(names[0]))) log(line);
 log('');
 log(
   settings.scheduleSeconds > 0

@@ -277,6 +277,13 @@ describe('Local runtime: log lines and notices', () => {
         });
         child.once('exit', (code) => fail(new Error(`exited ${code}: ${output}`)));
       });
+      // The banner's AWS CLI line fails on AWS CLI v1: the line after it says why.
+      const banner = output.split('\n');
+      const aws = banner.findIndex((line) => line.startsWith('  aws lambda invoke'));
+      expect(banner[aws]).toContain('--cli-binary-format raw-in-base64-out');
+      expect(banner[aws + 1]).toBe(
+        '    # AWS CLI v2; v1 has no --cli-binary-format (it sends --payload as is): leave that option out. Any region and credentials do.',
+      );
       // A second invocation that logs at INFO: an invalidate of a token nobody holds.
       const response = await fetch(`${url}/tokens/demo-v3/invalidate`, {
         method: 'POST',
