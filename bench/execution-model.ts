@@ -6,20 +6,53 @@
  * measured with the other cold costs (costs.ts).
  */
 
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import type { Stack } from '../local/stack.js';
 import type { ColdCost, EnvironmentCold, EnvironmentColdCost } from './costs.js';
 import type { FleetResult } from './fleet.js';
 import { type HotKeyResult, measureHotKey } from './hot-key.js';
 
 /**
- * Lambda's duration price, x86, us-east-1, first tier (the first 6 billion GB-seconds a
- * month): an assumption, taken from the AWS Lambda pricing page (aws.amazon.com/lambda/pricing)
- * as of 2026, not checked against a bill. AWS's "How AWS Pricing Works" rounds it to
- * $0.00001667.
+ * Lambda's duration price per GB-second, us-east-1, first tier (x86: the first 6 billion
+ * GB-seconds a month; arm64: the first 7.5 billion): an assumption, taken from the AWS Lambda
+ * pricing page (aws.amazon.com/lambda/pricing) as of 2026, not checked against a bill. AWS's
+ * "How AWS Pricing Works" rounds them to $0.00001667 and $0.00001333.
  */
-export const PRICE_PER_GB_SECOND_USD = 0.0000166667;
-/** The memory the cost is stated for: 256 MB, the pool's default `memoryMb`. */
-export const MEMORY_MB = 256;
+export const LAMBDA_PRICE_PER_GB_SECOND_USD = {
+  x86_64: 0.0000166667,
+  arm64: 0.0000133334,
+} as const;
+export type Architecture = keyof typeof LAMBDA_PRICE_PER_GB_SECOND_USD;
+
+/** What the stack deploys: the function's memory and architecture, as serverless.yml sets them. */
+export interface DeployedFunction {
+  readonly memoryMb: number;
+  readonly architecture: Architecture;
+}
+
+/**
+ * The `provider` block's `memorySize` and `architecture` (Lambda's defaults, 1024 MB and
+ * x86_64, where it sets none), so that the cost is stated for what is deployed. A line match,
+ * not a YAML parser: the file's CloudFormation tags (`!GetAtt`) need a schema of their own.
+ */
+export const deployedFunction = (serverlessYml: string): DeployedFunction => {
+  const provider = /^provider:\n((?:[ \t]+.*\n|\n)*)/m.exec(serverlessYml)?.[1] ?? '';
+  const memory = /^ {2}memorySize: *(\d+)\s*$/m.exec(provider)?.[1];
+  const architecture = /^ {2}architecture: *(\S+)\s*$/m.exec(provider)?.[1] ?? 'x86_64';
+  if (!(architecture in LAMBDA_PRICE_PER_GB_SECOND_USD)) {
+    throw new Error(`serverless.yml: unknown architecture '${architecture}'`);
+  }
+  return { memoryMb: memory ? Number(memory) : 1024, architecture: architecture as Architecture };
+};
+
+const DEPLOYED = deployedFunction(
+  readFileSync(fileURLToPath(new URL('../serverless.yml', import.meta.url)), 'utf8'),
+);
+/** The memory the cost is stated for: the deployed function's (serverless.yml). */
+export const MEMORY_MB = DEPLOYED.memoryMb;
+export const ARCHITECTURE = DEPLOYED.architecture;
+export const PRICE_PER_GB_SECOND_USD = LAMBDA_PRICE_PER_GB_SECOND_USD[ARCHITECTURE];
 
 export interface IdleRunSpec {
   readonly name: 'idle-always-running' | 'idle-frozen' | 'idle-frozen-no-extension';
@@ -229,7 +262,7 @@ export const executionModelMarkdown = ({
       ...costs.map((c) => (c.perRefreshMs === null ? 'no refresh' : ms(c.perRefreshMs))),
     ],
     [
-      `the same at ${MEMORY_MB} MB, $${PRICE_PER_GB_SECOND_USD} per GB-s (USD per refresh)`,
+      `the same at ${MEMORY_MB} MB ${ARCHITECTURE}, $${PRICE_PER_GB_SECOND_USD} per GB-s (USD per refresh)`,
       ...costs.map((c) => usd(c.perRefreshUsd)),
     ],
     [
@@ -254,7 +287,7 @@ export const executionModelMarkdown = ({
     '',
     table(['', ...columns.map((c) => c.label)], sideRows),
     '',
-    `**Billed time after the response per refresh** (the frozen runs above): each invocation's billed duration (delivery to the freeze, rounded up to 1 ms) minus its response duration (delivery to the runtime's response), summed over the run and divided by its refreshes. Price: $${PRICE_PER_GB_SECOND_USD} per GB-second (x86, us-east-1, first tier), an assumption from the AWS Lambda pricing page as of 2026, for a ${MEMORY_MB} MB function:`,
+    `**Billed time after the response per refresh** (the frozen runs above): each invocation's billed duration (delivery to the freeze, rounded up to 1 ms) minus its response duration (delivery to the runtime's response), summed over the run and divided by its refreshes. Price: $${PRICE_PER_GB_SECOND_USD} per GB-second (${ARCHITECTURE}, us-east-1, first tier), an assumption from the AWS Lambda pricing page as of 2026, for the ${MEMORY_MB} MB ${ARCHITECTURE} function serverless.yml deploys:`,
     '',
     table(['', ...frozen.map(({ label }) => label)], billedRows),
     '',

@@ -20,6 +20,7 @@ import {
   type WarmCost,
 } from './costs.js';
 import {
+  ARCHITECTURE,
   afterResponseCost,
   executionModelMarkdown,
   type IdleRun,
@@ -422,6 +423,7 @@ writeFileSync(
         idle: idleSettings,
         pricePerGbSecondUsd: PRICE_PER_GB_SECOND_USD,
         memoryMb: MEMORY_MB,
+        architecture: ARCHITECTURE,
       },
       fleets,
       warm,

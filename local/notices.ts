@@ -26,3 +26,39 @@ export const listenFailure = (
   error?.code === 'EADDRINUSE'
     ? `Port ${port} on ${host} is in use (another npm start?): set PORT to a free one (PORT=3001 npm start), or PORT=0 for any.`
     : `The local runtime could not listen on ${host}:${port}: ${error?.message ?? String(error)}`;
+
+/**
+ * What went wrong, in words that carry no value: the system's code and call
+ * (`ECONNREFUSED (connect)`), else the error's name. Messages are left out: a parser's quotes
+ * its input, and an SDK's may repeat a request.
+ */
+export const failureReason = (error: unknown): string => {
+  const { code, syscall, name } = (error ?? {}) as {
+    code?: unknown;
+    syscall?: unknown;
+    name?: unknown;
+  };
+  const word = (value: unknown) =>
+    typeof value === 'string' && /^[\w.-]{1,60}$/.test(value) ? value : undefined;
+  const coded = word(code);
+  if (coded) return word(syscall) ? `${coded} (${word(syscall)})` : coded;
+  return word(name) ?? 'unknown error';
+};
+
+/** A URL as far as its port: no credentials, path or query. */
+export const originOf = (url: string): string => {
+  try {
+    return new URL(url).origin;
+  } catch {
+    return 'an endpoint that is not a URL';
+  }
+};
+
+/**
+ * The banner's AWS CLI example, and why it may fail: `--cli-binary-format` is AWS CLI v2's
+ * (v2 reads `--payload` as base64 without it), and v1 refuses it as an unknown option.
+ */
+export const awsCliExample = (url: string, functionName: string, connection: string): string[] => [
+  `  aws lambda invoke --endpoint-url ${url} --function-name ${functionName} --cli-binary-format raw-in-base64-out --payload '{"action":"getToken","connection":"${connection}"}' /dev/stdout`,
+  '    # AWS CLI v2; v1 has no --cli-binary-format (it sends --payload as is): leave that option out. Any region and credentials do.',
+];

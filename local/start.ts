@@ -9,7 +9,6 @@
  *
  * Settings (all optional): see docs/guide.md, "The local runtime".
  */
-import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { ensureTable, localDynamoDBClient, startDynalite } from './dynamodb-local.js';
 import { startKmsEmulator } from './kms-emulator.js';
@@ -20,7 +19,15 @@ import {
 } from './lambda-env/pool.js';
 import { DEFAULT_LAMBDA, scheduledEvent } from './lambda-events.js';
 import { startLambdaServer } from './lambda-server.js';
-import { listenFailure, networkWarning, upstreamNotice } from './notices.js';
+import {
+  awsCliExample,
+  failureReason,
+  listenFailure,
+  networkWarning,
+  originOf,
+  upstreamNotice,
+} from './notices.js';
+import { readSecretsFile } from './secrets-file.js';
 import { startSecretsEmulator } from './secrets-manager-emulator.js';
 import { generateClient, startSimulator } from './simulator.js';
 import { functionEnvironment, readSettings, type StartSettings } from './start-settings.js';
@@ -45,9 +52,19 @@ const fail = async (line: string): Promise<never> => {
   process.exit(1);
 };
 
+// Anything else that stops the start: one line that names the error but not its message (which
+// may quote a value), rather than Node's print of the source line and the stack.
+process.on('uncaughtException', (error) => {
+  void fail(`The local runtime stopped: ${failureReason(error)}`);
+});
+
+// Read before anything starts: a refusal here has nothing to stop. Their messages are written
+// to name the variable and never quote its value (a secrets file's content above all).
 let settings: StartSettings;
+let fileSecrets: Record<string, string> | undefined;
 try {
   settings = readSettings(env);
+  fileSecrets = settings.secretsFile ? readSecretsFile(settings.secretsFile) : undefined;
 } catch (error) {
   settings = await fail(`The local runtime did not start: ${(error as Error).message}`);
 }
@@ -64,7 +81,12 @@ env.AWS_REGION ??= 'us-east-1';
 env.POWERTOOLS_METRICS_DISABLED ??= 'true';
 env.AWS_ACCESS_KEY_ID ??= 'local';
 env.AWS_SECRET_ACCESS_KEY ??= 'local';
-await ensureTable(localDynamoDBClient(env.AWS_ENDPOINT_URL_DYNAMODB), env.BROKER_TABLE_NAME);
+await ensureTable(localDynamoDBClient(env.AWS_ENDPOINT_URL_DYNAMODB), env.BROKER_TABLE_NAME).catch(
+  (error: unknown) =>
+    fail(
+      `The local runtime did not start: DynamoDB at ${originOf(env.AWS_ENDPOINT_URL_DYNAMODB ?? '')} (AWS_ENDPOINT_URL_DYNAMODB) failed: ${failureReason(error)}`,
+    ),
+);
 
 // Connections: your own (BROKER_CONNECTIONS) or two demo ones against the simulator.
 let secrets: Record<string, string> = {};
@@ -89,14 +111,7 @@ if (simulated) {
     `Open API simulator   ${simulator.url}  (clients ${v3Client.clientId}, ${legacyClient.clientId})`,
   );
 }
-if (settings.secretsFile) {
-  secrets = {};
-  for (const [id, value] of Object.entries(
-    JSON.parse(readFileSync(settings.secretsFile, 'utf8')),
-  )) {
-    secrets[id] = typeof value === 'string' ? value : JSON.stringify(value);
-  }
-}
+if (fileSecrets) secrets = fileSecrets;
 // Secrets Manager: a loopback endpoint unless one is given.
 if (!env.AWS_ENDPOINT_URL_SECRETS_MANAGER) {
   const emulator = await startSecretsEmulator(secrets);
@@ -204,9 +219,7 @@ log(
 );
 log(`  curl -s ${server.url}/health`);
 log(`  curl -s ${server.url}/__local/environments    # local only: the execution environments`);
-log(
-  `  aws lambda invoke --endpoint-url ${server.url} --function-name ${lambda.functionName} --cli-binary-format raw-in-base64-out --payload '{"action":"getToken","connection":"${names[0]}"}' /dev/stdout`,
-);
+for (const line of awsCliExample(server.url, lambda.functionName, String(names[0]))) log(line);
 log('');
 log(
   settings.scheduleSeconds > 0

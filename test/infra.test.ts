@@ -3,7 +3,7 @@
  * AWS credentials) for a dev and a prod stage, then the generated CloudFormation is read.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -313,4 +313,28 @@ describe('Template: the optional egress stack (infra/egress.yml)', () => {
       expect(text).toMatch(new RegExp(`^  ${output}:\\n    (Description: .*\\n    )?Value:`, 'm'));
     }
   });
+});
+
+describe('Packaging without a build', () => {
+  it('says to run npm run build, not "No file matches include / exclude patterns"', async () => {
+    // The service's files without dist/: a checkout where nobody has built yet.
+    const service = join(dir, 'unbuilt');
+    mkdirSync(service);
+    cpSync(join(root, 'serverless.yml'), join(service, 'serverless.yml'));
+    cpSync(join(root, 'infra'), join(service, 'infra'), { recursive: true });
+    const failure = await run(
+      join(root, 'node_modules/.bin/serverless'),
+      ['package', '--stage', 'dev', '--package', join(service, 'out')],
+      { cwd: service, env: { PATH: process.env.PATH ?? '', HOME: service } },
+    ).then(
+      () => undefined,
+      (error: { code?: unknown; stdout?: string; stderr?: string }) => error,
+    );
+    expect(failure?.code).toBe(1);
+    const said = `${failure?.stdout}${failure?.stderr}`;
+    expect(said).toContain(
+      'dist/broker/index.mjs is missing: run `npm run build` before packaging or deploying',
+    );
+    expect(said).not.toContain('No file matches');
+  }, 60_000);
 });

@@ -5,8 +5,10 @@
  * as a process (the script `npm start` execs), from a private build.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isLoopbackHost, listenFailure, networkWarning, upstreamNotice } from '../local/notices.js';
@@ -133,6 +135,135 @@ describe('Local runtime: what it says when it cannot start', () => {
   }, 60_000);
 });
 
+/** A port nothing listens on: bound, then closed. */
+const closedPort = async () => {
+  const server: Server = createServer();
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+  const { port } = server.address() as { port: number };
+  await new Promise((done) => server.close(done));
+  return port;
+};
+
+describe('Local runtime: no error path prints a secret', () => {
+  // A value that stands for a client secret (or a secret access key): each refusal below is
+  // started with it where a user might have put it, and must not print it.
+  const SECRET = 'sk-live-7f3a9c2e5b8d1046';
+  const dir = mkdtempSync(join(tmpdir(), 'local-start-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const file = (name: string, text: string) => {
+    const path = join(dir, name);
+    writeFileSync(path, text);
+    return path;
+  };
+  const secretJson = JSON.stringify({ clientId: 'demo', clientSecret: SECRET });
+  const malformed = file('malformed.json', `{"s1": ${secretJson.slice(0, -1)},}}\n`);
+  const notAnObject = file('array.json', JSON.stringify([SECRET]));
+  const good = file('good.json', JSON.stringify({ s1: JSON.parse(secretJson) }));
+  const missing = join(dir, 'missing.json');
+  const refused = (what: string) => `The local runtime did not start: ${what}`;
+
+  /** Runs one refusal: exit 1, one line on stderr, the secret nowhere. */
+  const refusal = async (env: Record<string, string>) => {
+    const { code, stdout, stderr } = await runToExit({ PORT: '0', ...env });
+    expect(stdout).not.toContain(SECRET);
+    expect(stderr).not.toContain(SECRET);
+    expect(code).toBe(1);
+    const lines = stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    return lines[0];
+  };
+
+  it('a bad setting whose value is the secret', async () => {
+    expect(await refusal({ PORT: SECRET })).toBe(
+      refused('PORT must be a whole number from 0 to 65535'),
+    );
+  }, 60_000);
+
+  it('a malformed secrets file: the file and the position, none of its content', async () => {
+    expect(await refusal({ BROKER_LOCAL_SECRETS_FILE: malformed })).toBe(
+      refused(
+        `BROKER_LOCAL_SECRETS_FILE ${malformed}: not valid JSON at line 1, column 69 (offset 68): expected a property name in double quotes`,
+      ),
+    );
+  }, 60_000);
+
+  it('a missing secrets file, and one that is not an object', async () => {
+    expect(await refusal({ BROKER_LOCAL_SECRETS_FILE: missing })).toBe(
+      refused(`BROKER_LOCAL_SECRETS_FILE ${missing}: no such file (ENOENT)`),
+    );
+    expect(await refusal({ BROKER_LOCAL_SECRETS_FILE: notAnObject })).toBe(
+      refused(
+        `BROKER_LOCAL_SECRETS_FILE ${notAnObject}: must hold a JSON object of secret ID → value (it holds an array)`,
+      ),
+    );
+  }, 60_000);
+
+  it('an unreachable DynamoDB endpoint, with the secret as the secret access key', async () => {
+    const port = await closedPort();
+    expect(
+      await refusal({
+        AWS_ENDPOINT_URL_DYNAMODB: `http://127.0.0.1:${port}/?key=${SECRET}`,
+        AWS_SECRET_ACCESS_KEY: SECRET,
+      }),
+    ).toBe(
+      refused(
+        `DynamoDB at http://127.0.0.1:${port} (AWS_ENDPOINT_URL_DYNAMODB) failed: ECONNREFUSED (connect)`,
+      ),
+    );
+  }, 60_000);
+
+  it('bad connections: malformed JSON around the secret, and the secret in a field that does not exist', async () => {
+    const connection = { variant: 'v3', baseUrl: 'https://api.example.com', secretId: 's1' };
+    expect(
+      await refusal({
+        BROKER_LOCAL_SECRETS_FILE: good,
+        BROKER_CONNECTIONS: `{"prod": {"clientSecret": "${SECRET}",}}`,
+      }),
+    ).toBe('The broker did not start: BROKER_CONNECTIONS is not valid JSON');
+    expect(
+      await refusal({
+        BROKER_LOCAL_SECRETS_FILE: good,
+        BROKER_CONNECTIONS: JSON.stringify({ prod: { ...connection, clientSecret: SECRET } }),
+      }),
+    ).toMatch(
+      /^The broker did not start: .*connection "prod", field "clientSecret": unknown field/,
+    );
+  }, 60_000);
+
+  it('a port in use, with the secrets loaded', async () => {
+    const taken: Server = createServer();
+    await new Promise<void>((done) => taken.listen(0, '127.0.0.1', done));
+    const { port } = taken.address() as { port: number };
+    try {
+      expect(await refusal({ BROKER_LOCAL_SECRETS_FILE: good, PORT: String(port) })).toMatch(
+        new RegExp(`^Port ${port} on 127\\.0\\.0\\.1 is in use`),
+      );
+    } finally {
+      await new Promise((done) => taken.close(done));
+    }
+  }, 60_000);
+
+  it('a secret that is not JSON: the warm-up fails, saying so without the value', async () => {
+    const broken = file('broken-secret.json', JSON.stringify({ s1: `{clientSecret: ${SECRET}` }));
+    const child = start({
+      PORT: '0',
+      BROKER_LOCAL_SCHEDULE_SECONDS: '0',
+      BROKER_LOCAL_SECRETS_FILE: broken,
+      BROKER_CONNECTIONS: JSON.stringify({
+        prod: { variant: 'v3', baseUrl: `http://127.0.0.1:${await closedPort()}`, secretId: 's1' },
+      }),
+    });
+    const run = listening(child);
+    try {
+      await run.url;
+      expect(run.output()).toContain(`Secret 's1' is not JSON`);
+      expect(run.output()).not.toContain(SECRET);
+    } finally {
+      await stop(child);
+    }
+  }, 60_000);
+});
+
 describe('Local runtime: log lines and notices', () => {
   it('says cold_start: true on the first invocation only', async () => {
     const child = start({ PORT: '0', BROKER_LOCAL_SCHEDULE_SECONDS: '0' });
@@ -146,6 +277,13 @@ describe('Local runtime: log lines and notices', () => {
         });
         child.once('exit', (code) => fail(new Error(`exited ${code}: ${output}`)));
       });
+      // The banner's AWS CLI line fails on AWS CLI v1: the line after it says why.
+      const banner = output.split('\n');
+      const aws = banner.findIndex((line) => line.startsWith('  aws lambda invoke'));
+      expect(banner[aws]).toContain('--cli-binary-format raw-in-base64-out');
+      expect(banner[aws + 1]).toBe(
+        '    # AWS CLI v2; v1 has no --cli-binary-format (it sends --payload as is): leave that option out. Any region and credentials do.',
+      );
       // A second invocation that logs at INFO: an invalidate of a token nobody holds.
       const response = await fetch(`${url}/tokens/demo-v3/invalidate`, {
         method: 'POST',

@@ -5,7 +5,6 @@
  * one provably never sent may be retried.
  */
 import {
-  printable,
   UpstreamBadResponseError,
   UpstreamRejectedError,
   UpstreamUnavailableError,
@@ -79,9 +78,55 @@ const provablyNotSent = (error: unknown): boolean => {
   return typeof cause?.code === 'string' && NOT_SENT.has(cause.code);
 };
 
-/** A short, credential-free reason for a network failure (`ECONNREFUSED`, `CERT_HAS_EXPIRED`, …). */
-const networkReason = (error: unknown): string => {
-  const cause = (error as { cause?: { code?: unknown } } | undefined)?.cause;
-  if (cause && typeof cause.code === 'string') return printable(cause.code, 40);
-  return error instanceof Error ? printable(error.name, 40) : 'unknown error';
+/** The error and what it wraps, nearest first: `cause` links and an aggregate's `errors`. */
+const causeChain = (error: unknown): object[] => {
+  const chain: object[] = [];
+  const queue: unknown[] = [error];
+  // Bounded: an error may wrap itself, or a long chain.
+  while (queue.length > 0 && chain.length < 8) {
+    const next = queue.shift();
+    if (typeof next !== 'object' || next === null || chain.includes(next)) continue;
+    chain.push(next);
+    const { cause, errors } = next as { cause?: unknown; errors?: unknown };
+    queue.push(cause);
+    if (Array.isArray(errors)) queue.push(...errors.slice(0, 4));
+  }
+  return chain;
+};
+
+/** A code, a system call or a name: one word, safe to print. */
+const word = (value: unknown): string | undefined =>
+  typeof value === 'string' && /^[\w.-]{1,40}$/.test(value) ? value : undefined;
+
+/**
+ * A message of a few plain words (`bad port`, `other side closed`): no `:`, `/`, `?`, `=`,
+ * `@` or quote, so no URL, query, header or JSON can be in it.
+ */
+const plainWords = (value: unknown): string | undefined =>
+  typeof value === 'string' && /^[A-Za-z][\w ,.()'-]{0,59}$/.test(value) ? value : undefined;
+
+/**
+ * A short, credential-free reason for a network failure. undici's `fetch` throws a bare
+ * `TypeError: fetch failed` whose cause holds the reason: the code and the system call of the
+ * first cause that has one (`ECONNREFUSED (connect)`, `ENOTFOUND (getaddrinfo)`,
+ * `UND_ERR_SOCKET`, `CERT_HAS_EXPIRED`), an aggregate's (IPv6 then IPv4) included. Without a
+ * code, a cause's message if it is a few plain words (`bad port`); messages are otherwise left
+ * out, since they may repeat the URL (with `clientId` in its query) or a header.
+ */
+export const networkReason = (error: unknown): string => {
+  const chain = causeChain(error);
+  for (const link of chain) {
+    const { code, syscall } = link as { code?: unknown; syscall?: unknown };
+    const coded = word(code);
+    if (coded) return word(syscall) ? `${coded} (${word(syscall)})` : coded;
+  }
+  const said = chain
+    .slice(1)
+    .map((link) => plainWords((link as { message?: unknown }).message))
+    .find((message) => message !== undefined);
+  if (said) return said;
+  const name = word((error as { name?: unknown } | undefined)?.name);
+  if (!name) return 'unknown error';
+  const message = plainWords((error as { message?: unknown }).message);
+  return message ? `${message} (${name}, no cause code)` : `${name}, no cause code`;
 };

@@ -554,7 +554,7 @@ describe('Class: OpenApiClient against the simulator', () => {
       deadline: deadline(),
     }).then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
-    expect(error.message).toBe('Open API authorize request failed: ECONNREFUSED');
+    expect(error.message).toBe('Open API authorize request failed: ECONNREFUSED (connect)');
   });
 
   it('reports a 5xx from the token endpoint as an unknown outcome, never retried, and an envelope error as rejected', async () => {
