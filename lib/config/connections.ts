@@ -8,7 +8,7 @@ import '../schema.js';
 import type { SigningConfig } from '../upstream/signing.js';
 import { baseUrlSchema } from './base-url.js';
 import { unknownField } from './field-typos.js';
-import { parseProbe, type ProbeConfig } from './probe-field.js';
+import { type ProbeConfig, parseProbe } from './probe-field.js';
 import { FieldProblem, parseSigning } from './signing-field.js';
 
 export type { ProbeConfig } from './probe-field.js';

@@ -80,7 +80,7 @@ const provablyNotSent = (error: unknown): boolean => {
 };
 
 /** A short, credential-free reason for a network failure (`ECONNREFUSED`, `CERT_HAS_EXPIRED`, …). */
-const networkReason = (error: unknown): string => {
+export const networkReason = (error: unknown): string => {
   const cause = (error as { cause?: { code?: unknown } } | undefined)?.cause;
   if (cause && typeof cause.code === 'string') return printable(cause.code, 40);
   return error instanceof Error ? printable(error.name, 40) : 'unknown error';
