@@ -49,7 +49,9 @@ export class ProbeVerdicts {
     const now = this.clock.monotonic();
     this.#forgetUntil(now);
     const key = `${connection.name}\u0000${token.tokenDigest}`;
-    const waitMs = Math.min(this.timeoutMs, (deadline?.leftMs() ?? this.timeoutMs * 2) / 2);
+    const waitMs = Math.floor(
+      Math.min(this.timeoutMs, (deadline?.leftMs() ?? this.timeoutMs * 2) / 2),
+    );
     let probed = this.#probed.get(key);
     if (!probed) {
       if (waitMs < MIN_PROBE_MS) return NO_TIME;

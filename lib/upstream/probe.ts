@@ -44,7 +44,8 @@ export const probeToken = async (
   accessToken: string,
   { deadline, signal: outer }: StepOptions,
 ): Promise<ProbeVerdict> => {
-  const budget = Math.min(timeoutMs, deadline - now());
+  // Whole ms: AbortSignal.timeout refuses anything else (a deadline cut in half may not be).
+  const budget = Math.floor(Math.min(timeoutMs, deadline - now()));
   if (budget <= 0) return { verdict: 'unknown', reason: 'no time left' };
   const timeout = AbortSignal.timeout(budget);
   const signal = outer ? AbortSignal.any([timeout, outer]) : timeout;
