@@ -119,6 +119,28 @@ describe('Verified reports: a probe checks a report before any age rule', () => 
     expect(probe.probed[0]?.deadline).toBeLessThanOrEqual(started + 2_000);
   });
 
+  it('leaves the report to the age rules when the probe throws, or there is no time for it', async () => {
+    const { broker, probe, logger } = withProbe(() => {
+      throw new TypeError('a bug in an adapter: token-1');
+    }, 60);
+    await broker.getToken('sandbox', { deadline: deadline() });
+    expect(await broker.invalidate('sandbox', 'token-1', 'svc', deadline())).toEqual({
+      invalidated: false,
+      deferredSeconds: 60,
+    });
+    // 60 ms left: half of it is too short for a probe, none is sent.
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(await broker.invalidate('sandbox', 'token-1', 'svc', Date.now() + 60)).toMatchObject({
+      invalidated: false,
+    });
+    expect(probe.probed).toHaveLength(1);
+    const reasons = logger.lines
+      .filter((l) => l.message === 'Invalidate request handled')
+      .map((l) => l.attributes[0]?.probeInconclusive);
+    expect(reasons).toEqual(['TypeError', 'no time left']);
+    expect(JSON.stringify(logger.lines)).not.toContain('token-1"');
+  });
+
   it('probes one token at most once per interval, however many report it', async () => {
     const { broker, probe, issuer } = withProbe(VALID, 0);
     probe.delayMs = 100;
