@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TokenBroker } from '../../../lib/broker/index.js';
 import { issueWith } from '../../../lib/broker/issue-flow.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
-import { OpenApiClient, probeVerdict } from '../../../lib/upstream/open-api.js';
+import { OpenApiClient, probeRequest, probeVerdict } from '../../../lib/upstream/open-api.js';
 import { generateClient, type Simulator, startSimulator } from '../../../local/simulator.js';
 import {
   CountingMetrics,
@@ -49,6 +49,28 @@ describe('Function: probeVerdict', () => {
     [503, { verdict: 'unknown', reason: 'HTTP 503' }],
   ])('reads HTTP %i as %j', (status, verdict) => {
     expect(probeVerdict(status)).toEqual(verdict);
+  });
+});
+
+describe('Function: probeRequest', () => {
+  it('is a GET of the path under baseUrl with the token in x-access-token only', () => {
+    const request = probeRequest(
+      connection({
+        baseUrl: 'https://api.example.com/gw',
+        probe: { path: '/v3/orders?limit=1', intervalSeconds: 5 },
+      }),
+      'at_token',
+    );
+    expect(request.method).toBe('GET');
+    expect(request.url).toBe('https://api.example.com/gw/v3/orders?limit=1');
+    expect(request.headers.get('x-access-token')).toBe('at_token');
+    expect(request.url).not.toContain('at_token');
+  });
+
+  it('refuses a connection without a probe, naming no token', () => {
+    expect(() => probeRequest(connection(), 'at_token')).toThrow(
+      new TypeError("Connection 'sandbox' has no probe"),
+    );
   });
 });
 
