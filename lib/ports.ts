@@ -270,6 +270,16 @@ export interface TokenIssuer {
   ): Promise<IssuedToken>;
 }
 
+/** What the probe said of a token; `reason` (a status or a network code) never holds the token. */
+export type ProbeVerdict =
+  | { readonly verdict: 'valid' | 'revoked' }
+  | { readonly verdict: 'unknown'; readonly reason: string };
+
+/** Asks the Open API with a connection's `probe` (one GET; never throws): 2xx valid, 401 revoked. */
+export interface TokenProbe {
+  probe(c: ConnectionConfig, accessToken: string, options: StepOptions): Promise<ProbeVerdict>;
+}
+
 /** An access token encrypted by the application, with the data key that encrypted it. */
 export interface SealedToken {
   /** IV (12 bytes) | AES-256-GCM ciphertext | tag (16 bytes). */

@@ -36,8 +36,11 @@ export const startStack = async (
   simulatorOptions: Partial<SimulatorOptions> = {},
   /** Which connections BROKER_CONNECTIONS configures: `sandbox` (v3) and/or `legacy`. */
   connections: readonly ('sandbox' | 'legacy')[] = ['sandbox', 'legacy'],
-  /** Encrypt stored tokens with a key of the loopback KMS (BROKER_KMS_KEY_ID). */
-  { encrypt = false }: { encrypt?: boolean } = {},
+  /**
+   * `encrypt`: encrypt stored tokens with a key of the loopback KMS (BROKER_KMS_KEY_ID).
+   * `probe`: verify reports with the simulator's protected ping (each connection's `probe`).
+   */
+  { encrypt = false, probe = false }: { encrypt?: boolean; probe?: boolean } = {},
 ): Promise<Stack> => {
   const v3Client = generateClient('v3');
   const legacyClient = generateClient('legacy');
@@ -68,9 +71,14 @@ export const startStack = async (
       Object.fromEntries(
         connections.map((name) => [
           name,
-          name === 'sandbox'
-            ? { variant: 'v3', baseUrl: simulator.url, secretId: 'open-api/v3' }
-            : { variant: 'legacy', baseUrl: simulator.url, secretId: 'open-api/legacy' },
+          {
+            ...(name === 'sandbox'
+              ? { variant: 'v3', baseUrl: simulator.url, secretId: 'open-api/v3' }
+              : { variant: 'legacy', baseUrl: simulator.url, secretId: 'open-api/legacy' }),
+            ...(probe
+              ? { probe: { path: name === 'sandbox' ? '/open-api/v3/ping' : '/open-api/ping' } }
+              : {}),
+          },
         ]),
       ),
     ),

@@ -103,9 +103,20 @@ if (simulated) {
     'local/demo-v3': JSON.stringify(v3Client),
     'local/demo-legacy': JSON.stringify(legacyClient),
   };
+  // Reports are verified with the simulator's protected ping (docs/protocol.md).
   env.BROKER_CONNECTIONS = JSON.stringify({
-    'demo-v3': { variant: 'v3', baseUrl: simulator.url, secretId: 'local/demo-v3' },
-    'demo-legacy': { variant: 'legacy', baseUrl: simulator.url, secretId: 'local/demo-legacy' },
+    'demo-v3': {
+      variant: 'v3',
+      baseUrl: simulator.url,
+      secretId: 'local/demo-v3',
+      probe: { path: '/open-api/v3/ping' },
+    },
+    'demo-legacy': {
+      variant: 'legacy',
+      baseUrl: simulator.url,
+      secretId: 'local/demo-legacy',
+      probe: { path: '/open-api/ping' },
+    },
   });
   log(
     `Open API simulator   ${simulator.url}  (clients ${v3Client.clientId}, ${legacyClient.clientId})`,

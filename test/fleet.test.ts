@@ -4,10 +4,13 @@
  * a client's earlier tokens whenever it issues a new one).
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { issueWith } from '../lib/broker/issue-flow.js';
+import { OpenApiClient } from '../lib/upstream/open-api.js';
 import { ensureTable, localDynamoDBClient } from '../local/dynamodb-local.js';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
 import { type Stack, startStack } from '../local/stack.js';
 import { buildPrivate, type PrivateBuild } from './support/build.js';
+import { connection } from './support/fakes.js';
 
 let build: PrivateBuild;
 beforeAll(() => {
@@ -66,6 +69,53 @@ describe('Fleet of container processes', () => {
     expect(errors[0]).not.toContain(mine);
     expect(second.output()).not.toContain('Another system may be issuing tokens');
   });
+
+  it('another issuer, revoking the token 4 times: with a probe, each revocation costs one refresh and no caller a second 401 (and is still said); without, a window', async () => {
+    // Production's bounds on a caller's word, not the stack's (0 s).
+    const bounds = { BROKER_INVALIDATE_MIN_AGE_SECONDS: '2', BROKER_FORCED_MIN_AGE_SECONDS: '600' };
+    const other = new OpenApiClient({ timeoutMs: 2_000, limits: { maxLifetimeSeconds: 86_400 } });
+    const sandbox = connection({ baseUrl: stack.simulator.url });
+    const trial = async (probe: boolean) => {
+      const connections = JSON.parse(stack.env.BROKER_CONNECTIONS ?? '{}');
+      if (probe) connections.sandbox.probe = { path: '/open-api/v3/ping' };
+      const table = `${stack.tableName}-${probe ? 'probe' : 'ages'}`;
+      await ensureTable(localDynamoDBClient(stack.dynamodb.url), table);
+      const [broker] = await start(1, {
+        ...bounds,
+        BROKER_TABLE_NAME: table,
+        BROKER_CONNECTIONS: JSON.stringify(connections),
+      });
+      if (!broker) throw new Error('container did not start');
+      tokenOf(await broker.invoke(getToken));
+      await new Promise((done) => setTimeout(done, 2_100)); // past the 2 s floor
+      const before = stack.simulator.stats().issuances;
+      let calls = 0;
+      let failedAfterRetry = 0;
+      for (let round = 0; round < 4; round += 1) {
+        // Another system issues on the same client ID: the broker's token is revoked.
+        await issueWith(other, sandbox, stack.v3Client, { deadline: Date.now() + 5_000 });
+        // Four calls as the client's withToken makes them: use, report a 401, retry once.
+        for (let call = 0; call < 4; call += 1) {
+          calls += 1;
+          const token = tokenOf(await broker.invoke(getToken));
+          if (stack.simulator.isValid(token)) continue;
+          await broker.invoke({ action: 'invalidate', connection: 'sandbox', accessToken: token });
+          if (!stack.simulator.isValid(tokenOf(await broker.invoke(getToken)))) {
+            failedAfterRetry += 1;
+          }
+        }
+      }
+      const issued = stack.simulator.stats().issuances - before - 4; // less the other system's
+      const said = broker.output().includes('Another system may be issuing tokens');
+      return { calls, failedAfterRetry, issued, said };
+    };
+    const withProbe = await trial(true);
+    const withoutProbe = await trial(false);
+    expect(withProbe).toEqual({ calls: 16, failedAfterRetry: 0, issued: 4, said: true });
+    // Without one, the token issued on the first report is `forced`: later reports wait a window.
+    expect(withoutProbe.failedAfterRetry).toBeGreaterThanOrEqual(9);
+    expect(withoutProbe.issued).toBe(1);
+  }, 60_000);
 
   it('N containers racing a cold cache cause exactly one issuance and hold one token', async () => {
     const fleet = await start(6);

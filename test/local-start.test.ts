@@ -130,7 +130,7 @@ describe('Local runtime: what it says when it cannot start', () => {
     expect(code).toBe(1);
     // One line: not Node's print of the minified source line that threw, nor a stack.
     expect(stderr.trim().split('\n')).toEqual([
-      'The broker did not start: BROKER_CONNECTIONS: connection "production", field "secretID": unknown field (did you mean "secretId"?); known: variant, baseUrl, secretId, callers, forceCallers, codeField, revokesOnReissue, signing',
+      'The broker did not start: BROKER_CONNECTIONS: connection "production", field "secretID": unknown field (did you mean "secretId"?); known: variant, baseUrl, secretId, callers, forceCallers, codeField, revokesOnReissue, signing, probe',
     ]);
   }, 60_000);
 });
@@ -308,6 +308,17 @@ describe('Local runtime: log lines and notices', () => {
         .map((line) => JSON.parse(line) as { cold_start?: boolean });
       expect(after).toHaveLength(1);
       expect(after[0]?.cold_start).toBe(false);
+      // The demo connections verify reports with the simulator's protected ping: a report of a
+      // token the Open API accepts replaces nothing, and the answer says so.
+      const { accessToken } = (await (await fetch(`${url}/tokens/demo-v3`)).json()) as {
+        accessToken: string;
+      };
+      const report = await fetch(`${url}/tokens/demo-v3/invalidate`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ accessToken }),
+      });
+      expect(await report.json()).toEqual({ invalidated: false, verified: 'valid' });
     } finally {
       const exited = new Promise((done) => child.once('exit', done));
       child.kill('SIGTERM');

@@ -9,7 +9,7 @@ import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { TokenBroker } from '../broker/index.js';
 import type { BrokerConfig } from '../config.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { SecretSource, TokenCipher, TokenIssuer } from '../ports.js';
+import type { SecretSource, TokenCipher, TokenIssuer, TokenProbe } from '../ports.js';
 import { DynamoDBTokenStore } from './dynamodb-token-store.js';
 import { EmfMetrics } from './emf-metrics.js';
 
@@ -86,6 +86,32 @@ export const createAwsBroker = (
         return new KmsTokenCipher(new KMSClient(bounded), kmsKeyId);
       })
     : undefined;
+  // The upstream client (and its resilience library) is needed only to issue a token, or to
+  // probe a reported one: one client for both, built on first use.
+  const openApi = onFirstUse(async () => {
+    const [{ OpenApiClient }, { DEFAULT_RESILIENCE, UpstreamResilience }] = await Promise.all([
+      import('../upstream/open-api.js'),
+      import('../upstream/resilience.js'),
+    ]);
+    return new OpenApiClient({
+      timeoutMs: config.upstreamTimeoutMs,
+      limits: { maxLifetimeSeconds: config.maxTokenLifetimeSeconds },
+      resilience: new UpstreamResilience({
+        ...DEFAULT_RESILIENCE,
+        onCircuitChange: (connection, state) => {
+          if (state === 'open') {
+            metrics?.record(MetricName.CircuitOpened, connection);
+            logger.error('Open API circuit opened: calls pause, cached tokens are still served', {
+              connection,
+            });
+          } else {
+            logger.info(`Open API circuit ${state}`, { connection });
+          }
+        },
+      }),
+      ...(clients.fetch ? { fetch: clients.fetch } : {}),
+    });
+  });
   return new TokenBroker({
     config,
     logger,
@@ -96,31 +122,8 @@ export const createAwsBroker = (
       cipher,
     ),
     secrets,
-    // The upstream client (and its resilience library) is needed only to issue a token.
-    issuer: lazyIssuer(async () => {
-      const [{ OpenApiClient }, { DEFAULT_RESILIENCE, UpstreamResilience }] = await Promise.all([
-        import('../upstream/open-api.js'),
-        import('../upstream/resilience.js'),
-      ]);
-      return new OpenApiClient({
-        timeoutMs: config.upstreamTimeoutMs,
-        limits: { maxLifetimeSeconds: config.maxTokenLifetimeSeconds },
-        resilience: new UpstreamResilience({
-          ...DEFAULT_RESILIENCE,
-          onCircuitChange: (connection, state) => {
-            if (state === 'open') {
-              metrics?.record(MetricName.CircuitOpened, connection);
-              logger.error('Open API circuit opened: calls pause, cached tokens are still served', {
-                connection,
-              });
-            } else {
-              logger.info(`Open API circuit ${state}`, { connection });
-            }
-          },
-        }),
-        ...(clients.fetch ? { fetch: clients.fetch } : {}),
-      });
-    }),
+    issuer: lazyIssuer(openApi),
+    probe: lazyProbe(openApi),
   });
 };
 
@@ -137,13 +140,16 @@ const onFirstUse = <T>(load: () => Promise<T>): (() => Promise<T>) => {
   };
 };
 
-const lazyIssuer = (load: () => Promise<TokenIssuer>): TokenIssuer => {
-  const issuer = onFirstUse(load);
+const lazyIssuer = (issuer: () => Promise<TokenIssuer>): TokenIssuer => {
   return {
     authorize: async (...args) => (await issuer()).authorize(...args),
     requestToken: async (...args) => (await issuer()).requestToken(...args),
   };
 };
+
+const lazyProbe = (probe: () => Promise<TokenProbe>): TokenProbe => ({
+  probe: async (...args) => (await probe()).probe(...args),
+});
 
 const lazyCipher = (load: () => Promise<TokenCipher>): TokenCipher => {
   const cipher = onFirstUse(load);

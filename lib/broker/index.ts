@@ -13,7 +13,8 @@
  * - `credential-rotation.ts`: re-read a rejected secret and retry once if it was rotated;
  * - `shared-loads.ts` and `single-flight.ts`: concurrent misses in a container share one load,
  *   each within its deadline;
- * - `reports.ts`: a caller's invalidate report, acted on at once or kept until it may be;
+ * - `reports.ts`, `probe-verdicts.ts`: a caller's invalidate report, verified by the probe,
+ *   acted on at once or kept until it may be;
  * - `caller-bounds.ts`: how often a caller's word may replace a token (I4).
  *
  * - `refresh-ahead.ts`: refresh ahead of expiry, in the background of a request;
@@ -25,7 +26,7 @@ import { type Clock, Deadline, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
 import { toBrokerError, UnknownConnectionError } from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
-import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../ports.js';
+import type { SecretSource, TokenIssuer, TokenProbe, TokenRecord, TokenStore } from '../ports.js';
 import { type CallerBoundSettings, needMsOf } from './caller-bounds.js';
 import { ConnectionView } from './connection-view.js';
 import { withCredentialRotation } from './credential-rotation.js';
@@ -66,6 +67,8 @@ export interface TokenBrokerDeps {
   readonly store: TokenStore;
   readonly secrets: SecretSource;
   readonly issuer: TokenIssuer;
+  /** Checks reports on connections with a `probe` (the Open API client); none: age rules only. */
+  readonly probe?: TokenProbe | undefined;
   readonly logger: BrokerLogger;
   readonly metrics?: BrokerMetrics;
   /** Time, timers and random draws; the system clock unless a test injects one. */
@@ -103,6 +106,8 @@ export class TokenBroker {
       settings: this.#settings,
       logger: deps.logger,
       metrics: this.#metrics,
+      probe: deps.probe,
+      upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
     });
     this.#issuance = new LeasedIssuance({
       store: deps.store,
@@ -185,9 +190,9 @@ export class TokenBroker {
   }
 
   /**
-   * A caller's report that the upstream rejected `accessToken`: that token is dropped if it is
-   * old enough to be replaced on a caller's word, else kept with the report and replaced once
-   * it is (see `reports.ts`).
+   * A caller's report that the upstream rejected `accessToken`: checked with the connection's
+   * probe if it has one, else that token is dropped if it is old enough to be replaced on a
+   * caller's word, or kept with the report and replaced once it is (see `reports.ts`).
    * @param deadline epoch ms by which the answer is due (the store calls are cut to it)
    */
   invalidate(
@@ -196,8 +201,7 @@ export class TokenBroker {
     caller?: string,
     deadline?: number,
   ): Promise<InvalidateOutcome> {
-    this.connection(name);
-    return this.#reports.invalidate(name, accessToken, caller, deadline);
+    return this.#reports.invalidate(this.connection(name), accessToken, caller, deadline);
   }
 
   /**

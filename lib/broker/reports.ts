@@ -6,14 +6,21 @@
  * is kept with the report (in the store and in memory) and replaced, once, when it is old
  * enough (`due`). A report about the token this container holds as current, early in its
  * life, also says that another system may be issuing tokens for the same client ID.
+ *
+ * On a connection with a `probe`, the report is checked first (`probe-verdicts.ts`): a token
+ * the Open API accepts is not replaced, and a token it rejects is dropped at once, whatever its
+ * age (its successor is issued by the next request, under the lease: one issuance however many
+ * report it). A probe that proves nothing leaves the report to the age rules.
  */
 import { type Clock, Deadline } from '../clock.js';
+import type { ConnectionConfig } from '../config.js';
 import { StoreUnavailableError } from '../errors.js';
 import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { TokenRecord, TokenStore } from '../ports.js';
+import type { Lease, TokenProbe, TokenRecord, TokenStore } from '../ports.js';
 import { type CallerBoundSettings, waitBeforeReplacing } from './caller-bounds.js';
-import type { ConnectionView, MemoryEntry } from './connection-view.js';
+import type { ConnectionView } from './connection-view.js';
 import { UNNAMED_TRIGGER } from './issuance-cause.js';
+import { ProbeVerdicts } from './probe-verdicts.js';
 import { withDeadline } from './single-flight.js';
 import { type BrokerLogger, type InvalidateOutcome, tokenDigest } from './types.js';
 
@@ -24,22 +31,31 @@ export interface ReportsDeps {
   readonly settings: CallerBoundSettings;
   readonly logger: BrokerLogger;
   readonly metrics: BrokerMetrics;
+  /** Asks the Open API about a reported token, on connections with a `probe`. */
+  readonly probe?: TokenProbe | undefined;
+  /** BROKER_UPSTREAM_TIMEOUT_MS: the longest a probe may take. */
+  readonly upstreamTimeoutMs: number;
 }
 
 export class Reports {
-  constructor(private readonly deps: ReportsDeps) {}
+  readonly #verdicts: ProbeVerdicts;
+
+  constructor(private readonly deps: ReportsDeps) {
+    this.#verdicts = new ProbeVerdicts(deps.probe, deps.clock, deps.upstreamTimeoutMs);
+  }
 
   /**
-   * Acts on a report about `accessToken` of connection `name`.
+   * Acts on a report about `accessToken` of `connection`.
    * @param deadline epoch ms by which the store calls are answered (or it fails)
    */
   async invalidate(
-    name: string,
+    connection: ConnectionConfig,
     accessToken: string,
     caller: string | undefined,
     epochDeadline: number | undefined,
   ): Promise<InvalidateOutcome> {
     const { view, clock, settings, logger } = this.deps;
+    const { name } = connection;
     // Judged on the monotonic clock from here (I3).
     const deadline =
       epochDeadline === undefined ? undefined : Deadline.fromEpoch(clock, epochDeadline);
@@ -47,15 +63,30 @@ export class Reports {
     const reportedBy = caller ?? UNNAMED_TRIGGER;
     const now = clock.now();
     const entry = view.entry(name);
-    if (entry?.record.tokenDigest === digest) this.#suspectAnotherIssuer(entry, now, reportedBy);
+    const held = entry?.record.tokenDigest === digest ? entry : undefined;
     // The token as this container holds it, else as the store does (its `forced` mark decides
-    // how long it is kept): a report about any other token changes nothing.
-    const token =
-      entry?.record.tokenDigest === digest
-        ? entry.record
-        : await this.#storedToken(name, digest, deadline);
+    // how long it is kept): a report about any other token changes nothing, and is not probed.
+    const { token, lease } = held
+      ? { token: held.record, lease: held.lease }
+      : await this.#storedToken(name, digest, deadline);
+    const probed = token && (await this.#verdicts.check(connection, token, deadline));
     let outcome: InvalidateOutcome = { invalidated: false };
-    if (token) {
+    if (token && probed?.verdict !== 'valid') {
+      // Whom the report is about: another issuer, if it came early in the token's life.
+      this.#suspectAnotherIssuer(
+        token,
+        lease,
+        now,
+        reportedBy,
+        !!held || probed?.verdict === 'revoked',
+      );
+    }
+    if (token && probed?.verdict === 'valid') {
+      // The Open API accepts it: the caller's 401 came from something else.
+      outcome = { invalidated: false, verified: 'valid' };
+    } else if (token && probed?.verdict === 'revoked') {
+      outcome = { invalidated: await this.#drop(token, now, deadline), verified: 'revoked' };
+    } else if (token) {
       const waitMs = waitBeforeReplacing(token, view.knownFor(name, digest), settings);
       outcome =
         waitMs <= 0
@@ -66,6 +97,7 @@ export class Reports {
       connection: name,
       tokenDigest: digest,
       ...outcome,
+      ...(probed?.verdict === 'unknown' ? { probeInconclusive: probed.reason } : {}),
       reportedBy,
     });
     return outcome;
@@ -83,12 +115,16 @@ export class Reports {
     return waitBeforeReplacing(record, knownForMs, settings) <= 0;
   }
 
-  /** The stored token of `name` if its digest is `digest` and it is valid. */
-  async #storedToken(name: string, digest: string, deadline: Deadline | undefined) {
-    const { token } = await this.#store(() => this.deps.store.read(name), deadline);
+  /** The stored token of `name` if its digest is `digest` and it is valid, and the lease. */
+  async #storedToken(
+    name: string,
+    digest: string,
+    deadline: Deadline | undefined,
+  ): Promise<{ token: TokenRecord | undefined; lease: Lease | undefined }> {
+    const { token, lease } = await this.#store(() => this.deps.store.read(name), deadline);
     return token?.tokenDigest === digest && token.expiresAt > this.deps.clock.now()
-      ? token
-      : undefined;
+      ? { token, lease }
+      : { token: undefined, lease };
   }
 
   /** Drops `token` here and in the store (if still the stored one). */
@@ -131,15 +167,21 @@ export class Reports {
   }
 
   /**
-   * The upstream rejected the token this container holds as current, with no replacement of
-   * ours under way that could have revoked it, in the first half of its life: only another
-   * issuance for the same client ID, elsewhere, revokes it then.
+   * The upstream rejected the current token, with no replacement of ours under way that could
+   * have revoked it, in the first half of its life: only another issuance for the same client
+   * ID, elsewhere, revokes it then. Believed when this container holds the token as current, or
+   * when the probe confirmed the rejection (a caller's word alone about a token it only read
+   * from the store is not).
    */
-  #suspectAnotherIssuer(entry: MemoryEntry, now: number, reportedBy: string): void {
-    const held = entry.record;
-    if (entry.lease !== undefined || now - held.issuedAt >= (held.expiresAt - held.issuedAt) / 2) {
-      return;
-    }
+  #suspectAnotherIssuer(
+    held: TokenRecord,
+    lease: Lease | undefined,
+    now: number,
+    reportedBy: string,
+    believed: boolean,
+  ): void {
+    if (!believed || lease !== undefined) return;
+    if (now - held.issuedAt >= (held.expiresAt - held.issuedAt) / 2) return;
     this.deps.metrics.record(MetricName.AnotherIssuerSuspected, held.connection);
     this.deps.logger.error('Another system may be issuing tokens for this client ID', {
       connection: held.connection,

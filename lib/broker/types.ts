@@ -58,6 +58,14 @@ export interface InvalidateOutcome {
    * the token replaced about this many seconds from now (plus a memory re-check elsewhere).
    */
   readonly deferredSeconds?: number;
+  /**
+   * What the connection's probe said of the reported token, when it has one and the probe
+   * answered: `valid`, the Open API accepts it (nothing was replaced: the caller's 401 came from
+   * something else); `revoked`, it rejects it (dropped at once, whatever its age). Absent when
+   * nothing was verified (no probe, a probe that failed, or not the current token), and the
+   * age rules decided.
+   */
+  readonly verified?: 'valid' | 'revoked';
 }
 
 export type WarmUpOutcome =

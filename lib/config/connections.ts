@@ -8,7 +8,10 @@ import '../schema.js';
 import type { SigningConfig } from '../upstream/signing.js';
 import { baseUrlSchema } from './base-url.js';
 import { unknownField } from './field-typos.js';
+import { type ProbeConfig, parseProbe } from './probe-field.js';
 import { FieldProblem, parseSigning } from './signing-field.js';
+
+export type { ProbeConfig } from './probe-field.js';
 
 /** Which path variant of the Open API a connection speaks. */
 export type Variant = 'v3' | 'legacy';
@@ -45,6 +48,12 @@ export interface ConnectionConfig {
    * connection signs with `DEFAULT_SIGNING` (`upstream/signing.ts`), as a configured one does.
    */
   readonly signing?: SigningConfig | false;
+  /**
+   * How a caller's invalidate report is checked with the Open API before it is acted on (an
+   * authenticated GET answered 401 for a revoked token); `undefined`: reports are bounded by
+   * age alone (`broker/caller-bounds.ts`).
+   */
+  readonly probe?: ProbeConfig | undefined;
 }
 
 const VARIABLE = 'BROKER_CONNECTIONS';
@@ -71,8 +80,9 @@ const connectionSchema = z.strictObject({
   forceCallers: z.optional(z.array(nonEmpty('must be a non-empty IAM ARN pattern'))),
   codeField: z.optional(z.string().check(z.regex(FIELD_NAME, 'must be a plain JSON field name'))),
   revokesOnReissue: z.optional(z.boolean()),
-  // Checked by `parseSigning`, which names the exact sub-field and problem.
+  // Checked by `parseSigning` and `parseProbe`, which name the exact sub-field and problem.
   signing: z.optional(z.unknown()),
+  probe: z.optional(z.unknown()),
 });
 
 /** The fields a connection takes, for the message about one it does not. */
@@ -113,8 +123,10 @@ const parseConnection = (name: string, value: unknown): ConnectionConfig => {
     }
   }
   let signing: SigningConfig | false;
+  let probe: ProbeConfig | undefined;
   try {
     signing = variant === 'v3' ? parseSigning(result.data.signing) : false;
+    probe = parseProbe(result.data.probe);
   } catch (error) {
     if (!(error instanceof FieldProblem)) throw error;
     throw new ConfigError(
@@ -131,6 +143,7 @@ const parseConnection = (name: string, value: unknown): ConnectionConfig => {
     codeField: codeField ?? 'code',
     revokesOnReissue: revokesOnReissue ?? true,
     signing,
+    probe,
   });
 };
 

@@ -39,14 +39,30 @@ export const nearest = (
 };
 
 /**
+ * The first key of `value` that is not one of `known`, and what to say of it: "unknown field",
+ * with the known field it is most likely a typo of, and the known fields. Undefined when every
+ * key is known (or `value` is no object).
+ */
+export const unknownKey = (
+  value: unknown,
+  known: readonly string[],
+): { readonly key: string; readonly message: string } | undefined => {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  const key = Object.keys(value).find((k) => !known.includes(k));
+  if (key === undefined) return undefined;
+  const near = nearest(key, known);
+  return {
+    key,
+    message: `unknown field${near ? ` (did you mean "${near}"?)` : ''}; known: ${known.join(', ')}`,
+  };
+};
+
+/**
  * The first field of `value` that is not one of `known`, with the known field it is most
  * likely a typo of: a typo in a required field (`secretID`) is named as such, not reported as
  * the required field missing. Undefined when every field is known (or `value` is no object).
  */
 export const unknownField = (value: unknown, known: readonly string[]): string | undefined => {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
-  const key = Object.keys(value).find((k) => !known.includes(k));
-  if (key === undefined) return undefined;
-  const near = nearest(key, known);
-  return `field "${printable(key, 40)}": unknown field${near ? ` (did you mean "${near}"?)` : ''}; known: ${known.join(', ')}`;
+  const unknown = unknownKey(value, known);
+  return unknown && `field "${printable(unknown.key, 40)}": ${unknown.message}`;
 };

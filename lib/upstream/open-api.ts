@@ -15,11 +15,14 @@ import type {
   AuthorizationCode,
   ClientCredentials,
   IssuedToken,
+  ProbeVerdict,
   StepOptions,
   TokenIssuer,
+  TokenProbe,
 } from '../ports.js';
 import { type AttemptBounds, attempt } from './attempt.js';
 import { openCode, sealCode } from './authorization-code.js';
+import { probeToken } from './probe.js';
 import { accessTokenRequest, authorizeRequest, signingOf } from './requests.js';
 import { DEFAULT_RESILIENCE, UpstreamResilience } from './resilience.js';
 import type { Sensitive, Step, TokenLimits } from './responses.js';
@@ -27,6 +30,7 @@ import { SIGNATURE_HEADER } from './signing.js';
 import { isSignatureRejection, signatureRejection } from './strict-mode.js';
 import { PROTOCOLS } from './variants.js';
 
+export { probeRequest, probeVerdict } from './probe.js';
 export { accessTokenRequest, authorizeRequest, signingOf } from './requests.js';
 export {
   readJsonBody,
@@ -48,8 +52,8 @@ export interface OpenApiClientOptions {
   readonly now?: () => number;
 }
 
-/** {@link TokenIssuer} over HTTPS with the platform `fetch`. */
-export class OpenApiClient implements TokenIssuer {
+/** {@link TokenIssuer} and {@link TokenProbe} over HTTPS with the platform `fetch`. */
+export class OpenApiClient implements TokenIssuer, TokenProbe {
   readonly #fetch: typeof fetch;
   readonly #now: () => number;
   readonly #resilience: UpstreamResilience;
@@ -123,6 +127,20 @@ export class OpenApiClient implements TokenIssuer {
       }
       throw error;
     }
+  }
+
+  /**
+   * Whether the Open API accepts `accessToken`, with the connection's probe: one attempt, out
+   * of the retry and circuit-breaker policies of the token flow (a failed probe only leaves a
+   * report to the age rules, and must not pause issuance).
+   */
+  probe(
+    connection: ConnectionConfig,
+    accessToken: string,
+    options: StepOptions,
+  ): Promise<ProbeVerdict> {
+    const context = { fetch: this.#fetch, now: this.#now, timeoutMs: this.options.timeoutMs };
+    return probeToken(context, connection, accessToken, options);
   }
 
   /** One upstream request under the connection's retry and circuit-breaker policies. */

@@ -40,7 +40,7 @@ describe('Function: loadConfig', () => {
     expect(
       failure(withConnection({ variant: 'v3', baseUrl: 'https://a.example.com', secretID: 's' })),
     ).toBe(
-      'BROKER_CONNECTIONS: connection "sandbox", field "secretID": unknown field (did you mean "secretId"?); known: variant, baseUrl, secretId, callers, forceCallers, codeField, revokesOnReissue, signing',
+      'BROKER_CONNECTIONS: connection "sandbox", field "secretID": unknown field (did you mean "secretId"?); known: variant, baseUrl, secretId, callers, forceCallers, codeField, revokesOnReissue, signing, probe',
     );
     expect(
       failure(
@@ -58,7 +58,7 @@ describe('Function: loadConfig', () => {
         withConnection({ variant: 'v3', baseUrl: 'https://a.example.com', secretId: 's', zzz: 1 }),
       ),
     ).toBe(
-      'BROKER_CONNECTIONS: connection "sandbox", field "zzz": unknown field; known: variant, baseUrl, secretId, callers, forceCallers, codeField, revokesOnReissue, signing',
+      'BROKER_CONNECTIONS: connection "sandbox", field "zzz": unknown field; known: variant, baseUrl, secretId, callers, forceCallers, codeField, revokesOnReissue, signing, probe',
     );
   });
 
@@ -161,6 +161,62 @@ describe('Function: loadConfig', () => {
       }),
     );
     expect(config.connections.get('sandbox')?.codeField).toBe('authCode');
+  });
+
+  describe('probe (verified reports)', () => {
+    const v3 = { variant: 'v3', baseUrl: 'https://a.example', secretId: 's' };
+    const probeOf = (probe: unknown) =>
+      loadConfig(withConnection({ ...v3, probe })).connections.get('sandbox')?.probe;
+
+    it('is off unless configured, and takes a path with a reuse interval of 5 s by default', () => {
+      expect(loadConfig(withConnection(v3)).connections.get('sandbox')?.probe).toBeUndefined();
+      expect(probeOf({ path: '/open-api/v3/ping' })).toEqual({
+        path: '/open-api/v3/ping',
+        intervalSeconds: 5,
+      });
+      expect(probeOf({ path: '/open-api/v3/orders?limit=1', intervalSeconds: 30 })).toEqual({
+        path: '/open-api/v3/orders?limit=1',
+        intervalSeconds: 30,
+      });
+      // Any variant: the business API is the same host.
+      expect(
+        loadConfig(
+          withConnection({
+            variant: 'legacy',
+            baseUrl: 'https://a.example',
+            secretId: 's',
+            probe: { path: '/open-api/ping' },
+          }),
+        ).connections.get('sandbox')?.probe?.path,
+      ).toBe('/open-api/ping');
+    });
+
+    it.each([
+      [{ ...v3, prob: { path: '/p' } }, 'field "prob": unknown field (did you mean "probe"?)'],
+      ['/open-api/v3/ping', 'field "probe": must be an object { "path", "intervalSeconds"? }'],
+      [{}, 'field "probe.path": must be a path starting with "/"'],
+      [{ path: 'open-api/v3/ping' }, 'field "probe.path": must be a path starting with "/"'],
+      [{ path: 'https://evil.example/ping' }, 'field "probe.path": must be a path starting'],
+      [{ path: '//evil.example/ping' }, 'field "probe.path": must be a path starting'],
+      [{ path: '/ping#x' }, 'field "probe.path": must be a path starting'],
+      [{ path: '/a b' }, 'field "probe.path": must be a path starting'],
+      [{ path: '/open-api/../admin' }, 'field "probe.path": must not contain ".." segments'],
+      [
+        { path: '/ping', intervalSecond: 5 },
+        'field "probe.intervalSecond": unknown field (did you mean "intervalSeconds"?); known: path, intervalSeconds',
+      ],
+      [{ Path: '/ping' }, 'field "probe.Path": unknown field (did you mean "path"?)'],
+      [{ path: '/ping', intervalSeconds: 0 }, 'field "probe.intervalSeconds": must be a whole'],
+      [{ path: '/ping', intervalSeconds: 61 }, 'from 1 to 60'],
+      [{ path: '/ping', intervalSeconds: 1.5 }, 'field "probe.intervalSeconds"'],
+      [{ path: '/ping', intervalSeconds: '5' }, 'field "probe.intervalSeconds"'],
+    ])('rejects the probe %j, naming the field', (probe, message) => {
+      const settings =
+        typeof probe === 'object' && probe !== null && 'prob' in probe ? probe : { ...v3, probe };
+      const text = failure(withConnection(settings));
+      expect(text).toContain('BROKER_CONNECTIONS: connection "sandbox", ');
+      expect(text).toContain(message);
+    });
   });
 
   describe('signing (Strict Access Token Mode)', () => {

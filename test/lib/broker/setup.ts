@@ -16,7 +16,7 @@ import type { Issue } from '../../../lib/broker/issue-flow.js';
 import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
 import { type Clock, systemClock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
-import type { TokenRecord, TokenStore } from '../../../lib/ports.js';
+import type { TokenProbe, TokenRecord, TokenStore } from '../../../lib/ports.js';
 import {
   CountingMetrics,
   captureLogger,
@@ -60,6 +60,8 @@ export interface SetupOptions {
   sleep?: (ms: number) => Promise<void>;
   /** BROKER_INVALIDATE_MIN_AGE_SECONDS; off unless a test is about it. */
   invalidateFloor?: number;
+  /** Checks reports on connections with a `probe`. */
+  probe?: TokenProbe;
 }
 
 /** One container: the facade over in-memory ports, on the fake timers of `useFakeTime`. */
@@ -86,6 +88,7 @@ export const setup = (overrides: SetupOptions = {}) => {
     store,
     secrets,
     issuer,
+    probe: overrides.probe,
     logger,
     metrics,
     clock: {
