@@ -106,7 +106,7 @@ describe('Method: OpenApiClient.probe, against the simulator', () => {
     expect(answers).toEqual([
       { verdict: 'unknown', reason: 'HTTP 503' },
       { verdict: 'unknown', reason: 'timed out after 200 ms' },
-      { verdict: 'unknown', reason: 'ECONNREFUSED' },
+      { verdict: 'unknown', reason: 'ECONNREFUSED (connect)' },
     ]);
     expect(JSON.stringify(answers)).not.toContain(accessToken);
   });
