@@ -568,3 +568,42 @@ describe('Client: a token it reported is never handed out again (issue 24)', () 
     expect(request.context.openApiToken).toBe('at_reported');
   });
 });
+
+describe('Client: the local-defaults warning', () => {
+  it('is printed once per process, however many clients target a loopback broker', async () => {
+    const saved = { ...process.env };
+    for (const name of Object.keys(process.env)) {
+      if (name.startsWith('AWS_')) delete process.env[name];
+    }
+    process.env.AWS_EC2_METADATA_DISABLED = 'true';
+    process.env.AWS_CONFIG_FILE = '/nonexistent';
+    process.env.AWS_SHARED_CREDENTIALS_FILE = '/nonexistent';
+    const emitted = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const fakeFetch: typeof fetch = async () =>
+        Response.json(answer(5_000), { headers: { 'content-type': 'application/json' } });
+      for (let i = 0; i < 3; i += 1) {
+        const client = createTokenClient({
+          transport: { type: 'http', url: 'http://127.0.0.1:9', fetch: fakeFetch },
+        });
+        expect((await client.getToken('sandbox')).accessToken).toMatch(/^at_/);
+      }
+      const local = emitted.mock.calls.filter(
+        ([, options]) =>
+          (options as { code?: string } | undefined)?.code === 'TOKEN_BROKER_LOCAL_DEFAULTS',
+      );
+      expect(local).toHaveLength(1);
+      expect(String(local[0]?.[0])).toContain('placeholder credentials');
+      // A client's own onWarning is told every time: it is the caller's to dedupe.
+      const told: string[] = [];
+      await createTokenClient({
+        onWarning: (message) => told.push(message),
+        transport: { type: 'http', url: 'http://127.0.0.1:9', fetch: fakeFetch },
+      }).getToken('sandbox');
+      expect(told).toHaveLength(1);
+    } finally {
+      emitted.mockRestore();
+      process.env = saved;
+    }
+  });
+});

@@ -385,8 +385,14 @@ interface Flight {
  */
 const monotonic = () => performance.now();
 
-const emitWarning = (message: string) =>
+/** Whether the default `onWarning` has printed: once per process, however many clients. */
+let warned = false;
+
+const emitWarning = (message: string) => {
+  if (warned) return;
+  warned = true;
   process.emitWarning(message, { type: 'TokenBrokerWarning', code: 'TOKEN_BROKER_LOCAL_DEFAULTS' });
+};
 
 /** A token the client reported, remembered by its digest (never the token itself). */
 interface Reported {
