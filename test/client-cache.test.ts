@@ -414,6 +414,31 @@ describe('Client: a token it reported is never handed out again (issue 24)', () 
     expect((await early).accessToken).toBe('at_fresh');
   });
 
+  it('callers that shared the answer with a reported token share one new request; one that gave up starts none', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const report = client.invalidate('sandbox', 'at_reported');
+    await flush();
+    sent[0]?.answer({ invalidated: true });
+    await report;
+    const controller = new AbortController();
+    const leaving = client
+      .getToken('sandbox', { signal: controller.signal })
+      .then(unexpected, caught);
+    const a = client.getToken('sandbox');
+    const b = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(2);
+    controller.abort();
+    expect((await leaving).code).toBe('ABORTED');
+    sent[1]?.answer(carrying('at_reported'));
+    await flush();
+    expect(sent).toHaveLength(3);
+    sent[2]?.answer(carrying('at_fresh'));
+    expect([(await a).accessToken, (await b).accessToken]).toEqual(['at_fresh', 'at_fresh']);
+    expect(sent).toHaveLength(3);
+  });
+
   it('invalidate() resolves with the broker’s answer, deferredSeconds included', async () => {
     const { sent, transport } = scripted();
     const client = createTokenClient({ transport });

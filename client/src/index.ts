@@ -443,7 +443,8 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     const key = reportKey(connection, token.accessToken);
     const entry = reported.get(key);
     if (!entry) return undefined;
-    const expiresAt = Math.min(entry.expiresAt, token.expiresAt.getTime());
+    const until = token.expiresAt.getTime();
+    const expiresAt = Number.isFinite(until) ? Math.min(entry.expiresAt, until) : entry.expiresAt;
     if (now() >= expiresAt) {
       reported.delete(key);
       return undefined;
@@ -551,9 +552,13 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       )
         .then((body) => {
           const token = toAccessToken(body);
-          // Kept only if no report was made since it was sent, and it is not a reported token.
-          if (epoch === epochOf(connection) && !reportOf(connection, token))
+          if (reportOf(connection, token)) {
+            // Not kept, and the callers that ask again share one new request, not this one.
+            nextEpoch(connection);
+          } else if (epoch === epochOf(connection)) {
+            // Kept only if no report was made since it was sent.
             remember(connection, token, sent);
+          }
           return token;
         })
         .finally(() => {
@@ -585,8 +590,9 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
 
   /**
    * A token for `connection`, never one this client reported. An answer that carries one is asked
-   * again once, in a request sent after it (unless the broker said it keeps serving it for now),
-   * and then refused with a TokenReportedError.
+   * again once, in a request sent after it and shared by every caller that got that answer (not
+   * while the broker said it keeps serving it, `deferredSeconds`), then refused with a
+   * TokenReportedError.
    */
   const fetchToken = async (
     connection: string,
@@ -597,7 +603,8 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     const entry = reportOf(connection, first);
     if (!entry) return first;
     if (entry.deferredUntil > monotonic()) throw stillReported(connection, first, entry);
-    nextEpoch(connection);
+    // A caller that gave up meanwhile starts nothing (its call has failed already).
+    if (signal.aborted) throw signal.reason;
     const second = await join(shared(connection, minValidity), signal);
     const again = reportOf(connection, second);
     if (again) throw stillReported(connection, second, again);
