@@ -10,6 +10,7 @@ import {
   createTokenClient,
   type Operation,
   TokenRejectedAgainError,
+  TokenReportedError,
   type Transport,
   TransportError,
 } from '../client/src/index.js';
@@ -317,5 +318,317 @@ describe('Middy middleware: tokenRejected', () => {
     await flush();
     sent.at(-1)?.answer(answer(5_000));
     expect(await fresh).toMatch(/^at_/);
+  });
+});
+
+describe('Client: a token it reported is never handed out again (issue 24)', () => {
+  beforeEach(() => {
+    vi.useFakeTimers().setSystemTime(T0);
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  /** A broker answer carrying a given token. */
+  const carrying = (accessToken: string, maxAgeMs = 5_000) => ({
+    ...answer(maxAgeMs),
+    accessToken,
+  });
+
+  it('a getToken sent before an invalidate and answered after it: neither cached nor handed out', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const first = client.getToken('sandbox');
+    await flush();
+    sent[0]?.answer(carrying('at_reported'));
+    expect((await first).accessToken).toBe('at_reported');
+    // Another getToken leaves (the cache is past its reuse time) …
+    await vi.advanceTimersByTimeAsync(5_000);
+    const racing = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(2);
+    // … then the Open API rejects at_reported, and the client reports it.
+    const report = client.invalidate('sandbox', 'at_reported');
+    await flush();
+    sent[2]?.answer({ invalidated: true });
+    await report;
+    // The racing request is answered with the reported token by a container that had not seen
+    // the report yet: the client asks once more, and hands out the fresh token.
+    sent[1]?.answer(carrying('at_reported'));
+    await flush();
+    expect(sent).toHaveLength(4);
+    expect(sent[3]?.operation).toEqual({ action: 'getToken', connection: 'sandbox' });
+    sent[3]?.answer(carrying('at_fresh'));
+    expect((await racing).accessToken).toBe('at_fresh');
+    const later: string[] = [];
+    for (let i = 0; i < 4; i += 1) {
+      const next = client.getToken('sandbox');
+      await flush();
+      sent.at(-1)?.answer(carrying('at_fresh'));
+      later.push((await next).accessToken);
+    }
+    expect(later).toEqual(['at_fresh', 'at_fresh', 'at_fresh', 'at_fresh']);
+  });
+
+  it('an answer to a request sent before the report is not cached, even with another token', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const racing = client.getToken('sandbox');
+    await flush();
+    const report = client.invalidate('sandbox', 'at_reported');
+    await flush();
+    sent[1]?.answer({ invalidated: true });
+    await report;
+    sent[0]?.answer(carrying('at_other'));
+    expect((await racing).accessToken).toBe('at_other');
+    // Not cached: the next call asks the broker.
+    const next = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(3);
+    sent[2]?.answer(carrying('at_other'));
+    expect((await next).accessToken).toBe('at_other');
+    // That one was sent after the report: cached.
+    expect((await client.getToken('sandbox')).accessToken).toBe('at_other');
+    expect(sent).toHaveLength(3);
+  });
+
+  it('a later request does not join one sent before the report', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const early = client.getToken('sandbox');
+    await flush();
+    const report = client.invalidate('sandbox', 'at_reported');
+    await flush();
+    sent[1]?.answer({ invalidated: true });
+    await report;
+    const late = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(3);
+    expect(sent[2]?.operation).toEqual({ action: 'getToken', connection: 'sandbox' });
+    sent[2]?.answer(carrying('at_fresh'));
+    expect((await late).accessToken).toBe('at_fresh');
+    sent[0]?.answer(carrying('at_reported'));
+    await flush();
+    // The early caller got the reported token: it asks again rather than hand it out.
+    sent[3]?.answer(carrying('at_fresh'));
+    expect((await early).accessToken).toBe('at_fresh');
+  });
+
+  it('callers that shared the answer with a reported token share one new request; one that gave up starts none', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const report = client.invalidate('sandbox', 'at_reported');
+    await flush();
+    sent[0]?.answer({ invalidated: true });
+    await report;
+    const controller = new AbortController();
+    const leaving = client
+      .getToken('sandbox', { signal: controller.signal })
+      .then(unexpected, caught);
+    const a = client.getToken('sandbox');
+    const b = client.getToken('sandbox');
+    await flush();
+    expect(sent).toHaveLength(2);
+    controller.abort();
+    expect((await leaving).code).toBe('ABORTED');
+    sent[1]?.answer(carrying('at_reported'));
+    await flush();
+    expect(sent).toHaveLength(3);
+    sent[2]?.answer(carrying('at_fresh'));
+    expect([(await a).accessToken, (await b).accessToken]).toEqual(['at_fresh', 'at_fresh']);
+    expect(sent).toHaveLength(3);
+  });
+
+  it('invalidate() resolves with the broker’s answer, deferredSeconds included', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const now = client.invalidate('sandbox', 'at_one');
+    await flush();
+    sent[0]?.answer({ invalidated: true });
+    expect(await now).toEqual({ invalidated: true });
+    const deferred = client.invalidate('sandbox', 'at_two');
+    await flush();
+    sent[1]?.answer({ invalidated: false, deferredSeconds: 7 });
+    expect(await deferred).toEqual({ invalidated: false, deferredSeconds: 7 });
+    const stale = client.invalidate('sandbox', 'at_three');
+    await flush();
+    sent[2]?.answer({ invalidated: false });
+    expect(await stale).toEqual({ invalidated: false });
+  });
+
+  it('fails with TokenReportedError, never the token, when the broker still serves it after one more ask', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const report = client.invalidate('sandbox', 'at_reported');
+    await flush();
+    sent[0]?.answer({ invalidated: true });
+    await report;
+    const refused = client.getToken('sandbox').then(unexpected, caught);
+    await flush();
+    sent[1]?.answer(carrying('at_reported', 2_500));
+    await flush();
+    expect(sent).toHaveLength(3);
+    sent[2]?.answer(carrying('at_reported', 2_500));
+    const error = await refused;
+    expect(error).toBeInstanceOf(TokenReportedError);
+    expect(error.code).toBe('TOKEN_REPORTED');
+    // The answering container serves it from memory for its maxAgeMs at most.
+    expect(error.retryAfterSeconds).toBe(3);
+    expect(error.message).not.toContain('at_reported');
+    expect(sent).toHaveLength(3);
+  });
+
+  it('while the broker keeps a report for deferredSeconds, refuses its token without asking twice, then takes the replacement', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const report = client.invalidate('sandbox', 'at_reported');
+    await flush();
+    sent[0]?.answer({ invalidated: false, deferredSeconds: 3 });
+    expect(await report).toEqual({ invalidated: false, deferredSeconds: 3 });
+    const refused = client.getToken('sandbox').then(unexpected, caught);
+    await flush();
+    sent[1]?.answer(carrying('at_reported'));
+    const error = await refused;
+    expect(error).toBeInstanceOf(TokenReportedError);
+    expect(error.retryAfterSeconds).toBe(3);
+    expect(sent).toHaveLength(2);
+    // Past the deferral the broker replaced it: the client hands out the new one.
+    await vi.advanceTimersByTimeAsync(3_000);
+    const after = client.getToken('sandbox');
+    await flush();
+    sent[2]?.answer(carrying('at_replacement'));
+    expect((await after).accessToken).toBe('at_replacement');
+    // A late answer with the reported token is still refused after the deferral (asked again).
+    await vi.advanceTimersByTimeAsync(5_000);
+    const late = client.getToken('sandbox');
+    await flush();
+    sent[3]?.answer(carrying('at_reported'));
+    await flush();
+    sent[4]?.answer(carrying('at_replacement'));
+    expect((await late).accessToken).toBe('at_replacement');
+  });
+
+  it('forgets a reported token when it expires, and a report that did not reach the broker', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport, marginSeconds: 0 });
+    const failed = client.invalidate('sandbox', 'at_unreported').then(unexpected, caught);
+    await flush();
+    sent[0]?.fail(new Error('connection reset'));
+    expect((await failed).code).toBe('TRANSPORT_FAILED');
+    const first = client.getToken('sandbox');
+    await flush();
+    sent[1]?.answer(carrying('at_unreported'));
+    expect((await first).accessToken).toBe('at_unreported');
+    // Reported and seen with its expiry (an hour): refused until then, then forgotten.
+    const report = client.invalidate('sandbox', 'at_unreported');
+    await flush();
+    sent[2]?.answer({ invalidated: true });
+    await report;
+    await vi.advanceTimersByTimeAsync(3_600_000);
+    const expired = {
+      ...carrying('at_unreported'),
+      expiresAt: new Date(Date.now() + 1_000).toISOString(),
+    };
+    const after = client.getToken('sandbox');
+    await flush();
+    sent[3]?.answer(expired);
+    expect((await after).accessToken).toBe('at_unreported');
+  });
+
+  it('withToken’s retry uses a token other than the one it reported, also when a racing answer brings it back', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const seen: string[] = [];
+    let racing: Promise<AccessToken> | undefined;
+    const outcome = client.withToken('sandbox', async (token) => {
+      seen.push(token);
+      if (seen.length === 1) {
+        // Meanwhile another caller of this client asks (the cache is past its reuse time).
+        await vi.advanceTimersByTimeAsync(5_000);
+        racing = client.getToken('sandbox');
+        await flush();
+        return new Response(null, { status: 401 });
+      }
+      return new Response('ok');
+    });
+    await flush();
+    sent[0]?.answer(carrying('at_reported'));
+    await vi.waitFor(() => expect(sent).toHaveLength(3));
+    expect(sent[2]?.operation.action).toBe('invalidate');
+    sent[2]?.answer({ invalidated: true });
+    // The racing request comes back with the reported token after the report.
+    sent[1]?.answer(carrying('at_reported'));
+    await flush();
+    // Whatever the client asks from here on, the broker answers with a fresh token.
+    for (const request of sent.slice(3)) request.answer(carrying('at_fresh'));
+    await flush();
+    for (const request of sent.slice(3)) request.answer(carrying('at_fresh'));
+    await (await outcome).text();
+    expect(seen).toEqual(['at_reported', 'at_fresh']);
+    expect((await racing)?.accessToken).toBe('at_fresh');
+  });
+
+  it('the middleware’s tokenRejected never returns the token it reported', async () => {
+    const { sent, transport } = scripted();
+    const middleware = tokenBroker({ transport, fetchData: { openApiToken: 'sandbox' } });
+    const request = {
+      context: { getRemainingTimeInMillis: () => 5_000 } as unknown as TokenContext<
+        object,
+        'openApiToken'
+      >,
+      internal: {} as Record<string, unknown>,
+    };
+    const before = middleware.before(request);
+    await flush();
+    sent[0]?.answer(carrying('at_reported'));
+    await before;
+    const fresh = request.context.tokenRejected('openApiToken').then(unexpected, caught);
+    await flush();
+    sent[1]?.answer({ invalidated: false, deferredSeconds: 2 });
+    await flush();
+    sent[2]?.answer(carrying('at_reported'));
+    const error = await fresh;
+    expect(error).toBeInstanceOf(TokenReportedError);
+    expect(error.retryAfterSeconds).toBe(2);
+    expect(request.context.openApiToken).toBe('at_reported');
+  });
+});
+
+describe('Client: the local-defaults warning', () => {
+  it('is printed once per process, however many clients target a loopback broker', async () => {
+    const saved = { ...process.env };
+    for (const name of Object.keys(process.env)) {
+      if (name.startsWith('AWS_')) delete process.env[name];
+    }
+    process.env.AWS_EC2_METADATA_DISABLED = 'true';
+    process.env.AWS_CONFIG_FILE = '/nonexistent';
+    process.env.AWS_SHARED_CREDENTIALS_FILE = '/nonexistent';
+    const emitted = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const fakeFetch: typeof fetch = async () =>
+        Response.json(answer(5_000), { headers: { 'content-type': 'application/json' } });
+      for (let i = 0; i < 3; i += 1) {
+        const client = createTokenClient({
+          transport: { type: 'http', url: 'http://127.0.0.1:9', fetch: fakeFetch },
+        });
+        expect((await client.getToken('sandbox')).accessToken).toMatch(/^at_/);
+      }
+      const local = emitted.mock.calls.filter(
+        ([, options]) =>
+          (options as { code?: string } | undefined)?.code === 'TOKEN_BROKER_LOCAL_DEFAULTS',
+      );
+      expect(local).toHaveLength(1);
+      expect(String(local[0]?.[0])).toContain('placeholder credentials');
+      // A client's own onWarning is told every time: it is the caller's to dedupe.
+      const told: string[] = [];
+      await createTokenClient({
+        onWarning: (message) => told.push(message),
+        transport: { type: 'http', url: 'http://127.0.0.1:9', fetch: fakeFetch },
+      }).getToken('sandbox');
+      expect(told).toHaveLength(1);
+    } finally {
+      emitted.mockRestore();
+      process.env = saved;
+    }
   });
 });

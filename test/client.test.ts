@@ -878,6 +878,45 @@ describe('CLI: token-broker', () => {
     }
   });
 
+  it('names an unknown command, with the nearest and the known ones, also when a connection follows', async () => {
+    const typo = await cli('tokens', 'demo-v3', ...target());
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toContain("Unknown command 'tokens' (did you mean 'token'?)");
+    expect(typo.stderr).toContain('the commands are: status, token, invalidate, warm, ready');
+    expect(typo.stderr).not.toContain('takes no connection');
+    const far = await cli('frobnicate', ...target());
+    expect(far.code).toBe(2);
+    expect(far.stderr).toContain("Unknown command 'frobnicate'; the commands are:");
+    // A known command keeps its own usage errors.
+    expect((await cli('status', 'sandbox', ...target())).stderr).toContain(
+      "'status' takes no connection",
+    );
+  });
+
+  it('invalidate prints the broker’s deferredSeconds, as text and as JSON', async () => {
+    const deferring = await recordingServer(() => ({
+      status: 200,
+      headers: { 'content-type': 'application/json' },
+      body: '{"invalidated":false,"deferredSeconds":42}',
+    }));
+    try {
+      const args = ['invalidate', 'sandbox', '--url', deferring.url];
+      const token = { TOKEN_BROKER_ACCESS_TOKEN: 'at_deferred' };
+      const json = await cli(...args, '--json', token);
+      expect(json).toMatchObject({
+        code: 0,
+        stdout: '{"invalidated":false,"deferredSeconds":42}\n',
+      });
+      const text = await cli(...args, token);
+      expect(text.code).toBe(0);
+      expect(text.stdout).toContain('deferredSeconds: 42');
+      expect(text.stdout).toContain('in about 42 s');
+      expect(text.stdout).not.toContain('at_deferred');
+    } finally {
+      await deferring.close();
+    }
+  });
+
   it('invalidate and warm work, and a broker error exits 1', async () => {
     const { stdout } = await cli('token', 'sandbox', '--json', '--reveal', ...target());
     const { accessToken } = JSON.parse(stdout);

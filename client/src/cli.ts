@@ -22,7 +22,8 @@ Commands:
   status                          every connection: variant, expiry, time left, last refresh, lease
   token <connection>              the token's metadata; the token itself only with --reveal
   invalidate <connection> --token -
-                                  drop that token if it is the current one (after a 401);
+                                  drop that token if it is the current one (after a 401),
+                                  or say in how many seconds the broker replaces it (deferredSeconds);
                                   the token is read from stdin ('-'), or from TOKEN_BROKER_ACCESS_TOKEN
                                   when --token is absent (a token given as the value itself shows in ps
                                   and in shell history)
@@ -99,6 +100,38 @@ const COMMAND_OPTIONS: Readonly<Record<string, readonly string[]>> = {
   invalidate: ['token'],
   warm: [],
   ready: [],
+};
+
+/** The known command nearest to `word` (at most two edits away), for "did you mean". */
+const nearest = (word: string): string | undefined => {
+  const distance = (a: string, b: string) => {
+    let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+    for (let i = 1; i <= a.length; i += 1) {
+      const next = [i];
+      for (let j = 1; j <= b.length; j += 1) {
+        next[j] = Math.min(
+          (row[j] as number) + 1,
+          (next[j - 1] as number) + 1,
+          (row[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1),
+        );
+      }
+      row = next;
+    }
+    return row[b.length] as number;
+  };
+  const [best] = Object.keys(COMMAND_OPTIONS)
+    .map((command) => ({ command, edits: distance(word.toLowerCase(), command) }))
+    .filter(({ edits }) => edits <= 2)
+    .sort((a, b) => a.edits - b.edits);
+  return best?.command;
+};
+
+/** A command this CLI does not know: named, with the known ones (and the nearest). */
+const unknownCommand = (command: string) => {
+  const guess = nearest(command);
+  return new UsageError(
+    `Unknown command '${command}'${guess ? ` (did you mean '${guess}'?)` : ''}; the commands are: ${Object.keys(COMMAND_OPTIONS).join(', ')}`,
+  );
 };
 
 /** An option the command does not take is refused, not ignored. */
@@ -216,6 +249,8 @@ const run = async (argv: string[]): Promise<number> => {
     return 0;
   }
   if (!command) throw new UsageError('A command is required');
+  // Before anything else about it: 'tokens demo-v3' is an unknown command, not a misplaced name.
+  if (!Object.hasOwn(COMMAND_OPTIONS, command)) throw unknownCommand(command);
   if (rest.length > 0) throw new UsageError(`Unexpected argument '${rest[0]}'`);
   const needsConnection = command === 'token' || command === 'invalidate';
   if (needsConnection && !connection) throw new UsageError(`'${command}' needs a connection name`);
@@ -260,12 +295,15 @@ const run = async (argv: string[]): Promise<number> => {
     }
     case 'invalidate': {
       const token = await tokenToInvalidate(values.token);
-      const invalidated = await clientFor(values).invalidate(connection as string, token);
-      if (values.json) return done(JSON.stringify({ invalidated }));
+      const result = await clientFor(values).invalidate(connection as string, token);
+      if (values.json) return done(JSON.stringify(result));
+      const { invalidated, deferredSeconds } = result;
       out(
         invalidated
           ? 'Invalidated: the next request gets a new token.'
-          : 'Not invalidated now: that is not the current token, or it is too young to be replaced on a caller’s word (the broker then keeps the report and replaces it once it may).',
+          : deferredSeconds !== undefined
+            ? `Not invalidated now (deferredSeconds: ${deferredSeconds}): the token is too young to be replaced on a caller’s word; the broker keeps the report and replaces it in about ${deferredSeconds} s.`
+            : 'Not invalidated: that is not the broker’s current token (already replaced, or never its).',
       );
       return 0;
     }
@@ -298,7 +336,7 @@ const run = async (argv: string[]): Promise<number> => {
       return report.ready ? 0 : 1;
     }
     default:
-      throw new UsageError(`Unknown command '${command}'`);
+      throw unknownCommand(command);
   }
 };
 

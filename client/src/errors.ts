@@ -41,6 +41,8 @@ export const ClientErrorCode = {
   CLIENT_CONFIG_INVALID: 'CLIENT_CONFIG_INVALID',
   /** A token was reported rejected twice in one invocation: the fresh one was rejected too. */
   TOKEN_REJECTED_AGAIN: 'TOKEN_REJECTED_AGAIN',
+  /** The broker still answers with a token this client reported; retry after `retryAfterSeconds`. */
+  TOKEN_REPORTED: 'TOKEN_REPORTED',
 } as const;
 export type ClientErrorCode = (typeof ClientErrorCode)[keyof typeof ClientErrorCode];
 
@@ -166,6 +168,20 @@ export class TokenRejectedAgainError extends TokenBrokerError {
   override readonly name = 'TokenRejectedAgainError';
   constructor(message: string) {
     super(message, ClientErrorCode.TOKEN_REJECTED_AGAIN);
+  }
+}
+
+/**
+ * The broker answered with a token this client reported with `invalidate` (it is rejected by the
+ * Open API), also when asked once more. The client never hands out a token it reported: it
+ * fails instead. `retryAfterSeconds` is when the broker should have replaced it: its
+ * `deferredSeconds` for a report it kept for later, else the longest time a broker container may
+ * still serve it from memory (its `maxAgeMs`). The message never includes the token.
+ */
+export class TokenReportedError extends TokenBrokerError {
+  override readonly name = 'TokenReportedError';
+  constructor(message: string, retryAfterSeconds: number) {
+    super(message, ClientErrorCode.TOKEN_REPORTED, { retryAfterSeconds });
   }
 }
 

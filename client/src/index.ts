@@ -13,11 +13,13 @@
  * `withToken` retries once with a new token when the Open API answers 401 (or when your
  * `isRejected` says so), after reporting the rejected token to the broker.
  */
+import { createHash } from 'node:crypto';
 import {
   BadRequestError,
   ClientConfigError,
   ClientErrorCode,
   TokenBrokerError,
+  TokenReportedError,
   TransportError,
 } from './errors.js';
 import {
@@ -103,6 +105,18 @@ export interface WithTokenOptions extends GetTokenOptions {
   readonly isRejected?: (outcome: unknown) => boolean;
 }
 
+/** The broker's answer to `invalidate` (docs/contract.md). */
+export interface InvalidateResult {
+  /** The broker dropped the token (it was its current one): the next request issues a new one. */
+  readonly invalidated: boolean;
+  /**
+   * Only when the token was too young to be replaced on a caller's word: the broker kept the
+   * report and replaces the token in about this many seconds. Until then it still serves it, and
+   * this client refuses to hand it out (`TokenReportedError`).
+   */
+  readonly deferredSeconds?: number;
+}
+
 // The wire types below restate the broker's (lib/broker/types.ts) because the client ships alone;
 // test/client.test.ts checks at compile time that the two stay identical.
 
@@ -164,9 +178,21 @@ export interface TokenClient {
    * every call goes through this client's cache.
    */
   provider(connection: string, options?: GetTokenOptions): () => Promise<string>;
-  /** Reports a token the Open API rejected; the broker drops it only if it is the current one. */
-  invalidate(connection: string, accessToken: string, options?: CallOptions): Promise<boolean>;
-  /** Runs `fn(token)`; on a rejection, invalidates that exact token and retries once. */
+  /**
+   * Reports a token the Open API rejected; the broker drops it only if it is the current one, or
+   * keeps the report for later (`deferredSeconds`). From then on this client never hands that
+   * token out: an answer that carries it is asked again once, then refused with a
+   * `TokenReportedError`.
+   */
+  invalidate(
+    connection: string,
+    accessToken: string,
+    options?: CallOptions,
+  ): Promise<InvalidateResult>;
+  /**
+   * Runs `fn(token)`; on a rejection, invalidates that exact token and retries once, always with
+   * another token (or fails with a `TokenReportedError` when the broker has none yet).
+   */
   withToken<T>(
     connection: string,
     fn: (accessToken: string) => Promise<T>,
@@ -347,6 +373,8 @@ interface Instant {
 
 /** One token request and the callers waiting for it. */
 interface Flight {
+  /** The connection's report count when it was sent: an older one may answer a reported token. */
+  readonly epoch: number;
   readonly promise: Promise<AccessToken>;
   waiting: number;
   readonly abandon: () => void;
@@ -357,8 +385,28 @@ interface Flight {
  */
 const monotonic = () => performance.now();
 
-const emitWarning = (message: string) =>
+/** Whether the default `onWarning` has printed: once per process, however many clients. */
+let warned = false;
+
+const emitWarning = (message: string) => {
+  if (warned) return;
+  warned = true;
   process.emitWarning(message, { type: 'TokenBrokerWarning', code: 'TOKEN_BROKER_LOCAL_DEFAULTS' });
+};
+
+/** A token the client reported, remembered by its digest (never the token itself). */
+interface Reported {
+  /** When it expires (wall clock, ms): then it is forgotten. Infinity until an answer says. */
+  expiresAt: number;
+  /** Until when (monotonic, ms) the broker said it keeps serving it (`deferredSeconds`). */
+  deferredUntil: number;
+}
+
+/** How many reported tokens a client remembers at most; the oldest is forgotten first. */
+const MAX_REPORTED = 64;
+
+const digestOf = (accessToken: string) =>
+  createHash('sha256').update(accessToken).digest('base64url');
 
 /** Creates a client; keep one per process: it holds the cache. */
 export const createTokenClient = (options: TokenClientOptions): TokenClient => {
@@ -381,6 +429,60 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
   // Maps, not objects: connection names must not reach prototype members.
   const cache = new Map<string, Cached>();
   const inflight = new Map<string, Flight>();
+  // Reported tokens by `connection\0digest`; and per connection, how many reports were made
+  // (and reported tokens seen), so that an answer to an older request is not cached.
+  const reported = new Map<string, Reported>();
+  const epochs = new Map<string, number>();
+  const epochOf = (connection: string) => epochs.get(connection) ?? 0;
+  const nextEpoch = (connection: string) => epochs.set(connection, epochOf(connection) + 1);
+  const reportKey = (connection: string, accessToken: string) =>
+    `${connection}\u0000${digestOf(accessToken)}`;
+
+  /** What the client remembers of `token` as reported, if it is; learns its expiry. */
+  const reportOf = (connection: string, token: AccessToken): Reported | undefined => {
+    const key = reportKey(connection, token.accessToken);
+    const entry = reported.get(key);
+    if (!entry) return undefined;
+    const until = token.expiresAt.getTime();
+    const expiresAt = Number.isFinite(until) ? Math.min(entry.expiresAt, until) : entry.expiresAt;
+    if (now() >= expiresAt) {
+      reported.delete(key);
+      return undefined;
+    }
+    entry.expiresAt = expiresAt;
+    return entry;
+  };
+
+  /** Remembers `accessToken` as reported; the returned function forgets it again. */
+  const report = (connection: string, accessToken: string): (() => void) => {
+    const wall = now();
+    for (const [key, entry] of reported) if (wall >= entry.expiresAt) reported.delete(key);
+    const key = reportKey(connection, accessToken);
+    const known = reported.get(key);
+    const held = cache.get(connection)?.token;
+    if (held?.accessToken === accessToken) cache.delete(connection);
+    const entry: Reported = known ?? {
+      expiresAt: held?.accessToken === accessToken ? held.expiresAt.getTime() : Infinity,
+      deferredUntil: 0,
+    };
+    reported.delete(key);
+    reported.set(key, entry);
+    if (reported.size > MAX_REPORTED) reported.delete(reported.keys().next().value as string);
+    nextEpoch(connection);
+    return () => {
+      if (!known && reported.get(key) === entry) reported.delete(key);
+    };
+  };
+
+  /** The error for a broker that still answers a reported token: when to try again, no token. */
+  const stillReported = (connection: string, token: AccessToken, entry: Reported) => {
+    const deferredMs = entry.deferredUntil - monotonic();
+    const seconds = Math.max(1, Math.ceil((deferredMs > 0 ? deferredMs : token.maxAgeMs) / 1000));
+    return new TokenReportedError(
+      `The broker still answers connection '${connection}' with the token this client reported as rejected; it should be replaced within about ${seconds} s: retry then`,
+      seconds,
+    );
+  };
 
   /**
    * Runs `work` under the call's timeout and signal. Whatever fails comes out as a
@@ -429,12 +531,15 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
    */
   const shared = (connection: string, minValidity: number | undefined): Flight => {
     const key = `${connection}\u0000${minValidity ?? ''}`;
+    const epoch = epochOf(connection);
     const running = inflight.get(key);
-    if (running) return running;
+    // A request sent before a report may bring the reported token back: a new one is sent.
+    if (running && running.epoch === epoch) return running;
     const controller = new AbortController();
     // Counted before the request leaves: the broker's proof is at least this recent.
     const sent: Instant = { monotonic: monotonic(), wall: now() };
     const flight: Flight = {
+      epoch,
       waiting: 0,
       abandon: () => {
         // Nobody may join a request that is being abandoned.
@@ -447,7 +552,13 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       )
         .then((body) => {
           const token = toAccessToken(body);
-          remember(connection, token, sent);
+          if (reportOf(connection, token)) {
+            // Not kept, and the callers that ask again share one new request, not this one.
+            nextEpoch(connection);
+          } else if (epoch === epochOf(connection)) {
+            // Kept only if no report was made since it was sent.
+            remember(connection, token, sent);
+          }
           return token;
         })
         .finally(() => {
@@ -475,6 +586,29 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       signal.removeEventListener('abort', leave);
       leave();
     });
+  };
+
+  /**
+   * A token for `connection`, never one this client reported. An answer that carries one is asked
+   * again once, in a request sent after it and shared by every caller that got that answer (not
+   * while the broker said it keeps serving it, `deferredSeconds`), then refused with a
+   * TokenReportedError.
+   */
+  const fetchToken = async (
+    connection: string,
+    minValidity: number | undefined,
+    signal: AbortSignal,
+  ): Promise<AccessToken> => {
+    const first = await join(shared(connection, minValidity), signal);
+    const entry = reportOf(connection, first);
+    if (!entry) return first;
+    if (entry.deferredUntil > monotonic()) throw stillReported(connection, first, entry);
+    // A caller that gave up meanwhile starts nothing (its call has failed already).
+    if (signal.aborted) throw signal.reason;
+    const second = await join(shared(connection, minValidity), signal);
+    const again = reportOf(connection, second);
+    if (again) throw stillReported(connection, second, again);
+    return second;
   };
 
   /** Keeps `token` for as long as the broker lets it be reused, counted from `sent`. */
@@ -518,7 +652,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       const hit = forceRefresh ? undefined : cached(connection, needMs);
       if (hit) return hit;
       return call({ ...tokenOptions, timeoutMs }, (signal) =>
-        join(shared(connection, minValidity), signal),
+        fetchToken(connection, minValidity, signal),
       );
     },
 
@@ -534,11 +668,32 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       checkConnection(connection);
       checkAccessToken(accessToken);
       checkNotAborted(callOptions.signal);
-      if (cache.get(connection)?.token.accessToken === accessToken) cache.delete(connection);
-      const body = (await call(callOptions, (signal) =>
-        send({ action: 'invalidate', connection, accessToken }, signal),
-      )) as { invalidated?: unknown };
-      return body?.invalidated === true;
+      checkTimeout(callOptions.timeoutMs, 'timeoutMs');
+      // Remembered before the report leaves: an answer to a getToken racing with it may carry
+      // the token. Forgotten again if the report fails (the broker may not have it).
+      const forget = report(connection, accessToken);
+      let body: { invalidated?: unknown; deferredSeconds?: unknown };
+      try {
+        body = (await call(callOptions, (signal) =>
+          send({ action: 'invalidate', connection, accessToken }, signal),
+        )) as typeof body;
+      } catch (error) {
+        forget();
+        throw error;
+      }
+      const deferred = body?.deferredSeconds;
+      const deferredSeconds =
+        typeof deferred === 'number' && Number.isFinite(deferred) && deferred > 0
+          ? deferred
+          : undefined;
+      const entry = reported.get(reportKey(connection, accessToken));
+      if (entry && deferredSeconds !== undefined) {
+        entry.deferredUntil = monotonic() + deferredSeconds * 1000;
+      }
+      return {
+        invalidated: body?.invalidated === true,
+        ...(deferredSeconds === undefined ? {} : { deferredSeconds }),
+      };
     },
 
     async withToken(connection, fn, withTokenOptions = {}) {

@@ -20,7 +20,8 @@
  *
  * When the Open API rejects the token (401), `await context.tokenRejected('openApiToken')`
  * reports exactly that token to the broker and returns a fresh one (also set on the context),
- * as `withToken` does: once per key and invocation, never in a loop.
+ * as `withToken` does: once per key and invocation, never in a loop, and never the reported
+ * token (the client remembers it: a later invocation is not handed it either).
  */
 
 import { ClientConfigError, TokenRejectedAgainError } from './errors.js';
@@ -61,8 +62,9 @@ export interface TokenBrokerContextControls<TKey extends string> {
    * Reports that the Open API rejected the token this invocation was given under `key`, and
    * returns a fresh one, which also replaces it on the context and in `request.internal`. The
    * same semantics as `withToken`: that exact token is invalidated at the broker, the token is
-   * fetched once more, and a second report for the same key in the same invocation throws a
-   * `TokenRejectedAgainError` instead of looping.
+   * fetched once more (never the reported one: while the broker still serves it, this throws a
+   * `TokenReportedError` with `retryAfterSeconds`), and a second report for the same key in the
+   * same invocation throws a `TokenRejectedAgainError` instead of looping.
    */
   tokenRejected(key: TKey): Promise<string>;
 }
