@@ -1,16 +1,46 @@
 import { defineConfig } from 'vitest/config';
 
+/**
+ * The tests in two tiers (vitest projects), both run by `npm test`:
+ * - `unit`: the core on in-memory ports and fake clocks, the adapters against dynalite, DynamoDB
+ *   Local and the loopback AWS endpoints, the simulator over HTTP in-process, the handler, the
+ *   model, the client's cache: no build, no child process. `npm run test:unit` is the inner loop.
+ * - `process`: what runs built code in processes of its own: the bundle, `npm start`, the
+ *   execution environments, the fleet, the packed client end to end, the packaged templates.
+ * Chaos, bench and mutation are not tests: `npm run chaos`, `npm run bench`, `npm run mutation`.
+ */
+const UNIT = [
+  'test/lib/**/*.test.ts',
+  'test/functions/**/*.test.ts',
+  'test/model/**/*.test.ts',
+  'test/architecture/**/*.test.ts',
+  'test/client-cache.test.ts',
+  'test/stage-check.test.ts',
+  'test/bench-costs.test.ts',
+  'test/chaos.test.ts',
+  'test/local-dynalite.test.ts',
+  'test/local-secrets-file.test.ts',
+];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     pool: 'forks',
     // The JSON report lets CI print a plain "N passed, N failed" closing line.
     reporters: ['default', 'json'],
     outputFile: { json: '.vitest/results.json' },
     testTimeout: 30_000,
     hookTimeout: 60_000,
-    // Benchmarks are run by `npm run bench`, never as tests.
-    exclude: ['bench/**', 'node_modules/**', 'dist/**'],
+    projects: [
+      { extends: true, test: { name: 'unit', include: UNIT } },
+      {
+        extends: true,
+        test: {
+          name: 'process',
+          include: ['test/**/*.test.ts'],
+          exclude: ['node_modules/**', 'dist/**', ...UNIT],
+        },
+      },
+    ],
     coverage: {
       provider: 'v8',
       include: ['lib/**', 'functions/**'],
