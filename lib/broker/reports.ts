@@ -69,7 +69,11 @@ export class Reports {
     const { token, lease } = held
       ? { token: held.record, lease: held.lease }
       : await this.#storedToken(name, digest, deadline);
-    const probed = token && (await this.#verdicts.check(connection, token, deadline));
+    // No probe, no wait: the age rules run in the same turn as without the feature.
+    const probed =
+      token && connection.probe
+        ? await this.#verdicts.check(connection, token, deadline)
+        : undefined;
     let outcome: InvalidateOutcome = { invalidated: false };
     if (token && probed?.verdict !== 'valid') {
       // Whom the report is about: another issuer, if it came early in the token's life.
