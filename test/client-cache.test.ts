@@ -9,6 +9,7 @@ import {
   type AccessToken,
   createTokenClient,
   type Operation,
+  TokenAcceptedError,
   TokenRejectedAgainError,
   TokenReportedError,
   type Transport,
@@ -566,6 +567,56 @@ describe('Client: a token it reported is never handed out again (issue 24)', () 
     await (await outcome).text();
     expect(seen).toEqual(['at_reported', 'at_fresh']);
     expect((await racing)?.accessToken).toBe('at_fresh');
+  });
+
+  it('a report the broker’s probe found wrong (verified: valid) is forgotten: the token is handed out again, and withToken does not retry with it', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const seen: string[] = [];
+    const outcome = client.withToken('sandbox', async (token) => {
+      seen.push(token);
+      return new Response(null, { status: 401 });
+    });
+    await flush();
+    sent[0]?.answer(carrying('at_live'));
+    await vi.waitFor(() => expect(sent).toHaveLength(2));
+    expect(sent[1]?.operation.action).toBe('invalidate');
+    sent[1]?.answer({ invalidated: false, verified: 'valid' });
+    // The caller sees the 401 its fn got: a retry would send the same token.
+    expect((await outcome).status).toBe(401);
+    expect(seen).toEqual(['at_live']);
+    expect(sent).toHaveLength(2);
+    // And the token is not refused as reported: the Open API accepts it.
+    await vi.advanceTimersByTimeAsync(5_000);
+    const again = client.getToken('sandbox');
+    await flush();
+    sent[2]?.answer(carrying('at_live'));
+    expect((await again).accessToken).toBe('at_live');
+    expect(sent).toHaveLength(3);
+  });
+
+  it('the middleware’s tokenRejected fails with TokenAcceptedError when the broker’s probe found the token valid', async () => {
+    const { sent, transport } = scripted();
+    const middleware = tokenBroker({ transport, fetchData: { openApiToken: 'sandbox' } });
+    const request = {
+      context: { getRemainingTimeInMillis: () => 5_000 } as unknown as TokenContext<
+        object,
+        'openApiToken'
+      >,
+      internal: {} as Record<string, unknown>,
+    };
+    const before = middleware.before(request as never);
+    await flush();
+    sent[0]?.answer(carrying('at_live'));
+    await before;
+    const rejected = request.context.tokenRejected('openApiToken').then(unexpected, caught);
+    await flush();
+    sent[1]?.answer({ invalidated: false, verified: 'valid' });
+    const error = await rejected;
+    expect(error).toBeInstanceOf(TokenAcceptedError);
+    expect(error.code).toBe('TOKEN_ACCEPTED');
+    expect(error.message).not.toContain('at_live');
+    expect(sent).toHaveLength(2);
   });
 
   it('the middleware’s tokenRejected never returns the token it reported', async () => {

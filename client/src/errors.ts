@@ -43,6 +43,8 @@ export const ClientErrorCode = {
   TOKEN_REJECTED_AGAIN: 'TOKEN_REJECTED_AGAIN',
   /** The broker still answers with a token this client reported; retry after `retryAfterSeconds`. */
   TOKEN_REPORTED: 'TOKEN_REPORTED',
+  /** The broker's probe found the reported token accepted by the Open API: nothing replaced. */
+  TOKEN_ACCEPTED: 'TOKEN_ACCEPTED',
 } as const;
 export type ClientErrorCode = (typeof ClientErrorCode)[keyof typeof ClientErrorCode];
 
@@ -182,6 +184,20 @@ export class TokenReportedError extends TokenBrokerError {
   override readonly name = 'TokenReportedError';
   constructor(message: string, retryAfterSeconds: number) {
     super(message, ClientErrorCode.TOKEN_REPORTED, { retryAfterSeconds });
+  }
+}
+
+/**
+ * The middleware's `tokenRejected` reported a token that the broker's probe found the Open API
+ * still accepts (`verified: "valid"`, a connection with a `probe`): nothing was replaced, and a
+ * fresh token would be the same one. The rejection came from something else: a missing scope or
+ * permission, another header, the wrong client ID for this API. The message never includes the
+ * token.
+ */
+export class TokenAcceptedError extends TokenBrokerError {
+  override readonly name = 'TokenAcceptedError';
+  constructor(message: string) {
+    super(message, ClientErrorCode.TOKEN_ACCEPTED);
   }
 }
 

@@ -115,6 +115,12 @@ export interface InvalidateResult {
    * this client refuses to hand it out (`TokenReportedError`).
    */
   readonly deferredSeconds?: number;
+  /**
+   * Only on a connection with a `probe`: what the Open API said of the token when the broker
+   * asked. `valid`: it still accepts it, nothing was replaced, and this client hands it out
+   * again (the rejection came from something else); `revoked`: it was replaced at once.
+   */
+  readonly verified?: 'valid' | 'revoked';
 }
 
 // The wire types below restate the broker's (lib/broker/types.ts) because the client ships alone;
@@ -672,7 +678,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       // Remembered before the report leaves: an answer to a getToken racing with it may carry
       // the token. Forgotten again if the report fails (the broker may not have it).
       const forget = report(connection, accessToken);
-      let body: { invalidated?: unknown; deferredSeconds?: unknown };
+      let body: { invalidated?: unknown; deferredSeconds?: unknown; verified?: unknown };
       try {
         body = (await call(callOptions, (signal) =>
           send({ action: 'invalidate', connection, accessToken }, signal),
@@ -686,13 +692,19 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
         typeof deferred === 'number' && Number.isFinite(deferred) && deferred > 0
           ? deferred
           : undefined;
-      const entry = reported.get(reportKey(connection, accessToken));
+      const verified =
+        body?.verified === 'valid' || body?.verified === 'revoked' ? body.verified : undefined;
+      const key = reportKey(connection, accessToken);
+      // The Open API accepts it (the broker's probe asked): the report was wrong, not the token.
+      if (verified === 'valid') reported.delete(key);
+      const entry = reported.get(key);
       if (entry && deferredSeconds !== undefined) {
         entry.deferredUntil = monotonic() + deferredSeconds * 1000;
       }
       return {
         invalidated: body?.invalidated === true,
         ...(deferredSeconds === undefined ? {} : { deferredSeconds }),
+        ...(verified === undefined ? {} : { verified }),
       };
     },
 
@@ -720,10 +732,16 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       if (first.value instanceof Response && !first.value.bodyUsed) {
         await first.value.body?.cancel().catch(() => undefined);
       }
-      await client.invalidate(connection, first.token, {
+      const answer = await client.invalidate(connection, first.token, {
         ...(tokenOptions.signal ? { signal: tokenOptions.signal } : {}),
         ...(tokenOptions.timeoutMs === undefined ? {} : { timeoutMs: tokenOptions.timeoutMs }),
       });
+      // The Open API accepts the token (the broker's probe asked): a retry would send the same
+      // one. The rejection is the caller's to see, as `fn` got it.
+      if (answer.verified === 'valid') {
+        if (first.error !== undefined) throw first.error;
+        return first.value as Awaited<ReturnType<typeof fn>>;
+      }
       const second = await attempt();
       if (second.error !== undefined) throw second.error;
       return second.value as Awaited<ReturnType<typeof fn>>;

@@ -24,7 +24,7 @@
  * token (the client remembers it: a later invocation is not handed it either).
  */
 
-import { ClientConfigError, TokenRejectedAgainError } from './errors.js';
+import { ClientConfigError, TokenAcceptedError, TokenRejectedAgainError } from './errors.js';
 import { createTokenClient, type GetTokenOptions, type TokenClient } from './index.js';
 import type { Transport, TransportOptions } from './transports.js';
 
@@ -162,11 +162,16 @@ export const tokenBroker = <TKey extends string>(
               : { timeoutMs: Math.max(1, Math.min(timeoutMs, left - reserveMs)) }),
           };
           const { timeoutMs: callTimeout } = retryOptions;
-          await client.invalidate(
+          const answer = await client.invalidate(
             connection,
             rejected,
             callTimeout === undefined ? {} : { timeoutMs: callTimeout },
           );
+          if (answer.verified === 'valid') {
+            throw new TokenAcceptedError(
+              `The Open API still accepts the token reported for "${String(key)}" (connection '${connection}'; the broker's probe asked): nothing was replaced, the rejection came from something else`,
+            );
+          }
           const fresh = await client.getToken(connection, retryOptions);
           given.set(key, fresh.accessToken);
           set(key, fresh.accessToken);
