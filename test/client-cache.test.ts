@@ -575,15 +575,17 @@ describe('Client: a token it reported is never handed out again (issue 24)', () 
     const seen: string[] = [];
     const outcome = client.withToken('sandbox', async (token) => {
       seen.push(token);
-      return new Response(null, { status: 401 });
+      return new Response('{"error":"insufficient scope"}', { status: 401 });
     });
     await flush();
     sent[0]?.answer(carrying('at_live'));
     await vi.waitFor(() => expect(sent).toHaveLength(2));
     expect(sent[1]?.operation.action).toBe('invalidate');
     sent[1]?.answer({ invalidated: false, verified: 'valid' });
-    // The caller sees the 401 its fn got: a retry would send the same token.
-    expect((await outcome).status).toBe(401);
+    // The caller sees the 401 its fn got, body and all: a retry would send the same token.
+    const response = await outcome;
+    expect(response.status).toBe(401);
+    expect(await response.json()).toEqual({ error: 'insufficient scope' });
     expect(seen).toEqual(['at_live']);
     expect(sent).toHaveLength(2);
     // And the token is not refused as reported: the Open API accepts it.
@@ -593,6 +595,24 @@ describe('Client: a token it reported is never handed out again (issue 24)', () 
     sent[2]?.answer(carrying('at_live'));
     expect((await again).accessToken).toBe('at_live');
     expect(sent).toHaveLength(3);
+  });
+
+  it('a failed report does not forget a token another report of it got to the broker', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport });
+    const lost = client.invalidate('sandbox', 'at_reported').then(unexpected, caught);
+    const kept = client.invalidate('sandbox', 'at_reported');
+    await flush();
+    // The broker keeps the second report for 30 s; the first never gets an answer.
+    sent[1]?.answer({ invalidated: false, deferredSeconds: 30 });
+    expect(await kept).toEqual({ invalidated: false, deferredSeconds: 30 });
+    sent[0]?.fail(new Error('connection reset'));
+    expect((await lost).code).toBe('TRANSPORT_FAILED');
+    // The broker still serves it: the client does not hand it out.
+    const refused = client.getToken('sandbox').then(unexpected, caught);
+    await flush();
+    sent[2]?.answer(carrying('at_reported'));
+    expect(await refused).toBeInstanceOf(TokenReportedError);
   });
 
   it('the middleware’s tokenRejected fails with TokenAcceptedError when the broker’s probe found the token valid', async () => {

@@ -406,6 +406,10 @@ interface Reported {
   expiresAt: number;
   /** Until when (monotonic, ms) the broker said it keeps serving it (`deferredSeconds`). */
   deferredUntil: number;
+  /** Reports of it still out: a failed one forgets it only when no other is out or landed. */
+  pending: number;
+  /** A report of it reached the broker. */
+  landed: boolean;
 }
 
 /** How many reported tokens a client remembers at most; the oldest is forgotten first. */
@@ -459,8 +463,14 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     return entry;
   };
 
-  /** Remembers `accessToken` as reported; the returned function forgets it again. */
-  const report = (connection: string, accessToken: string): (() => void) => {
+  /**
+   * Remembers `accessToken` as reported, until the report's outcome: `failed()` forgets it again
+   * unless another report of it is out or reached the broker; `landed()` keeps it.
+   */
+  const report = (
+    connection: string,
+    accessToken: string,
+  ): { readonly failed: () => void; readonly landed: () => void } => {
     const wall = now();
     for (const [key, entry] of reported) if (wall >= entry.expiresAt) reported.delete(key);
     const key = reportKey(connection, accessToken);
@@ -470,13 +480,25 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     const entry: Reported = known ?? {
       expiresAt: held?.accessToken === accessToken ? held.expiresAt.getTime() : Infinity,
       deferredUntil: 0,
+      pending: 0,
+      landed: false,
     };
+    entry.pending += 1;
     reported.delete(key);
     reported.set(key, entry);
     if (reported.size > MAX_REPORTED) reported.delete(reported.keys().next().value as string);
     nextEpoch(connection);
-    return () => {
-      if (!known && reported.get(key) === entry) reported.delete(key);
+    return {
+      failed: () => {
+        entry.pending -= 1;
+        if (entry.pending === 0 && !entry.landed && reported.get(key) === entry) {
+          reported.delete(key);
+        }
+      },
+      landed: () => {
+        entry.pending -= 1;
+        entry.landed = true;
+      },
     };
   };
 
@@ -677,16 +699,17 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       checkTimeout(callOptions.timeoutMs, 'timeoutMs');
       // Remembered before the report leaves: an answer to a getToken racing with it may carry
       // the token. Forgotten again if the report fails (the broker may not have it).
-      const forget = report(connection, accessToken);
+      const outcome = report(connection, accessToken);
       let body: { invalidated?: unknown; deferredSeconds?: unknown; verified?: unknown };
       try {
         body = (await call(callOptions, (signal) =>
           send({ action: 'invalidate', connection, accessToken }, signal),
         )) as typeof body;
       } catch (error) {
-        forget();
+        outcome.failed();
         throw error;
       }
+      outcome.landed();
       const deferred = body?.deferredSeconds;
       const deferredSeconds =
         typeof deferred === 'number' && Number.isFinite(deferred) && deferred > 0
@@ -728,19 +751,19 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       };
       const first = await attempt();
       if (!first.rejected) return first.value as Awaited<ReturnType<typeof fn>>;
-      // The rejected response is not returned: free its connection before asking again.
-      if (first.value instanceof Response && !first.value.bodyUsed) {
-        await first.value.body?.cancel().catch(() => undefined);
-      }
       const answer = await client.invalidate(connection, first.token, {
         ...(tokenOptions.signal ? { signal: tokenOptions.signal } : {}),
         ...(tokenOptions.timeoutMs === undefined ? {} : { timeoutMs: tokenOptions.timeoutMs }),
       });
       // The Open API accepts the token (the broker's probe asked): a retry would send the same
-      // one. The rejection is the caller's to see, as `fn` got it.
+      // one. The rejection is the caller's to see, as `fn` got it, its body unread.
       if (answer.verified === 'valid') {
         if (first.error !== undefined) throw first.error;
         return first.value as Awaited<ReturnType<typeof fn>>;
+      }
+      // The rejected response is not returned: free its connection before asking again.
+      if (first.value instanceof Response && !first.value.bodyUsed) {
+        await first.value.body?.cancel().catch(() => undefined);
       }
       const second = await attempt();
       if (second.error !== undefined) throw second.error;
