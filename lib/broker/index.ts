@@ -240,7 +240,9 @@ export class TokenBroker {
       secrets: this.deps.secrets,
       by: Deadline.fromEpoch(this.#clock, deadline),
       clock: this.#clock,
-      getToken: (connection) => this.getToken(connection.name, { deadline, caller }),
+      // A refresh it starts is over by the check's deadline (in Lambda, the invocation's end).
+      getToken: (connection) =>
+        this.getToken(connection.name, { deadline, workUntil: deadline, caller }),
       now: () => this.#clock.now(),
       logger: this.deps.logger,
     });

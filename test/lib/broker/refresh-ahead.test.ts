@@ -111,6 +111,21 @@ describe('Refresh ahead of expiry: on demand', () => {
     expect(Date.now()).toBeLessThanOrEqual(start + 8_000);
   });
 
+  it('a readiness check inside the window starts no refresh that cannot end by its deadline (review of issue 24)', async () => {
+    // A deploy gate's ready() with 3 s left: the same bound as getToken's workUntil.
+    const { broker, store, issuer, metrics } = setup({
+      window: 600,
+      connections: [connection({ name: 'sandbox' })],
+    });
+    storeToken(store, 299_000);
+    const report = await broker.ready(T0 + 3_000);
+    expect(report.ready).toBe(true);
+    await broker.idle();
+    expect(issuer.issued).toBe(0);
+    expect(store.items.get('sandbox')?.lease).toBeUndefined();
+    expect(metrics.get('RefreshFailures') ?? 0).toBe(0);
+  });
+
   it('keeps serving the current token when the refresh fails, and counts the failure', async () => {
     const { broker, store, issuer, metrics, logger } = setup({ window: 600 });
     storeToken(store, 300_000);
