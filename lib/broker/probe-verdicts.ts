@@ -3,7 +3,8 @@
  * age (`caller-bounds.ts`), the connection's probe asks the Open API whether it still accepts
  * that token. A container probes a given token at most once per `probe.intervalSeconds`, on its
  * monotonic clock: concurrent reports share the probe in flight, and later ones reuse its
- * verdict, so a storm of reports costs one probe. Only the token the broker itself holds is ever
+ * verdict (`valid` or `revoked`; not one that proved nothing, and not `valid` while a lease is
+ * on the token), so a storm of reports costs one probe. Only the token the broker itself holds is ever
  * probed (never a string a caller sent), and the probe takes at most half the time the report
  * has left, so the store calls after it still fit (I3).
  */
@@ -43,6 +44,7 @@ export class ProbeVerdicts {
     connection: ConnectionConfig,
     token: TokenRecord,
     deadline: Deadline | undefined,
+    { leased = false }: { readonly leased?: boolean } = {},
   ): Promise<ProbeVerdict | undefined> {
     const { probe } = connection;
     if (!probe || !this.probe) return undefined;
@@ -53,6 +55,9 @@ export class ProbeVerdicts {
       Math.min(this.timeoutMs, (deadline?.leftMs() ?? this.timeoutMs * 2) / 2),
     );
     let probed = this.#probed.get(key);
+    // A replacement is under way (a lease on the token): its POST may have revoked the token
+    // since a `valid` verdict, so that one is not reused; the token is asked about again.
+    if (probed && leased && (await probed.verdict).verdict === 'valid') probed = undefined;
     if (!probed) {
       if (waitMs < MIN_PROBE_MS) return NO_TIME;
       const options = { deadline: this.clock.now() + waitMs };
@@ -63,8 +68,14 @@ export class ProbeVerdicts {
           const name = error instanceof Error ? error.name : 'unknown error';
           return { verdict: 'unknown', reason: name.slice(0, 40) };
         });
-      probed = { until: now + probe.intervalSeconds * 1000, verdict };
-      this.#probed.set(key, probed);
+      const entry: Probed = { until: now + probe.intervalSeconds * 1000, verdict };
+      probed = entry;
+      this.#probed.set(key, entry);
+      // Only a verdict is reused: a probe that proved nothing (a timeout cut short by the first
+      // reporter's deadline, a 5xx) leaves the next report free to ask.
+      void verdict.then(({ verdict: said }) => {
+        if (said === 'unknown' && this.#probed.get(key) === entry) this.#probed.delete(key);
+      });
     }
     // A report joining a probe in flight waits no longer than its own time allows.
     return withDeadline(probed.verdict, waitMs, this.clock, () => new Error('no time left')).catch(

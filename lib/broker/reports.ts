@@ -72,7 +72,7 @@ export class Reports {
     // No probe, no wait: the age rules run in the same turn as without the feature.
     const probed =
       token && connection.probe
-        ? await this.#verdicts.check(connection, token, deadline)
+        ? await this.#verdicts.check(connection, token, deadline, { leased: lease !== undefined })
         : undefined;
     let outcome: InvalidateOutcome = { invalidated: false };
     if (token && probed?.verdict !== 'valid') {

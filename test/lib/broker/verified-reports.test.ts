@@ -165,6 +165,50 @@ describe('Verified reports: a probe checks a report before any age rule', () => 
     expect(issuer.issued).toBe(2);
   });
 
+  it('reuses no probe that proved nothing: the next report asks again (review of issue 24)', async () => {
+    const { broker, probe } = withProbe({ verdict: 'unknown', reason: 'HTTP 503' }, 60);
+    await broker.getToken('sandbox', { deadline: deadline() });
+    expect(await broker.invalidate('sandbox', 'token-1', 'svc', deadline())).toEqual({
+      invalidated: false,
+      deferredSeconds: 60,
+    });
+    probe.answer = VALID;
+    expect(await broker.invalidate('sandbox', 'token-1', 'svc', deadline())).toEqual({
+      invalidated: false,
+      verified: 'valid',
+    });
+    expect(probe.probed).toHaveLength(2);
+  });
+
+  it('I2: reuses no valid verdict once a replacement holds a lease on the token: its POST may have revoked it (review of issue 24)', async () => {
+    const { broker: first, store, issuer } = withProbe(VALID, 60);
+    await first.getToken('sandbox', { deadline: deadline() });
+    const probe = new FakeProbe(VALID);
+    const other = setup({ connections: [probed], probe, invalidateFloor: 60, store, issuer });
+    expect(await other.broker.invalidate('sandbox', 'token-1', 'svc', deadline())).toEqual({
+      invalidated: false,
+      verified: 'valid',
+    });
+    // Then a holder takes the lease to replace token-1, and its POST revokes it upstream.
+    const held = await store.acquireLease('sandbox', {
+      holder: 'holder',
+      version: 'v1',
+      leaseExpiresAt: Date.now() + 10_000,
+      durationMs: 10_000,
+      countdown: 0,
+      replacing: store.token('sandbox')?.tokenDigest,
+    });
+    expect(held.acquired).toBe(true);
+    probe.answer = REVOKED;
+    // Within the interval, the 401s of that revocation reach the broker: asked again.
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(await other.broker.invalidate('sandbox', 'token-1', 'svc', deadline())).toEqual({
+      invalidated: true,
+      verified: 'revoked',
+    });
+    expect(probe.probed).toHaveLength(2);
+  });
+
   it('I1: a storm of reports of a revoked token costs one probe and one issuance', async () => {
     const { broker, probe, issuer } = withProbe(REVOKED, 60);
     await broker.getToken('sandbox', { deadline: deadline() });
