@@ -15,6 +15,9 @@ export const probeRequest = (connection: ConnectionConfig, accessToken: string):
   if (!connection.probe) throw new TypeError(`Connection '${connection.name}' has no probe`);
   return new Request(`${connection.baseUrl}${connection.probe.path}`, {
     method: 'GET',
+    // A redirect is not followed: fetch would send x-access-token to wherever it points (it
+    // drops only authorization and cookie across origins). A 3xx proves nothing.
+    redirect: 'manual',
     headers: {
       accept: 'application/json',
       'user-agent': USER_AGENT,

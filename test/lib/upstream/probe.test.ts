@@ -5,6 +5,7 @@
  * token replaced at once (one issuance), and a report of a token the Open API accepts replaces
  * nothing.
  */
+import { type Server as HttpServer, createServer as httpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TokenBroker } from '../../../lib/broker/index.js';
@@ -35,6 +36,18 @@ beforeAll(async () => {
 });
 afterAll(() => simulator.close());
 
+/** An HTTP server on 127.0.0.1, port 0: its URL and how to close it. */
+const listening = (server: HttpServer) =>
+  new Promise<{ url: string; close: () => Promise<void> }>((resolve) => {
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      resolve({
+        url: `http://127.0.0.1:${port}`,
+        close: () => new Promise((done) => server.close(() => done())),
+      });
+    });
+  });
+
 const openApi = (timeoutMs = 2_000) => new OpenApiClient({ timeoutMs, limits });
 const issue = () => issueWith(openApi(), v3, client, { deadline: deadline() });
 
@@ -49,6 +62,34 @@ describe('Function: probeVerdict', () => {
     [503, { verdict: 'unknown', reason: 'HTTP 503' }],
   ])('reads HTTP %i as %j', (status, verdict) => {
     expect(probeVerdict(status)).toEqual(verdict);
+  });
+});
+
+describe('Method: OpenApiClient.probe, redirected', () => {
+  it('follows no redirect: the token never reaches another origin, and a 3xx proves nothing (review of issue 24)', async () => {
+    const seen: (string | undefined)[] = [];
+    const elsewhere = httpServer((req, res) => {
+      seen.push(req.headers['x-access-token'] as string | undefined);
+      res.writeHead(200).end('{}');
+    });
+    const { url: there, close: closeThere } = await listening(elsewhere);
+    const redirecting = httpServer((_req, res) => {
+      res.writeHead(302, { location: `${there}/steal` }).end();
+    });
+    const { url: here, close: closeHere } = await listening(redirecting);
+    try {
+      const redirected = connection({
+        baseUrl: here,
+        probe: { path: '/open-api/v3/ping', intervalSeconds: 1 },
+      });
+      expect(
+        await openApi().probe(redirected, 'at_secret-token', { deadline: deadline() }),
+      ).toEqual({ verdict: 'unknown', reason: 'HTTP 302' });
+      expect(seen).toEqual([]);
+    } finally {
+      await closeHere();
+      await closeThere();
+    }
   });
 });
 
