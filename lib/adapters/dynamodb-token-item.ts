@@ -5,8 +5,8 @@
  */
 import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import {
+  ABSURD_LEASE_DURATION_MS,
   MAX_COUNTDOWN,
-  MAX_LEASE_DURATION_MS,
   MAX_MEMORY_RECHECK_MS,
   MAX_TOKEN_LIFETIME_MS,
   TTL_MARGIN_SECONDS,
@@ -107,8 +107,9 @@ export const fromItem = async (
  *   Not an integer in [0, MAX_COUNTDOWN]: read as 0, a countdown that has ended (the token is
  *   suspect, nobody serves it, a takeover POSTs at once). Read the same by every reader.
  * - `leaseDurationMs`: how long a waiter watches a version before taking it over. Outside
- *   [0, MAX_LEASE_DURATION_MS]: read as that maximum. Shorter could take a live lease over and
- *   start a second POST (I1); no holder counts on more than it wrote.
+ *   [0, ABSURD_LEASE_DURATION_MS] (ten times the longest the protocol writes): read as that.
+ *   Never shorter than written within it: a shorter one could take a live lease over and start
+ *   a second POST (I1); no holder counts on more than it wrote.
  * - `leaseExpiresAt`: read as stored. A takeover's condition names the stored value, so it
  *   cannot be rewritten on read; a stamp far ahead only delays "stale at first sight" (the
  *   lease is judged by watching), one far behind reads as a holder whose own clock says its
@@ -145,7 +146,9 @@ const leaseNumbersOf = (item: Item | undefined): Pick<Lease, 'durationMs' | 'cou
   const countdown = Number(item?.leaseCountdown?.N ?? 0);
   return {
     durationMs:
-      durationMs >= 0 && durationMs <= MAX_LEASE_DURATION_MS ? durationMs : MAX_LEASE_DURATION_MS,
+      durationMs >= 0 && durationMs <= ABSURD_LEASE_DURATION_MS
+        ? durationMs
+        : ABSURD_LEASE_DURATION_MS,
     countdown:
       Number.isInteger(countdown) && countdown >= 0 && countdown <= MAX_COUNTDOWN ? countdown : 0,
   };

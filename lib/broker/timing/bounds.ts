@@ -86,6 +86,13 @@ export const MAX_MEMORY_RECHECK_MS = 100_000;
 const MAX_UPSTREAM_TIMEOUT_MS = 60_000;
 /** The longest lease version: the fence's POST budget and its grace, each at most a timeout. */
 export const MAX_LEASE_DURATION_MS = 2 * MAX_UPSTREAM_TIMEOUT_MS;
+/**
+ * A recorded lease duration above this is absurd (ten times the longest the protocol writes) and
+ * read as this: a waiter is held at most this long. Between the longest and this, a duration is
+ * read as written: a grace computed past the longest (a wall clock that stepped back while a
+ * POST was out, a later release with longer timeouts) must never be cut short (I1).
+ */
+export const ABSURD_LEASE_DURATION_MS = 10 * MAX_LEASE_DURATION_MS;
 /** BROKER_MAX_TOKEN_LIFETIME_SECONDS is at most 365 days, ms. */
 export const MAX_TOKEN_LIFETIME_MS = 365 * 86_400_000;
 

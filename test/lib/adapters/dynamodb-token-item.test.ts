@@ -8,6 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { fromItem, type Item } from '../../../lib/adapters/dynamodb-token-item.js';
 import {
+  ABSURD_LEASE_DURATION_MS,
   countdownFor,
   LEASE_MS,
   leaseNeedsMs,
@@ -89,14 +90,19 @@ describe('Function: fromItem, the numbers of an item checked when read', () => {
   });
 
   describe('leaseDurationMs (how long a waiter watches a version before taking it over)', () => {
-    it('reads a duration above the longest lease (POST budget and grace) as that longest: refreshes resume', async () => {
+    it('reads an absurd duration (above ten times the longest lease) as that: refreshes resume', async () => {
       const { lease } = await read(leased({ durationMs: '1000000000000' }));
-      expect(lease?.durationMs).toBe(MAX_LEASE_DURATION_MS);
+      expect(lease?.durationMs).toBe(ABSURD_LEASE_DURATION_MS);
     });
 
-    it('I1: reads a negative duration as the longest, never as one that lets a live lease be taken at once', async () => {
+    it('I1: reads a duration past the longest the protocol writes as written, never shorter (review of issue 24: a grace computed across a wall clock stepped back)', async () => {
+      const longer = MAX_LEASE_DURATION_MS + 15_000;
+      expect((await read(leased({ durationMs: String(longer) }))).lease?.durationMs).toBe(longer);
+    });
+
+    it('I1: reads a negative duration as the absurd bound, never as one that lets a live lease be taken at once', async () => {
       expect((await read(leased({ durationMs: '-1' }))).lease?.durationMs).toBe(
-        MAX_LEASE_DURATION_MS,
+        ABSURD_LEASE_DURATION_MS,
       );
     });
 
