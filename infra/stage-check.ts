@@ -24,7 +24,8 @@ export interface PrintedConfig {
       string,
       {
         readonly timeout?: number;
-        readonly events?: readonly { readonly schedule?: { readonly rate?: unknown } }[];
+        // `schedule: rate(...)` in short, or `schedule: { rate: ... }`.
+        readonly events?: readonly { readonly schedule?: string | { readonly rate?: unknown } }[];
       }
     >
   >;
@@ -137,7 +138,11 @@ export const checkStage = (stage: string, printed: PrintedConfig): string[] => {
     ...Object.values(printed.functions ?? {}).flatMap((fn) => [
       timeoutProblem(config, (fn.timeout ?? printed.provider?.timeout ?? 6) * 1000),
       ...(fn.events ?? [])
-        .flatMap((event) => [event.schedule?.rate ?? []].flat())
+        .flatMap((event) =>
+          typeof event.schedule === 'string'
+            ? [event.schedule]
+            : [event.schedule?.rate ?? []].flat(),
+        )
         .map((rate) =>
           typeof rate === 'string'
             ? warmupRateProblem(rate, config.refreshWindowSeconds)

@@ -91,6 +91,23 @@ describe('Function: checkStage, settings checked together (issue 24)', () => {
     );
   });
 
+  it('checks the shorthand schedule too: `schedule: rate(...)` (review of issue 24)', () => {
+    const base = printed(production(ARN));
+    const shorthand = {
+      ...base,
+      functions: { broker: { events: [{ schedule: 'rate(15 minutes)' }] } },
+    } as PrintedConfig;
+    expect(checkStage('prod', shorthand)[0]).toContain('(every 900 s)');
+  });
+
+  it('refuses the example account only as an account, not as digits inside another number (review of issue 24)', () => {
+    const withDigits = {
+      ...printed(production(ARN)),
+      resources: { Outputs: { Note: { Value: 'build 91234567890123' } } },
+    } as PrintedConfig;
+    expect(checkStage('prod', withDigits)).toEqual([]);
+  });
+
   it('refuses a re-check whose countdown and POST cannot fit the function timeout', () => {
     expect(checkStage('prod', withEnv({ BROKER_MEMORY_RECHECK_SECONDS: '10' }))).toEqual([
       "Stage 'prod': BROKER_MEMORY_RECHECK_SECONDS (10) needs a function timeout of at least 14 s for a refresh's countdown and POST, but the function's timeout (serverless.yml `timeout`) gives 10.0 s: lower the re-check or raise the timeout",

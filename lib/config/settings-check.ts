@@ -207,6 +207,7 @@ export const EXAMPLE_ACCOUNT = '123456789012';
  * packaged, without its `params` block (which always holds the examples).
  */
 export const exampleAccountProblem = (stage: string, resolved: unknown): string | undefined =>
-  stage === 'dev' || !JSON.stringify(resolved ?? {}).includes(EXAMPLE_ACCOUNT)
+  stage === 'dev' ||
+  !new RegExp(`(^|\\D)${EXAMPLE_ACCOUNT}(\\D|$)`).test(JSON.stringify(resolved ?? {}))
     ? undefined
     : `the configuration names the example account ${EXAMPLE_ACCOUNT} (serverless.yml's defaults): replace the account in params.${stage} (secretArns, connections, secretsKmsKeyArn) with your own; only dev may keep it`;
