@@ -8,6 +8,7 @@ import { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SecretsManagerSecretSource } from '../lib/adapters/secrets-manager-secret-source.js';
 import { issueWith } from '../lib/broker/issue-flow.js';
+import { Deadline, systemClock } from '../lib/clock.js';
 import { loadConfig } from '../lib/config.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
 
@@ -44,7 +45,7 @@ export const handler = async (event: Event) => {
   }
   const credentials = await secrets.getCredentials(connection.secretId);
   const issued = await issueWith(client, connection, credentials, {
-    deadline: Date.now() + 10_000,
+    deadline: Deadline.in(systemClock, 10_000),
   });
   const token = {
     accessToken: issued.accessToken,

@@ -1,11 +1,19 @@
 /**
  * Time and chance as a port: the one source of "now", of waiting and of random draws for the
- * whole core, so that tests drive leases, heartbeats, drains and deadlines on a fake clock and
- * fault tests can skew it. Nothing in `lib/broker/` reads `Date.now`, `Math.random` or the
- * global timers directly.
+ * whole of `lib/` (the core, the upstream client and the adapters), so that tests drive leases,
+ * heartbeats, drains and deadlines on a fake clock and fault tests can skew it. Nothing in
+ * `lib/` but this file reads `Date.now`, `new Date()` or `performance.now`
+ * (`test/architecture/one-clock.test.ts` checks it).
+ *
+ * Two clocks, two uses:
+ * - the wall clock (`now`) only for epochs that others see: a token's expiry as the upstream
+ *   states it, the signing timestamp, an HTTP date, and the times that are stored (issuedAt,
+ *   expiresAt, invalidatedAt, a lease's expiresAt, the item's ttl);
+ * - the monotonic clock (`monotonic`) for every duration and deadline measured on this
+ *   container: a caller's {@link Deadline}, a cache's age, how long a lease version has stood.
  */
 export interface Clock {
-  /** Epoch milliseconds: for token expiry and stored stamps only. */
+  /** Epoch milliseconds: for token expiry, signing and stored stamps only, never a duration. */
   now(): number;
   /**
    * Milliseconds on a clock that never steps (`performance.now()`): for durations measured on
@@ -53,12 +61,16 @@ export class Deadline {
     readonly at: number,
   ) {}
 
-  /** The deadline `epochMs` (a wall-clock instant, read now), on the monotonic clock. */
+  /**
+   * The deadline `epochMs` (a wall-clock instant, read now), on the monotonic clock: only where
+   * a deadline arrives as an epoch (the facade's callers that hold one, tests). Lambda's
+   * handlers need none: {@link Deadline.in} the time the invocation has left.
+   */
   static fromEpoch(clock: Pick<Clock, 'now' | 'monotonic'>, epochMs: number): Deadline {
     return new Deadline(clock, clock.monotonic() + (epochMs - clock.now()));
   }
 
-  /** A deadline `ms` from now. */
+  /** A deadline `ms` from now (no wall clock read). */
   static in(clock: Pick<Clock, 'now' | 'monotonic'>, ms: number): Deadline {
     return new Deadline(clock, clock.monotonic() + ms);
   }
@@ -78,8 +90,17 @@ export class Deadline {
   }
 
   /**
-   * The deadline as a wall-clock instant now, in whole ms, rounded down (for ports that take
-   * epoch ms, and stored stamps; timer APIs such as `AbortSignal.timeout` take integers only).
+   * Whole milliseconds left, rounded down and never negative (for timer APIs such as
+   * `AbortSignal.timeout`, which take integers only).
+   */
+  wholeMsLeft(): number {
+    return Math.max(0, Math.floor(this.leftMs()));
+  }
+
+  /**
+   * The deadline as a wall-clock instant now, in whole ms, rounded down. A conversion back to
+   * the wall clock: no port takes one any more; only `LeasedIssuance.obtain` and `refresh`
+   * still take epoch ms (to go, see docs/protocol.md "Time").
    */
   epoch(): number {
     return Math.floor(this.clock.now() + this.leftMs());

@@ -2,6 +2,7 @@
  * Ports: the broker core talks to the outside world only through these interfaces. Adapters in
  * `lib/adapters/` implement them for AWS; tests implement them in memory.
  */
+import type { Deadline } from './clock.js';
 import type { ConnectionConfig } from './config/connections.js';
 
 /** `clientId` / `clientSecret` of one connection, as stored in Secrets Manager. */
@@ -18,7 +19,7 @@ export interface TokenRecord {
   readonly tokenDigest: string;
   /** Local epoch ms at which the token request was sent: expiry counts from here. */
   readonly issuedAt: number;
-  /** Epoch ms after which the token must not be handed out. */
+  /** Epoch ms after which the token must not be served (memory rebases it: token-memory.ts). */
   readonly expiresAt: number;
   /**
    * Issued at a caller's word (a `minValidity` the token it replaced could not give, or an
@@ -208,7 +209,7 @@ export interface IssuedToken {
   readonly expiresIn: number;
   /** Upstream Unix seconds of issuance, when given: used only to detect clock skew. */
   readonly upstreamTimestamp: number | undefined;
-  /** Local epoch ms at which the token request was sent. */
+  /** Local epoch ms (wall clock) at which the token request was sent: the record's `issuedAt`. */
   readonly requestedAt: number;
 }
 
@@ -227,12 +228,9 @@ export interface AuthorizationCode {
 
 /** How one step of the flow is bounded. */
 export interface StepOptions {
-  /** Epoch ms by which the step must be over (the caller's deadline). */
-  readonly deadline: number;
-  /**
-   * Aborts every upstream request in flight (the lease was lost, or its time ran out); no
-   * attempt starts once it is aborted.
-   */
+  /** The caller's deadline, on the monotonic clock: bounds every attempt and backoff (I3). */
+  readonly deadline: Deadline;
+  /** Aborts every request in flight (the lease was lost or ran out); no attempt starts after. */
   readonly signal?: AbortSignal | undefined;
 }
 

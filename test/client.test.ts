@@ -35,6 +35,7 @@ import type {
   WarmUpReport as BrokerWarmUpReport,
 } from '../lib/broker/index.js';
 import { issueWith } from '../lib/broker/issue-flow.js';
+import { Deadline, systemClock } from '../lib/clock.js';
 import { ErrorCode } from '../lib/errors.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
 import { type Container, startContainer } from '../local/fleet.js';
@@ -139,7 +140,7 @@ describe.each(['lambda', 'http'] as const)('Client over %s', (transport) => {
         revokesOnReissue: true,
       },
       stack.v3Client,
-      { deadline: Date.now() + 5000 },
+      { deadline: Deadline.in(systemClock, 5000) },
     );
     expect((await ping(before.accessToken)).status).toBe(401);
     const seen: string[] = [];

@@ -5,6 +5,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { issueWith } from '../lib/broker/issue-flow.js';
+import { Deadline, systemClock } from '../lib/clock.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
 import { ensureTable, localDynamoDBClient } from '../local/dynamodb-local.js';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
@@ -93,7 +94,9 @@ describe('Fleet of container processes', () => {
       let failedAfterRetry = 0;
       for (let round = 0; round < 4; round += 1) {
         // Another system issues on the same client ID: the broker's token is revoked.
-        await issueWith(other, sandbox, stack.v3Client, { deadline: Date.now() + 5_000 });
+        await issueWith(other, sandbox, stack.v3Client, {
+          deadline: Deadline.in(systemClock, 5_000),
+        });
         // Four calls as the client's withToken makes them: use, report a 401, retry once.
         for (let call = 0; call < 4; call += 1) {
           calls += 1;

@@ -2,6 +2,7 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
 import type { ServedToken, TokenAnswer } from '../../lib/broker/index.js';
 import { ANSWER_MARGIN_MS } from '../../lib/broker/timing/index.js';
+import { systemClock } from '../../lib/clock.js';
 
 /** Used when a context has no deadline (never in Lambda; possible in hand-made invocations). */
 const DEFAULT_BUDGET_MS = 10_000;
@@ -9,14 +10,16 @@ const DEFAULT_BUDGET_MS = 10_000;
 /**
  * Epoch ms by which the broker must have its answer ready; also the end of the work the
  * invocation starts after its answer (`GetTokenOptions.workUntil`): the function's timeout
- * bounds the invocation, the time the after-response extension keeps it thawed included.
+ * bounds the invocation, the time the after-response extension keeps it thawed included. The
+ * facade takes epoch ms and reads it back onto the monotonic clock at once (the one conversion
+ * left at the edge: docs/protocol.md, "Time").
  */
 export const deadlineOf = (context: Pick<Context, 'getRemainingTimeInMillis'>): number => {
   const remaining =
     typeof context.getRemainingTimeInMillis === 'function'
       ? context.getRemainingTimeInMillis()
       : DEFAULT_BUDGET_MS;
-  return Date.now() + Math.max(0, remaining - ANSWER_MARGIN_MS);
+  return systemClock.now() + Math.max(0, remaining - ANSWER_MARGIN_MS);
 };
 
 /**
@@ -27,7 +30,7 @@ export const deadlineOf = (context: Pick<Context, 'getRemainingTimeInMillis'>): 
 export const tokenResponse = (
   connection: string,
   { record, reusableUntil }: Pick<TokenAnswer, 'record' | 'reusableUntil'>,
-  now = Date.now(),
+  now = systemClock.now(),
 ) => ({
   connection,
   accessToken: record.accessToken,

@@ -11,6 +11,7 @@ import {
   MAX_TOKEN_LIFETIME_MS,
   TTL_MARGIN_SECONDS,
 } from '../broker/timing/index.js';
+import { systemClock } from '../clock.js';
 import type { Lease, TokenCipher, TokenRecord, TokenState } from '../ports.js';
 
 export type Item = Record<string, AttributeValue>;
@@ -60,12 +61,16 @@ const accessTokenOf = async (item: Item | undefined, cipher: TokenCipher | undef
   return item?.accessToken?.S;
 };
 
-/** Reads an item; a malformed token counts as absent so that the next issuance replaces it. */
+/**
+ * Reads an item; a malformed token counts as absent so that the next issuance replaces it.
+ * @param now the reader's wall clock (epoch ms), against which a stored `issuedAt` is checked
+ */
 export const fromItem = async (
   item: Item | undefined,
   cipher: TokenCipher | undefined,
+  now: number = systemClock.now(),
 ): Promise<TokenState> => {
-  const stored = storedToken(item);
+  const stored = storedToken(item, now);
   const accessToken = await accessTokenOf(item, cipher);
   const token = stored && accessToken ? { ...stored, accessToken } : undefined;
   const holder = item?.leaseHolder?.S;
@@ -155,7 +160,10 @@ const leaseNumbersOf = (item: Item | undefined): Pick<Lease, 'durationMs' | 'cou
 };
 
 /** What an item says of its token, all but the value: undefined when malformed. */
-const storedToken = (item: Item | undefined): Omit<TokenRecord, 'accessToken'> | undefined => {
+const storedToken = (
+  item: Item | undefined,
+  now: number,
+): Omit<TokenRecord, 'accessToken'> | undefined => {
   const connection = item?.connection?.S;
   const tokenDigest = item?.tokenDigest?.S;
   const issuedAt = Number(item?.issuedAt?.N);
@@ -167,7 +175,7 @@ const storedToken = (item: Item | undefined): Omit<TokenRecord, 'accessToken'> |
     !isStamp(issuedAt) ||
     !isStamp(expiresAt) ||
     !(lifetime > 0 && lifetime <= MAX_TOKEN_LIFETIME_MS) ||
-    issuedAt > Date.now() + ISSUED_AHEAD_MAX_MS
+    issuedAt > now + ISSUED_AHEAD_MAX_MS
   ) {
     return undefined;
   }

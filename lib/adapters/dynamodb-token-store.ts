@@ -33,6 +33,7 @@ import {
   PutItemCommand,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
+import { systemClock } from '../clock.js';
 import type {
   Lease,
   LeaseAttempt,
@@ -193,7 +194,7 @@ export class DynamoDBTokenStore implements TokenStore {
   async deleteIfMatches(
     connection: string,
     tokenDigest: string,
-    { reportedAt = Date.now() }: { readonly reportedAt?: number | undefined } = {},
+    { reportedAt = systemClock.now() }: { readonly reportedAt?: number | undefined } = {},
   ): Promise<boolean> {
     return this.#conditional(async () =>
       this.client.send(

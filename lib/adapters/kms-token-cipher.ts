@@ -12,6 +12,7 @@ import {
   InvalidCiphertextException,
   type KMSClient,
 } from '@aws-sdk/client-kms';
+import { type Clock, systemClock } from '../clock.js';
 import type { SealedToken, TokenCipher } from '../ports.js';
 
 /** KMS encryption context: a data key decrypts only for this purpose (and shows in CloudTrail). */
@@ -26,13 +27,18 @@ const aad = (connection: string) => Buffer.from(`token-broker:${connection}`, 'u
 const keyId = (encrypted: Uint8Array) => Buffer.from(encrypted).toString('base64');
 
 export class KmsTokenCipher implements TokenCipher {
+  /** This container's data key; `createdAt` on the monotonic clock. */
   #current: Promise<{ plaintext: Buffer; encrypted: Uint8Array; createdAt: number }> | undefined;
   readonly #decrypted = new Map<string, Promise<Buffer>>();
 
   constructor(
     private readonly client: KMSClient,
     private readonly kmsKeyId: string,
-    private readonly now: () => number = () => Date.now(),
+    /**
+     * The data key's age is measured on the monotonic clock: a wall clock stepped back would
+     * keep it past its hour, one stepped forward retire it early.
+     */
+    private readonly clock: Pick<Clock, 'monotonic'> = systemClock,
   ) {}
 
   async seal(connection: string, accessToken: string): Promise<SealedToken> {
@@ -68,7 +74,7 @@ export class KmsTokenCipher implements TokenCipher {
   /** This container's data key for writing; a new one every hour. */
   async #dataKey() {
     const current = await this.#current?.catch(() => undefined);
-    if (current && this.now() - current.createdAt < DATA_KEY_MAX_AGE_MS) return current;
+    if (current && this.clock.monotonic() - current.createdAt < DATA_KEY_MAX_AGE_MS) return current;
     this.#current = (async () => {
       const { Plaintext, CiphertextBlob } = await this.client.send(
         new GenerateDataKeyCommand({
@@ -81,7 +87,7 @@ export class KmsTokenCipher implements TokenCipher {
       const plaintext = Buffer.from(Plaintext);
       // Reads of our own items need no Decrypt call.
       this.#decrypted.set(keyId(CiphertextBlob), Promise.resolve(plaintext));
-      return { plaintext, encrypted: CiphertextBlob, createdAt: this.now() };
+      return { plaintext, encrypted: CiphertextBlob, createdAt: this.clock.monotonic() };
     })();
     return this.#current;
   }

@@ -3,6 +3,7 @@
  * each value for `maxAgeSeconds`). The SecretString must be JSON `{ clientId, clientSecret }`.
  */
 import type { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets';
+import { type Clock, systemClock } from '../clock.js';
 import { printable, SecretUnavailableError } from '../errors.js';
 import type { ClientCredentials, SecretSource } from '../ports.js';
 
@@ -10,20 +11,26 @@ export interface StaleSecretOptions {
   /** While Secrets Manager fails, the last secret read is used for at most this long. */
   readonly staleMaxSeconds: number;
   readonly onStale?: (secretId: string, reason: string) => void;
-  readonly now?: () => number;
+  /**
+   * How the last good value's age is measured: on the monotonic clock, so that a wall clock
+   * stepped back cannot stretch the stale window (nor one stepped forward cut it). Defaults to
+   * the system clock.
+   */
+  readonly clock?: Pick<Clock, 'monotonic'>;
 }
 
 export class SecretsManagerSecretSource implements SecretSource {
-  // The last good value of each secret, for when Secrets Manager is throttled or down.
+  // The last good value of each secret, for when Secrets Manager is throttled or down, with
+  // when it was read (monotonic ms).
   readonly #lastGood = new Map<string, { credentials: ClientCredentials; readAt: number }>();
-  readonly #now: () => number;
+  readonly #clock: Pick<Clock, 'monotonic'>;
 
   constructor(
     private readonly provider: Pick<SecretsProvider, 'get'>,
     private readonly maxAgeSeconds: number,
     private readonly stale: StaleSecretOptions = { staleMaxSeconds: 0 },
   ) {
-    this.#now = stale.now ?? (() => Date.now());
+    this.#clock = stale.clock ?? systemClock;
   }
 
   async getCredentials(
@@ -44,7 +51,11 @@ export class SecretsManagerSecretSource implements SecretSource {
       const missing = reason === 'ResourceNotFoundException';
       const last = this.#lastGood.get(secretId);
       // A deleted secret is never papered over; an unreachable service is, for a bounded time.
-      if (!missing && last && this.#now() - last.readAt <= this.stale.staleMaxSeconds * 1000) {
+      if (
+        !missing &&
+        last &&
+        this.#clock.monotonic() - last.readAt <= this.stale.staleMaxSeconds * 1000
+      ) {
         this.stale.onStale?.(secretId, reason);
         return last.credentials;
       }
@@ -56,7 +67,7 @@ export class SecretsManagerSecretSource implements SecretSource {
       );
     }
     const credentials = parseCredentials(raw, secretId);
-    this.#lastGood.set(secretId, { credentials, readAt: this.#now() });
+    this.#lastGood.set(secretId, { credentials, readAt: this.#clock.monotonic() });
     return credentials;
   }
 }

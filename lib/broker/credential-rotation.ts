@@ -4,7 +4,7 @@
  * changed (a rotation), the whole flow runs once more with the new one: a new code, the fence
  * again, a new token request. An unchanged secret means the rejection stands.
  */
-import { type Clock, Deadline, systemClock } from '../clock.js';
+import { type Clock, systemClock } from '../clock.js';
 import { SecretUnavailableError, UpstreamRejectedError } from '../errors.js';
 import type { SecretSource, TokenIssuer } from '../ports.js';
 import { SIGNATURE_REFUSAL, TIMESTAMP_REFUSAL } from '../upstream/rejections.js';
@@ -42,12 +42,9 @@ export const withCredentialRotation =
   async (connection, options) => {
     const { secrets, issuer, logger } = deps;
     const clock = deps.clock ?? systemClock;
-    // The caller's deadline, on the monotonic clock from here (I3): a slow Secrets Manager (its
-    // SDK retries included) must not keep the caller past it.
-    const by =
-      typeof options.deadline === 'number'
-        ? Deadline.fromEpoch(clock, options.deadline)
-        : options.deadline;
+    // The caller's deadline, on the monotonic clock (I3): a slow Secrets Manager (its SDK
+    // retries included) must not keep the caller past it.
+    const by = options.deadline;
     const credentials = await withDeadline(
       secrets.getCredentials(connection.secretId),
       by.leftMs(),

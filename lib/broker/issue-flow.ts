@@ -16,11 +16,11 @@ import type { ClientCredentials, IssuedToken, TokenIssuer } from '../ports.js';
 /** How one run of the flow is bounded and fenced. */
 export interface IssueOptions {
   /**
-   * By when the flow must be over (the caller's deadline): a `Deadline` on the monotonic clock
-   * (what the broker passes: each step is given the epoch of it as that step starts, so a wall
-   * clock stepped during the flow stretches no step, I3), or epoch ms.
+   * By when the flow must be over (the caller's deadline), on the monotonic clock: handed to
+   * each step as it is, so a wall clock stepped during the flow, its retries included,
+   * stretches no step (I3).
    */
-  readonly deadline: number | Deadline;
+  readonly deadline: Deadline;
   /** Aborts every upstream request in flight (the lease was lost, or its time ran out). */
   readonly signal?: AbortSignal | undefined;
   /**
@@ -42,15 +42,10 @@ export const issueWith = async (
   credentials: ClientCredentials,
   { deadline, signal, fence }: IssueOptions,
 ): Promise<IssuedToken> => {
-  const bounds = () => ({ deadline: epochOf(deadline), signal });
   // 1. The code: harmless (it issues and revokes nothing), asked for while the lease counts down.
-  const code = await issuer.authorize(connection, credentials, bounds());
+  const code = await issuer.authorize(connection, credentials, { deadline, signal });
   // 2. The fence: throws to stop, before anything that may revoke a token is sent.
   await fence?.();
   // 3. The token request, which may revoke every token issued before it.
-  return issuer.requestToken(connection, credentials, code, bounds());
+  return issuer.requestToken(connection, credentials, code, { deadline, signal });
 };
-
-/** The deadline as epoch ms now (a `Deadline` is read afresh: the wall clock may have stepped). */
-const epochOf = (deadline: number | Deadline): number =>
-  typeof deadline === 'number' ? deadline : deadline.epoch();

@@ -3,6 +3,7 @@
  * rule). Each write of a lease sets a fresh version; a lease is stale once this container has
  * seen the same version unchanged for its recorded duration.
  */
+import { systemClock } from '../clock.js';
 import type { Lease } from '../ports.js';
 
 import { SKEW_TOLERANCE_MS } from './timing/index.js';
@@ -15,7 +16,7 @@ export class LeaseWatch {
    */
   readonly #seen = new Map<string, { key: string; seenAt: number; seenAtMonotonic: number }>();
 
-  constructor(private readonly monotonic: () => number = () => performance.now()) {}
+  constructor(private readonly monotonic: () => number = () => systemClock.monotonic()) {}
 
   /**
    * Whether `lease`, just read for `connection`, is stale at `now` (when the read came back: the

@@ -8,7 +8,7 @@
  * probed (never a string a caller sent), and the probe takes at most half the time the report
  * has left, so the store calls after it still fit (I3).
  */
-import type { Clock, Deadline } from '../clock.js';
+import { type Clock, Deadline } from '../clock.js';
 import type { ConnectionConfig } from '../config.js';
 import type { ProbeVerdict, TokenProbe, TokenRecord } from '../ports.js';
 import { withDeadline } from './single-flight.js';
@@ -60,7 +60,7 @@ export class ProbeVerdicts {
     if (probed && leased && (await probed.verdict).verdict === 'valid') probed = undefined;
     if (!probed) {
       if (waitMs < MIN_PROBE_MS) return NO_TIME;
-      const options = { deadline: this.clock.now() + waitMs };
+      const options = { deadline: Deadline.in(this.clock, waitMs) };
       const verdict = this.probe
         .probe(connection, token.accessToken, options)
         .catch((error: unknown): ProbeVerdict => {

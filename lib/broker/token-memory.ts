@@ -3,11 +3,15 @@
  * it, and since when this container has known each token. Whether an entry may be served is
  * the refresh policy's call; this only keeps it.
  *
- * An entry's times (`checkedAt`, `until`: the proof of invariant I2) are wall-clock instants, compared by the policy with
- * the wall clock. So that a wall clock stepped back cannot stretch them, every entry is handed
- * out rebased: when more time has passed on the monotonic clock since it was kept than on the
- * wall clock, its times move earlier by the difference. A wall clock stepped forward already
- * ends them early; a freeze the monotonic clock did not count, the wall clock did.
+ * An entry's times (`checkedAt`, `until`: the proof of invariant I2; and the token's own
+ * `issuedAt` and `expiresAt`) are wall-clock instants, compared by the policy with the wall
+ * clock. So that a wall clock stepped back cannot stretch them, every entry is handed out
+ * rebased: when more time has passed on the monotonic clock since it was kept than on the wall
+ * clock, all its times move earlier by the difference, so that each one is as far from the wall
+ * clock's "now" as the monotonic clock says. The expiry the upstream stated is thus compared
+ * with the wall clock once, when it is read, and judged on the monotonic clock from then on. A
+ * wall clock stepped forward already ends them early; a freeze the monotonic clock did not
+ * count, the wall clock did.
  */
 import { type Clock, systemClock } from '../clock.js';
 import type { Lease, TokenRecord } from '../ports.js';
@@ -102,12 +106,22 @@ export class TokenMemory {
     return entry && entry.record.expiresAt > now ? entry : undefined;
   }
 
-  /** The entry with its times moved earlier by what the wall clock lost since it was kept. */
+  /**
+   * The entry with its times moved earlier by what the wall clock lost since it was kept: the
+   * token's too (both of them, so its lifetime, and the window and re-check drawn from it,
+   * stay as they were).
+   */
   #rebased({ entry, wallAt, monotonicAt }: Kept): MemoryEntry {
     const lag = this.clock.monotonic() - monotonicAt - (this.clock.now() - wallAt);
     // Below a millisecond: the two clocks' own jitter, not a step.
     if (lag < 1) return entry;
-    return { ...entry, checkedAt: entry.checkedAt - lag, until: entry.until - lag };
+    const { record } = entry;
+    return {
+      ...entry,
+      record: { ...record, issuedAt: record.issuedAt - lag, expiresAt: record.expiresAt - lag },
+      checkedAt: entry.checkedAt - lag,
+      until: entry.until - lag,
+    };
   }
 }
 

@@ -4,6 +4,7 @@
  * failed access-token attempt may have reached the upstream decides everything after it: only
  * one provably never sent may be retried.
  */
+import type { Clock, Deadline } from '../clock.js';
 import {
   UpstreamBadResponseError,
   UpstreamRejectedError,
@@ -11,28 +12,32 @@ import {
 } from '../errors.js';
 import { readJsonBody, type Sensitive, type Step } from './responses.js';
 
-/** What bounds one run of a step: the caller's deadline, and its signal (the lease's). */
+/** What bounds one run of a step: the caller's deadline (monotonic), and its signal (the lease's). */
 export interface AttemptBounds {
-  readonly deadline: number;
+  readonly deadline: Deadline;
   readonly signal: AbortSignal | undefined;
 }
 
-/** What an attempt runs with: the client's `fetch`, clock and per-request time limit. */
+/**
+ * What an attempt runs with: the client's `fetch`, its clock (the wall clock only for an HTTP
+ * date in Retry-After) and per-request time limit.
+ */
 export interface AttemptContext {
   readonly fetch: typeof fetch;
-  readonly now: () => number;
+  readonly clock: Pick<Clock, 'now'>;
   readonly timeoutMs: number;
 }
 
 /** Sends `request` once and reads its JSON body, or throws a typed error. */
 export const attempt = async (
-  { fetch, now, timeoutMs }: AttemptContext,
+  { fetch, clock, timeoutMs }: AttemptContext,
   request: Request,
   step: Step,
   { deadline, signal: outer }: AttemptBounds,
   sensitive: Sensitive,
 ): Promise<unknown> => {
-  const budget = Math.min(timeoutMs, deadline - now());
+  // Whole ms: AbortSignal.timeout refuses anything else (the monotonic clock has fractions).
+  const budget = Math.min(timeoutMs, deadline.wholeMsLeft());
   if (budget <= 0) {
     throw new UpstreamUnavailableError(`No time left to call the Open API ${step} endpoint`, {
       retryAfterSeconds: 1,
@@ -44,7 +49,7 @@ export const attempt = async (
   const signal = outer ? AbortSignal.any([timeout, outer]) : timeout;
   try {
     const response = await fetch(request, { signal });
-    return await readJsonBody(response, step, sensitive);
+    return await readJsonBody(response, step, sensitive, clock);
   } catch (error) {
     if (error instanceof UpstreamRejectedError || error instanceof UpstreamBadResponseError) {
       throw error;

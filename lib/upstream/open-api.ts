@@ -9,6 +9,7 @@
  * redacted before use, and the authorization code leaves only sealed.
  */
 
+import { type Clock, systemClock } from '../clock.js';
 import type { ConnectionConfig } from '../config.js';
 import { UpstreamBadResponseError } from '../errors.js';
 import type {
@@ -49,19 +50,24 @@ export interface OpenApiClientOptions {
   readonly limits: TokenLimits;
   /** Injectable for tests; defaults to the platform fetch (honours NODE_EXTRA_CA_CERTS). */
   readonly fetch?: typeof fetch;
-  readonly now?: () => number;
+  /**
+   * The wall clock, read only for epochs: a token request's send time (its `issuedAt`), the
+   * signing timestamp and a Retry-After date. Deadlines come as {@link StepOptions.deadline},
+   * on the monotonic clock. Defaults to the system clock.
+   */
+  readonly clock?: Pick<Clock, 'now'>;
 }
 
 /** {@link TokenIssuer} and {@link TokenProbe} over HTTPS with the platform `fetch`. */
 export class OpenApiClient implements TokenIssuer, TokenProbe {
   readonly #fetch: typeof fetch;
-  readonly #now: () => number;
+  readonly #clock: Pick<Clock, 'now'>;
   readonly #resilience: UpstreamResilience;
 
   constructor(private readonly options: OpenApiClientOptions) {
     this.#fetch = options.fetch ?? globalThis.fetch;
-    this.#now = options.now ?? (() => Date.now());
-    this.#resilience = options.resilience ?? new UpstreamResilience(DEFAULT_RESILIENCE, this.#now);
+    this.#clock = options.clock ?? systemClock;
+    this.#resilience = options.resilience ?? new UpstreamResilience(DEFAULT_RESILIENCE);
   }
 
   async authorize(
@@ -91,7 +97,7 @@ export class OpenApiClient implements TokenIssuer, TokenProbe {
     // Expiry counts from the moment the token request leaves (after the caller's fence, which
     // may wait out the lease's countdown), never from the upstream clock. Only an attempt
     // proved unsent is retried, so the one that answers is the last one built.
-    let requestedAt = this.#now();
+    let requestedAt = this.#clock.now();
     // The code is single-use: a retry of this step may be refused, which is then reported.
     // Each attempt is built (and signed, with its own timestamp) afresh.
     const signing = signingOf(connection);
@@ -99,7 +105,7 @@ export class OpenApiClient implements TokenIssuer, TokenProbe {
     // not get it into a message.
     const tokenSensitive = [credentials.clientSecret, code];
     const signedRequest = async () => {
-      requestedAt = this.#now();
+      requestedAt = this.#clock.now();
       const request = accessTokenRequest(connection, credentials, code, requestedAt);
       const signature = request.headers.get(SIGNATURE_HEADER);
       if (signature !== null) tokenSensitive.push(signature);
@@ -139,7 +145,7 @@ export class OpenApiClient implements TokenIssuer, TokenProbe {
     accessToken: string,
     options: StepOptions,
   ): Promise<ProbeVerdict> {
-    const context = { fetch: this.#fetch, now: this.#now, timeoutMs: this.options.timeoutMs };
+    const context = { fetch: this.#fetch, timeoutMs: this.options.timeoutMs };
     return probeToken(context, connection, accessToken, options);
   }
 
@@ -151,7 +157,7 @@ export class OpenApiClient implements TokenIssuer, TokenProbe {
     bounds: AttemptBounds,
     sensitive: Sensitive,
   ) {
-    const context = { fetch: this.#fetch, now: this.#now, timeoutMs: this.options.timeoutMs };
+    const context = { fetch: this.#fetch, clock: this.#clock, timeoutMs: this.options.timeoutMs };
     return this.#resilience.execute(connection.name, bounds.deadline, async () =>
       attempt(context, await request(), step, bounds, sensitive),
     );

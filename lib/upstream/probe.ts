@@ -35,20 +35,19 @@ export const probeVerdict = (status: number): ProbeVerdict => {
 
 export interface ProbeContext {
   readonly fetch: typeof fetch;
-  readonly now: () => number;
   /** The upstream's per-request limit; the caller's deadline may shorten it. */
   readonly timeoutMs: number;
 }
 
 /** Sends the probe once, bounded by the time limit, the deadline and the signal. */
 export const probeToken = async (
-  { fetch, now, timeoutMs }: ProbeContext,
+  { fetch, timeoutMs }: ProbeContext,
   connection: ConnectionConfig,
   accessToken: string,
   { deadline, signal: outer }: StepOptions,
 ): Promise<ProbeVerdict> => {
-  // Whole ms: AbortSignal.timeout refuses anything else (a deadline cut in half may not be).
-  const budget = Math.floor(Math.min(timeoutMs, deadline - now()));
+  // Whole ms: AbortSignal.timeout refuses anything else (the monotonic clock has fractions).
+  const budget = Math.min(timeoutMs, deadline.wholeMsLeft());
   if (budget <= 0) return { verdict: 'unknown', reason: 'no time left' };
   const timeout = AbortSignal.timeout(budget);
   const signal = outer ? AbortSignal.any([timeout, outer]) : timeout;

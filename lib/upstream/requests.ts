@@ -2,6 +2,7 @@
  * Building the two requests of the flow. A request is built (and, in strict mode, signed) for
  * each attempt, so that a retried attempt carries its own timestamp.
  */
+import { systemClock } from '../clock.js';
 import type { ConnectionConfig } from '../config.js';
 import type { ClientCredentials } from '../ports.js';
 import { DEFAULT_SIGNING, type SigningConfig, signingHeaders } from './signing.js';
@@ -32,13 +33,14 @@ export const signingOf = (connection: ConnectionConfig): SigningConfig | undefin
 
 /**
  * Builds the access-token request (POST with a JSON body that depends on the variant). A v3
- * request is signed with `X-Timestamp` and `X-Signature` at `nowMs` unless signing is off.
+ * request is signed with `X-Timestamp` and `X-Signature` at `nowMs` (the wall clock: the
+ * upstream compares the timestamp with its own) unless signing is off.
  */
 export const accessTokenRequest = (
   connection: ConnectionConfig,
   credentials: ClientCredentials,
   code: string,
-  nowMs: number = Date.now(),
+  nowMs: number = systemClock.now(),
 ): Request => {
   const protocol = PROTOCOLS[connection.variant];
   const body = protocol.tokenBody(credentials, code);

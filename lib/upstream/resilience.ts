@@ -18,6 +18,7 @@ import {
   type IRetryBackoffContext,
   retry,
 } from 'cockatiel';
+import type { Deadline } from '../clock.js';
 import { UpstreamUnavailableError } from '../errors.js';
 
 export interface ResilienceOptions {
@@ -77,22 +78,20 @@ export class RetryAfterBackoff implements IBackoffFactory<IRetryBackoffContext<u
 export class UpstreamResilience {
   readonly #breakers = new Map<string, CircuitBreakerPolicy>();
 
-  constructor(
-    private readonly options: ResilienceOptions = DEFAULT_RESILIENCE,
-    private readonly now: () => number = () => Date.now(),
-  ) {}
+  constructor(private readonly options: ResilienceOptions = DEFAULT_RESILIENCE) {}
 
   /**
    * Runs `attempt` for `connection` under the breaker and the retry policy. Retries stop when
-   * fewer than `minAttemptMs` remain before `deadline`.
+   * fewer than `minAttemptMs` remain before `deadline`, and no backoff outlasts it: both judged
+   * on the monotonic clock, so a wall clock stepped between attempts stretches no retry (I3).
    */
   async execute<T>(
     connection: string,
-    deadline: number,
+    deadline: Deadline,
     attempt: () => Promise<T>,
     minAttemptMs = 200,
   ): Promise<T> {
-    const remaining = () => deadline - this.now();
+    const remaining = () => deadline.leftMs();
     // No retry when the upstream asks for a longer pause than the caller can wait: the caller
     // is better answered now, with that Retry-After, than at its deadline.
     const policy = retry(

@@ -4,6 +4,7 @@
  * credential: values the upstream echoes back are redacted before use, and bodies are read
  * only up to a limit.
  */
+import { type Clock, systemClock } from '../clock.js';
 import {
   printable,
   UpstreamBadResponseError,
@@ -51,13 +52,17 @@ const describeFields = (value: Json): string => {
   return keys.length > 0 ? keys.map((k) => printable(k, 40)).join(', ') : 'none';
 };
 
-const retryAfterSeconds = (response: Response): number | undefined => {
+/**
+ * Retry-After in seconds. An HTTP date is an epoch the upstream states: it is compared with the
+ * wall clock once, here, and travels on as a duration.
+ */
+const retryAfterSeconds = (response: Response, clock: Pick<Clock, 'now'>): number | undefined => {
   const header = response.headers.get('retry-after');
   if (header === null) return undefined;
   const seconds = Number(header);
   if (Number.isFinite(seconds) && seconds >= 0) return Math.ceil(seconds);
   const date = Date.parse(header);
-  return Number.isNaN(date) ? undefined : Math.max(0, Math.ceil((date - Date.now()) / 1000));
+  return Number.isNaN(date) ? undefined : Math.max(0, Math.ceil((date - clock.now()) / 1000));
 };
 
 /** Upstream error fields, when a body carries them (envelope or flat). */
@@ -103,11 +108,12 @@ export const readJsonBody = async (
   response: Response,
   step: Step,
   sensitive: Sensitive = [],
+  clock: Pick<Clock, 'now'> = systemClock,
 ): Promise<unknown> => {
   const { status } = response;
   if (status === 429 || status >= 500) {
     await response.body?.cancel();
-    const retryAfter = retryAfterSeconds(response);
+    const retryAfter = retryAfterSeconds(response, clock);
     throw new UpstreamUnavailableError(`Open API ${step} answered HTTP ${status}`, {
       retryAfterSeconds: retryAfter,
       upstreamStatus: status,

@@ -6,6 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueWith } from '../../lib/broker/issue-flow.js';
+import { Deadline, systemClock } from '../../lib/clock.js';
 import { OpenApiClient } from '../../lib/upstream/open-api.js';
 import { httpEvent, httpResponse, type LambdaHandler } from '../../local/lambda-events.js';
 import { invokeHandler } from '../../local/lambda-invoke.js';
@@ -61,7 +62,7 @@ describe('Handler: verified reports', () => {
     // Another system issues on the same client ID.
     const other = new OpenApiClient({ timeoutMs: 2_000, limits: { maxLifetimeSeconds: 86_400 } });
     await issueWith(other, connection({ baseUrl: stack.simulator.url }), stack.v3Client, {
-      deadline: Date.now() + 5_000,
+      deadline: Deadline.in(systemClock, 5_000),
     });
     await new Promise((done) => setTimeout(done, 5_100)); // past the probe's 5 s
     expect(await report()).toMatchObject({

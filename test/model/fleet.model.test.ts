@@ -182,9 +182,7 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
               unknownOutcome.add(issued.accessToken);
             }),
           );
-          await clock.sleep(
-            Math.min(UPSTREAM_TIMEOUT_MS, Math.max(0, options.deadline - clock.now())),
-          );
+          await clock.sleep(Math.min(UPSTREAM_TIMEOUT_MS, Math.max(0, options.deadline.leftMs())));
           throw new UpstreamUnavailableError('Open API access-token request timed out', {
             retryAfterSeconds: 1,
             outcomeUnknown: true,

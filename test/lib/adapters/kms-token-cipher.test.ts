@@ -37,6 +37,22 @@ describe('Class: KmsTokenCipher (loopback KMS, real SDK client)', () => {
     expect((stack.kms.calls().GenerateDataKey ?? 0) - before).toBe(1);
   });
 
+  it('retires its data key after an hour on the monotonic clock, whatever the wall clock says', async () => {
+    // An hour and a second pass; the wall clock, stepped back 5 s meanwhile, says 3,596 s.
+    let wall = Date.now();
+    let monotonic = 0;
+    const clock = { now: () => wall, monotonic: () => monotonic };
+    const container = new KmsTokenCipher(kms, stack.kms.keyArn, clock);
+    const before = stack.kms.calls().GenerateDataKey ?? 0;
+    const first = await container.seal('sandbox', TOKEN);
+    wall += 3_601_000 - 5_000;
+    monotonic += 3_601_000;
+    const second = await container.seal('sandbox', TOKEN);
+    // Before: judged on the wall clock, the key was 3,596 s old and kept 4 s past its hour.
+    expect((stack.kms.calls().GenerateDataKey ?? 0) - before).toBe(2);
+    expect(Buffer.from(second.encryptedKey)).not.toEqual(Buffer.from(first.encryptedKey));
+  });
+
   it('binds the token to its connection: it does not open under another name', async () => {
     const sealed = await cipher().seal('sandbox', TOKEN);
     expect(await cipher().open('production', sealed)).toBeUndefined();

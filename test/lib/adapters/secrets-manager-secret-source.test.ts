@@ -55,7 +55,7 @@ describe('Class: SecretsManagerSecretSource (loopback Secrets Manager, real SDK 
       {
         staleMaxSeconds: 60,
         onStale: (_id, reason) => stale.push(reason),
-        now: () => now,
+        clock: { monotonic: () => now },
       },
     );
     await source.getCredentials('open-api/v3');
@@ -63,6 +63,27 @@ describe('Class: SecretsManagerSecretSource (loopback Secrets Manager, real SDK 
     await expect(source.getCredentials('open-api/v3')).resolves.toEqual(stack.v3Client);
     expect(stale).toEqual(['ThrottlingException']);
     now += 61_000;
+    await expect(source.getCredentials('open-api/v3')).rejects.toBeInstanceOf(
+      SecretUnavailableError,
+    );
+  });
+
+  it('judges the stale window on the monotonic clock: a wall clock stepped back 5 s does not stretch it', async () => {
+    // 62 s pass; the wall clock, stepped back 5 s meanwhile (NTP), says 57.
+    let wall = Date.now();
+    let monotonic = 0;
+    const clock = { now: () => wall, monotonic: () => monotonic };
+    const source = new SecretsManagerSecretSource(
+      new SecretsProvider({ awsSdkV3Client: client }),
+      0,
+      { staleMaxSeconds: 60, clock },
+    );
+    await source.getCredentials('open-api/v3');
+    wall += 62_000 - 5_000;
+    monotonic += 62_000;
+    stack.secrets.failNext(1, 'ThrottlingException');
+    // Before: the wall clock said 57 s, inside the 60 s window, and the secret was served 2 s
+    // past it.
     await expect(source.getCredentials('open-api/v3')).rejects.toBeInstanceOf(
       SecretUnavailableError,
     );

@@ -3,6 +3,7 @@ import {
   isCredentialRejection,
   withCredentialRotation,
 } from '../../../lib/broker/credential-rotation.js';
+import { Deadline, systemClock } from '../../../lib/clock.js';
 import {
   UpstreamBadResponseError,
   UpstreamRejectedError,
@@ -136,7 +137,7 @@ describe('Function: withCredentialRotation', () => {
     };
     return { issuer, secrets, logger, issue, fence };
   };
-  const deadline = () => Date.now() + 5_000;
+  const deadline = () => Deadline.in(systemClock, 5_000);
 
   it('runs authorize, then the fence, then the token request with the code authorize gave', async () => {
     const { issuer, issue, fence } = setup();

@@ -8,6 +8,7 @@
  */
 import { createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Deadline, systemClock } from '../../../lib/clock.js';
 import { networkReason } from '../../../lib/upstream/attempt.js';
 import { sealCode } from '../../../lib/upstream/authorization-code.js';
 import { OpenApiClient } from '../../../lib/upstream/open-api.js';
@@ -26,7 +27,7 @@ const client = (options: { timeoutMs?: number; fetch?: typeof fetch } = {}) =>
     resilience: new UpstreamResilience({ ...DEFAULT_RESILIENCE, maxAttempts: 1 }),
     ...(options.fetch ? { fetch: options.fetch } : {}),
   });
-const bounds = () => ({ deadline: Date.now() + 10_000, signal: undefined });
+const bounds = () => ({ deadline: Deadline.in(systemClock, 10_000), signal: undefined });
 
 const authorizeAt = (baseUrl: string, openApi = client()) =>
   openApi.authorize(connection({ baseUrl }), credentials, bounds()).then(unexpected, caught);

@@ -3,6 +3,7 @@ import { inspect } from 'node:util';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { issueWith } from '../../../lib/broker/issue-flow.js';
+import { Deadline, systemClock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import {
   BrokerError,
@@ -221,7 +222,7 @@ describe('Class: OpenApiClient against the simulator', () => {
   let v3: ConnectionConfig;
   let legacy: ConnectionConfig;
   const openApi = (timeoutMs = 5000) => new OpenApiClient({ timeoutMs, limits });
-  const deadline = () => Date.now() + 10_000;
+  const deadline = () => Deadline.in(systemClock, 10_000);
 
   beforeAll(async () => {
     simulator = await startSimulator({ clients: [client], expiresIn: 86400 });
@@ -540,10 +541,9 @@ describe('Class: OpenApiClient against the simulator', () => {
   });
 
   it('never starts a request past the deadline', async () => {
-    const error = await issueWith(openApi(), v3, client, { deadline: Date.now() - 1 }).then(
-      unexpected,
-      caught,
-    );
+    const error = await issueWith(openApi(), v3, client, {
+      deadline: Deadline.in(systemClock, -1),
+    }).then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
   });
 
@@ -708,8 +708,13 @@ describe('Strict Access Token Mode against the simulator', () => {
     return error;
   };
   const openApi = (now?: () => number) =>
-    new OpenApiClient({ timeoutMs: 5000, limits, fetch: recordingFetch, ...(now ? { now } : {}) });
-  const deadline = () => Date.now() + 10_000;
+    new OpenApiClient({
+      timeoutMs: 5000,
+      limits,
+      fetch: recordingFetch,
+      ...(now ? { clock: { now } } : {}),
+    });
+  const deadline = () => Deadline.in(systemClock, 10_000);
 
   beforeAll(async () => {
     simulator = await startSimulator({
@@ -765,7 +770,7 @@ describe('Strict Access Token Mode against the simulator', () => {
     const client = new OpenApiClient({
       timeoutMs: 5000,
       limits,
-      now,
+      clock: { now },
       fetch: async (input, init) => {
         const response = await recordingFetch(input, init);
         // The next attempt happens two seconds later on this clock.
@@ -781,7 +786,7 @@ describe('Strict Access Token Mode against the simulator', () => {
       client,
       { ...v3, signing: { stringToSign: '{timestamp}{params}', encoding: 'hex' } },
       stamped,
-      { deadline: now() + 10_000 },
+      { deadline: deadline() },
     );
     expect(simulator.isValid(token.accessToken)).toBe(true);
     const [first, second] = sent.slice(before);
@@ -837,18 +842,18 @@ describe('Strict Access Token Mode against the simulator', () => {
   it('reports a clock more than 5 minutes off, and accepts one within', async () => {
     const skewed = (ms: number) => () => Date.now() + ms;
     const ahead = await rejection(
-      issueWith(openApi(skewed(301_000)), v3, plain, { deadline: Date.now() + 301_000 + 10_000 }),
+      issueWith(openApi(skewed(301_000)), v3, plain, { deadline: deadline() }),
     );
     expect(ahead).toBeInstanceOf(UpstreamRejectedError);
     expect(ahead.upstreamCode).toBe('100412');
     expect(ahead.message).toContain('code 100412: timestamp expired or invalid');
     expect(ahead.message).toContain('this clock is within 5 minutes of theirs');
     const behind = await rejection(
-      issueWith(openApi(skewed(-400_000)), v3, plain, { deadline: Date.now() - 400_000 + 10_000 }),
+      issueWith(openApi(skewed(-400_000)), v3, plain, { deadline: deadline() }),
     );
     expect(behind.upstreamCode).toBe('100412');
     const near = await issueWith(openApi(skewed(-240_000)), v3, plain, {
-      deadline: Date.now() - 240_000 + 10_000,
+      deadline: deadline(),
     });
     expect(simulator.isValid(near.accessToken)).toBe(true);
   });

@@ -10,6 +10,7 @@ import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TokenBroker } from '../../../lib/broker/index.js';
 import { issueWith } from '../../../lib/broker/issue-flow.js';
+import { Deadline, systemClock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import { OpenApiClient, probeRequest, probeVerdict } from '../../../lib/upstream/open-api.js';
 import { generateClient, type Simulator, startSimulator } from '../../../local/simulator.js';
@@ -23,7 +24,9 @@ import {
 
 const limits = { maxLifetimeSeconds: 30 * 86_400 };
 const client = generateClient('probe');
-const deadline = () => Date.now() + 5_000;
+const deadline = () => Deadline.in(systemClock, 5_000);
+/** The same, as the facade takes it: epoch ms. */
+const epochDeadline = () => Date.now() + 5_000;
 
 let simulator: Simulator;
 let v3: ConnectionConfig;
@@ -130,7 +133,9 @@ describe('Method: OpenApiClient.probe, against the simulator', () => {
 
   it('takes a deadline that is no whole number of ms (what is left of a report’s time)', async () => {
     const { accessToken } = await issue();
-    expect(await openApi().probe(v3, accessToken, { deadline: Date.now() + 1_000.5 })).toEqual({
+    expect(
+      await openApi().probe(v3, accessToken, { deadline: Deadline.in(systemClock, 1_000.5) }),
+    ).toEqual({
       verdict: 'valid',
     });
   });
@@ -181,25 +186,25 @@ describe('Verified reports end to end: the facade with the Open API client', () 
 
   it('replaces a token another issuer revoked at once, and keeps one the Open API accepts', async () => {
     const { broker: b, logger, metrics } = broker();
-    const served = await b.getToken(v3.name, { deadline: deadline() });
+    const served = await b.getToken(v3.name, { deadline: epochDeadline() });
     const issuedBefore = simulator.stats().issuances;
     // A report of a token the Open API accepts replaces nothing.
-    expect(await b.invalidate(v3.name, served.record.accessToken, 'svc', deadline())).toEqual({
+    expect(await b.invalidate(v3.name, served.record.accessToken, 'svc', epochDeadline())).toEqual({
       invalidated: false,
       verified: 'valid',
     });
-    expect((await b.getToken(v3.name, { deadline: deadline() })).record.accessToken).toBe(
+    expect((await b.getToken(v3.name, { deadline: epochDeadline() })).record.accessToken).toBe(
       served.record.accessToken,
     );
     // Another system issues on the same client ID: the broker's token is revoked.
     await issue();
     expect(simulator.isValid(served.record.accessToken)).toBe(false);
     await new Promise((resolve) => setTimeout(resolve, 1_100)); // past the probe's interval
-    expect(await b.invalidate(v3.name, served.record.accessToken, 'svc', deadline())).toEqual({
+    expect(await b.invalidate(v3.name, served.record.accessToken, 'svc', epochDeadline())).toEqual({
       invalidated: true,
       verified: 'revoked',
     });
-    const next = await b.getToken(v3.name, { deadline: deadline() });
+    const next = await b.getToken(v3.name, { deadline: epochDeadline() });
     expect(simulator.isValid(next.record.accessToken)).toBe(true);
     // One issuance by the broker (and the other issuer's).
     expect(simulator.stats().issuances - issuedBefore).toBe(2);

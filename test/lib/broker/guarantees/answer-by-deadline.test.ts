@@ -123,7 +123,7 @@ describe('I3: an answer by the deadline', () => {
           calls += 1;
           if (calls === 1) {
             await clock.sleep(4_000); // a slow authorize
-          } else if (o.deadline - clock.now() <= 0) {
+          } else if (o.deadline.passed()) {
             throw new UpstreamUnavailableError(
               'No time left to call the Open API authorize endpoint',
               { retryAfterSeconds: 1 },

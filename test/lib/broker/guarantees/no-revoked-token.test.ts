@@ -385,7 +385,7 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     const malformed = new OpenApiClient({
       timeoutMs: 5_000,
       limits: { maxLifetimeSeconds: 86_400 },
-      now: () => clock.now(),
+      clock,
       fetch: async (input) => {
         const { pathname } = new URL(input instanceof Request ? input.url : String(input));
         if (pathname.endsWith('/oauth/authorize')) {
