@@ -233,16 +233,15 @@ export class TokenBroker {
 
   /**
    * Readiness of every connection: its secret readable and well-formed, and a valid token held
-   * or obtainable now (the normal path, issuing only where none is valid). A deploy gates on it.
+   * or obtainable now (the normal path, issuing only where none is valid; a refresh it starts
+   * ends by `deadline`). A deploy gates on it.
    */
   ready(deadline: number, caller = 'readiness check'): Promise<ReadinessReport> {
     return checkReadiness(this.deps.config.connections.values(), {
       secrets: this.deps.secrets,
       by: Deadline.fromEpoch(this.#clock, deadline),
       clock: this.#clock,
-      // A refresh it starts is over by the check's deadline (in Lambda, the invocation's end).
-      getToken: (connection) =>
-        this.getToken(connection.name, { deadline, workUntil: deadline, caller }),
+      getToken: ({ name }) => this.getToken(name, { deadline, workUntil: deadline, caller }),
       now: () => this.#clock.now(),
       logger: this.deps.logger,
     });
