@@ -10,20 +10,19 @@ import type { Context } from 'aws-lambda';
 import { type TimeoutSettings, timeoutProblem } from '../../lib/config/settings-check.js';
 import { FunctionTimeoutTooShortError } from '../../lib/errors.js';
 
-/** Throws the refusal, if any; decided once, at the first invocation it sees. */
+/**
+ * Throws the refusal, if any. Judged at each invocation until one has fitted: the time left at a
+ * first invocation is the timeout, but an invocation that reached the function late (an init
+ * Lambda counted against it) reads less, and must not condemn the environment for good.
+ */
 export type TimeoutGate = (context: Pick<Context, 'getRemainingTimeInMillis'>) => void;
 
 export const timeoutGate = (settings: TimeoutSettings | undefined): TimeoutGate => {
-  // undefined: not decided yet; null: fits.
-  let refusal: FunctionTimeoutTooShortError | null | undefined = settings ? undefined : null;
+  let fitted = settings === undefined;
   return (context) => {
-    if (refusal === undefined) {
-      const problem =
-        settings && typeof context.getRemainingTimeInMillis === 'function'
-          ? timeoutProblem(settings, context.getRemainingTimeInMillis())
-          : undefined;
-      refusal = problem ? new FunctionTimeoutTooShortError(problem) : null;
-    }
-    if (refusal) throw refusal;
+    if (fitted || !settings || typeof context.getRemainingTimeInMillis !== 'function') return;
+    const problem = timeoutProblem(settings, context.getRemainingTimeInMillis());
+    if (problem) throw new FunctionTimeoutTooShortError(problem);
+    fitted = true;
   };
 };

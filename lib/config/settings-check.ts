@@ -114,6 +114,11 @@ export const windowProblem = (settings: {
 export interface TimeoutSettings {
   readonly memoryRecheckSeconds: number;
   readonly refreshWindowSeconds: number;
+  /**
+   * The connections: only one whose reissue revokes the token in service announces a countdown
+   * (`revokesOnReissue`, the default); without any, a replacement needs its POST alone.
+   */
+  readonly connections?: ReadonlyMap<string, { readonly revokesOnReissue: boolean }>;
 }
 
 /**
@@ -121,14 +126,18 @@ export interface TimeoutSettings {
  * the countdown a replacement announces (longer than a re-check, `countdownFor`), each step
  * with its lease write (`STEP_WRITE_ALLOWANCE_MS`), the shortest POST and the write after it,
  * and the margin kept to return the answer. The re-check counted is the longest a token can
- * get: the setting, at most a quarter of the configured window (`ownRecheckMs`).
+ * get: the setting, at most a quarter of the configured window (`ownRecheckMs`). No countdown
+ * when no connection's reissue revokes the token in service.
  */
 export const timeoutNeededMs = (settings: TimeoutSettings): number => {
   const recheckMs = Math.min(
     settings.memoryRecheckSeconds * 1000,
     Math.max(COUNTDOWN_STEP_MS, (settings.refreshWindowSeconds * 1000) / 4),
   );
-  const countdown = Math.ceil((recheckMs + PROOF_MARGIN_MS) / COUNTDOWN_STEP_MS);
+  const revoking =
+    settings.connections === undefined ||
+    [...settings.connections.values()].some((c) => c.revokesOnReissue);
+  const countdown = revoking ? Math.ceil((recheckMs + PROOF_MARGIN_MS) / COUNTDOWN_STEP_MS) : 0;
   return (
     countdown * (COUNTDOWN_STEP_MS + STEP_WRITE_ALLOWANCE_MS) +
     MIN_POST_MS +

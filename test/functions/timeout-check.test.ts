@@ -66,6 +66,29 @@ describe('Function: createHandler, with timeoutSettings', () => {
     ).toMatchObject({ ok: true });
   });
 
+  it('judges again at the next invocation when the first read less time left (an init counted against it): the environment is not condemned for good (review of issue 24)', async () => {
+    const handler = handlerWith(5);
+    const late = await invokeHandler(handler, scheduledEvent(), {
+      ...DEFAULT_LAMBDA,
+      timeoutMs: 6_000,
+    });
+    expect(late).toMatchObject({ ok: false, errorType: 'FunctionTimeoutTooShortError' });
+    expect(await invokeHandler(handler, scheduledEvent())).toMatchObject({ ok: true });
+  });
+
+  it('asks no countdown of connections whose reissue revokes nothing (review of issue 24)', async () => {
+    const handler = createHandler({
+      broker,
+      logger: new Logger({ serviceName: 'test' }),
+      timeoutSettings: {
+        memoryRecheckSeconds: 10,
+        refreshWindowSeconds: 600,
+        connections: new Map([['partner', { revokesOnReissue: false }]]),
+      },
+    }) as LambdaHandler;
+    expect(await invokeHandler(handler, scheduledEvent())).toMatchObject({ ok: true });
+  });
+
   it('takes the timeout from the first invocation: 5 s re-checks do not fit 6 s', async () => {
     const outcome = await invokeHandler(handlerWith(5), scheduledEvent(), {
       ...DEFAULT_LAMBDA,
