@@ -221,11 +221,21 @@ describe('Local runtime: npm start', () => {
   it('serves tokens for both variants over HTTP and the Lambda Invoke API', async () => {
     const v3 = await fetch(`${url}/tokens/demo-v3`);
     expect(v3.status).toBe(200);
-    const v3Body = (await v3.json()) as { accessToken: string; maxAgeMs: number };
-    // The reuse time, in HTTP's terms: whole seconds, private; no-store under one second.
+    const v3Body = (await v3.json()) as {
+      accessToken: string;
+      maxAgeMs: number;
+      staleIfErrorSeconds: number;
+    };
+    // The reuse time, in HTTP's terms: whole seconds, private, and how long the token may be
+    // used stale (RFC 5861); no-store when it may be neither reused a second nor used stale.
     const seconds = Math.floor(v3Body.maxAgeMs / 1000);
+    const stale = v3Body.staleIfErrorSeconds;
     expect(v3.headers.get('cache-control')).toBe(
-      seconds > 0 ? `private, max-age=${seconds}` : 'no-store',
+      stale > 0
+        ? `private, max-age=${seconds}, stale-if-error=${stale}`
+        : seconds > 0
+          ? `private, max-age=${seconds}`
+          : 'no-store',
     );
     const legacy = (await (await fetch(`${url}/tokens/demo-legacy`)).json()) as {
       accessToken: string;

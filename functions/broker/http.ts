@@ -2,7 +2,8 @@
  * HTTP callers: API Gateway HTTP API or Function URL, payload format 2.0, IAM-authenticated.
  *
  *   GET  /health                          → 200 { status, connections }
- *   GET  /tokens/{connection}?minValidity → 200 { connection, accessToken, expiresAt, expiresIn, maxAgeMs }
+ *   GET  /tokens/{connection}?minValidity → 200 { connection, accessToken, expiresAt, expiresIn,
+ *                                                 maxAgeMs, staleIfErrorSeconds }
  *   POST /tokens/{connection}/invalidate  → 200 { invalidated }
  *   GET  /status                          → 200 { connections: [metadata, never a token] }
  *   POST /warm                            → 200 the warm-up report
@@ -90,7 +91,9 @@ export const createHttpHandler = (
     });
     logServed(logger, served);
     const answer = tokenResponse(connection.name, served);
-    return json(200, answer, { 'cache-control': cacheControl(answer.maxAgeMs) });
+    return json(200, answer, {
+      'cache-control': cacheControl(answer.maxAgeMs, answer.staleIfErrorSeconds),
+    });
   };
 
   const invalidate = async (event: HttpEvent, context: Context): Promise<HttpResult> => {

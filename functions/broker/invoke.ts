@@ -1,6 +1,7 @@
 /**
  * Direct (Lambda-to-Lambda) invoke:
- *   { "action": "getToken", "connection": "…", "minValidity"?: n } → token object (with maxAgeMs)
+ *   { "action": "getToken", "connection": "…", "minValidity"?: n } → token object (with maxAgeMs,
+ *     staleIfErrorSeconds)
  *   { "action": "invalidate", "connection": "…", "accessToken": "…" }
  *     → { invalidated, deferredSeconds? }
  * Failures are thrown; Lambda reports the error's `name` as `errorType`.

@@ -25,26 +25,41 @@ export const deadlineOf = (context: Pick<Context, 'getRemainingTimeInMillis'>): 
 /**
  * The token as every caller kind receives it. The refresh token never leaves the broker.
  * `maxAgeMs`: for how many ms after sending its request the caller may reuse the token without
- * asking again (0: not at all); HTTP answers carry it as `Cache-Control` too (`cacheControl`).
+ * asking again (0: not at all); `staleIfErrorSeconds`: for how many whole seconds after that it
+ * may still use it while it cannot reach the broker (0: not at all; never without a `maxAgeMs`,
+ * so that the two added to the send stay inside what the broker granted). HTTP answers carry
+ * both as `Cache-Control` too (`cacheControl`).
  */
 export const tokenResponse = (
   connection: string,
-  { record, reusableUntil }: Pick<TokenAnswer, 'record' | 'reusableUntil'>,
+  {
+    record,
+    reusableUntil,
+    staleIfErrorMs,
+  }: Pick<TokenAnswer, 'record' | 'reusableUntil' | 'staleIfErrorMs'>,
   now = systemClock.now(),
-) => ({
-  connection,
-  accessToken: record.accessToken,
-  expiresAt: new Date(record.expiresAt).toISOString(),
-  expiresIn: Math.max(0, Math.floor((record.expiresAt - now) / 1000)),
-  maxAgeMs: Math.max(0, Math.floor(reusableUntil - now)),
-});
+) => {
+  const maxAgeMs = Math.max(0, Math.floor(reusableUntil - now));
+  return {
+    connection,
+    accessToken: record.accessToken,
+    expiresAt: new Date(record.expiresAt).toISOString(),
+    expiresIn: Math.max(0, Math.floor((record.expiresAt - now) / 1000)),
+    maxAgeMs,
+    staleIfErrorSeconds: maxAgeMs > 0 ? Math.max(0, Math.floor(staleIfErrorMs / 1000)) : 0,
+  };
+};
 
 /**
  * The `Cache-Control` of a token answer: `private` (one caller's, never a shared cache's) for
- * the whole seconds of `maxAgeMs`, or `no-store` when not even one second may be reused.
+ * the whole seconds of `maxAgeMs`, with `stale-if-error` (RFC 5861) when it may be used stale;
+ * `no-store` when it may be neither reused for a whole second nor used stale.
  */
-export const cacheControl = (maxAgeMs: number): string => {
+export const cacheControl = (maxAgeMs: number, staleIfErrorSeconds = 0): string => {
   const seconds = Math.floor(maxAgeMs / 1000);
+  if (staleIfErrorSeconds > 0) {
+    return `private, max-age=${seconds}, stale-if-error=${staleIfErrorSeconds}`;
+  }
   return seconds > 0 ? `private, max-age=${seconds}` : 'no-store';
 };
 

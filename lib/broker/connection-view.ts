@@ -24,6 +24,7 @@ import {
   rereadNearCutOver,
   reusableUntil,
   servableUnconfirmed,
+  staleIfErrorMs,
 } from './timing/index.js';
 import { type MemoryEntry, TokenMemory } from './token-memory.js';
 
@@ -173,14 +174,27 @@ export class ConnectionView {
   }
 
   /**
-   * I2 in callers' caches. How long the caller may reuse `record`: what memory holds of it now,
-   * whichever path served it. A token memory no longer holds is not to be reused at all.
+   * I2 in callers' caches. How long the caller may reuse `record` (`reusableUntil`): what memory
+   * holds of it now, whichever path served it; and for how long after that it may use it if it
+   * cannot reach the broker (`staleIfErrorMs`, see `timing`): none for a token served
+   * `unconfirmed` (the last good one after a failure). A token memory no longer holds (replaced,
+   * dropped) is not to be reused at all, nor used stale.
    */
-  reusableUntil(record: TokenRecord, needMs: number, now: number): number {
+  reuse(
+    record: TokenRecord,
+    needMs: number,
+    now: number,
+    unconfirmed = false,
+  ): { readonly reusableUntil: number; readonly staleIfErrorMs: number } {
     const entry = this.#memory.get(record.connection);
-    return entry?.record.tokenDigest === record.tokenDigest
-      ? reusableUntil(entry, needMs, this.settings)
-      : now;
+    if (entry?.record.tokenDigest !== record.tokenDigest) {
+      return { reusableUntil: now, staleIfErrorMs: 0 };
+    }
+    const until = reusableUntil(entry, needMs, this.settings);
+    return {
+      reusableUntil: until,
+      staleIfErrorMs: unconfirmed ? 0 : staleIfErrorMs(entry, until, now),
+    };
   }
 }
 

@@ -146,7 +146,7 @@ export class TokenBroker {
 
   /**
    * Returns a token valid for at least `minValiditySeconds`, issuing one only when needed, with
-   * how long the caller may reuse it (see `reusableUntil`).
+   * how long the caller may reuse it, and use it stale (see `ConnectionView.reuse`).
    */
   async getToken(name: string, options: GetTokenOptions): Promise<TokenAnswer> {
     const connection = this.connection(name);
@@ -166,7 +166,7 @@ export class TokenBroker {
         ));
     } catch (error) {
       const last = this.#lastGood(name, error, options.minValiditySeconds !== undefined);
-      return { ...last, reusableUntil: this.#reusableUntil(last.record, needMs) };
+      return { ...last, ...this.#reuse(last.record, needMs, true) };
     }
     if (served.source !== 'upstream') {
       // One refresh at a time in a container, and none while a load runs here.
@@ -181,12 +181,12 @@ export class TokenBroker {
       }
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
-    return { ...served, reusableUntil: this.#reusableUntil(served.record, needMs) };
+    return { ...served, ...this.#reuse(served.record, needMs) };
   }
 
-  /** How long the caller may reuse `record` (I2 in callers' caches: see ConnectionView). */
-  #reusableUntil(record: TokenRecord, needMs: number): number {
-    return this.#view.reusableUntil(record, needMs, this.#clock.now());
+  /** How long the caller may reuse `record`, and use it stale unless `unconfirmed` (I2). */
+  #reuse(record: TokenRecord, needMs: number, unconfirmed = false) {
+    return this.#view.reuse(record, needMs, this.#clock.now(), unconfirmed);
   }
 
   /**

@@ -19,6 +19,12 @@ export interface TokenAnswer extends ServedToken {
    * answer itself: not to be reused at all.
    */
   readonly reusableUntil: number;
+  /**
+   * Ms after `reusableUntil` for which the caller may still use the token if it cannot reach the
+   * broker (HTTP's `stale-if-error`): 0 for a token this container knows is being replaced or
+   * was reported, or served unconfirmed after a failure (see `timing/bounds.ts`).
+   */
+  readonly staleIfErrorMs: number;
 }
 
 /** The subset of a structured logger the core uses (Powertools Logger fits). */

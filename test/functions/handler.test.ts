@@ -78,7 +78,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
     handler = newContainer();
   });
 
-  it('GET /tokens/{connection} returns the token with its reuse time as private max-age, for both variants', async () => {
+  it('GET /tokens/{connection} returns the token with its reuse time as private max-age and its stale-if-error, for both variants', async () => {
     for (const connection of ['sandbox', 'legacy']) {
       const before = Date.now();
       const response = await http(handler, 'GET', `/tokens/${connection}`);
@@ -89,14 +89,18 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
         'expiresAt',
         'expiresIn',
         'maxAgeMs',
+        'staleIfErrorSeconds',
       ]);
       // Just issued: reusable for the re-check (5 s by default) less the margin, never longer.
       expect(response.json.maxAgeMs).toBeGreaterThan(0);
       expect(response.json.maxAgeMs).toBeLessThanOrEqual(5_000 - 100);
       expect(response.headers).toMatchObject({
         'content-type': 'application/json',
-        'cache-control': `private, max-age=${Math.floor(response.json.maxAgeMs / 1000)}`,
+        'cache-control': `private, max-age=${Math.floor(response.json.maxAgeMs / 1000)}, stale-if-error=${response.json.staleIfErrorSeconds}`,
       });
+      // Usable while the broker cannot be reached up to its expiry (a day) less a minute.
+      expect(response.json.staleIfErrorSeconds).toBeGreaterThan(86_400 - 60 - 10);
+      expect(response.json.staleIfErrorSeconds).toBeLessThanOrEqual(86_400 - 60);
       expect(response.json.connection).toBe(connection);
       expect(stack.simulator.isValid(response.json.accessToken)).toBe(true);
       expect(response.json.expiresAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
@@ -377,6 +381,7 @@ describe('Handler: direct invoke', () => {
       'expiresAt',
       'expiresIn',
       'maxAgeMs',
+      'staleIfErrorSeconds',
     ]);
     const viaHttp = await http(handler, 'GET', '/tokens/legacy');
     expect(viaHttp.json).toEqual({

@@ -197,6 +197,42 @@ export const reusableUntil = (
   return Math.min(proof - REUSE_MARGIN_MS, entry.record.expiresAt - needMs);
 };
 
+/** The most kept between the end of a stale-if-error grant and the token's expiry, ms. */
+export const STALE_IF_ERROR_MARGIN_MS = 60_000;
+
+/**
+ * What is kept between the end of a stale-if-error grant and `record`'s expiry, ms: a minute,
+ * or a tenth of the lifetime of a shorter-lived token (a 40 s token keeps 4 s). The caller's
+ * own validity floor (the client's `marginSeconds`, a call's `minValidity`) applies on top:
+ * this one is the broker's, so that a token used stale still has the time a request with it
+ * needs to reach the upstream and be answered, whatever the caller set.
+ */
+export const staleMarginMs = (record: TokenTimes): number =>
+  Math.min(STALE_IF_ERROR_MARGIN_MS, (record.expiresAt - record.issuedAt) / 10);
+
+/**
+ * A trade against I2, bounded by the grant (docs/adr/0017). How long (ms) after `reusableUntil`
+ * a caller that cannot reach the broker at all may still use `entry`'s token (the answer's
+ * `stale-if-error`): up to its expiry less `staleMarginMs`. None for a token this container
+ * knows is about to be replaced (a lease announced on it) or was reported, nor for an answer not
+ * to be reused at all (`reusableUntil` not after `now`: its proof is spent, so nothing more is
+ * known of it). Past `reusableUntil`, a replacement elsewhere may revoke the token; a caller
+ * that cannot reach the broker cannot learn of it either way, and without this it would have no
+ * token at all.
+ */
+export const staleIfErrorMs = (
+  entry: {
+    readonly record: TokenTimes;
+    readonly lease?: Lease | undefined;
+    readonly reported?: boolean | undefined;
+  },
+  reusableUntil: number,
+  now: number,
+): number =>
+  entry.lease || entry.reported || reusableUntil <= now
+    ? 0
+    : Math.max(0, entry.record.expiresAt - staleMarginMs(entry.record) - reusableUntil);
+
 /**
  * I1 and I3. The least time (ms) a lease with `countdown` needs before its POST can leave and
  * the token be written: the steps, the shortest POST, and the write after it. A lease is not

@@ -39,6 +39,7 @@ describe('Serving a token', () => {
         record: first.record,
         source: 'memory',
         reusableUntil: first.reusableUntil,
+        staleIfErrorMs: first.staleIfErrorMs,
       });
       // Efficiency: memory serves without a read.
       expect(store.calls.read).toBeLessThanOrEqual(reads);
@@ -56,7 +57,12 @@ describe('Serving a token', () => {
       };
       store.setToken(record);
       const served = await broker.getToken('sandbox', { deadline: deadline() });
-      expect(served).toEqual({ record, source: 'dynamodb', reusableUntil: expect.any(Number) });
+      expect(served).toEqual({
+        record,
+        source: 'dynamodb',
+        reusableUntil: expect.any(Number),
+        staleIfErrorMs: expect.any(Number),
+      });
       expect(issuer.issued).toBe(0);
       expect(secrets.calls).toBe(0);
     });
@@ -281,6 +287,60 @@ describe('Serving a token', () => {
       // Still served from memory (the re-check is 50 ms away), but not to be reused.
       expect(served.source).toBe('memory');
       expect(served.reusableUntil).toBeLessThanOrEqual(Date.now());
+    });
+  });
+  describe('stale-if-error: how long a caller that cannot reach the broker may still use it', () => {
+    it('runs after the reuse time up to the expiry less a minute, on every path', async () => {
+      const { broker, store } = setup({ recheck: 5 });
+      storeToken(store, 3000_000);
+      const read = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(read.staleIfErrorMs).toBe(T0 + 3000_000 - 60_000 - read.reusableUntil);
+      await vi.advanceTimersByTimeAsync(3_000);
+      const memory = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(memory.source).toBe('memory');
+      expect(memory.reusableUntil + memory.staleIfErrorMs).toBe(T0 + 3000_000 - 60_000);
+    });
+
+    it('is 0 for a token under an announced replacement (a lease counting down on it)', async () => {
+      const { broker, store } = setup({ recheck: 5 });
+      storeToken(store, 3000_000);
+      const item = store.items.get('sandbox');
+      store.items.set('sandbox', {
+        ...item,
+        lease: {
+          holder: 'other',
+          version: 'v1',
+          expiresAt: T0 + 3_000,
+          durationMs: 3_000,
+          countdown: 21,
+        },
+      });
+      const served = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(served.record.accessToken).toBe('current');
+      expect(served.reusableUntil).toBeGreaterThan(Date.now());
+      expect(served.staleIfErrorMs).toBe(0);
+    });
+
+    it('is 0 for a token a caller reported (kept for later: still served)', async () => {
+      const { broker, store } = setup({ recheck: 5 });
+      storeToken(store, 3000_000);
+      const item = store.items.get('sandbox');
+      store.items.set('sandbox', { ...item, reportedDigest: tokenDigest('current') });
+      const served = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(served.record.accessToken).toBe('current');
+      expect(served.staleIfErrorMs).toBe(0);
+    });
+
+    it('is 0 for the last good token served after a failure (unconfirmed)', async () => {
+      const { broker, store, issuer } = setup({ recheck: 5 });
+      await broker.getToken('sandbox', { deadline: deadline() });
+      // 50 s left, below the 60 s default validity: a refresh is needed, and fails.
+      await vi.advanceTimersByTimeAsync(3550_000);
+      issuer.failWith = new UpstreamRejectedError('refused');
+      const served = await broker.getToken('sandbox', { deadline: deadline() });
+      expect(served.record.accessToken).toBe('token-1');
+      expect(served.staleIfErrorMs).toBe(0);
+      expect(store.token('sandbox')?.accessToken).toBe('token-1');
     });
   });
 });

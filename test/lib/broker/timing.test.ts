@@ -16,7 +16,10 @@ import {
   recheckMs,
   refreshBudgetMs,
   replacementMayBeOut,
+  STALE_IF_ERROR_MARGIN_MS,
   servableUntil,
+  staleIfErrorMs,
+  staleMarginMs,
   windowMs,
 } from '../../../lib/broker/timing/index.js';
 import type { TokenRecord } from '../../../lib/ports.js';
@@ -318,6 +321,61 @@ describe('Module: timing, each estimate never below the bound it stands in for',
       fc.property(fc.option(fc.integer({ min: 0, max: 10_000 }), { nil: undefined }), (read) => {
         expect(readReserveMs(read)).toBeGreaterThanOrEqual(read ?? 0);
       }),
+    );
+  });
+});
+
+describe('Module: timing, stale-if-error (how long a caller that cannot reach the broker may use a token)', () => {
+  const lease = {
+    holder: 'h',
+    version: 'v',
+    expiresAt: T0 + 3_000,
+    durationMs: 3_000,
+    countdown: 21,
+  };
+
+  it('runs from the reuse time to the expiry less a minute, or a tenth of a short lifetime', () => {
+    const hour = token(3600_000);
+    expect(staleIfErrorMs({ record: hour }, T0 + 4_900, T0)).toBe(3600_000 - 60_000 - 4_900);
+    const short = token(40_000);
+    expect(staleMarginMs(short)).toBe(4_000);
+    expect(staleIfErrorMs({ record: short }, T0 + 1_900, T0)).toBe(40_000 - 4_000 - 1_900);
+  });
+
+  it.each([
+    ['a lease announced on the token (its replacement is under way)', { lease }],
+    ['a token reported as rejected', { reported: true }],
+  ])('is 0 for %s', (_name, extra) => {
+    expect(staleIfErrorMs({ record: token(3600_000), ...extra }, T0 + 4_900, T0)).toBe(0);
+  });
+
+  it('is 0 for an answer not to be reused at all (its proof is spent), and never negative', () => {
+    expect(staleIfErrorMs({ record: token(3600_000) }, T0, T0)).toBe(0);
+    expect(staleIfErrorMs({ record: token(3600_000) }, T0 - 1, T0)).toBe(0);
+    // Reusable up to where the margin begins: nothing left to use stale.
+    expect(staleIfErrorMs({ record: token(100_000) }, T0 + 95_000, T0)).toBe(0);
+  });
+
+  it('never lets the reuse and the stale use together run past the expiry less the margin', () => {
+    fc.assert(
+      fc.property(
+        arbitraries.lifetimeMs,
+        fc.integer({ min: -10_000, max: 200_000 }),
+        fc.integer({ min: 0, max: 10_000 }),
+        (lifetime, reusable, elapsed) => {
+          const record = token(lifetime);
+          const now = T0 + elapsed;
+          const stale = staleIfErrorMs({ record }, T0 + reusable, now);
+          expect(stale).toBeGreaterThanOrEqual(0);
+          if (stale > 0) {
+            expect(T0 + reusable + stale).toBeLessThanOrEqual(
+              record.expiresAt - staleMarginMs(record),
+            );
+            expect(staleMarginMs(record)).toBeLessThanOrEqual(STALE_IF_ERROR_MARGIN_MS);
+            expect(T0 + reusable).toBeGreaterThan(now);
+          }
+        },
+      ),
     );
   });
 });
