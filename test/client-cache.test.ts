@@ -7,13 +7,18 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   type AccessToken,
+  BadRequestError,
   createTokenClient,
+  InternalError,
   type Operation,
+  StoreUnavailableError,
   TokenAcceptedError,
   TokenRejectedAgainError,
   TokenReportedError,
   type Transport,
   TransportError,
+  UnknownConnectionError,
+  UpstreamUnavailableError,
 } from '../client/src/index.js';
 import { type TokenContext, tokenBroker } from '../client/src/middy.js';
 import { caught, unexpected } from './support/errors.js';
@@ -701,5 +706,196 @@ describe('Client: the local-defaults warning', () => {
       emitted.mockRestore();
       process.env = saved;
     }
+  });
+});
+
+describe('Client: the last token while the broker cannot be reached (stale-if-error, issue 26)', () => {
+  beforeEach(() => {
+    vi.useFakeTimers().setSystemTime(T0);
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  /** A broker answer that may be reused 5 s, and used stale `staleIfErrorSeconds` after that. */
+  const staleAnswer = (staleIfErrorSeconds: number, expiresInMs = 3_600_000) => ({
+    ...answer(5_000, expiresInMs),
+    staleIfErrorSeconds,
+  });
+  const unreachable = () =>
+    new TransportError('Could not reach http://127.0.0.1:3000: fetch failed', 'TRANSPORT_FAILED');
+
+  /** A client with one answered token, and what it was told. */
+  const holding = async (first: unknown, options: { marginSeconds?: number } = {}) => {
+    const { sent, transport } = scripted();
+    const warnings: string[] = [];
+    const client = createTokenClient({
+      transport,
+      onWarning: (message) => warnings.push(message),
+      ...options,
+    });
+    const got = client.getToken('sandbox');
+    await flush();
+    sent[0]?.answer(first);
+    const token = await got;
+    /** One getToken whose request fails with `error` (or is answered with `body`). */
+    const next = async (outcome: { error?: unknown; body?: unknown }, minValidity?: number) => {
+      const call = client
+        .getToken('sandbox', minValidity === undefined ? {} : { minValidity })
+        .then((t) => t, caught);
+      await flush();
+      const request = sent.at(-1);
+      if (outcome.body === undefined) request?.fail(outcome.error);
+      else request?.answer(outcome.body);
+      return call;
+    };
+    return { client, sent, token, warnings, next };
+  };
+
+  it('hands out the last token, flagged stale, within its window, with one warning per outage, asking again on every call', async () => {
+    const { sent, token, warnings, next } = await holding(staleAnswer(120));
+    expect(token.staleIfErrorSeconds).toBe(120);
+    expect(token.stale).toBeUndefined();
+    await vi.advanceTimersByTimeAsync(6_000);
+    for (let i = 0; i < 5; i += 1) {
+      const stale = (await next({ error: unreachable() })) as AccessToken;
+      expect(stale).toMatchObject({ accessToken: token.accessToken, stale: true });
+      await vi.advanceTimersByTimeAsync(1_000);
+    }
+    // Each call asked the broker again: no circuit breaker.
+    expect(sent).toHaveLength(6);
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toContain("connection 'sandbox'");
+    expect(warnings[0]).not.toContain(token.accessToken);
+  });
+
+  it('does so after the broker’s own 5xx and AWS’s 5xx or 429, but not after a 4xx, an IAM denial or an abort', async () => {
+    const outages = [
+      new StoreUnavailableError('The token store could not be read', 'STORE_UNAVAILABLE', {
+        status: 503,
+      }),
+      new UpstreamUnavailableError('down', 'UPSTREAM_UNAVAILABLE', { status: 503 }),
+      new InternalError('Sandbox.Timedout: timed out', 'INTERNAL_ERROR'),
+      new TransportError('HTTP 502 without the broker’s error', 'TRANSPORT_FAILED', {
+        status: 502,
+      }),
+      new TransportError('HTTP 429 without the broker’s error', 'TRANSPORT_FAILED', {
+        status: 429,
+      }),
+      new TransportError('no answer in time', 'TIMEOUT'),
+    ];
+    for (const error of outages) {
+      const { token, next } = await holding(staleAnswer(120));
+      await vi.advanceTimersByTimeAsync(6_000);
+      expect(await next({ error }), error.message).toMatchObject({
+        accessToken: token.accessToken,
+        stale: true,
+      });
+    }
+    const answers = [
+      new UnknownConnectionError('No connection', 'UNKNOWN_CONNECTION', { status: 404 }),
+      new BadRequestError('bad', 'BAD_REQUEST', { status: 400 }),
+      new TransportError('HTTP 403 without the broker’s error', 'TRANSPORT_FAILED', {
+        status: 403,
+      }),
+      new TransportError('aborted', 'ABORTED'),
+    ];
+    for (const error of answers) {
+      const { next } = await holding(staleAnswer(120));
+      await vi.advanceTimersByTimeAsync(6_000);
+      expect(await next({ error }), error.message).toBe(error);
+    }
+  });
+
+  it('fails with the error past the window, counted from the send of the request', async () => {
+    const { next } = await holding(staleAnswer(10));
+    // Reusable 5 s, then usable stale 10 s: 15 s after the send.
+    await vi.advanceTimersByTimeAsync(14_999);
+    expect(await next({ error: unreachable() })).toMatchObject({ stale: true });
+    await vi.advanceTimersByTimeAsync(1);
+    const error = await next({ error: unreachable() });
+    expect(error).toBeInstanceOf(TransportError);
+  });
+
+  it('fails when the wall clock stepped forward past the window, although the monotonic clock did not', async () => {
+    const { next } = await holding(staleAnswer(10));
+    await vi.advanceTimersByTimeAsync(6_000);
+    expect(await next({ error: unreachable() })).toMatchObject({ stale: true });
+    vi.setSystemTime(Date.now() + 10_000);
+    expect(await next({ error: unreachable() })).toBeInstanceOf(TransportError);
+  });
+
+  it('never hands out a token it reported, even when the report did not reach the broker', async () => {
+    const { client, sent, token, next } = await holding(staleAnswer(120));
+    await vi.advanceTimersByTimeAsync(6_000);
+    const report = client.invalidate('sandbox', token.accessToken).then(unexpected, caught);
+    await flush();
+    sent.at(-1)?.fail(unreachable());
+    expect(await report).toBeInstanceOf(TransportError);
+    expect(await next({ error: unreachable() })).toBeInstanceOf(TransportError);
+  });
+
+  it('never below the call’s own minValidity or the client’s margin', async () => {
+    const { next } = await holding(staleAnswer(120, 100_000), { marginSeconds: 60 });
+    await vi.advanceTimersByTimeAsync(6_000);
+    // 94 s left: above the 60 s margin, below a minValidity of 95 s.
+    expect(await next({ error: unreachable() })).toMatchObject({ stale: true });
+    expect(await next({ error: unreachable() }, 95)).toBeInstanceOf(TransportError);
+    await vi.advanceTimersByTimeAsync(35_000);
+    // 59 s left: inside the margin.
+    expect(await next({ error: unreachable() })).toBeInstanceOf(TransportError);
+  });
+
+  it('does not use a token stale when the broker said 0, and a later such answer ends an older one’s window', async () => {
+    const none = await holding(staleAnswer(0));
+    await vi.advanceTimersByTimeAsync(6_000);
+    expect(await none.next({ error: unreachable() })).toBeInstanceOf(TransportError);
+
+    const { next } = await holding(staleAnswer(120));
+    await vi.advanceTimersByTimeAsync(6_000);
+    // A replacement is announced on the next token: the broker grants it no stale use.
+    const announced = (await next({ body: staleAnswer(0) })) as AccessToken;
+    expect(announced.staleIfErrorSeconds).toBe(0);
+    await vi.advanceTimersByTimeAsync(6_000);
+    expect(await next({ error: unreachable() })).toBeInstanceOf(TransportError);
+  });
+
+  it('recovers: a fresh answer, no stale flag, and a later outage is told again', async () => {
+    const { token, warnings, next } = await holding(staleAnswer(120));
+    await vi.advanceTimersByTimeAsync(6_000);
+    expect(await next({ error: unreachable() })).toMatchObject({ stale: true });
+    const fresh = (await next({ body: staleAnswer(120) })) as AccessToken;
+    expect(fresh.accessToken).not.toBe(token.accessToken);
+    expect(fresh.stale).toBeUndefined();
+    await vi.advanceTimersByTimeAsync(6_000);
+    expect(await next({ error: unreachable() })).toMatchObject({
+      accessToken: fresh.accessToken,
+      stale: true,
+    });
+    expect(warnings).toHaveLength(2);
+  });
+
+  it('is what provider(), withToken and the middleware hand out; forceRefresh asks the broker only', async () => {
+    const { client, sent } = await holding(staleAnswer(120));
+    await vi.advanceTimersByTimeAsync(6_000);
+    const failNext = async <T>(promise: Promise<T>) => {
+      await flush();
+      sent.at(-1)?.fail(unreachable());
+      return promise;
+    };
+    const given = await failNext(client.provider('sandbox')());
+    expect(given).toMatch(/^at_/);
+    expect(await failNext(client.withToken('sandbox', async (t) => t))).toBe(given);
+    const middleware = tokenBroker({ client, fetchData: { openApiToken: 'sandbox' } });
+    const request = {
+      context: { getRemainingTimeInMillis: () => 5_000 },
+      internal: {} as Record<string, unknown>,
+    };
+    await failNext(middleware.before(request));
+    expect(request.internal.openApiToken).toBe(given);
+    const forced = await failNext(
+      client.getToken('sandbox', { forceRefresh: true }).then(unexpected, caught),
+    );
+    expect(forced).toBeInstanceOf(TransportError);
   });
 });

@@ -813,8 +813,15 @@ describe('CLI: token-broker', () => {
     // The reuse time, for a script that keeps the token: never past the broker's re-check.
     expect(JSON.parse(hidden.stdout).maxAgeMs).toBeGreaterThanOrEqual(0);
     expect(JSON.parse(hidden.stdout).maxAgeMs).toBeLessThanOrEqual(60_000);
+    // How long it may be used while the broker cannot be reached: up to its expiry less a margin.
+    const { staleIfErrorSeconds, expiresIn } = JSON.parse(hidden.stdout);
+    expect(staleIfErrorSeconds).toBeGreaterThan(0);
+    expect(staleIfErrorSeconds).toBeLessThanOrEqual(expiresIn - 60);
     const plain = await cli('token', 'sandbox', ...target());
     expect(plain.stdout).toMatch(/reuse it for \d+\.\d s at most, then ask again/);
+    expect(plain.stdout).toMatch(
+      /if the broker cannot be reached then, it may be used \d+h\d\dm more/,
+    );
     const shown = await cli('token', 'sandbox', '--json', '--reveal', '--url', broker.url);
     const { accessToken } = JSON.parse(shown.stdout);
     expect((await ping(accessToken)).status).toBe(200);

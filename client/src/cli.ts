@@ -284,11 +284,17 @@ const run = async (argv: string[]): Promise<number> => {
         expiresIn: token.expiresIn,
         // How long a script may reuse the token it was shown: past this, ask again.
         maxAgeMs: token.maxAgeMs,
+        // How long after that it may still be used while the broker cannot be reached.
+        staleIfErrorSeconds: token.staleIfErrorSeconds,
         ...(values.reveal ? { accessToken: token.accessToken } : {}),
       };
       if (values.json) return done(JSON.stringify(shown, null, 2));
       out(
-        `${shown.connection}: expires ${shown.expiresAt} (${duration(shown.expiresIn)} left); reuse it for ${(shown.maxAgeMs / 1000).toFixed(1)} s at most, then ask again`,
+        `${shown.connection}: expires ${shown.expiresAt} (${duration(shown.expiresIn)} left); reuse it for ${(shown.maxAgeMs / 1000).toFixed(1)} s at most, then ask again; ${
+          shown.staleIfErrorSeconds > 0
+            ? `if the broker cannot be reached then, it may be used ${duration(shown.staleIfErrorSeconds)} more`
+            : 'not to be used once the broker cannot be reached'
+        }`,
       );
       if (values.reveal) out(token.accessToken);
       return 0;

@@ -16,6 +16,7 @@
 import { createHash } from 'node:crypto';
 import {
   BadRequestError,
+  BrokerErrorCode,
   ClientConfigError,
   ClientErrorCode,
   TokenBrokerError,
@@ -55,6 +56,18 @@ export interface AccessToken {
    * does). A broker older than 0.5.0 of this client sends none: 0 then.
    */
   readonly maxAgeMs: number;
+  /**
+   * For how many whole seconds after `maxAgeMs` the broker lets this token be used while it
+   * cannot be reached (its `stale-if-error`; 0: not at all). The client hands it out then,
+   * flagged `stale`, and asks the broker again on every call. A broker before this field: 0.
+   */
+  readonly staleIfErrorSeconds: number;
+  /**
+   * Present, `true`, only on a token handed out because the broker could not be reached (a
+   * network failure, a timeout, a 5xx or throttling): the last one it gave for the connection,
+   * within its `staleIfErrorSeconds`. The broker could not say whether it was replaced since.
+   */
+  readonly stale?: true;
 }
 
 export interface TokenClientOptions {
@@ -69,8 +82,9 @@ export interface TokenClientOptions {
   /** Limit of each call unless the call sets its own; default 10 000 ms. */
   readonly timeoutMs?: number;
   /**
-   * Told what the client decided on its own, e.g. the local defaults for a loopback target.
-   * Default: `process.emitWarning` (printed once on stderr).
+   * Told what the client decided on its own: the local defaults for a loopback target, and a
+   * stale token handed out while the broker cannot be reached (once per connection and outage).
+   * Default: `process.emitWarning` (the local defaults printed once per process).
    */
   readonly onWarning?: (message: string) => void;
   readonly now?: () => number;
@@ -240,6 +254,31 @@ export const isUnauthorized = (outcome: unknown): boolean => {
 const maxAgeOf = (value: unknown): number =>
   typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : 0;
 
+/** The stale-if-error time of an answer, whole seconds: none unless the broker said. */
+const staleIfErrorOf = (value: unknown): number =>
+  typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
+
+/** The broker's own answers that say it failed on its side (5xx): it can say nothing now. */
+const BROKER_FAILURES = new Set<string>([
+  BrokerErrorCode.INTERNAL_ERROR,
+  BrokerErrorCode.STORE_UNAVAILABLE,
+  BrokerErrorCode.UPSTREAM_UNAVAILABLE,
+]);
+
+/**
+ * Whether `error` means the broker could not be reached or could not answer: a transport
+ * failure (the network, a timeout, AWS's 5xx or 429 in front of the broker, an answer outside
+ * its protocol), or the broker's own 5xx. Not a caller's abort, an IAM denial (403) or a
+ * redirect, nor any other answer of the broker (a 4xx says something about this request).
+ */
+const isOutage = (error: unknown): boolean => {
+  if (error instanceof TransportError) {
+    if (error.code === ClientErrorCode.ABORTED) return false;
+    return error.status === undefined || error.status >= 500 || error.status === 429;
+  }
+  return error instanceof TokenBrokerError && BROKER_FAILURES.has(error.code);
+};
+
 const toAccessToken = (body: unknown): AccessToken => {
   const value = body as {
     connection?: unknown;
@@ -247,6 +286,7 @@ const toAccessToken = (body: unknown): AccessToken => {
     expiresAt?: unknown;
     expiresIn?: unknown;
     maxAgeMs?: unknown;
+    staleIfErrorSeconds?: unknown;
   };
   if (typeof value?.accessToken !== 'string' || typeof value.expiresAt !== 'string') {
     throw new TransportError('The broker answered without a token', 'TRANSPORT_FAILED');
@@ -257,6 +297,7 @@ const toAccessToken = (body: unknown): AccessToken => {
     expiresAt: new Date(value.expiresAt),
     expiresIn: Number(value.expiresIn),
     maxAgeMs: maxAgeOf(value.maxAgeMs),
+    staleIfErrorSeconds: staleIfErrorOf(value.staleIfErrorSeconds),
   };
 };
 
@@ -400,6 +441,10 @@ const emitWarning = (message: string) => {
   process.emitWarning(message, { type: 'TokenBrokerWarning', code: 'TOKEN_BROKER_LOCAL_DEFAULTS' });
 };
 
+/** The default for a stale token: once per connection and outage, which the client counts. */
+const emitStaleWarning = (message: string) =>
+  process.emitWarning(message, { type: 'TokenBrokerWarning', code: 'TOKEN_BROKER_STALE_TOKEN' });
+
 /** A token the client reported, remembered by its digest (never the token itself). */
 interface Reported {
   /** When it expires (wall clock, ms): then it is forgotten. Infinity until an answer says. */
@@ -430,6 +475,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     throw new ClientConfigError('marginSeconds must be a number of seconds, 0 or more');
   }
   const warn = options.onWarning ?? emitWarning;
+  const warnStale = options.onWarning ?? emitStaleWarning;
   const transport = isTransport(options.transport)
     ? options.transport
     : createTransport(options.transport, { warn });
@@ -438,6 +484,10 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
   const now = options.now ?? (() => Date.now());
   // Maps, not objects: connection names must not reach prototype members.
   const cache = new Map<string, Cached>();
+  // The last token the broker gave per connection, while it may be used stale (its
+  // stale-if-error); and the connections told of a stale token in the outage under way.
+  const lastGot = new Map<string, Cached>();
+  const staleSaid = new Set<string>();
   const inflight = new Map<string, Flight>();
   // Reported tokens by `connection\0digest`; and per connection, how many reports were made
   // (and reported tokens seen), so that an answer to an older request is not cached.
@@ -477,6 +527,8 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     const known = reported.get(key);
     const held = cache.get(connection)?.token;
     if (held?.accessToken === accessToken) cache.delete(connection);
+    // Never used stale again, even if this report fails: the Open API rejected it.
+    if (lastGot.get(connection)?.token.accessToken === accessToken) lastGot.delete(connection);
     const entry: Reported = known ?? {
       expiresAt: held?.accessToken === accessToken ? held.expiresAt.getTime() : Infinity,
       deferredUntil: 0,
@@ -639,14 +691,58 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     return second;
   };
 
-  /** Keeps `token` for as long as the broker lets it be reused, counted from `sent`. */
+  /**
+   * Keeps `token` for as long as the broker lets it be reused, counted from `sent`, and as the
+   * connection's last token for as long after that as it may be used stale. The broker answered:
+   * an outage, if one was under way, is over.
+   */
   const remember = (connection: string, token: AccessToken, sent: Instant) => {
+    staleSaid.delete(connection);
     if (token.maxAgeMs > 0) {
       cache.set(connection, { token, sent });
     } else {
       // Not to be reused: whatever was cached before is older still.
       cache.delete(connection);
     }
+    // An answer without a stale-if-error (a replacement announced, say) ends the older one's too.
+    if (token.staleIfErrorSeconds > 0) lastGot.set(connection, { token, sent });
+    else lastGot.delete(connection);
+  };
+
+  /** Whether `elapsed` since `entry`'s send, on both clocks, is within `ms`: see `cached`. */
+  const within = (entry: Cached, ms: number): boolean => {
+    const wall = now();
+    const elapsed = Math.max(monotonic() - entry.sent.monotonic, wall - entry.sent.wall);
+    return elapsed < ms && wall >= entry.sent.wall;
+  };
+
+  /**
+   * The last token the broker gave for `connection`, while it cannot be reached: within its
+   * stale-if-error (after its reuse time, from the send, on both clocks), keeping `needMs` of
+   * validity, and never one this client reported. Flagged `stale`; told once per outage.
+   */
+  const staleToken = (connection: string, needMs: number, error: unknown) => {
+    const entry = lastGot.get(connection);
+    if (!entry) return undefined;
+    const { token } = entry;
+    if (!within(entry, token.maxAgeMs + token.staleIfErrorSeconds * 1000)) {
+      lastGot.delete(connection);
+      return undefined;
+    }
+    if (reportOf(connection, token)) {
+      lastGot.delete(connection);
+      return undefined;
+    }
+    const leftMs = token.expiresAt.getTime() - now();
+    if (!(leftMs > needMs)) return undefined;
+    if (!staleSaid.has(connection)) {
+      staleSaid.add(connection);
+      warnStale(
+        `The token broker cannot be reached for connection '${connection}' (${(error as Error).message}): handing out the last token it gave, stale, while it may be used (${Math.floor(leftMs / 1000)} s left before it expires); asking the broker again on every call`,
+      );
+    }
+    const stale: AccessToken = { ...token, stale: true };
+    return stale;
   };
 
   /**
@@ -659,13 +755,11 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
   const cached = (connection: string, needMs: number): AccessToken | undefined => {
     const entry = cache.get(connection);
     if (!entry) return undefined;
-    const wall = now();
-    const elapsed = Math.max(monotonic() - entry.sent.monotonic, wall - entry.sent.wall);
-    if (!(elapsed < entry.token.maxAgeMs && wall >= entry.sent.wall)) {
+    if (!within(entry, entry.token.maxAgeMs)) {
       cache.delete(connection);
       return undefined;
     }
-    return entry.token.expiresAt.getTime() - wall > needMs ? entry.token : undefined;
+    return entry.token.expiresAt.getTime() - now() > needMs ? entry.token : undefined;
   };
 
   const client: TokenClient = {
@@ -679,9 +773,18 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       const needMs = Math.max(marginMs, (minValidity ?? 0) * 1000);
       const hit = forceRefresh ? undefined : cached(connection, needMs);
       if (hit) return hit;
-      return call({ ...tokenOptions, timeoutMs }, (signal) =>
-        fetchToken(connection, minValidity, signal),
-      );
+      try {
+        return await call({ ...tokenOptions, timeoutMs }, (signal) =>
+          fetchToken(connection, minValidity, signal),
+        );
+      } catch (error) {
+        // The broker cannot say: its last token, within the time it granted (not for a caller
+        // that insists on asking it: forceRefresh).
+        const stale =
+          forceRefresh || !isOutage(error) ? undefined : staleToken(connection, needMs, error);
+        if (!stale) throw error;
+        return stale;
+      }
     },
 
     provider(connection, tokenOptions = {}) {
