@@ -4,33 +4,22 @@
  * entry point, the type declarations of both module systems, and the `token-broker` bin,
  * against the broker behind the same local runtime `npm start` serves.
  */
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LocalLambdaServer, startLambdaServer } from '../local/lambda-server.js';
 import { applyEnv, type Stack, startStack } from '../local/stack.js';
 import { root } from './support/build.js';
 import { newContainer } from './support/lambda.js';
-
-const run = promisify(execFile);
-
-/** This process's environment without npm's own run-script variables or any AWS setting. */
-const cleanEnv = (extra: Record<string, string> = {}) => ({
-  ...Object.fromEntries(
-    Object.entries(process.env).filter(
-      ([name]) => !name.startsWith('npm_') && !name.startsWith('AWS_'),
-    ),
-  ),
-  // Nothing of this machine's AWS setup: the loopback defaults must do.
-  AWS_EC2_METADATA_DISABLED: 'true',
-  AWS_CONFIG_FILE: '/nonexistent',
-  AWS_SHARED_CREDENTIALS_FILE: '/nonexistent',
-  ...extra,
-});
+import {
+  cleanEnv,
+  digest,
+  installPackedClient,
+  run,
+  runService as runServiceIn,
+  startLocalBroker,
+} from './support/packed-client.js';
 
 let dir: string;
 let app: string;
@@ -40,23 +29,7 @@ let server: LocalLambdaServer;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'client-package-'));
-  app = join(dir, 'app');
-  mkdirSync(app);
-  const packed = await run('npm', ['pack', '-w', 'client', '--pack-destination', dir, '--json'], {
-    cwd: root,
-    env: cleanEnv(),
-  });
-  const [{ filename }] = JSON.parse(packed.stdout) as [{ filename: string }];
-  tarball = join(dir, filename);
-  writeFileSync(
-    join(app, 'package.json'),
-    '{ "name": "app", "version": "1.0.0", "private": true }',
-  );
-  // --prefer-offline: the dependencies are the ones `npm ci` already put in the npm cache.
-  await run('npm', ['install', tarball, '--prefer-offline', '--no-audit', '--no-fund'], {
-    cwd: app,
-    env: cleanEnv(),
-  });
+  ({ app, tarball } = await installPackedClient(dir));
 
   stack = await startStack();
   applyEnv(stack.env);
@@ -203,96 +176,8 @@ export const tokens: client.TokenClient = client.createTokenClient({ transport: 
   });
 });
 
-/**
- * `npm start` as a new user runs it, with short tokens and a frequent warm-up, in a process of
- * its own; its URLs are read from its banner.
- */
-const startLocalBroker = async (env: Record<string, string>) => {
-  const outdir = join(root, '.build-test', `npm-start-${process.pid}`);
-  const child = spawn('npm', ['start'], {
-    cwd: root,
-    // Inside the repository, as dist/ is: the local runtime resolves dynalite from there.
-    // Nothing of this test process's broker settings either: npm start's own defaults.
-    env: {
-      ...Object.fromEntries(
-        Object.entries(cleanEnv({ PORT: '0', BUILD_OUTDIR: outdir })).filter(
-          ([name]) => !/^(BROKER_(?!LOCAL_)|POWERTOOLS_)/.test(name),
-        ),
-      ),
-      // What the test sets, the broker's settings among them (npm start hands BROKER_* on).
-      ...env,
-    },
-    detached: true,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let banner = '';
-  child.stderr?.on('data', (chunk: Buffer) => {
-    banner += chunk.toString();
-  });
-  const urls = new Promise<{ broker: string; simulator: string }>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`npm start did not start: ${banner}`)), 60_000);
-    child.stdout?.on('data', (chunk: Buffer) => {
-      banner += chunk.toString();
-      const broker = /Token broker\s+(http:\/\/\S+)/.exec(banner)?.[1];
-      const simulator = /Open API simulator\s+(http:\/\/\S+)/.exec(banner)?.[1];
-      if (broker && simulator) {
-        clearTimeout(timer);
-        resolve({ broker, simulator });
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`npm start exited (${code}): ${banner}`)));
-  });
-  const stop = async () => {
-    await new Promise<void>((resolve) => {
-      if (child.exitCode !== null || child.signalCode !== null) return resolve();
-      child.once('exit', () => resolve());
-      // The whole group: npm, and the node process its script execs.
-      process.kill(-(child.pid as number), 'SIGTERM');
-    });
-    rmSync(outdir, { recursive: true, force: true });
-  };
-  try {
-    return { ...(await urls), stop };
-  } catch (error) {
-    await stop();
-    throw error;
-  }
-};
-
-interface Use {
-  readonly at: number;
-  readonly token?: string;
-  readonly status?: number;
-  readonly how?: string;
-  readonly error?: string;
-}
-
 /** Runs test/support/token-user.mjs in the app that installed the packed client. */
-const runService = (env: Record<string, string>): Promise<Use[]> => {
-  const file = join(app, 'token-user.mjs');
-  copyFileSync(join(root, 'test/support/token-user.mjs'), file);
-  return new Promise((resolve, reject) => {
-    const child: ChildProcess = execFile(
-      process.execPath,
-      [file],
-      { cwd: app, env: cleanEnv(env), maxBuffer: 64 * 1024 * 1024 },
-      (error, stdout) => {
-        if (error) return reject(error);
-        resolve(
-          stdout
-            .trim()
-            .split('\n')
-            .filter(Boolean)
-            .map((line) => JSON.parse(line) as Use),
-        );
-      },
-    );
-    child.stdin?.end();
-  });
-};
-
-const digest = (token: string) =>
-  createHash('sha256').update(token).digest('base64url').slice(0, 16);
+const runService = (env: Record<string, string>) => runServiceIn(app, env);
 
 describe('End to end: a service using the packed client, against npm start (issue 16)', () => {
   it('hands out no token the upstream has revoked, across warm-up refreshes, a forced replacement (a second one refused) and another caller’s wrong report, kept by the probe (provider() and the middy middleware)', async () => {

@@ -4,9 +4,14 @@
 // never the token), the answer. Modes:
 //   provider  `tokens.provider(connection)()`, the way most services use the client;
 //   middy     a middy handler behind `tokenBroker`, which reports a 401 with
-//             `context.tokenRejected` and uses the fresh token once.
-// Settings: BROKER_URL, PING_URL, CONNECTION, MODE, DURATION_MS, PERIOD_MS, MARGIN_SECONDS.
+//             `context.tokenRejected` and uses the fresh token once;
+//   getToken  `tokens.getToken(connection)`, each use marked `stale` or `fresh` (the flag the
+//             client sets on a token handed out while the broker cannot be reached).
+// Settings: BROKER_URL, PING_URL, CONNECTION, MODE, DURATION_MS, PERIOD_MS, MARGIN_SECONDS;
+// PRINT_WARNINGS=1 prints each warning the client gives as a line `{ at, warning }`; STOP_FILE
+// ends the run early once that file exists.
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { createTokenClient } from '@open-api-token-broker/client';
 import { tokenBroker } from '@open-api-token-broker/client/middy';
@@ -31,7 +36,11 @@ const use = async (token, how) => {
 // runs at scaled timing: MARGIN_SECONDS).
 const tokens = createTokenClient({
   transport: { type: 'http', url: BROKER_URL },
-  onWarning: () => undefined,
+  onWarning: (message) => {
+    if (process.env.PRINT_WARNINGS === '1') {
+      process.stdout.write(`${JSON.stringify({ at: Date.now(), warning: message })}\n`);
+    }
+  },
   ...(process.env.MARGIN_SECONDS ? { marginSeconds: Number(process.env.MARGIN_SECONDS) } : {}),
 });
 
@@ -39,6 +48,11 @@ let step;
 if (MODE === 'provider') {
   const provide = tokens.provider(CONNECTION);
   step = async () => use(await provide(), 'provider');
+} else if (MODE === 'getToken') {
+  step = async () => {
+    const token = await tokens.getToken(CONNECTION);
+    return use(token.accessToken, token.stale ? 'stale' : 'fresh');
+  };
 } else if (MODE === 'middy') {
   const { default: middy } = await import(pathToFileURL(MIDDY_CORE).href);
   const handler = middy()
@@ -54,11 +68,12 @@ if (MODE === 'provider') {
   };
   step = () => handler({}, context());
 } else {
-  throw new Error(`MODE must be provider or middy, not ${MODE}`);
+  throw new Error(`MODE must be provider, middy or getToken, not ${MODE}`);
 }
 
 const end = Date.now() + durationMs;
-while (Date.now() < end) {
+const stopped = () => process.env.STOP_FILE !== undefined && existsSync(process.env.STOP_FILE);
+while (Date.now() < end && !stopped()) {
   try {
     await step();
   } catch (error) {
