@@ -166,11 +166,10 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
         : none;
     case 'post-timer':
       if (state.name === 'posting') {
-        // The POST outlived its lease: stopped (a request not yet sent is not sent).
-        return {
-          state,
-          commands: [{ do: 'abort', reason: 'The access-token request outlived its lease' }],
-        };
+        // The POST outlived its lease: stopped (a request not yet sent is not sent); only its
+        // answer tells what it did. Its reason stops a second fence too.
+        const reason = 'The access-token request outlived its lease';
+        return { state: { ...state, reason }, commands: [{ do: 'abort', reason }] };
       }
       return state.name === 'counting'
         ? lose(state, 'The access-token request outlived its lease')
@@ -180,6 +179,10 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
         ? lose(state, event.reason)
         : none;
     case 'fence-asked':
+      // The flow was stopped while posting: nothing more may be sent.
+      if (state.name === 'posting' && state.reason !== undefined) {
+        return lose({ ...state, fenceAskedAt: at }, state.reason);
+      }
       if (state.name === 'posting') {
         // Fenced again while posting: the flow sends a second token request only after a
         // definite refusal of the first (rotated credentials): nothing of the first can land.

@@ -69,6 +69,12 @@ describe('Function: step (the holder)', () => {
     ],
     ['posting: the last call changes nothing', posting, ev('last-call'), 'posting'],
     [
+      'posting: asked to fence again once its budget ran out (signal aborted), nothing more is sent',
+      step(posting, ev('post-timer')).state,
+      ev('fence-asked'),
+      'lost',
+    ],
+    [
       'posting: a shutdown leaves the POST to its answer',
       posting,
       ev('abandon', 100, { reason: 'x' }),

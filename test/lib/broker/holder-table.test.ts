@@ -111,6 +111,14 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
     ],
   ],
   [
+    'posting, its budget ran out (the flow stopped)',
+    holder('posting', {
+      confirmedUntil: 1_000_000,
+      reason: 'The access-token request outlived its lease',
+    }),
+    [['the flow asks for the fence again', ev('fence-asked', 100)]],
+  ],
+  [
     'writing',
     holder('writing', { confirmedUntil: 1_000_000 }),
     [
