@@ -253,6 +253,23 @@ describe('The holder table (docs/protocol.md)', () => {
     expect(doc.slice(from, to + END.length)).toBe(generated);
   });
 
+  it('has the same arrows as the holder diagram in docs/protocol.md', () => {
+    const doc = readFileSync(DOC, 'utf8');
+    const from = doc.indexOf('```mermaid', doc.indexOf('**The holder**'));
+    const diagram = doc.slice(from, doc.indexOf('```', from + 3));
+    const arrows = (pairs: [string, string][]) =>
+      [...new Set(pairs.filter(([a, b]) => a !== b).map(([a, b]) => `${a} --> ${b}`))].sort();
+    const drawn = [...diagram.matchAll(/^\s+(\w+) --> (\w+)/gm)].map(
+      ([, a, b]) => [a, b] as [string, string],
+    );
+    const done = situations.flatMap(([, state, events]) =>
+      events.map(([, event]) => [state.name, step(state, event).state.name] as [string, string]),
+    );
+    expect(arrows(drawn)).toEqual(
+      arrows(done).map((arrow) => arrow.replaceAll('-unknown', '_unknown')),
+    );
+  });
+
   it('is complete: in each situation, an event it does not list changes nothing', () => {
     const unlisted: string[] = [];
     const kinds = (state: HolderState, event: HolderEvent) => {
