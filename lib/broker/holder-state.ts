@@ -85,6 +85,9 @@ const ended = (state: HolderState, outcome: HolderEvent & { type: 'answered' }):
   const suspectDropped: HolderCommand[] = suspect && replacing ? [{ do: 'drop-replaced' }] : [];
   switch (outcome.outcome) {
     case 'issued':
+      // Only after `send-post` from the real flow; an issue() that never asked for the fence (a
+      // test double) has its token written too: the store's conditional write is the far side's
+      // check, and it names the version last written.
       return end('writing', [{ do: 'write-token' }]);
     case 'not-sent':
       // Nothing was sent: our lease, if still ours, is freed; the new holder's token wins.
