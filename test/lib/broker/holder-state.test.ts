@@ -105,6 +105,13 @@ describe('Function: step (the holder)', () => {
     });
   });
 
+  it('counts the time the flow waited at the fence, from its ask to the confirmation sent', () => {
+    const asked = step(counting(1, { answeredAt: 0 }), ev('fence-asked', 100)).state;
+    const confirming = step(asked, ev('step-due', 250)).state;
+    expect(confirming.writing?.write).toBe('fence');
+    expect(confirming.waitedMs).toBe(150);
+  });
+
   it('is final only once the flow ended and was cleaned up', () => {
     const lost = step(counting(3), ev('last-call')).state;
     expect(lost.name).toBe('lost');

@@ -25,8 +25,9 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
     'counting (countdown > 1)',
     holder('counting', { countdown: 5, answeredAt: 0 }),
     [
-      ['started', ev('started', 0)],
+      ['started', ev('started', 100)],
       ['a step is due', ev('step-due', 250)],
+      ['a step is due, the lease time ran out', ev('step-due', 3_000)],
       ['the heartbeat is due (the steps renew the lease)', ev('heartbeat-due', 1_000)],
       ['the heartbeat is due, the lease time ran out', ev('heartbeat-due', 3_000)],
       ['the flow asks for the fence', ev('fence-asked', 100)],
@@ -53,7 +54,8 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
     'counting (countdown 1), the flow authorizing',
     holder('counting', { countdown: 1, answeredAt: 0 }),
     [
-      ['the heartbeat is due, last answer ≥ 500 ms ago', ev('heartbeat-due', 1_000)],
+      ['started', ev('started', 100)],
+      ['the heartbeat is due, last answer 500 ms ago', ev('heartbeat-due', 500)],
       ['the heartbeat is due, last answer < 500 ms ago', ev('heartbeat-due', 400)],
       ['the flow asks for the fence, a step after the last answer', ev('fence-asked', 300)],
       ['the flow asks for the fence, within a step of the last answer', ev('fence-asked', 100)],
@@ -67,6 +69,7 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
     holder('counting', { countdown: 1, answeredAt: 0, fenceAskedAt: 100 }),
     [
       ['a step is due', ev('step-due', 250)],
+      ['a step is due, just time for the POST and the write after it', ev('step-due', 9_600)],
       ['a step is due, no time left for the POST', ev('step-due', 9_650)],
       ['the last call', ev('last-call', 9_600)],
       ['shutdown', ev('abandon', 100, { reason: 'shutdown' })],
@@ -82,6 +85,7 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
     }),
     [
       ['the confirmation landed, fresh', ev('write-landed', 300)],
+      ['the confirmation landed, 100 ms of its budget left', ev('write-landed', 2_150)],
       ['the confirmation landed, stale (paused)', ev('write-landed', 2_200)],
       ['the confirmation refused', ev('write-refused', 300)],
       ['the confirmation failed or timed out', ev('write-failed', 2_250)],
