@@ -11,6 +11,7 @@ export default {
   mutate: [
     'lib/broker/observer.ts',
     'lib/broker/holder-state.ts',
+    'lib/broker/holder-lease-writes.ts',
     'lib/broker/timing/bounds.ts',
     'lib/broker/timing/estimates.ts',
     'lib/broker/connection-view.ts',

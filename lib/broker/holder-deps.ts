@@ -1,6 +1,6 @@
 /**
- * What the holder's flow works with (`issue-under-lease.ts`, `failed-flow.ts`): its ports and
- * settings, and one run of the flow under a lease.
+ * What the holder's flow works with (`issue-under-lease.ts`, and the clean-up `failed-flow.ts`
+ * carries out): its ports and settings, and one run of the flow under a lease.
  */
 import type { Clock, Deadline } from '../clock.js';
 import type { BrokerMetrics } from '../metrics.js';

@@ -1,83 +1,234 @@
 /**
- * The holder: the container that holds a connection's lease, as an explicit state machine.
- * `transition` is pure; `held-lease.ts` (timers and lease writes) and `issue-under-lease.ts`
- * (the flow: authorize, fence, POST, write) drive it.
+ * The holder as one reducer: `step(state, event)` is the only writer of the holder's state, and
+ * says in commands what is to be done (lease writes, timers, the POST's go-ahead, the token
+ * write, the clean-up after a failure). `held-lease.ts` runs the commands and feeds their
+ * results back as events; `holder-events.ts` defines them. Pure: every instant comes in an event
+ * (`at`, monotonic), and each lease write's version is chosen by the driver (`write-sent`).
+ * Modelled on client-go's leader election and a Redux-style reducer; docs/protocol.md's holder
+ * table is generated from this function (test/lib/broker/holder-table.test.ts).
  *
- *   counting ─┬─ step written ──────────────────────────────▸ counting (one lower)
- *             ├─ confirmed (countdown 0, covers POST + grace) ▸ fenced
- *             └─ lease lost (write refused, time ran out) ───▸ lost (nothing sent)
- *   fenced ───┬─ POST sent while the confirmation is fresh ──▸ posting
- *             └─ lease lost (confirmation stale) ────────────▸ lost (nothing sent)
- *   posting ──┬─ token written (the lease goes with it) ─────▸ written
- *             ├─ token write refused (taken over after) ─────▸ superseded
- *             ├─ refused for the credentials (a rotated secret) ▸ counting (0): fenced again
- *             │   before the second request (a definite refusal: nothing was issued)
- *             ├─ timeout or reset after sending ─────────────▸ outcome-unknown
- *             └─ a definite refusal ─────────────────────────▸ failed
- *
- * I1: a POST leaves only from `fenced` (and once it has, the holder is in `posting`): no
- * access-token request without a fresh confirmation of the lease.
+ * I1: `send-post` is commanded only on entering `fenced`, by a confirmation written under the
+ * current version and still fresh; once sent, the holder is `posting`. I2: a step lowers the
+ * countdown by one, written at least COUNTDOWN_STEP_MS after the previous write was answered;
+ * writes never overlap. I3: the last call gives the lease up while counting once the POST and
+ * the write after it no longer fit before the deadline.
  */
+import type {
+  HolderCommand,
+  HolderEvent,
+  HolderName,
+  HolderOutcome,
+  HolderState,
+  HolderTerms,
+} from './holder-events.js';
+import {
+  counted,
+  fence,
+  landed,
+  lose,
+  notLanded,
+  type Result,
+  writeLease,
+} from './holder-lease-writes.js';
+import {
+  COUNTDOWN_STEP_MS,
+  LEASE_HEARTBEAT_MS,
+  LEASE_MS,
+  MIN_POST_MS,
+  STORE_RESERVE_MS,
+} from './timing/index.js';
 
-export type HolderState =
-  | { readonly name: 'counting'; readonly countdown: number }
-  | { readonly name: 'fenced'; readonly confirmedUntil: number }
-  | { readonly name: 'posting'; readonly confirmedUntil: number }
-  | { readonly name: 'written' }
-  | { readonly name: 'superseded' }
-  | { readonly name: 'lost'; readonly reason: string }
-  | { readonly name: 'outcome-unknown' }
-  | { readonly name: 'failed' };
+export type * from './holder-events.js';
 
-export type HolderEvent =
-  | { readonly type: 'step-written'; readonly countdown: number }
-  | { readonly type: 'confirmed'; readonly until: number }
-  | { readonly type: 'lease-lost'; readonly reason: string }
-  | { readonly type: 'post-sent' }
-  /** The POST was answered with a definite refusal, and the flow sends another (rotation). */
-  | { readonly type: 'post-refused' }
-  | { readonly type: 'token-written' }
-  | { readonly type: 'token-refused' }
-  | { readonly type: 'outcome-unknown' }
-  | { readonly type: 'failed' };
+/** The holder as it starts: the lease just written (its version, countdown and time). */
+export const initialState = (
+  terms: HolderTerms,
+  lease: { version: string; countdown: number; leasedAt: number; answeredAt: number },
+): HolderState => ({
+  name: 'counting',
+  terms,
+  countdown: lease.countdown,
+  version: lease.version,
+  unanswered: undefined,
+  ownedUntil: lease.leasedAt + LEASE_MS,
+  answeredAt: lease.answeredAt,
+  writing: undefined,
+  fenceAskedAt: undefined,
+  waitedMs: 0,
+  confirmedUntil: undefined,
+  reason: undefined,
+  finished: false,
+});
 
 /** States after which nothing more happens. */
-export const isFinal = (state: HolderState): boolean =>
-  state.name !== 'counting' && state.name !== 'fenced' && state.name !== 'posting';
+export const isFinal = (state: HolderState): boolean => state.finished === true;
 
 /** Whether an access-token request may leave now (I1). */
-export const mayPost = (state: HolderState): boolean => state.name === 'fenced';
+export const mayPost = (state: Pick<HolderState, 'name'>): boolean => state.name === 'fenced';
+
+const ALL_TIMERS: readonly HolderCommand[] = [
+  { do: 'cancel', timer: 'heartbeat' },
+  { do: 'cancel', timer: 'step' },
+  { do: 'cancel', timer: 'last-call' },
+  { do: 'cancel', timer: 'post' },
+];
+
+/** The flow ended (its POST answered, or never sent): the clean-up is the final state's. */
+const ended = (state: HolderState, outcome: HolderEvent & { type: 'answered' }): Result => {
+  const { replacing, suspect } = state.terms;
+  const end = (name: HolderName, commands: HolderCommand[]): Result => ({
+    state: { ...state, name, fenceAskedAt: undefined, finished: name !== 'writing' },
+    commands: [...ALL_TIMERS, ...commands],
+  });
+  // I2. A lease taken over after a countdown: that holder's POST may be out, and the token it
+  // replaced revoked; letting the lease go would make it servable again, so it goes first.
+  const suspectDropped: HolderCommand[] = suspect && replacing ? [{ do: 'drop-replaced' }] : [];
+  switch (outcome.outcome) {
+    case 'issued':
+      // Only after `send-post` from the real flow; an issue() that never asked for the fence (a
+      // test double) has its token written too: the store's conditional write is the far side's
+      // check, and it names the version last written.
+      return end('writing', [{ do: 'write-token' }]);
+    case 'not-sent':
+      // Nothing was sent: our lease, if still ours, is freed; the new holder's token wins.
+      return end('lost', [...suspectDropped, { do: 'release', restore: false }, fin('lost')]);
+    case 'outcome-unknown':
+      // The POST may still land and revoke the token it replaces: that token is dropped now,
+      // and the lease held through the grace, so that no other POST starts while it could land.
+      return end('outcome-unknown', [
+        ...(replacing ? [{ do: 'drop-replaced' } as const] : []),
+        { do: 'hold-for-grace' },
+        fin('outcome-unknown'),
+      ]);
+    case 'failed':
+      // Nothing was issued: the lease is freed now, and the token it would have replaced is
+      // good again if the release proves we still held it.
+      return end('failed', [...suspectDropped, { do: 'release', restore: true }, fin('failed')]);
+  }
+};
+
+const fin = (outcome: HolderOutcome): HolderCommand => ({ do: 'finish', outcome });
 
 /**
- * The state after `event`. An event that does not apply to the state leaves it as it is (a
- * heartbeat answered after the flow ended, a timer that fired late): only the listed arrows move.
+ * The holder's next state and what to do, for `event` in `state`. An event that does not apply
+ * (a timer that fired late, a write answered after the flow ended) changes nothing but the
+ * lease's bookkeeping.
  */
-export const transition = (state: HolderState, event: HolderEvent): HolderState => {
-  switch (state.name) {
-    case 'counting':
-      if (event.type === 'step-written' && event.countdown <= state.countdown) {
-        return { name: 'counting', countdown: event.countdown };
+export const step = (state: HolderState, event: HolderEvent): Result => {
+  const none: Result = { state, commands: [] };
+  if (state.finished) {
+    // Over: only a late lease write's answer is kept (which version is ours).
+    if (event.type === 'write-landed')
+      return { state: landed(state, event.at).state, commands: [] };
+    if (event.type === 'write-refused' || event.type === 'write-failed') {
+      return { state: notLanded(state, event.type === 'write-refused').state, commands: [] };
+    }
+    return none;
+  }
+  const { at } = event;
+  switch (event.type) {
+    case 'started': {
+      const { deadlineAt } = state.terms;
+      return {
+        state,
+        commands: [
+          { do: 'arm', timer: 'heartbeat', ms: LEASE_HEARTBEAT_MS },
+          // I3: a countdown (or a slow store) that has not reached the POST by the time the POST
+          // and the write after it no longer fit: nothing will be sent, so the lease goes now.
+          {
+            do: 'arm',
+            timer: 'last-call',
+            ms: Math.max(0, deadlineAt - at - STORE_RESERVE_MS - MIN_POST_MS),
+          },
+          ...(state.countdown > 1
+            ? [
+                {
+                  do: 'arm',
+                  timer: 'step',
+                  ms: Math.max(0, state.answeredAt + COUNTDOWN_STEP_MS - at),
+                } as const,
+              ]
+            : []),
+        ],
+      };
+    }
+    case 'heartbeat-due':
+      if (state.name !== 'counting') return none;
+      if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
+      // A countdown's steps renew the lease as a heartbeat would; so does the fence.
+      if (state.writing || state.countdown > 1 || state.fenceAskedAt !== undefined) return none;
+      return at - state.answeredAt >= LEASE_HEARTBEAT_MS / 2
+        ? writeLease(state, at, 'renew')
+        : none;
+    case 'step-due':
+      if (state.name !== 'counting' || state.writing) return none;
+      return state.countdown > 1 ? writeLease(state, at, 'step') : fence(state, at);
+    case 'last-call':
+      return state.name === 'counting'
+        ? lose(state, 'No time left for the access-token request')
+        : none;
+    case 'post-timer':
+      if (state.name === 'posting') {
+        // The POST outlived its lease: stopped (a request not yet sent is not sent); only its
+        // answer tells what it did. Its reason stops a second fence too.
+        const reason = 'The access-token request outlived its lease';
+        return { state: { ...state, reason }, commands: [{ do: 'abort', reason }] };
       }
-      if (event.type === 'confirmed') return { name: 'fenced', confirmedUntil: event.until };
-      if (event.type === 'lease-lost') return { name: 'lost', reason: event.reason };
-      // A flow that fails before its POST (the authorize step) sent nothing.
-      if (event.type === 'failed') return { name: 'failed' };
-      return state;
-    case 'fenced':
-      if (event.type === 'post-sent')
-        return { name: 'posting', confirmedUntil: state.confirmedUntil };
-      if (event.type === 'lease-lost') return { name: 'lost', reason: event.reason };
-      if (event.type === 'failed') return { name: 'failed' };
-      return state;
-    case 'posting':
-      if (event.type === 'token-written') return { name: 'written' };
-      if (event.type === 'token-refused') return { name: 'superseded' };
-      if (event.type === 'outcome-unknown') return { name: 'outcome-unknown' };
-      if (event.type === 'failed') return { name: 'failed' };
-      if (event.type === 'post-refused') return { name: 'counting', countdown: 0 };
-      // A lease lost while the POST is out changes nothing: only its answer tells what it did.
-      return state;
-    default:
-      return state;
+      return state.name === 'counting'
+        ? lose(state, 'The access-token request outlived its lease')
+        : none;
+    case 'abandon':
+      return state.name === 'counting' || state.name === 'fenced'
+        ? lose(state, event.reason)
+        : none;
+    case 'fence-asked':
+      // The flow was stopped while posting: nothing more may be sent.
+      if (state.name === 'posting' && state.reason !== undefined) {
+        return lose({ ...state, fenceAskedAt: at }, state.reason);
+      }
+      if (state.name === 'posting') {
+        // Fenced again while posting: the flow sends a second token request only after a
+        // definite refusal of the first (rotated credentials): nothing of the first can land.
+        // The lease is confirmed afresh, at once (countdown 0), before the second leaves.
+        return fence({ ...state, name: 'counting', countdown: 0, fenceAskedAt: at }, at);
+      }
+      if (state.name !== 'counting') return { state, commands: [{ do: 'refuse-fence' }] };
+      return counted({ ...state, fenceAskedAt: at }, at);
+    case 'write-sent':
+      return {
+        state: {
+          ...state,
+          unanswered: event.version,
+          ...(state.writing ? { writing: { ...state.writing, expiresAt: event.expiresAt } } : {}),
+        },
+        commands: [],
+      };
+    case 'write-landed':
+      return landed(state, at);
+    case 'write-refused':
+    case 'write-failed':
+      return notLanded(state, event.type === 'write-refused');
+    case 'post-sent':
+      return state.name === 'fenced'
+        ? { state: { ...state, name: 'posting' }, commands: [] }
+        : none;
+    case 'answered':
+      return state.name === 'writing' ? none : ended(state, event);
+    case 'token-written':
+    case 'token-refused':
+    case 'token-write-failed': {
+      if (state.name !== 'writing') return none;
+      const written = event.type !== 'token-refused';
+      return {
+        state: { ...state, name: written ? 'written' : 'superseded', finished: true },
+        commands: written
+          ? [fin(event.type === 'token-written' ? 'written' : 'written-in-memory')]
+          : // Our token request went out: the token it replaced is revoked, wherever it is held.
+            [
+              ...(state.terms.replacing ? [{ do: 'forget-replaced' } as const] : []),
+              fin('superseded'),
+            ],
+      };
+    }
   }
 };

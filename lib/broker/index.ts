@@ -7,8 +7,8 @@
  * - `timing/`: every protocol constant and bound, and the estimates that tune speed (pure);
  * - `observer.ts` and `leased-issuance.ts`: what a container that needs a token decides after
  *   each read (pure), and the loop that does it;
- * - `holder-state.ts`, `held-lease.ts` and `issue-under-lease.ts`: the lease holder's states
- *   (pure), its lease writes, and its flow (authorize, fence, POST, write);
+ * - `holder-state.ts`, `held-lease.ts`, `issue-under-lease.ts`: the lease holder as one reducer
+ *   (pure), its driver (lease writes, timers, effects), its flow (authorize, fence, POST, write);
  * - `connection-view.ts`: what this container knows of each connection, and the serving rules;
  * - `credential-rotation.ts`: re-read a rejected secret and retry once if it was rotated;
  * - `shared-loads.ts` and `single-flight.ts`: concurrent misses in a container share one load,

@@ -1,15 +1,18 @@
 /**
- * The holder's flow, which drives `held-lease.ts` through its states: authorize while the
- * lease counts down, the fence, the access-token POST, then the token write, which releases the
- * lease in the same step (only under the very version it confirmed: I1). What a failed flow
- * leaves behind is `failed-flow.ts`'s.
+ * The holder's flow: authorize while the lease counts down, the fence, the access-token POST,
+ * then the token write, which releases the lease in the same step (only under the very version
+ * it confirmed: I1). What the holder does at each step, and after a failure, is `step`'s
+ * (`holder-state.ts`); `held-lease.ts` runs it. This file runs the upstream flow, tells the
+ * holder how it was answered, and tells the caller how it ended.
  */
 import type { ConnectionConfig } from '../config.js';
 import { isOutcomeUnknown } from '../errors.js';
+import { MetricName } from '../metrics.js';
 import type { TokenRecord } from '../ports.js';
-import { afterFailedFlow } from './failed-flow.js';
-import { HeldLease } from './held-lease.js';
+import { cleanUp } from './failed-flow.js';
+import { HeldLease, LeaseLost } from './held-lease.js';
 import type { HolderDeps, LeasedFlow } from './holder-deps.js';
+import type { PostAnswer } from './holder-state.js';
 import { recordIssued } from './issued-token.js';
 import { unsatisfiable } from './observer.js';
 import { ownRecheckMs, PROOF_MARGIN_MS, STORE_RESERVE_MS } from './timing/index.js';
@@ -17,6 +20,10 @@ import type { ServedToken } from './types.js';
 
 /** The lease was lost during a flow: the new holder's token wins. */
 export const LOST = Symbol('lost');
+
+/** How the upstream answered the flow, for the holder (the one place errors are classified). */
+const answerOf = (error: unknown): PostAnswer =>
+  isOutcomeUnknown(error) ? 'outcome-unknown' : error instanceof LeaseLost ? 'not-sent' : 'failed';
 
 /**
  * Runs the flow while holding the lease and writes the token, which releases the lease.
@@ -30,7 +37,9 @@ export const issueUnderLease = async (
   measured: (issuanceMs: number) => void,
 ): Promise<ServedToken | typeof LOST> => {
   const { name } = connection;
-  const { clock, store, logger, settings, view, bounded } = deps;
+  const { clock, store, logger, metrics, settings, view, bounded } = deps;
+  let record: TokenRecord | undefined;
+  const writtenAt = { sentAt: 0, sentAtMonotonic: 0 };
   const lease = new HeldLease({
     store,
     clock,
@@ -41,65 +50,86 @@ export const issueUnderLease = async (
     answeredAt: flow.answeredAt,
     countdown: flow.countdown,
     upstreamTimeoutMs: settings.upstreamTimeoutMs,
+    replacing: flow.replacing !== undefined,
+    suspect: flow.suspect,
     bounded,
+    effects: {
+      ...cleanUp(
+        { ...deps, bounded: (operation) => bounded(operation, flow.deadline.leftMs()) },
+        connection,
+        flow,
+      ),
+      writeToken: (ref) => {
+        Object.assign(writtenAt, { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() });
+        return bounded(store.putToken(record as TokenRecord, ref), flow.deadline.leftMs()).catch(
+          (error: unknown) => {
+            logger.error('Token store write failed; token kept in memory only', {
+              connection: name,
+              error: { name: (error as Error)?.name },
+            });
+            throw error;
+          },
+        );
+      },
+    },
   });
   deps.held?.add(lease);
-  let record: TokenRecord;
+  const started = clock.monotonic();
+  let failure: unknown;
   try {
     // Authorize while the lease counts down; the fence waits for the countdown's end, then
     // confirms the lease; only then does the POST leave (I1, I2).
-    const started = clock.monotonic();
     const issued = await deps.issue(connection, {
       deadline: flow.deadline.minus(STORE_RESERVE_MS),
       signal: lease.signal,
       fence: () => lease.fence(),
     });
-    lease.stop();
     const took = clock.monotonic() - started;
     measured(took - lease.waitedMs);
     const issuedRecord = recordIssued(connection, issued, took, deps, flow);
     // The re-check this container's readers apply travels with the token (mixed settings, I2).
     record = { ...issuedRecord, recheckMs: ownRecheckMs(issuedRecord, settings) };
   } catch (error) {
-    lease.end(isOutcomeUnknown(error) ? { type: 'outcome-unknown' } : { type: 'failed' });
-    deps.held?.delete(lease);
-    await afterFailedFlow(
-      { ...deps, bounded: (operation) => bounded(operation, flow.deadline.leftMs()) },
-      connection,
-      { ...flow, confirmedUntil: lease.confirmedUntil, held: lease.ref },
-      error,
-    );
-    return LOST;
+    failure = error;
   }
+  const outcome = await lease.answered(record ? 'issued' : answerOf(failure));
+  deps.held?.delete(lease);
+  switch (outcome) {
+    case 'lost':
+      logger.warn('Lease lost before the access-token request; nothing was sent', {
+        connection: name,
+        reason: (failure as Error)?.message,
+      });
+      return LOST;
+    case 'outcome-unknown':
+      metrics.record(MetricName.UnknownOutcomes, name);
+      logger.error('Access-token request outcome unknown; the current token is dropped', {
+        connection: name,
+        tokenDigest: flow.replacing?.tokenDigest,
+        graceMs: settings.upstreamTimeoutMs,
+      });
+      throw failure;
+    case 'failed':
+      throw failure;
+    case 'superseded':
+      logger.warn('Lease was taken over while issuing; using the new holder’s token', {
+        connection: name,
+        tokenDigest: record?.tokenDigest,
+      });
+      return LOST;
+    default:
+      break;
+  }
+  const written = record as TokenRecord;
   // When memory may vouch for the token: a re-check from now, or, if it could not be written,
   // only until other containers may take the confirmed lease over (and revoke it by issuing).
-  const writtenAt = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
   let untilAtMost = Number.POSITIVE_INFINITY;
-  let written: boolean;
-  try {
-    written = await bounded(store.putToken(record, lease.ref), flow.deadline.leftMs());
-  } catch (error) {
+  if (outcome === 'written-in-memory') {
     // The token is valid: serve it rather than fail the caller, and keep it in memory only
     // while the confirmed lease keeps everyone else from replacing it.
-    logger.error('Token store write failed; token kept in memory only', {
-      connection: name,
-      error: { name: (error as Error)?.name },
-    });
-    written = true;
     untilAtMost = (lease.confirmedUntil ?? writtenAt.sentAt) - PROOF_MARGIN_MS;
   }
-  lease.end(written ? { type: 'token-written' } : { type: 'token-refused' });
-  deps.held?.delete(lease);
-  if (!written) {
-    logger.warn('Lease was taken over while issuing; using the new holder’s token', {
-      connection: name,
-      tokenDigest: record.tokenDigest,
-    });
-    // Our token request went out: the token it replaced is revoked, wherever it is held.
-    if (flow.replacing) view.forget(flow.replacing);
-    return LOST;
-  }
-  view.confirmed(record, writtenAt, untilAtMost);
-  if (record.expiresAt - clock.now() <= flow.needMs) throw unsatisfiable(record, flow.needMs);
-  return { record, source: 'upstream' };
+  view.confirmed(written, writtenAt, untilAtMost);
+  if (written.expiresAt - clock.now() <= flow.needMs) throw unsatisfiable(written, flow.needMs);
+  return { record: written, source: 'upstream' };
 };

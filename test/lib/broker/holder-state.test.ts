@@ -1,97 +1,122 @@
 /**
- * The holder's state machine (lib/broker/holder-state.ts), table-driven: each case is named by
- * the state and the event, as client-go's leader election tests are.
+ * The holder's reducer (lib/broker/holder-state.ts), table-driven: each case is named by the
+ * state and the event, as client-go's leader election tests are. The full table is in
+ * docs/protocol.md (`holder-table.test.ts` checks it); the invariants over runs of events are
+ * `holder-properties.test.ts`'s.
  */
-import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
+  type HolderCommand,
   type HolderEvent,
   type HolderState,
   isFinal,
   mayPost,
-  transition,
+  step,
 } from '../../../lib/broker/holder-state.js';
+import { answered, ev, holder, inFlight, started } from './holder-fixtures.js';
 
-const counting = (countdown: number): HolderState => ({ name: 'counting', countdown });
-const fenced: HolderState = { name: 'fenced', confirmedUntil: 9 };
-const posting: HolderState = { name: 'posting', confirmedUntil: 9 };
+const counting = (countdown: number, fields: Partial<HolderState> = {}) =>
+  holder('counting', { countdown, ...fields });
+const fenced = holder('fenced', { confirmedUntil: 9 });
+const posting = holder('posting', { confirmedUntil: 9 });
+const writing = holder('writing', { confirmedUntil: 9 });
 
-describe('Function: transition (the holder)', () => {
+describe('Function: step (the holder)', () => {
   it.each<[string, HolderState, HolderEvent, HolderState['name']]>([
     [
       'counting: a step written stays counting',
-      counting(5),
-      { type: 'step-written', countdown: 4 },
+      counting(5, { writing: inFlight('step', 4) }),
+      ev('write-landed'),
       'counting',
     ],
-    ['counting: the confirmation fences', counting(1), { type: 'confirmed', until: 9 }, 'fenced'],
+    [
+      'counting: the confirmation fences',
+      counting(1, { writing: inFlight('fence', 0, 50), fenceAskedAt: 0 }),
+      ev('write-landed'),
+      'fenced',
+    ],
     [
       'counting: a refused write loses the lease',
-      counting(3),
-      { type: 'lease-lost', reason: 'x' },
+      counting(3, { writing: inFlight('step', 2) }),
+      ev('write-refused'),
       'lost',
     ],
-    ['counting: a failed authorize fails', counting(3), { type: 'failed' }, 'failed'],
-    ['counting: no POST can be sent from it', counting(3), { type: 'post-sent' }, 'counting'],
-    ['fenced: the POST leaves', fenced, { type: 'post-sent' }, 'posting'],
+    ['counting: a failed authorize fails', counting(3), answered('failed'), 'failed'],
+    ['counting: no POST can be sent from it', counting(3), ev('post-sent'), 'counting'],
+    ['fenced: the POST leaves', fenced, ev('post-sent'), 'posting'],
     [
-      'fenced: a stale confirmation loses the lease',
-      fenced,
-      { type: 'lease-lost', reason: 'x' },
+      'counting: a confirmation answered too late for the POST loses the lease (stale)',
+      counting(1, { writing: inFlight('fence', 0, 0), fenceAskedAt: 0 }),
+      ev('write-landed', 1_950),
       'lost',
     ],
-    ['posting: the token written', posting, { type: 'token-written' }, 'written'],
-    ['posting: the token write refused', posting, { type: 'token-refused' }, 'superseded'],
-    ['posting: a timeout after sending', posting, { type: 'outcome-unknown' }, 'outcome-unknown'],
-    ['posting: a definite refusal', posting, { type: 'failed' }, 'failed'],
+    ['posting: the token issued is written', posting, answered('issued'), 'writing'],
+    ['writing: the token written', writing, ev('token-written'), 'written'],
+    ['writing: the token write refused', writing, ev('token-refused'), 'superseded'],
+    ['posting: a timeout after sending', posting, answered('outcome-unknown'), 'outcome-unknown'],
+    ['posting: a definite refusal', posting, answered('failed'), 'failed'],
     [
       'posting: refused for the credentials, sent again: fenced afresh first',
       posting,
-      { type: 'post-refused' },
+      ev('fence-asked'),
       'counting',
     ],
     [
       'posting: a lease lost changes nothing (only the answer tells)',
       posting,
-      { type: 'lease-lost', reason: 'x' },
+      ev('post-timer'),
       'posting',
     ],
-    ['written: final', { name: 'written' }, { type: 'lease-lost', reason: 'x' }, 'written'],
+    ['posting: the last call changes nothing', posting, ev('last-call'), 'posting'],
+    [
+      'posting: asked to fence again once its budget ran out (signal aborted), nothing more is sent',
+      step(posting, ev('post-timer')).state,
+      ev('fence-asked'),
+      'lost',
+    ],
+    [
+      'posting: a shutdown leaves the POST to its answer',
+      posting,
+      ev('abandon', 100, { reason: 'x' }),
+      'posting',
+    ],
+    ['written: final', holder('written'), ev('last-call'), 'written'],
   ])('%s', (_title, state, event, next) => {
-    expect(transition(state, event).name).toBe(next);
+    expect(step(state, event).state.name).toBe(next);
   });
 
   it('never raises a countdown (I2)', () => {
-    expect(transition(counting(3), { type: 'step-written', countdown: 4 })).toEqual(counting(3));
+    const raised = step(counting(3, { writing: inFlight('renew', 4) }), ev('write-landed'));
+    expect(raised.state.countdown).toBe(3);
   });
 
-  const events = fc.constantFrom<HolderEvent>(
-    { type: 'step-written', countdown: 2 },
-    { type: 'confirmed', until: 9 },
-    { type: 'lease-lost', reason: 'x' },
-    { type: 'post-sent' },
-    { type: 'token-written' },
-    { type: 'token-refused' },
-    { type: 'outcome-unknown' },
-    { type: 'failed' },
-    { type: 'post-refused' },
-  );
-
-  it('I1: along any run of events, a POST leaves only from a fresh confirmation, and final states stay final', () => {
-    fc.assert(
-      fc.property(fc.array(events, { maxLength: 30 }), (run) => {
-        let state = counting(20);
-        for (const event of run) {
-          const next = transition(state, event);
-          if (next.name === 'posting' && state.name !== 'posting') {
-            expect(mayPost(state)).toBe(true);
-            expect(event.type).toBe('post-sent');
-          }
-          if (isFinal(state)) expect(next).toBe(state);
-          state = next;
-        }
-      }),
-      { numRuns: 2_000 },
+  it('lets the POST leave only from fenced, on a fresh confirmation (I1)', () => {
+    const confirmed = step(
+      counting(1, { writing: inFlight('fence', 0, 50), fenceAskedAt: 0 }),
+      ev('write-landed', 100),
     );
+    expect(mayPost(confirmed.state)).toBe(true);
+    expect(confirmed.commands).toContainEqual<HolderCommand>({ do: 'send-post' });
+    // The POST's timer: what is left of the budget the confirmation covers.
+    expect(confirmed.commands).toContainEqual<HolderCommand>({
+      do: 'arm',
+      timer: 'post',
+      ms: 1_950,
+    });
+  });
+
+  it('counts the time the flow waited at the fence, from its ask to the confirmation sent', () => {
+    const asked = step(counting(1, { answeredAt: 0 }), ev('fence-asked', 100)).state;
+    const confirming = step(asked, ev('step-due', 250)).state;
+    expect(confirming.writing?.write).toBe('fence');
+    expect(confirming.waitedMs).toBe(150);
+  });
+
+  it('is final only once the flow ended and was cleaned up', () => {
+    const lost = step(counting(3), ev('last-call')).state;
+    expect(lost.name).toBe('lost');
+    expect(isFinal(lost)).toBe(false);
+    expect(isFinal(step(lost, answered('not-sent')).state)).toBe(true);
+    expect(isFinal(started())).toBe(false);
   });
 });

@@ -5,11 +5,16 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ConnectionView } from '../../../../lib/broker/connection-view.js';
-import { UpstreamRejectedError } from '../../../../lib/errors.js';
+import { UpstreamRejectedError, UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { TokenIssuer } from '../../../../lib/ports.js';
-import { InMemoryTokenStore, ManualClock, primed } from '../../../support/fakes.js';
+import {
+  connection as connectionOf,
+  InMemoryTokenStore,
+  ManualClock,
+  primed,
+} from '../../../support/fakes.js';
 import { fleetBroker, seed, Upstream, wrap } from '../../../support/fleet-model.js';
-import { T0 } from '../setup.js';
+import { issuance, record, T0 } from '../setup.js';
 
 /** An issuer whose authorize fails for sure (a 400: nothing issued, not the credentials). */
 const refusing: TokenIssuer = {
@@ -89,6 +94,35 @@ describe('I2: a flow that fails for sure puts back only a token it may vouch for
       // Whatever it serves, it is not the token it could not vouch for from memory.
       expect(next.source === 'memory' && next.record.accessToken === t0.accessToken).toBe(false);
     }
+  });
+});
+
+describe('I1: the grace after an unknown outcome counts from when it is known', () => {
+  // Survivor failed-flow.ts:90 (the grace renewal judged against the fence's reservation): a
+  // container frozen during its POST past what its confirmation reserved. The POST may still
+  // land for a grace from now, so the lease is held until now + the grace, not only until the
+  // reservation (which has passed); holding it only that long would let another POST start.
+  it('I1: a holder frozen during its POST past the reservation holds the lease for the grace from when it learns the outcome is unknown', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 100_000);
+    store.setToken(current);
+    const a = issuance(
+      store,
+      clock,
+      async (_c, options) => {
+        await options.fence?.();
+        // Frozen 6 s with the POST out: past its 2 s budget and the 2 s grace the fence reserved.
+        clock.advanceNow(6_000);
+        throw new UpstreamUnavailableError('Open API access-token request failed: socket hang up', {
+          outcomeUnknown: true,
+        });
+      },
+      { timeout: 2_000 },
+    );
+    const error = await a.refresh(connectionOf(), current, T0 + 20_000).catch((e) => e);
+    expect(error).toMatchObject({ outcomeUnknown: true });
+    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000);
   });
 });
 

@@ -1,0 +1,126 @@
+/**
+ * The holder's reducer, its lease writes (`holder-state.ts` has `step`): a heartbeat, a
+ * countdown step, the fence, their answers, and the lease lost. Pure, like `step`.
+ */
+import type { HolderCommand, HolderState } from './holder-events.js';
+import { COUNTDOWN_STEP_MS, leaseTerm, MIN_POST_MS, STORE_RESERVE_MS } from './timing/index.js';
+
+export type Result = { readonly state: HolderState; readonly commands: readonly HolderCommand[] };
+
+/** The lease is lost before the POST: nothing is sent, the flow is stopped (its signal). */
+export const lose = (state: HolderState, reason: string): Result => {
+  const waiting = state.fenceAskedAt !== undefined && state.writing?.write !== 'fence';
+  return {
+    state: { ...state, name: 'lost', reason, ...(waiting ? { fenceAskedAt: undefined } : {}) },
+    commands: [
+      { do: 'abort', reason },
+      { do: 'cancel', timer: 'heartbeat' },
+      { do: 'cancel', timer: 'step' },
+      ...(waiting ? [{ do: 'refuse-fence' } as const] : []),
+    ],
+  };
+};
+
+/** A lease write that keeps (renew) or lowers (step) the countdown, for LEASE_MS cut to the deadline. */
+export const writeLease = (state: HolderState, at: number, write: 'renew' | 'step'): Result => {
+  // Judged here too: a renewal that never came back must not keep the lease alive.
+  if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
+  const countdown = write === 'step' ? state.countdown - 1 : state.countdown;
+  const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at);
+  return {
+    state: { ...state, writing: { write, countdown, durationMs, sentAt: at } },
+    commands: [{ do: 'write-lease', write, countdown, durationMs }],
+  };
+};
+
+/**
+ * The fence once the countdown is down to 1 (or 0) and a step has passed since the last write was
+ * answered: the confirmation (countdown 0) covers the POST's budget and a grace after it.
+ */
+export const fence = (state: HolderState, at: number): Result => {
+  if (state.writing || state.fenceAskedAt === undefined || state.countdown > 1) {
+    return { state, commands: [] };
+  }
+  const due = state.answeredAt + COUNTDOWN_STEP_MS;
+  if (state.countdown > 0 && at < due) {
+    return { state, commands: [{ do: 'arm', timer: 'step', ms: due - at }] };
+  }
+  const { deadlineAt, upstreamTimeoutMs } = state.terms;
+  const waited = { ...state, waitedMs: state.waitedMs + (at - state.fenceAskedAt) };
+  const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - STORE_RESERVE_MS);
+  if (budget < MIN_POST_MS) return lose(waited, 'No time left for the access-token request');
+  const durationMs = budget + upstreamTimeoutMs;
+  return {
+    state: { ...waited, writing: { write: 'fence', countdown: 0, durationMs, sentAt: at, budget } },
+    commands: [{ do: 'write-lease', write: 'fence', countdown: 0, durationMs, boundMs: budget }],
+  };
+};
+
+/** A lease write answered: the version it set is ours (kept whatever the state: a release names it). */
+export const landed = (state: HolderState, at: number): Result => {
+  const write = state.writing;
+  if (!write) return { state, commands: [] };
+  const kept: HolderState = {
+    ...state,
+    writing: undefined,
+    version: state.unanswered ?? state.version,
+    unanswered: undefined,
+    ...(write.write === 'fence' ? { confirmedUntil: write.expiresAt } : {}),
+  };
+  if (state.name !== 'counting') {
+    // The flow waited at the fence for this confirmation's answer: it is refused now.
+    const waiting = write.write === 'fence' && state.fenceAskedAt !== undefined;
+    return waiting
+      ? { state: { ...kept, fenceAskedAt: undefined }, commands: [{ do: 'refuse-fence' }] }
+      : { state: kept, commands: [] };
+  }
+  if (write.write === 'fence') {
+    // Paused between the confirmation and here? Then the POST no longer fits its lease.
+    const left = write.sentAt + (write.budget ?? 0) - at;
+    if (left < MIN_POST_MS) return lose(kept, 'Lease confirmation is stale');
+    return {
+      state: { ...kept, name: 'fenced', countdown: 0, answeredAt: at, fenceAskedAt: undefined },
+      commands: [{ do: 'arm', timer: 'post', ms: left }, { do: 'send-post' }],
+    };
+  }
+  const next: HolderState = {
+    ...kept,
+    countdown: Math.min(state.countdown, write.countdown),
+    answeredAt: at,
+    // Ours for what this version says, cut to the deadline like its duration.
+    ownedUntil: Math.max(state.ownedUntil, write.sentAt + write.durationMs),
+  };
+  if (next.countdown > 1) {
+    return { state: next, commands: [{ do: 'arm', timer: 'step', ms: COUNTDOWN_STEP_MS }] };
+  }
+  return counted(next, at);
+};
+
+/** The countdown is down to 1: a flow at the fence stops the heartbeat and is confirmed next. */
+export const counted = (state: HolderState, at: number): Result => {
+  if (state.fenceAskedAt === undefined || state.countdown > 1) return { state, commands: [] };
+  const next = fence(state, at);
+  return { state: next.state, commands: [{ do: 'cancel', timer: 'heartbeat' }, ...next.commands] };
+};
+
+/** A lease write refused (the lease went elsewhere) or failed (it may have landed). */
+export const notLanded = (state: HolderState, refused: boolean): Result => {
+  const write = state.writing;
+  if (!write) return { state, commands: [] };
+  // A write that failed may have landed: its version stays `unanswered`, for the release.
+  const kept = { ...state, writing: undefined, ...(refused ? { unanswered: undefined } : {}) };
+  if (state.name === 'counting') {
+    return lose(
+      kept,
+      write.write === 'fence'
+        ? 'Lease not confirmed before the access-token request'
+        : refused
+          ? 'Lease taken over'
+          : 'Lease renewal failed',
+    );
+  }
+  const waiting = write.write === 'fence' && state.fenceAskedAt !== undefined;
+  return waiting
+    ? { state: { ...kept, fenceAskedAt: undefined }, commands: [{ do: 'refuse-fence' }] }
+    : { state: kept, commands: [] };
+};
