@@ -164,7 +164,10 @@ const record = (summary: ScenarioSummary) => {
   );
 };
 
-/** One lane in a process of its own (own event loop: its stack and proxies do not wait on the other lane's). */
+/**
+ * One lane in a process of its own: its stack and proxies answer on an event loop of their own,
+ * not behind the other lane's.
+ */
 const runLane = (lane: readonly Scenario[]) =>
   new Promise<void>((done) => {
     const child = fork(
