@@ -40,6 +40,8 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'process',
+          // One build (scripts/build.mjs) for every file of this tier that only reads it.
+          globalSetup: ['test/support/global-build.ts'],
           include: ['test/**/*.test.ts'],
           exclude: ['node_modules/**', 'dist/**', ...UNIT],
         },

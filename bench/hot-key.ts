@@ -24,13 +24,13 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { tokenOf } from '../local/fleet.js';
-import type { Stack } from '../local/stack.js';
 import {
-  type BenchContainer,
   type Billing,
   type Execution,
-  startBenchContainer,
-} from './containers.js';
+  type LambdaContainer,
+  startLambdaContainer,
+} from '../local/lambda-container.js';
+import type { Stack } from '../local/stack.js';
 import { CHAOS_CUT_OVER, percentile, refreshesAfterExpiry, waitsAtCutOver } from './measures.js';
 
 export interface HotKeySettings {
@@ -100,15 +100,19 @@ export const measureHotKey = async (
   stack: Stack,
   settings: HotKeySettings,
 ): Promise<HotKeyResult> => {
-  const containers: BenchContainer[] = [];
+  const containers: LambdaContainer[] = [];
   try {
     for (let i = 0; i < settings.containers; i += 1) {
-      const container = await startBenchContainer({
+      const container = await startLambdaContainer({
         execution: settings.execution,
         runner: settings.runner,
         bootstrap: settings.bootstrap,
         bundle: settings.bundle,
         env: settings.env,
+        // One environment, and a second while the first finishes its work after an answer
+        // (Lambda gives a busy environment no invocation).
+        maxEnvironments: 2,
+        outputTail: 4096,
       });
       containers.push(container);
       // Initialised and invoked once (a store read, no token) before the run, whichever the
@@ -155,7 +159,7 @@ export const measureHotKey = async (
     await Promise.all(loops);
     const endedAt = Date.now();
     // The status invocation before the run aside.
-    const billings = await Promise.all(containers.map((c) => c.billing(1)));
+    const billings = await Promise.all(containers.map((c) => c.settledBilling(1)));
     const issuances = stack.simulator.issuanceTimes().slice(issuedBefore);
     const lifetimeMs = settings.lifetimeSeconds * 1000;
     const windowMs = Math.min(settings.windowSeconds * 1000, lifetimeMs / 2);

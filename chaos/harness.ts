@@ -11,9 +11,13 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import {
+  type Execution,
+  type LambdaContainer,
+  startLambdaContainer,
+} from '../local/lambda-container.js';
 import { scheduledEvent } from '../local/lambda-events.js';
 import { type Stack, startStack } from '../local/stack.js';
-import { type ChaosContainer, type Execution, startChaosContainer } from './containers.js';
 import {
   classify,
   duplicateIssuances,
@@ -87,7 +91,7 @@ export const DEFAULT_SETTINGS: RunSettings = {
 
 export interface ChaosNode {
   readonly index: number;
-  readonly container: ChaosContainer;
+  readonly container: LambdaContainer;
   readonly dynamodb: FaultProxy;
   readonly upstream: FaultProxy;
 }
@@ -300,13 +304,18 @@ export const runScenario = async (
         ),
         ...scenario.env?.(index, paths),
       };
-      const container = await startChaosContainer({
+      const container = await startLambdaContainer({
         execution: settings.execution,
         runner: paths.runner,
         bootstrap: paths.bootstrap,
         bundle: paths.bundle,
         env,
         timeoutMs: settings.lambdaTimeoutMs,
+        // One caller per container, and the warm-ups: one environment, and more while others
+        // finish their work after an answer (Lambda gives a busy environment no invocation: it
+        // starts another). Two were too few when a refresh held one for the function's timeout
+        // and a warm-up another: the caller queued past its deadline.
+        maxEnvironments: 4,
       });
       nodes.push({ index, container, dynamodb, upstream });
     }

@@ -97,3 +97,20 @@ export const table = (summaries: readonly ScenarioSummary[]): string => {
   ];
   return `${lines.join('\n')}\n`;
 };
+
+/**
+ * Runs whose fault never fired, in scenarios that inject one (an `install` or an `extra`
+ * caller): such a run checked nothing, so `--check` fails on it as on a violation. A trigger
+ * whose step no longer comes in the run's time (a shorter run, a changed flow) shows here.
+ */
+export const faultsNotFired = (
+  summaries: readonly ScenarioSummary[],
+  injectsFault: (scenario: string) => boolean,
+): string[] =>
+  summaries.flatMap(({ scenario, runs }) =>
+    injectsFault(scenario)
+      ? runs.flatMap((run, index) =>
+          run.faultsInjected > 0 ? [] : [`${scenario} #${index + 1}: its fault never fired`],
+        )
+      : [],
+  );

@@ -1,20 +1,32 @@
 /**
- * `npm run chaos [-- <scenario>… ] [-- --runs N]`: runs the fault scenarios one after the other
- * against the bundle built into .chaos/dist, prints the table and writes
- * chaos/results/<scenario>.json (plus chaos/results/table.md when every scenario ran).
+ * `npm run chaos [-- <scenario>… ] [-- --runs N] [-- --lanes N]`: runs the fault scenarios
+ * against the bundle built into .chaos/dist, in two lanes by default (chaos/lanes.ts: the busy
+ * fleets one after the other, the mostly idle ones beside them, each lane a process of its own),
+ * prints the table and writes chaos/results/<scenario>.json (plus chaos/results/table.md when
+ * every scenario ran).
  *
  * With `--check` (what CI runs) it fails (exit 3) when a guarantee was violated: a token served
  * that the upstream had revoked before the request was sent, an answer whose `maxAgeMs` let its
  * caller reuse a token past its revocation (a token reported with invalidate aside), or a
  * caller not answered before its deadline by a container that was not itself paused (a
- * SIGSTOPped process answers no one, in Lambda or here). Without it, it only measures. Exit 1: the harness itself broke; 2: a
- * wrong argument.
+ * SIGSTOPped process answers no one, in Lambda or here); and when a run of a scenario that
+ * injects a fault saw it never fire. Without it, it only measures. Exit 1: the harness itself
+ * broke; 2: a wrong argument.
  */
+import { fork } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
-import { type ChaosPaths, DEFAULT_SETTINGS, type RunResult, runScenario } from './harness.js';
-import { type ScenarioSummary, table } from './report.js';
+import { fileURLToPath } from 'node:url';
+import {
+  type ChaosPaths,
+  DEFAULT_SETTINGS,
+  type RunResult,
+  runScenario,
+  type Scenario,
+} from './harness.js';
+import { estimateMs, planLanes, runsOf } from './lanes.js';
+import { faultsNotFired, type ScenarioSummary, table } from './report.js';
 import { SCENARIOS, scenarioNamed } from './scenarios.js';
 
 const [buildDir = '.chaos', resultsDir = 'chaos/results', ...rest] = process.argv.slice(2);
@@ -22,6 +34,10 @@ const log = (line = '') => process.stdout.write(`${line}\n`);
 
 let runs: number | undefined = process.env.CHAOS_RUNS ? Number(process.env.CHAOS_RUNS) : undefined;
 let check = false;
+/** Scenarios side by side (chaos/lanes.ts): 2 by default, `--lanes 1` for one after the other. */
+let lanes = 2;
+/** Internal: this process is one lane of a parallel run. */
+let worker = false;
 const names: string[] = [];
 for (let i = 0; i < rest.length; i += 1) {
   const arg = rest[i] ?? '';
@@ -30,6 +46,13 @@ for (let i = 0; i < rest.length; i += 1) {
     i += 1;
   } else if (arg.startsWith('--runs=')) {
     runs = Number(arg.slice('--runs='.length));
+  } else if (arg === '--lanes') {
+    lanes = Number(rest[i + 1]);
+    i += 1;
+  } else if (arg.startsWith('--lanes=')) {
+    lanes = Number(arg.slice('--lanes='.length));
+  } else if (arg === '--worker') {
+    worker = true;
   } else if (arg === '--check') {
     check = true;
   } else if (arg === '--list') {
@@ -41,6 +64,10 @@ for (let i = 0; i < rest.length; i += 1) {
 }
 if (runs !== undefined && (!Number.isInteger(runs) || runs < 1 || runs > 20)) {
   process.stderr.write('--runs must be a whole number from 1 to 20\n');
+  process.exit(2);
+}
+if (!Number.isInteger(lanes) || lanes < 1 || lanes > 4) {
+  process.stderr.write('--lanes must be a whole number from 1 to 4\n');
   process.exit(2);
 }
 const unknown = names.filter((name) => !scenarioNamed(name));
@@ -62,17 +89,17 @@ const paths: ChaosPaths = {
 mkdirSync(resultsDir, { recursive: true });
 
 const { containers, durationMs, lifetimeSeconds, lambdaTimeoutMs } = DEFAULT_SETTINGS;
-log(
-  `chaos: ${selected.length} scenario(s) × ${runs ?? 'default'} run(s), ${containers} containers, ${durationMs / 1000} s each, ` +
-    `tokens live ${lifetimeSeconds} s, Lambda timeout ${lambdaTimeoutMs / 1000} s, ${cpus().length} cores`,
-);
+if (!worker)
+  log(
+    `chaos: ${selected.length} scenario(s) × ${runs ?? 'default'} run(s), ${containers} containers, ${durationMs / 1000} s each, ` +
+      `tokens live ${lifetimeSeconds} s, Lambda timeout ${lambdaTimeoutMs / 1000} s, ${cpus().length} cores`,
+  );
 
-const summaries: ScenarioSummary[] = [];
-let broken = false;
-for (const scenario of selected) {
+/** Runs one scenario `runsOf` times in this process; its summary. */
+const runOne = async (scenario: Scenario): Promise<ScenarioSummary> => {
   const results: RunResult[] = [];
   let harnessError: string | undefined;
-  const count = runs ?? scenario.runs ?? 1;
+  const count = runsOf(scenario, runs);
   for (let run = 1; run <= count; run += 1) {
     const started = Date.now();
     try {
@@ -86,23 +113,48 @@ for (const scenario of selected) {
           `(${((Date.now() - started) / 1000).toFixed(1)} s)`,
       );
     } catch (error) {
-      broken = true;
       harnessError = error instanceof Error ? error.message : String(error);
       log(`  ${scenario.name} #${run}: HARNESS ERROR ${harnessError}`);
     }
   }
-  const summary: ScenarioSummary = {
+  return {
     scenario: scenario.name,
     runs: results,
     ...(harnessError === undefined ? {} : { harnessError }),
   };
+};
+
+if (worker) {
+  // One lane of a parallel run: its scenarios one after the other, each summary to the parent.
+  for (const scenario of names.flatMap((name) => scenarioNamed(name) ?? [])) {
+    const summary = await runOne(scenario);
+    await new Promise<void>((done) => process.send?.(summary, () => done()));
+  }
+  process.exit(0);
+}
+
+const plan = planLanes(selected, runs, lanes);
+if (plan.length > 1) {
+  plan.forEach((lane, index) => {
+    const minutes = lane.reduce((total, s) => total + estimateMs(s, runs), 0) / 60_000;
+    log(
+      `  lane ${index + 1} (${minutes.toFixed(1)} min of runs): ${lane.map((s) => s.name).join(', ')}`,
+    );
+  });
+}
+
+const summaries: ScenarioSummary[] = [];
+let broken = false;
+const record = (summary: ScenarioSummary) => {
   summaries.push(summary);
+  if (summary.harnessError !== undefined) broken = true;
+  const scenario = scenarioNamed(summary.scenario);
   writeFileSync(
-    join(resultsDir, `${scenario.name}.json`),
+    join(resultsDir, `${summary.scenario}.json`),
     `${JSON.stringify(
       {
-        injects: scenario.injects,
-        predicted: scenario.predicted ?? null,
+        injects: scenario?.injects,
+        predicted: scenario?.predicted ?? null,
         generatedAt: new Date().toISOString(),
         ...summary,
       },
@@ -110,7 +162,52 @@ for (const scenario of selected) {
       2,
     )}\n`,
   );
+};
+
+/**
+ * One lane in a process of its own: its stack and proxies answer on an event loop of their own,
+ * not behind the other lane's.
+ */
+const runLane = (lane: readonly Scenario[]) =>
+  new Promise<void>((done) => {
+    const child = fork(
+      fileURLToPath(import.meta.url),
+      [
+        buildDir,
+        resultsDir,
+        '--worker',
+        ...(runs === undefined ? [] : ['--runs', String(runs)]),
+        ...lane.map((s) => s.name),
+      ],
+      { stdio: 'inherit', serialization: 'advanced' },
+    );
+    const received = new Set<string>();
+    child.on('message', (message) => {
+      const summary = message as ScenarioSummary;
+      received.add(summary.scenario);
+      record(summary);
+    });
+    child.on('exit', (code, signal) => {
+      for (const scenario of lane) {
+        if (received.has(scenario.name)) continue;
+        record({
+          scenario: scenario.name,
+          runs: [],
+          harnessError: `its lane ended (${signal ?? `exit ${code}`}) before it ran`,
+        });
+      }
+      done();
+    });
+  });
+
+if (plan.length > 1) {
+  await Promise.all(plan.map(runLane));
+} else {
+  for (const scenario of plan[0] ?? []) record(await runOne(scenario));
 }
+// The table in the scenarios' own order, whichever lane ran them.
+const order = (name: string) => SCENARIOS.findIndex((s) => s.name === name);
+summaries.sort((a, b) => order(a.scenario) - order(b.scenario));
 
 const markdown = table(summaries);
 log();
@@ -154,4 +251,11 @@ log(
     ? `chaos: the fleet guarantee held in every run (${summaries.length} scenarios)`
     : `chaos: the fleet guarantee was violated:\n${violations.map((v) => `  ${v}`).join('\n')}`,
 );
-if (check && violations.length > 0) process.exit(3);
+const unfired = faultsNotFired(summaries, (name) => {
+  const scenario = scenarioNamed(name);
+  return scenario?.install !== undefined || scenario?.extra !== undefined;
+});
+if (unfired.length > 0) {
+  log(`chaos: runs that checked nothing:\n${unfired.map((u) => `  ${u}`).join('\n')}`);
+}
+if (check && (violations.length > 0 || unfired.length > 0)) process.exit(3);

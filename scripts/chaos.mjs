@@ -6,7 +6,8 @@ import { build } from 'esbuild';
 
 const out = '.chaos';
 mkdirSync(out, { recursive: true });
-execFileSync(process.execPath, ['scripts/build.mjs'], {
+// The broker and the local runtime (not the client package, which chaos does not run).
+execFileSync(process.execPath, ['scripts/build.mjs', 'broker', 'local'], {
   stdio: 'inherit',
   env: { ...process.env, BUILD_OUTDIR: `${out}/dist` },
 });

@@ -4,7 +4,7 @@
  * `npm start`'s local runtime serving both variants over HTTP and the Lambda Invoke API.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { LambdaClient } from '@aws-sdk/client-lambda';
@@ -13,15 +13,17 @@ import { createTokenClient, UnknownConnectionError } from '../client/src/index.j
 import { httpEvent, scheduledEvent } from '../local/lambda-events.js';
 import { startSsmEmulator } from '../local/ssm-emulator.js';
 import { type Stack, startStack } from '../local/stack.js';
-import { buildPrivate, type PrivateBuild, root } from './support/build.js';
+import { type Build, root, sharedBuild } from './support/build.js';
 
-let build: PrivateBuild;
+let build: Build;
+/** This file's own scratch directory (events, results, certificates, npm start's build). */
 let outdir = '';
 beforeAll(() => {
-  build = buildPrivate('bundle');
-  outdir = build.outdir;
+  build = sharedBuild();
+  outdir = join(root, '.build-test', `bundle-${process.pid}`);
+  mkdirSync(outdir, { recursive: true });
 });
-afterAll(() => build.remove());
+afterAll(() => rmSync(outdir, { recursive: true, force: true }));
 
 /** A self-signed certificate for localhost, made with the machine's openssl. */
 const selfSignedCertificate = (dir: string) => {

@@ -6,8 +6,12 @@ import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { RunResult, Scenario } from '../chaos/harness.js';
+import { isBusy, planLanes } from '../chaos/lanes.js';
 import { classify, duplicateIssuances, Ledger, tallyReuse } from '../chaos/ledger.js';
 import { type FaultProxy, startFaultProxy } from '../chaos/proxy.js';
+import { faultsNotFired } from '../chaos/report.js';
+import { SCENARIOS } from '../chaos/scenarios.js';
 import { generateClient, type Simulator, startSimulator } from '../local/simulator.js';
 
 describe('Function: startFaultProxy', () => {
@@ -340,5 +344,64 @@ describe('Simulator: GET /__simulator/tokens/<digest>', () => {
 
   it('answers 404 for a digest it never issued', async () => {
     expect((await lookup('at_never-issued')).status).toBe(404);
+  });
+});
+
+describe('Function: planLanes', () => {
+  const names = (plan: Scenario[][]) => plan.map((lane) => lane.map((s) => s.name));
+  const busy = SCENARIOS.filter(isBusy);
+  const idle = SCENARIOS.filter((s) => !isBusy(s));
+
+  it('never runs two busy fleets at once: all of them in the first lane, in order', () => {
+    const plan = planLanes(SCENARIOS, undefined, 2);
+    expect(names(plan)[0]?.slice(0, busy.length)).toEqual(busy.map((s) => s.name));
+    for (const lane of plan.slice(1)) expect(lane.filter(isBusy)).toEqual([]);
+    expect(plan.flat().toSorted((a, b) => a.name.localeCompare(b.name))).toEqual(
+      [...SCENARIOS].toSorted((a, b) => a.name.localeCompare(b.name)),
+    );
+  });
+
+  it('sorts the suite into busy fleets and mostly idle ones (the issue-17 scenarios)', () => {
+    expect(idle.map((s) => s.name)).toEqual([
+      'idle-fleet-requests-only',
+      'idle-fleet-no-extension',
+      'idle-fleet-foreground-only',
+      'idle-fleet-warm-up',
+      'mixed-settings',
+      'holder-stopped-past-lease',
+      'post-in-socket-at-freeze',
+    ]);
+  });
+
+  it('puts the idle fleets, longest first, in the lane with the least run time', () => {
+    const short = { ...SCENARIOS[0], name: 'short' } as Scenario;
+    const plan = planLanes([short, ...idle.slice(0, 2)], undefined, 2);
+    // 20 s of busy runs in lane 1: the first 75 s idle fleet goes beside it, the second after it.
+    expect(names(plan)).toEqual([
+      ['short', 'idle-fleet-no-extension'],
+      ['idle-fleet-requests-only'],
+    ]);
+  });
+
+  it('with one lane, runs the given order; drops empty lanes', () => {
+    expect(names(planLanes(SCENARIOS, undefined, 1))).toEqual([SCENARIOS.map((s) => s.name)]);
+    expect(names(planLanes(busy.slice(0, 2), undefined, 2))).toEqual([
+      busy.slice(0, 2).map((s) => s.name),
+    ]);
+    expect(planLanes([], undefined, 2)).toEqual([]);
+  });
+});
+
+describe('Function: faultsNotFired', () => {
+  const run = (faultsInjected: number) => ({ faultsInjected }) as RunResult;
+
+  it('names each run of a fault scenario whose fault never fired, and only those', () => {
+    const summaries = [
+      { scenario: 'pause-during-post', runs: [run(2), run(0)] },
+      { scenario: 'control', runs: [run(0)] },
+    ];
+    expect(faultsNotFired(summaries, (name) => name !== 'control')).toEqual([
+      'pause-during-post #2: its fault never fired',
+    ]);
   });
 });

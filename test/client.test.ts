@@ -41,13 +41,13 @@ import { OpenApiClient } from '../lib/upstream/open-api.js';
 import { type Container, startContainer } from '../local/fleet.js';
 import { createContext } from '../local/lambda-events.js';
 import { type Stack, startStack } from '../local/stack.js';
-import { buildPrivate, type PrivateBuild } from './support/build.js';
+import { type Build, sharedBuild } from './support/build.js';
 import { caught, unexpected } from './support/errors.js';
 
 const run = promisify(execFile);
 const credentials = { accessKeyId: 'local', secretAccessKey: 'local' };
 
-let build: PrivateBuild;
+let build: Build;
 let stack: Stack;
 let broker: Container;
 let fetches = 0;
@@ -85,7 +85,7 @@ const ping = (token: string) =>
   fetch(`${stack.simulator.url}/open-api/v3/ping`, { headers: { 'x-access-token': token } });
 
 beforeAll(async () => {
-  build = buildPrivate('client');
+  build = sharedBuild();
   stack = await startStack({}, ['sandbox', 'legacy'], { encrypt: true });
   broker = await startContainer({
     runner: build.container,
@@ -101,7 +101,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await broker.kill();
   await stack.close();
-  build.remove();
 });
 
 describe.each(['lambda', 'http'] as const)('Client over %s', (transport) => {
@@ -725,19 +724,15 @@ describe('CLI: token-broker', () => {
     AWS_SHARED_CREDENTIALS_FILE: '/nonexistent',
   };
   const cli = (...args: (string | Record<string, string>)[]) =>
-    run(
-      process.execPath,
-      [build.outdir.concat('/client/esm/cli.js'), ...args.filter((a) => typeof a === 'string')],
-      {
-        env: Object.fromEntries(
-          Object.entries<string>({
-            PATH: process.env.PATH ?? '',
-            ...cliEnv,
-            ...Object.assign({}, ...args.filter((a) => typeof a !== 'string')),
-          }).filter(([, value]) => value !== ''),
-        ),
-      },
-    ).then(
+    run(process.execPath, [build.cli, ...args.filter((a) => typeof a === 'string')], {
+      env: Object.fromEntries(
+        Object.entries<string>({
+          PATH: process.env.PATH ?? '',
+          ...cliEnv,
+          ...Object.assign({}, ...args.filter((a) => typeof a !== 'string')),
+        }).filter(([, value]) => value !== ''),
+      ),
+    }).then(
       ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
       (error: { code: number; stdout: string; stderr: string }) => ({
         code: error.code,
@@ -833,15 +828,7 @@ describe('CLI: token-broker', () => {
     const piped = await new Promise<{ code: number | null; stdout: string }>((done) => {
       const child = execFile(
         process.execPath,
-        [
-          build.outdir.concat('/client/esm/cli.js'),
-          'invalidate',
-          'sandbox',
-          '--token',
-          '-',
-          '--json',
-          ...target(),
-        ],
+        [build.cli, 'invalidate', 'sandbox', '--token', '-', '--json', ...target()],
         { env: { PATH: process.env.PATH ?? '', ...cliEnv } },
         (error, out) => done({ code: error ? Number(error.code) : 0, stdout: out }),
       );

@@ -10,14 +10,13 @@ import { OpenApiClient } from '../lib/upstream/open-api.js';
 import { ensureTable, localDynamoDBClient } from '../local/dynamodb-local.js';
 import { type Container, startContainer, tokenOf } from '../local/fleet.js';
 import { type Stack, startStack } from '../local/stack.js';
-import { buildPrivate, type PrivateBuild } from './support/build.js';
+import { type Build, sharedBuild } from './support/build.js';
 import { connection } from './support/fakes.js';
 
-let build: PrivateBuild;
+let build: Build;
 beforeAll(() => {
-  build = buildPrivate('fleet');
+  build = sharedBuild();
 });
-afterAll(() => build.remove());
 
 describe('Fleet of container processes', () => {
   let stack: Stack;

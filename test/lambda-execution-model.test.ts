@@ -14,17 +14,17 @@ import { DynamoDBTokenStore, tokenKey } from '../lib/adapters/dynamodb-token-sto
 import { localDynamoDBClient } from '../local/dynamodb-local.js';
 import { EnvironmentPool } from '../local/lambda-env/pool.js';
 import { type Stack, startStack } from '../local/stack.js';
-import { buildPrivate, type PrivateBuild } from './support/build.js';
+import { type Build, sharedBuild } from './support/build.js';
 
 /** 8 s tokens, a 4 s window, a 1 s re-check: a refresh's countdown is 5 steps (1.25 s). */
 const LIFETIME_S = 8;
 
-let build: PrivateBuild;
+let build: Build;
 let stack: Stack;
 let store: DynamoDBTokenStore;
 let client: DynamoDBClient;
 beforeAll(async () => {
-  build = buildPrivate('execution-model');
+  build = sharedBuild();
   stack = await startStack({ expiresIn: LIFETIME_S }, ['sandbox']);
   client = localDynamoDBClient(stack.dynamodb.url);
   store = new DynamoDBTokenStore(client, stack.tableName);
@@ -32,7 +32,6 @@ beforeAll(async () => {
 afterAll(async () => {
   client?.destroy();
   await stack?.close();
-  build?.remove();
 });
 // Each test starts from an empty item: its first request issues the first token.
 beforeEach(async () => {
@@ -49,7 +48,7 @@ afterEach(async () => {
 const poolWith = (env: Record<string, string> = {}) => {
   const pool = new EnvironmentPool({
     bundle: build.bundle,
-    bootstrap: `${build.outdir}/local/lambda-env/bootstrap.mjs`,
+    bootstrap: build.bootstrap,
     env: {
       ...stack.env,
       BROKER_REFRESH_WINDOW_SECONDS: '4',

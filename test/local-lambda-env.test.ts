@@ -1,15 +1,14 @@
 /**
  * The emulated execution environments of local/lambda-env/ against real processes: the built
- * runtime (`dist/local/lambda-env/bootstrap.mjs`, from a private build) running the small
+ * runtime (`local/lambda-env/bootstrap.mjs` of the process tier's one build) running the small
  * functions of test/support/lambda-env/. A process's run state is read from /proc (`T`:
  * stopped). Nothing here asserts speed: waits are bounded loops, and the few time comparisons
  * are lower bounds that follow from the order of events.
  */
-import { execFileSync } from 'node:child_process';
-import { readFileSync, rmSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   EnvironmentPool,
   type EnvironmentPoolOptions,
@@ -17,21 +16,13 @@ import {
 } from '../local/lambda-env/pool.js';
 import { DEFAULT_LAMBDA } from '../local/lambda-events.js';
 import { startLambdaServer } from '../local/lambda-server.js';
-import { root } from './support/build.js';
+import { root, sharedBuild } from './support/build.js';
 import { caught, unexpected } from './support/errors.js';
 
-let outdir = '';
 let bootstrap = '';
 beforeAll(() => {
-  // Only the local runtime's piece of the build, into a directory of this file's own.
-  outdir = join(root, '.build-test', `lambda-env-${process.pid}`);
-  execFileSync(process.execPath, ['scripts/build.mjs', 'local'], {
-    cwd: root,
-    env: { ...process.env, BUILD_OUTDIR: outdir },
-  });
-  bootstrap = join(outdir, 'local/lambda-env/bootstrap.mjs');
+  bootstrap = sharedBuild().bootstrap;
 });
-afterAll(() => rmSync(outdir, { recursive: true, force: true }));
 
 const pools: EnvironmentPool[] = [];
 afterEach(async () => {

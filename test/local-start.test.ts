@@ -2,7 +2,7 @@
  * What `npm start` says when it cannot start or is started unusually: one clear line each, and
  * log lines that tell the cold start from the rest; and the execution environments it runs the
  * bundle in (frozen between invocations, shut down with SIGTERM). The built local runtime runs
- * as a process (the script `npm start` execs), from a private build.
+ * as a process (the script `npm start` execs), from the process tier's one build.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -13,13 +13,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isLoopbackHost, listenFailure, networkWarning, upstreamNotice } from '../local/notices.js';
 import { functionEnvironment, readSettings } from '../local/start-settings.js';
-import { buildPrivate, type PrivateBuild } from './support/build.js';
+import { type Build, sharedBuild } from './support/build.js';
 
-let build: PrivateBuild;
+let build: Build;
 beforeAll(() => {
-  build = buildPrivate('local-start');
-}, 60_000);
-afterAll(() => build?.remove());
+  build = sharedBuild();
+});
 
 /** The local runtime with only the given settings (nothing of this process's environment). */
 const start = (env: Record<string, string>, { detached = false } = {}): ChildProcess =>

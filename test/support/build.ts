@@ -1,30 +1,38 @@
-/** Builds a private copy of dist/ for one test file (tests must not race on the shared one). */
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, rmSync } from 'node:fs';
+/**
+ * The built artefacts a process test runs: the one build that the `process` project makes
+ * before any of its files runs (./global-build.ts), read only. A file that writes files keeps
+ * them in a directory of its own; one that must build differently (`npm start` builds for
+ * itself) gives that build a directory of its own too, so that no two files race on one
+ * directory (nor on dist/).
+ */
 import { join, resolve } from 'node:path';
+import { inject } from 'vitest';
 
 export const root = resolve(import.meta.dirname, '../..');
 
-export interface PrivateBuild {
+export interface Build {
   readonly outdir: string;
   readonly bundle: string;
   readonly container: string;
   readonly start: string;
-  remove(): void;
+  /** `local/lambda-env/bootstrap.mjs`: an emulated execution environment's runtime. */
+  readonly bootstrap: string;
+  /** The client package's CLI (`client/esm/cli.js`). */
+  readonly cli: string;
 }
 
-export const buildPrivate = (name: string): PrivateBuild => {
-  const outdir = join(root, '.build-test', `${name}-${process.pid}`);
-  mkdirSync(outdir, { recursive: true });
-  execFileSync(process.execPath, ['scripts/build.mjs'], {
-    cwd: root,
-    env: { ...process.env, BUILD_OUTDIR: outdir },
-  });
-  return {
-    outdir,
-    bundle: join(outdir, 'broker/index.mjs'),
-    container: join(outdir, 'local/container.mjs'),
-    start: join(outdir, 'local/start.mjs'),
-    remove: () => rmSync(outdir, { recursive: true, force: true }),
-  };
+const pathsIn = (outdir: string): Build => ({
+  outdir,
+  bundle: join(outdir, 'broker/index.mjs'),
+  container: join(outdir, 'local/container.mjs'),
+  start: join(outdir, 'local/start.mjs'),
+  bootstrap: join(outdir, 'local/lambda-env/bootstrap.mjs'),
+  cli: join(outdir, 'client/esm/cli.js'),
+});
+
+/** The process project's one build (read only: write nothing into it). */
+export const sharedBuild = (): Build => {
+  const outdir = inject('buildDir');
+  if (!outdir) throw new Error('no shared build: this file runs in the process project only');
+  return pathsIn(outdir);
 };

@@ -1,0 +1,196 @@
+/**
+ * One emulated Lambda "container" (a function's concurrency of one caller), reached over the
+ * Lambda Invoke API on 127.0.0.1, port 0: what `npm run chaos` and `npm run bench` run. Two
+ * ways (issue 17):
+ * - `frozen` (Lambda's model): execution environments (`local/lambda-env/`, an
+ *   `EnvironmentPool`) frozen with SIGSTOP as soon as they have answered and every extension is
+ *   done, continued on their next invocation, reset after a timeout; more start while others
+ *   finish work after their answer, as Lambda gives a busy environment no invocation. The
+ *   server in front of them times nothing: each environment times its invocation from its
+ *   delivery, as Lambda does, so a cold start's init does not count against the timeout. This
+ *   is the pairing `npm start` runs too (local/start.ts, with its own routes and settings);
+ * - `always-running`: a process that never stops between invocations (`local/container.ts`),
+ *   where a scenario or a benchmark asks for one.
+ * Each invocation's response and billed durations are kept (frozen only), so that the work
+ * after the response (billed until the freeze) can be summed.
+ */
+import { startContainer } from './fleet.js';
+import { EnvironmentPool } from './lambda-env/pool.js';
+import { DEFAULT_LAMBDA, type InvokeOutcome } from './lambda-events.js';
+import { startLambdaServer } from './lambda-server.js';
+
+export type Execution = 'frozen' | 'always-running';
+
+export interface LambdaContainerSpec {
+  readonly execution: Execution;
+  /** The built Lambda bundle (`broker/index.mjs`). */
+  readonly bundle: string;
+  /** The built `local/container.mjs` (always-running). */
+  readonly runner: string;
+  /** The built `local/lambda-env/bootstrap.mjs` (frozen). */
+  readonly bootstrap: string;
+  /** The function's environment: nothing else of this process's is passed on. */
+  readonly env: Record<string, string>;
+  /** The function's timeout (frozen): it bounds an invocation and its work after the response. */
+  readonly timeoutMs?: number;
+  /** How many environments may exist at once (frozen). Default 4. */
+  readonly maxEnvironments?: number;
+  /** Keep only the last this many characters of the output (default: all of it). */
+  readonly outputTail?: number;
+}
+
+/** Billed time of a frozen container's invocations, in all (ms). */
+export interface Billing {
+  readonly invocations: number;
+  /** From delivery to the runtime's response. */
+  readonly durationMs: number;
+  /** From delivery to the freeze, in whole ms rounded up: work after the response included. */
+  readonly billedMs: number;
+  /** Invocations whose environment stayed thawed 100 ms or more after its response. */
+  readonly keptThawed: number;
+}
+
+export interface LambdaContainer {
+  readonly url: string;
+  /** The Lambda Invoke API; a function error comes back as `{ ok: false, errorType }`. */
+  invoke(event: unknown): Promise<InvokeOutcome>;
+  /**
+   * The processes running the function now: one, or more while environments finish work after
+   * their answer (an environment may be replaced after a timeout). A fault pauses them all.
+   */
+  pids(): readonly number[];
+  /** What it printed (its log lines; the last `outputTail` characters if set). */
+  output(): string;
+  /** Billing so far: invocations that froze already count their billed time, others none. */
+  billing(): Billing;
+  /**
+   * Settles once every invocation so far, the first `skip` aside, has frozen (zeros for
+   * always-running containers).
+   */
+  settledBilling(skip?: number): Promise<Billing>;
+  /** Ends it: an always-running process by SIGKILL, frozen environments by SIGTERM first. */
+  close(): Promise<void>;
+}
+
+/** Work after the response that counts as keeping the environment thawed (not the `next` calls). */
+const KEPT_THAWED_MS = 100;
+const NO_BILLING: Billing = { invocations: 0, durationMs: 0, billedMs: 0, keptThawed: 0 };
+
+interface Invocation {
+  readonly durationMs: number;
+  readonly billedMs: Promise<number>;
+  /** Set once the environment froze. */
+  billed?: number;
+}
+
+const sumOf = (invocations: readonly Invocation[], billed: readonly number[]): Billing =>
+  invocations.reduce((total, { durationMs }, i) => {
+    const ms = billed[i] ?? 0;
+    return {
+      invocations: total.invocations + 1,
+      durationMs: total.durationMs + durationMs,
+      billedMs: total.billedMs + ms,
+      keptThawed: total.keptThawed + (ms - durationMs >= KEPT_THAWED_MS ? 1 : 0),
+    };
+  }, NO_BILLING);
+
+const INVOKE = `/2015-03-31/functions/${DEFAULT_LAMBDA.functionName}/invocations`;
+
+const invokeAt = async (url: string, event: unknown): Promise<InvokeOutcome> => {
+  const response = await fetch(`${url}${INVOKE}`, {
+    method: 'POST',
+    body: JSON.stringify(event),
+  });
+  const body = (await response.json()) as Record<string, unknown>;
+  return response.headers.get('x-amz-function-error')
+    ? { ok: false, errorType: String(body.errorType), errorMessage: String(body.errorMessage) }
+    : { ok: true, result: body };
+};
+
+export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<LambdaContainer> => {
+  const tail = (text: string) =>
+    spec.outputTail === undefined ? text : text.slice(-spec.outputTail);
+  if (spec.execution === 'always-running') {
+    const container = await startContainer(spec);
+    return {
+      url: container.url,
+      invoke: (event) => container.invoke(event),
+      pids: () =>
+        container.process.exitCode === null &&
+        container.process.signalCode === null &&
+        container.process.pid !== undefined
+          ? [container.process.pid]
+          : [],
+      output: () => tail(container.output()),
+      billing: () => NO_BILLING,
+      settledBilling: async () => NO_BILLING,
+      close: () => container.kill('SIGKILL'),
+    };
+  }
+  const timeoutMs = spec.timeoutMs ?? DEFAULT_LAMBDA.timeoutMs;
+  const invocations: Invocation[] = [];
+  let output = '';
+  const pool = new EnvironmentPool({
+    bundle: spec.bundle,
+    bootstrap: spec.bootstrap,
+    env: spec.env,
+    maxEnvironments: spec.maxEnvironments ?? 4,
+    timeoutMs,
+    onLog: (line) => {
+      output = tail(`${output}${line.endsWith('\n') ? line : `${line}\n`}`);
+    },
+  });
+  let server: Awaited<ReturnType<typeof startLambdaServer>>;
+  try {
+    server = await startLambdaServer(
+      async (event) => {
+        const { outcome, durationMs, billedMs } = await pool.invoke(event);
+        const invocation: Invocation = { durationMs, billedMs };
+        invocations.push(invocation);
+        // Billing ends when the environment freezes, after the answer when work goes on.
+        void billedMs.then((ms) => {
+          invocation.billed = ms;
+        });
+        if (outcome.ok) return outcome.result;
+        const error = new Error(outcome.errorMessage);
+        error.name = outcome.errorType;
+        throw error;
+      },
+      // The environment times each invocation from its delivery, as Lambda does: a timer here,
+      // started on arrival, would count a cold start's init and answer "Task timed out" for a
+      // broker that answered within its deadline (fresh-clone CI runs failed on it: callers held
+      // to 500 ms before their deadline, in a new environment whose init took longer than that).
+      { settings: { ...DEFAULT_LAMBDA, timeoutMs, timedByEnvironment: true } },
+    );
+  } catch (error) {
+    await pool.close();
+    throw error;
+  }
+  const { url } = server;
+  return {
+    url,
+    invoke: (event) => invokeAt(url, event),
+    pids: () =>
+      pool
+        .environments()
+        .filter((e) => e.state !== 'ended' && e.state !== 'shutting-down')
+        .map((e) => e.pid),
+    output: () => output,
+    billing: () =>
+      sumOf(
+        invocations,
+        invocations.map((i) => i.billed ?? 0),
+      ),
+    settledBilling: async (skip = 0) => {
+      const counted = invocations.slice(skip);
+      return sumOf(counted, await Promise.all(counted.map((i) => i.billedMs)));
+    },
+    close: async () => {
+      try {
+        await pool.close();
+      } finally {
+        await server.close();
+      }
+    },
+  };
+};
