@@ -232,11 +232,15 @@ export class HeldLease {
     if (timer !== 'step') return clock.after(ms, fire);
     let armed = true;
     // Slept from the next turn: the flow that holds the lease gets under way first.
+    // A sleep that fails (a broken clock) never fires the step: the last call ends the lease.
     void Promise.resolve()
       .then(() => clock.sleep(ms))
-      .then(() => {
-        if (armed) fire();
-      });
+      .then(
+        () => {
+          if (armed) fire();
+        },
+        () => undefined,
+      );
     return () => {
       armed = false;
     };

@@ -96,10 +96,13 @@ export const setup = (overrides: SetupOptions = {}) => {
       // XFetch off unless a test turns it on: -log(1 - 0) = 0 means no earliness.
       random: overrides.random ?? (() => 0),
       // Waits advance the fake clock, so countdowns and backoff cost no real time.
+      // Work a test left running past its end (fake timers restored) waits real time, unref'd:
+      // the worker's exit ends it, and nothing throws from a timer API that is gone.
       sleep:
         overrides.sleep ??
         (async (ms: number) => {
-          await vi.advanceTimersByTimeAsync(ms);
+          if (vi.isFakeTimers()) await vi.advanceTimersByTimeAsync(ms);
+          else await new Promise<void>((done) => setTimeout(done, ms).unref());
         }),
     },
   });
