@@ -236,7 +236,7 @@ export interface StepOptions {
 
 /**
  * Runs the two-step token flow against the Open API, one call per step, so that the caller
- * fences in between (see `lib/broker/issue-flow.ts`): nothing that may revoke a token leaves
+ * fences in between (see `lib/broker/issuance/issue-flow.ts`): nothing that may revoke a token leaves
  * before {@link TokenIssuer.requestToken} is called.
  */
 export interface TokenIssuer {

@@ -34,7 +34,7 @@ import type {
   ReadinessReport as BrokerReadinessReport,
   WarmUpReport as BrokerWarmUpReport,
 } from '../lib/broker/index.js';
-import { issueWith } from '../lib/broker/issue-flow.js';
+import { issueWith } from '../lib/broker/issuance/issue-flow.js';
 import { Deadline, systemClock } from '../lib/clock.js';
 import { ErrorCode } from '../lib/errors.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';

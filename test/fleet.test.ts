@@ -4,7 +4,7 @@
  * a client's earlier tokens whenever it issues a new one).
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { issueWith } from '../lib/broker/issue-flow.js';
+import { issueWith } from '../lib/broker/issuance/issue-flow.js';
 import { Deadline, systemClock } from '../lib/clock.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
 import { ensureTable, localDynamoDBClient } from '../local/dynamodb-local.js';

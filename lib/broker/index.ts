@@ -7,7 +7,7 @@
  * - `timing/`: every protocol constant and bound, and the estimates that tune speed (pure);
  * - `observer.ts` and `leased-issuance.ts`: what a container that needs a token decides after
  *   each read (pure), and the loop that does it;
- * - `holder-state.ts`, `held-lease.ts`, `issue-under-lease.ts`: the lease holder as one reducer
+ * - `holder/state.ts`, `held-lease.ts`, `issue-under-lease.ts`: the lease holder as one reducer
  *   (pure), its driver (lease writes, timers, effects), its flow (authorize, fence, POST, write);
  * - `connection-view.ts`: what this container knows of each connection, and the serving rules;
  * - `credential-rotation.ts`: re-read a rejected secret and retry once if it was rotated;
@@ -27,16 +27,21 @@ import type { BrokerConfig, ConnectionConfig } from '../config.js';
 import { toBrokerError, UnknownConnectionError } from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenProbe, TokenRecord, TokenStore } from '../ports.js';
-import { type CallerBoundSettings, needMsOf } from './caller-bounds.js';
-import { ConnectionView } from './connection-view.js';
-import { withCredentialRotation } from './credential-rotation.js';
-import { IssuanceCause, type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
-import { LeasedIssuance } from './leased-issuance.js';
-import { readStatus, warmUp } from './operator.js';
-import { checkReadiness, type ReadinessReport } from './readiness.js';
-import { RefreshAhead } from './refresh-ahead.js';
-import { Reports } from './reports.js';
-import { SharedLoads } from './shared-loads.js';
+import {
+  checkReadiness,
+  type ReadinessReport,
+  Reports,
+  readStatus,
+  warmUp,
+} from './callers/index.js';
+import { LeasedIssuance, RefreshAhead, SharedLoads } from './fleet/index.js';
+import {
+  IssuanceCause,
+  type Trigger,
+  UNNAMED_TRIGGER,
+  withCredentialRotation,
+} from './issuance/index.js';
+import { type CallerBoundSettings, needMsOf } from './observer/index.js';
 import { dueForRefresh } from './timing/index.js';
 import type {
   BrokerLogger,
@@ -47,9 +52,10 @@ import type {
   TokenAnswer,
   WarmUpReport,
 } from './types.js';
+import { ConnectionView } from './view/index.js';
 
-export { isCredentialRejection } from './credential-rotation.js';
-export type { ConnectionReadiness, ReadinessReport } from './readiness.js';
+export type { ConnectionReadiness, ReadinessReport } from './callers/index.js';
+export { isCredentialRejection } from './issuance/index.js';
 export * from './types.js';
 
 export interface TokenBrokerDeps {

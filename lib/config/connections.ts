@@ -51,7 +51,7 @@ export interface ConnectionConfig {
   /**
    * How a caller's invalidate report is checked with the Open API before it is acted on (an
    * authenticated GET answered 401 for a revoked token); `undefined`: reports are bounded by
-   * age alone (`broker/caller-bounds.ts`).
+   * age alone (`broker/observer/caller-bounds.ts`).
    */
   readonly probe?: ProbeConfig | undefined;
 }

@@ -7,12 +7,13 @@
  * every rule and message.
  */
 import {
+  ANSWER_MARGIN_MS,
   COUNTDOWN_STEP_MS,
   MIN_POST_MS,
   PROOF_MARGIN_MS,
+  STEP_WRITE_ALLOWANCE_MS,
   STORE_RESERVE_MS,
-} from '../broker/timing/bounds.js';
-import { ANSWER_MARGIN_MS, STEP_WRITE_ALLOWANCE_MS } from '../broker/timing/estimates.js';
+} from '../broker/timing/index.js';
 import { printable } from '../errors.js';
 import { distance } from './field-typos.js';
 import type { Env } from './variables.js';

@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 
 const root = resolve(import.meta.dirname, '../..');
 const doc = readFileSync(resolve(root, 'docs/protocol.md'), 'utf8');
-const observer = readFileSync(resolve(root, 'lib/broker/observer.ts'), 'utf8');
+const observer = readFileSync(resolve(root, 'lib/broker/observer/observer.ts'), 'utf8');
 
 /** The mermaid block that follows the paragraph starting with `heading`. */
 const diagramAfter = (heading: string): string => {

@@ -5,7 +5,7 @@
  * DEBUG with events logged, is searched for every credential the stack handed out.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { issueWith } from '../../lib/broker/issue-flow.js';
+import { issueWith } from '../../lib/broker/issuance/issue-flow.js';
 import { Deadline, systemClock } from '../../lib/clock.js';
 import { OpenApiClient } from '../../lib/upstream/open-api.js';
 import { httpEvent, httpResponse, type LambdaHandler } from '../../local/lambda-events.js';

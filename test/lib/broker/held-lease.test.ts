@@ -1,10 +1,10 @@
 /**
- * The holder's driver (lib/broker/held-lease.ts) against a store and a manual clock: the
+ * The holder's driver (lib/broker/holder/held-lease.ts) against a store and a manual clock: the
  * survivors of the mutation run of 2026-11-24 (docs/benchmarks.md) each have a test here that
  * says what it guards. The reducer's own cases are holder-state.test.ts's and the table's.
  */
 import { describe, expect, it } from 'vitest';
-import { HeldLease, type HolderEffects, LeaseLost } from '../../../lib/broker/held-lease.js';
+import { HeldLease, type HolderEffects, LeaseLost } from '../../../lib/broker/holder/held-lease.js';
 import { MIN_POST_MS, STORE_RESERVE_MS } from '../../../lib/broker/timing/index.js';
 import { Deadline } from '../../../lib/clock.js';
 import type { LeaseRef, LeaseTerms, TokenStore } from '../../../lib/ports.js';

@@ -10,7 +10,7 @@ import {
   initialState,
   type LeaseWrite,
   type PostAnswer,
-} from '../../../lib/broker/holder-state.js';
+} from '../../../lib/broker/holder/state.js';
 
 export const DEADLINE_AT = 10_000;
 export const TIMEOUT_MS = 2_000;

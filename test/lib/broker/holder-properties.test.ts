@@ -1,5 +1,5 @@
 /**
- * I1–I3 on the holder's reducer (lib/broker/holder-state.ts), over random runs: a small world
+ * I1–I3 on the holder's reducer (lib/broker/holder/state.ts), over random runs: a small world
  * plays the driver's part (timers fire when due, each lease write is answered landed, refused or
  * failed after a delay, the flow asks for the fence, its POST is answered any way, the
  * environment may shut down) and every step is checked against the invariants.
@@ -12,7 +12,7 @@ import {
   type HolderState,
   type HolderTimer,
   step,
-} from '../../../lib/broker/holder-state.js';
+} from '../../../lib/broker/holder/state.js';
 import {
   COUNTDOWN_STEP_MS,
   MIN_POST_MS,

@@ -1,5 +1,5 @@
 /**
- * The holder's reducer (lib/broker/holder-state.ts), table-driven: each case is named by the
+ * The holder's reducer (lib/broker/holder/state.ts), table-driven: each case is named by the
  * state and the event, as client-go's leader election tests are. The full table is in
  * docs/protocol.md (`holder-table.test.ts` checks it); the invariants over runs of events are
  * `holder-properties.test.ts`'s.
@@ -12,7 +12,7 @@ import {
   isFinal,
   mayPost,
   step,
-} from '../../../lib/broker/holder-state.js';
+} from '../../../lib/broker/holder/state.js';
 import { answered, ev, holder, inFlight, started } from './holder-fixtures.js';
 
 const counting = (countdown: number, fields: Partial<HolderState> = {}) =>

@@ -12,7 +12,7 @@ import {
   type HolderEvent,
   type HolderState,
   step,
-} from '../../../lib/broker/holder-state.js';
+} from '../../../lib/broker/holder/state.js';
 import { answered, ev, holder, inFlight, started } from './holder-fixtures.js';
 
 const DOC = new URL('../../../docs/protocol.md', import.meta.url);

@@ -7,7 +7,7 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../lib/broker/index.js';
-import { causeOf } from '../../../lib/broker/issuance-cause.js';
+import { causeOf } from '../../../lib/broker/issuance/issuance-cause.js';
 import { connection } from '../../support/fakes.js';
 import { deadline, setup, useFakeTime } from './setup.js';
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { Issue } from '../../../lib/broker/credential-rotation.js';
-import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
+import { LeasedIssuance } from '../../../lib/broker/fleet/leased-issuance.js';
+import type { Issue } from '../../../lib/broker/issuance/credential-rotation.js';
 import {
   COUNTDOWN_STEP_MS,
   countdownFor,

@@ -1,11 +1,11 @@
 /**
- * The observer's decision (lib/broker/observer.ts), tested directly: table cases named by the
+ * The observer's decision (lib/broker/observer/observer.ts), tested directly: table cases named by the
  * state read, and properties over every read, view and time that fast-check draws. Each
  * property cites the invariant of docs/protocol.md it checks.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type Decision, decide, type Observation } from '../../../lib/broker/observer.js';
+import { type Decision, decide, type Observation } from '../../../lib/broker/observer/observer.js';
 import { leaseNeedsMs, SKEW_TOLERANCE_MS, windowMs } from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import type { Lease, TokenRecord } from '../../../lib/ports.js';

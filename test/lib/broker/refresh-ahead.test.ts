@@ -8,7 +8,7 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../lib/broker/index.js';
-import { issueWith } from '../../../lib/broker/issue-flow.js';
+import { issueWith } from '../../../lib/broker/issuance/issue-flow.js';
 import { UpstreamUnavailableError } from '../../../lib/errors.js';
 import type { TokenIssuer } from '../../../lib/ports.js';
 import { sealCode } from '../../../lib/upstream/authorization-code.js';

@@ -11,9 +11,9 @@
  * "at least" where safety needs the call.
  */
 import { afterEach, beforeEach, vi } from 'vitest';
+import { LeasedIssuance } from '../../../lib/broker/fleet/leased-issuance.js';
 import { TokenBroker, tokenDigest } from '../../../lib/broker/index.js';
-import type { Issue } from '../../../lib/broker/issue-flow.js';
-import { LeasedIssuance } from '../../../lib/broker/leased-issuance.js';
+import type { Issue } from '../../../lib/broker/issuance/issue-flow.js';
 import { type Clock, systemClock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import type { TokenProbe, TokenRecord, TokenStore } from '../../../lib/ports.js';

@@ -1,6 +1,5 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { servableFromMemory } from '../../../lib/broker/connection-view.js';
 import {
   announcedMs,
   COUNTDOWN_STEP_MS,
@@ -22,6 +21,7 @@ import {
   staleMarginMs,
   windowMs,
 } from '../../../lib/broker/timing/index.js';
+import { servableFromMemory } from '../../../lib/broker/view/connection-view.js';
 import type { TokenRecord } from '../../../lib/ports.js';
 
 const T0 = 1_795_262_400_000;

@@ -4,8 +4,8 @@
  * stepped back (an NTP correction) must not serve a token past its expiry.
  */
 import { describe, expect, it } from 'vitest';
-import { ConnectionView } from '../../../lib/broker/connection-view.js';
-import { TokenMemory } from '../../../lib/broker/token-memory.js';
+import { ConnectionView } from '../../../lib/broker/view/connection-view.js';
+import { TokenMemory } from '../../../lib/broker/view/token-memory.js';
 import { ManualClock } from '../../support/fakes.js';
 import { record, T0 } from './setup.js';
 

@@ -2,7 +2,7 @@ import { createHmac } from 'node:crypto';
 import { inspect } from 'node:util';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { issueWith } from '../../../lib/broker/issue-flow.js';
+import { issueWith } from '../../../lib/broker/issuance/issue-flow.js';
 import { Deadline, systemClock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import {

@@ -9,7 +9,7 @@ import { type Server as HttpServer, createServer as httpServer } from 'node:http
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TokenBroker } from '../../../lib/broker/index.js';
-import { issueWith } from '../../../lib/broker/issue-flow.js';
+import { issueWith } from '../../../lib/broker/issuance/issue-flow.js';
 import { Deadline, systemClock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import { OpenApiClient, probeRequest, probeVerdict } from '../../../lib/upstream/open-api.js';

@@ -7,7 +7,7 @@
  * Issuance counts are exact: each issuance beyond one per lifetime revokes a token (I1).
  */
 import { describe, expect, it, vi } from 'vitest';
-import { issueWith } from '../../../../lib/broker/issue-flow.js';
+import { issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
 import { UpstreamRejectedError, UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { ClientCredentials, SecretSource, TokenIssuer } from '../../../../lib/ports.js';
 import { sealCode } from '../../../../lib/upstream/authorization-code.js';

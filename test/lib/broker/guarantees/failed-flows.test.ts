@@ -4,7 +4,7 @@
  * mutant named above it.
  */
 import { describe, expect, it } from 'vitest';
-import { ConnectionView } from '../../../../lib/broker/connection-view.js';
+import { ConnectionView } from '../../../../lib/broker/view/connection-view.js';
 import { UpstreamRejectedError, UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { TokenIssuer } from '../../../../lib/ports.js';
 import {

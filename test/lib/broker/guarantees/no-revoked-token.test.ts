@@ -18,7 +18,7 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../../lib/broker/index.js';
-import { issueWith } from '../../../../lib/broker/issue-flow.js';
+import { issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
 import type { Clock } from '../../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { TokenIssuer, TokenStore } from '../../../../lib/ports.js';

@@ -9,8 +9,8 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import { ttlOf } from '../../../../lib/adapters/dynamodb-token-item.js';
-import { issueWith } from '../../../../lib/broker/issue-flow.js';
-import { LeaseWatch } from '../../../../lib/broker/lease-watch.js';
+import { issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
+import { LeaseWatch } from '../../../../lib/broker/view/lease-watch.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import { FakeIssuer, InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
 import { issuerFor, sandbox, seed, Upstream, wrap } from '../../../support/fleet-model.js';

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { fromItem, toItem } from '../../../../lib/adapters/dynamodb-token-item.js';
-import { issueWith } from '../../../../lib/broker/issue-flow.js';
+import { issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
 import { UpstreamRejectedError } from '../../../../lib/errors.js';
 import type {
   ClientCredentials,

@@ -2,14 +2,13 @@
  * What the holder's flow works with (`issue-under-lease.ts`, and the clean-up `failed-flow.ts`
  * carries out): its ports and settings, and one run of the flow under a lease.
  */
-import type { Clock, Deadline } from '../clock.js';
-import type { BrokerMetrics } from '../metrics.js';
-import type { LeaseRef, TokenRecord, TokenStore } from '../ports.js';
-import type { CallerBoundSettings } from './caller-bounds.js';
-import type { ConnectionView } from './connection-view.js';
-import type { Issue } from './credential-rotation.js';
-import type { IssuanceCause, Trigger } from './issuance-cause.js';
-import type { BrokerLogger } from './types.js';
+import type { Clock, Deadline } from '../../clock.js';
+import type { BrokerMetrics } from '../../metrics.js';
+import type { LeaseRef, TokenRecord, TokenStore } from '../../ports.js';
+import type { IssuanceCause, Issue, Trigger } from '../issuance/index.js';
+import type { CallerBoundSettings } from '../observer/index.js';
+import type { BrokerLogger } from '../types.js';
+import type { ConnectionView } from '../view/index.js';
 
 export interface HolderDeps {
   readonly store: TokenStore;

@@ -3,8 +3,8 @@
  * per cause, so that an operator can tell a warm-up from a caller forcing replacements, an
  * invalidate storm or a fleet that lost a holder.
  */
-import { MetricName } from '../metrics.js';
-import type { Lease, TokenRecord, TokenState } from '../ports.js';
+import { MetricName } from '../../metrics.js';
+import type { Lease, TokenRecord, TokenState } from '../../ports.js';
 
 export const IssuanceCause = {
   /** No token had been stored for the connection. */

@@ -1,9 +1,10 @@
 /**
- * The holder's reducer, its lease writes (`holder-state.ts` has `step`): a heartbeat, a
+ * The holder's reducer, its lease writes (`holder/state.ts` has `step`): a heartbeat, a
  * countdown step, the fence, their answers, and the lease lost. Pure, like `step`.
  */
-import type { HolderCommand, HolderState } from './holder-events.js';
-import { COUNTDOWN_STEP_MS, leaseTerm, MIN_POST_MS, STORE_RESERVE_MS } from './timing/index.js';
+
+import { COUNTDOWN_STEP_MS, leaseTerm, MIN_POST_MS, STORE_RESERVE_MS } from '../timing/index.js';
+import type { HolderCommand, HolderState } from './events.js';
 
 export type Result = { readonly state: HolderState; readonly commands: readonly HolderCommand[] };
 

@@ -13,8 +13,8 @@
  * wall clock stepped forward already ends them early; a freeze the monotonic clock did not
  * count, the wall clock did.
  */
-import { type Clock, systemClock } from '../clock.js';
-import type { Lease, TokenRecord } from '../ports.js';
+import { type Clock, systemClock } from '../../clock.js';
+import type { Lease, TokenRecord } from '../../ports.js';
 
 export interface MemoryEntry {
   readonly record: TokenRecord;

@@ -9,9 +9,9 @@
  * signal is aborted; so every attempt that may reach the upstream leaves within the confirmed
  * budget, and the grace covers it landing late, as it covers a single request.
  */
-import type { Deadline } from '../clock.js';
-import type { ConnectionConfig } from '../config.js';
-import type { ClientCredentials, IssuedToken, TokenIssuer } from '../ports.js';
+import type { Deadline } from '../../clock.js';
+import type { ConnectionConfig } from '../../config.js';
+import type { ClientCredentials, IssuedToken, TokenIssuer } from '../../ports.js';
 
 /** How one run of the flow is bounded and fenced. */
 export interface IssueOptions {

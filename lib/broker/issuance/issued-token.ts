@@ -3,11 +3,11 @@
  * counted from our own send time), the issuance metrics, one log line with the digest, and a
  * warning when the upstream's clock differs from ours.
  */
-import type { ConnectionConfig } from '../config.js';
-import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { IssuedToken, TokenRecord } from '../ports.js';
+import type { ConnectionConfig } from '../../config.js';
+import { type BrokerMetrics, MetricName } from '../../metrics.js';
+import type { IssuedToken, TokenRecord } from '../../ports.js';
+import { type BrokerLogger, tokenDigest } from '../types.js';
 import { CAUSE_METRIC, type IssuanceCause, type Trigger } from './issuance-cause.js';
-import { type BrokerLogger, tokenDigest } from './types.js';
 
 /** Clock skew between us and the upstream beyond which a warning is logged. */
 const SKEW_WARNING_MS = 5 * 60_000;

@@ -1,5 +1,5 @@
 /**
- * The holder's state, the events that move it and the commands it gives (`holder-state.ts` is
+ * The holder's state, the events that move it and the commands it gives (`holder/state.ts` is
  * the reducer over them; `held-lease.ts` runs the commands and turns their results into events).
  * Every instant is monotonic milliseconds (`at`), except `expiresAt` and `confirmedUntil`: the
  * stored expiry, on the wall clock.

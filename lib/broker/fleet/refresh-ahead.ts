@@ -6,14 +6,14 @@
  * served, unless the failed request may have revoked it (an unknown outcome): then the issuance
  * has dropped it everywhere.
  */
-import type { Clock } from '../clock.js';
-import type { ConnectionConfig } from '../config.js';
-import { toBrokerError } from '../errors.js';
-import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { TokenRecord } from '../ports.js';
-import type { IssuanceCause, Trigger } from './issuance-cause.js';
+import type { Clock } from '../../clock.js';
+import type { ConnectionConfig } from '../../config.js';
+import { toBrokerError } from '../../errors.js';
+import { type BrokerMetrics, MetricName } from '../../metrics.js';
+import type { TokenRecord } from '../../ports.js';
+import type { IssuanceCause, Trigger } from '../issuance/index.js';
+import type { BrokerLogger } from '../types.js';
 import type { LeasedIssuance } from './leased-issuance.js';
-import type { BrokerLogger } from './types.js';
 
 export class RefreshAhead {
   /** Refreshes running in the background, per connection. */

@@ -19,18 +19,18 @@ import {
   MinValidityUnsatisfiableError,
   StoreUnavailableError,
   UpstreamUnavailableError,
-} from '../errors.js';
-import type { Lease, TokenRecord, TokenState } from '../ports.js';
-import { type CallerBoundSettings, forcingRefusal } from './caller-bounds.js';
-import type { Seen } from './connection-view.js';
-import { causeOf, type IssuanceCause, isCallersWord } from './issuance-cause.js';
+} from '../../errors.js';
+import type { Lease, TokenRecord, TokenState } from '../../ports.js';
+import { causeOf, type IssuanceCause, isCallersWord } from '../issuance/index.js';
 import {
   leaseCountdown,
   leaseNeedsMs,
   pollWaitMs,
   SKEW_TOLERANCE_MS,
   windowMs,
-} from './timing/index.js';
+} from '../timing/index.js';
+import type { Seen } from '../view/index.js';
+import { type CallerBoundSettings, forcingRefusal } from './caller-bounds.js';
 
 /** Validity a caller needs, in ms, or "not inside its refresh window" (the warm-up's need). */
 export type Need = number | 'outside-window';

@@ -3,10 +3,10 @@
  * rule). Each write of a lease sets a fresh version; a lease is stale once this container has
  * seen the same version unchanged for its recorded duration.
  */
-import { systemClock } from '../clock.js';
-import type { Lease } from '../ports.js';
+import { systemClock } from '../../clock.js';
+import type { Lease } from '../../ports.js';
 
-import { SKEW_TOLERANCE_MS } from './timing/index.js';
+import { SKEW_TOLERANCE_MS } from '../timing/index.js';
 
 export class LeaseWatch {
   /**

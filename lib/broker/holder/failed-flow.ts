@@ -1,5 +1,5 @@
 /**
- * What a failed flow leaves behind: the clean-up commands of the holder (`holder-state.ts`
+ * What a failed flow leaves behind: the clean-up commands of the holder (`holder/state.ts`
  * chooses them by its final state; this file only carries them out), each a best-effort store
  * call cut to the caller's deadline:
  * - `drop-replaced`: the token it replaces may be revoked (an outcome unknown, or a lease taken
@@ -9,10 +9,10 @@
  * - `hold-for-grace`: the lease is held through the grace after a POST that may still land.
  */
 import { randomUUID } from 'node:crypto';
-import type { ConnectionConfig } from '../config.js';
-import type { LeaseRef } from '../ports.js';
+import type { ConnectionConfig } from '../../config.js';
+import type { LeaseRef } from '../../ports.js';
+import type { HolderDeps, LeasedFlow } from './deps.js';
 import type { HolderEffects } from './held-lease.js';
-import type { HolderDeps, LeasedFlow } from './holder-deps.js';
 
 export type CleanUp = Omit<HolderEffects, 'writeToken'>;
 

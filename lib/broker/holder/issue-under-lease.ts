@@ -2,21 +2,21 @@
  * The holder's flow: authorize while the lease counts down, the fence, the access-token POST,
  * then the token write, which releases the lease in the same step (only under the very version
  * it confirmed: I1). What the holder does at each step, and after a failure, is `step`'s
- * (`holder-state.ts`); `held-lease.ts` runs it. This file runs the upstream flow, tells the
+ * (`holder/state.ts`); `held-lease.ts` runs it. This file runs the upstream flow, tells the
  * holder how it was answered, and tells the caller how it ended.
  */
-import type { ConnectionConfig } from '../config.js';
-import { isOutcomeUnknown } from '../errors.js';
-import { MetricName } from '../metrics.js';
-import type { TokenRecord } from '../ports.js';
+import type { ConnectionConfig } from '../../config.js';
+import { isOutcomeUnknown } from '../../errors.js';
+import { MetricName } from '../../metrics.js';
+import type { TokenRecord } from '../../ports.js';
+import { recordIssued } from '../issuance/index.js';
+import { unsatisfiable } from '../observer/index.js';
+import { ownRecheckMs, PROOF_MARGIN_MS, STORE_RESERVE_MS } from '../timing/index.js';
+import type { ServedToken } from '../types.js';
+import type { HolderDeps, LeasedFlow } from './deps.js';
 import { cleanUp } from './failed-flow.js';
 import { HeldLease, LeaseLost } from './held-lease.js';
-import type { HolderDeps, LeasedFlow } from './holder-deps.js';
-import type { PostAnswer } from './holder-state.js';
-import { recordIssued } from './issued-token.js';
-import { unsatisfiable } from './observer.js';
-import { ownRecheckMs, PROOF_MARGIN_MS, STORE_RESERVE_MS } from './timing/index.js';
-import type { ServedToken } from './types.js';
+import type { PostAnswer } from './state.js';
 
 /** The lease was lost during a flow: the new holder's token wins. */
 export const LOST = Symbol('lost');

@@ -5,17 +5,16 @@
  * without a fresh read lives here too: from memory, while the store is down, and as the last
  * good one. The rules' arithmetic is `timing/`'s.
  */
-import type { Clock } from '../clock.js';
-import type { ConnectionConfig } from '../config.js';
+import type { Clock } from '../../clock.js';
+import type { ConnectionConfig } from '../../config.js';
 import {
   isOutcomeUnknown,
   StoreUnavailableError,
   UpstreamBadResponseError,
   UpstreamRejectedError,
   UpstreamUnavailableError,
-} from '../errors.js';
-import type { Lease, TokenRecord, TokenState } from '../ports.js';
-import { LeaseWatch } from './lease-watch.js';
+} from '../../errors.js';
+import type { Lease, TokenRecord, TokenState } from '../../ports.js';
 import {
   proofMs,
   type RefreshSettings,
@@ -25,7 +24,8 @@ import {
   reusableUntil,
   servableUnconfirmed,
   staleIfErrorMs,
-} from './timing/index.js';
+} from '../timing/index.js';
+import { LeaseWatch } from './lease-watch.js';
 import { type MemoryEntry, TokenMemory } from './token-memory.js';
 
 export type { MemoryEntry } from './token-memory.js';

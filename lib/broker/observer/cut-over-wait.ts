@@ -4,9 +4,9 @@
  * reading before then would only find the countdown ending, so the first read waits for it
  * (within the deadline): at a cut-over a busy container reads about once, not once per step.
  */
-import type { Clock, Deadline } from '../clock.js';
-import type { ConnectionView } from './connection-view.js';
-import { COUNTDOWN_STEP_MS, cutOverExpectedAt, readReserveMs } from './timing/index.js';
+import type { Clock, Deadline } from '../../clock.js';
+import { COUNTDOWN_STEP_MS, cutOverExpectedAt, readReserveMs } from '../timing/index.js';
+import type { ConnectionView } from '../view/index.js';
 
 export const awaitCutOver = async (
   { clock, view }: { readonly clock: Clock; readonly view: ConnectionView },

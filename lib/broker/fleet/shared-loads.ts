@@ -3,15 +3,15 @@
  * caller bounded by its own deadline (I3). A joiner whose need the shared load did not meet asks
  * anew; a refusal of a caller's word answers the caller that asked, not the ones that joined.
  */
-import { type Clock, Deadline } from '../clock.js';
-import type { ConnectionConfig } from '../config.js';
-import { ReplacementRefusedError, UpstreamUnavailableError } from '../errors.js';
-import type { Trigger } from './issuance-cause.js';
+import { type Clock, Deadline } from '../../clock.js';
+import type { ConnectionConfig } from '../../config.js';
+import { ReplacementRefusedError, UpstreamUnavailableError } from '../../errors.js';
+import type { Trigger } from '../issuance/index.js';
+import { type Need, unsatisfiable } from '../observer/index.js';
+import { SingleFlight } from '../single-flight.js';
+import { type RefreshSettings, windowMs } from '../timing/index.js';
+import type { ServedToken } from '../types.js';
 import type { LeasedIssuance } from './leased-issuance.js';
-import { type Need, unsatisfiable } from './observer.js';
-import { SingleFlight } from './single-flight.js';
-import { type RefreshSettings, windowMs } from './timing/index.js';
-import type { ServedToken } from './types.js';
 
 const joinTimedOut = () =>
   new UpstreamUnavailableError('Timed out waiting for a token being issued concurrently', {

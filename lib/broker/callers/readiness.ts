@@ -3,12 +3,12 @@
  * or can get one now (through the normal path: served from memory or DynamoDB, or issued under
  * the lease). What a deploy pipeline gates on; `/health` stays liveness and touches nothing.
  */
-import type { Clock, Deadline } from '../clock.js';
-import type { ConnectionConfig } from '../config.js';
-import { SecretUnavailableError, toBrokerError } from '../errors.js';
-import type { SecretSource } from '../ports.js';
-import { withDeadline } from './single-flight.js';
-import type { BrokerLogger, TokenAnswer } from './types.js';
+import type { Clock, Deadline } from '../../clock.js';
+import type { ConnectionConfig } from '../../config.js';
+import { SecretUnavailableError, toBrokerError } from '../../errors.js';
+import type { SecretSource } from '../../ports.js';
+import { withDeadline } from '../single-flight.js';
+import type { BrokerLogger, TokenAnswer } from '../types.js';
 
 /** One check's outcome; a failure carries the broker's code and message (never a credential). */
 export type CheckOutcome =

@@ -12,17 +12,17 @@
  * age (its successor is issued by the next request, under the lease: one issuance however many
  * report it). A probe that proves nothing leaves the report to the age rules.
  */
-import { type Clock, Deadline } from '../clock.js';
-import type { ConnectionConfig } from '../config.js';
-import { StoreUnavailableError } from '../errors.js';
-import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { Lease, TokenProbe, TokenRecord, TokenStore } from '../ports.js';
-import { type CallerBoundSettings, waitBeforeReplacing } from './caller-bounds.js';
-import type { ConnectionView } from './connection-view.js';
-import { UNNAMED_TRIGGER } from './issuance-cause.js';
+import { type Clock, Deadline } from '../../clock.js';
+import type { ConnectionConfig } from '../../config.js';
+import { StoreUnavailableError } from '../../errors.js';
+import { type BrokerMetrics, MetricName } from '../../metrics.js';
+import type { Lease, TokenProbe, TokenRecord, TokenStore } from '../../ports.js';
+import { UNNAMED_TRIGGER } from '../issuance/index.js';
+import { type CallerBoundSettings, waitBeforeReplacing } from '../observer/index.js';
+import { withDeadline } from '../single-flight.js';
+import { type BrokerLogger, type InvalidateOutcome, tokenDigest } from '../types.js';
+import type { ConnectionView } from '../view/index.js';
 import { ProbeVerdicts } from './probe-verdicts.js';
-import { withDeadline } from './single-flight.js';
-import { type BrokerLogger, type InvalidateOutcome, tokenDigest } from './types.js';
 
 export interface ReportsDeps {
   readonly store: TokenStore;

@@ -2,7 +2,7 @@
  * The holder as one reducer: `step(state, event)` is the only writer of the holder's state, and
  * says in commands what is to be done (lease writes, timers, the POST's go-ahead, the token
  * write, the clean-up after a failure). `held-lease.ts` runs the commands and feeds their
- * results back as events; `holder-events.ts` defines them. Pure: every instant comes in an event
+ * results back as events; `holder/events.ts` defines them. Pure: every instant comes in an event
  * (`at`, monotonic), and each lease write's version is chosen by the driver (`write-sent`).
  * Modelled on client-go's leader election and a Redux-style reducer; docs/protocol.md's holder
  * table is generated from this function (test/lib/broker/holder-table.test.ts).
@@ -13,6 +13,14 @@
  * writes never overlap. I3: the last call gives the lease up while counting once the POST and
  * the write after it no longer fit before the deadline.
  */
+
+import {
+  COUNTDOWN_STEP_MS,
+  LEASE_HEARTBEAT_MS,
+  LEASE_MS,
+  MIN_POST_MS,
+  STORE_RESERVE_MS,
+} from '../timing/index.js';
 import type {
   HolderCommand,
   HolderEvent,
@@ -20,7 +28,7 @@ import type {
   HolderOutcome,
   HolderState,
   HolderTerms,
-} from './holder-events.js';
+} from './events.js';
 import {
   counted,
   fence,
@@ -29,16 +37,9 @@ import {
   notLanded,
   type Result,
   writeLease,
-} from './holder-lease-writes.js';
-import {
-  COUNTDOWN_STEP_MS,
-  LEASE_HEARTBEAT_MS,
-  LEASE_MS,
-  MIN_POST_MS,
-  STORE_RESERVE_MS,
-} from './timing/index.js';
+} from './lease-writes.js';
 
-export type * from './holder-events.js';
+export type * from './events.js';
 
 /** The holder as it starts: the lease just written (its version, countdown and time). */
 export const initialState = (

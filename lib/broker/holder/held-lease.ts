@@ -1,5 +1,5 @@
 /**
- * The holder's driver: runs what `step` (`holder-state.ts`) commands and feeds the results back
+ * The holder's driver: runs what `step` (`holder/state.ts`) commands and feeds the results back
  * as events. It owns no decision: the timers (the heartbeat every LEASE_HEARTBEAT_MS, the
  * countdown's steps, the last call, the POST's budget), the lease writes (each a fresh version,
  * the DynamoDB Lock Client's pattern), the fence's answer to the flow, the signal that stops the
@@ -11,8 +11,8 @@
  * a reader that saw r knows the POST leaves more than (r - 1) steps after its read was sent (I2).
  */
 import { randomUUID } from 'node:crypto';
-import type { Clock, Deadline } from '../clock.js';
-import type { LeaseRef, TokenStore } from '../ports.js';
+import type { Clock, Deadline } from '../../clock.js';
+import type { LeaseRef, TokenStore } from '../../ports.js';
 import {
   type HolderCommand,
   type HolderEvent,
@@ -22,7 +22,7 @@ import {
   initialState,
   type PostAnswer,
   step,
-} from './holder-state.js';
+} from './state.js';
 
 /** The lease went elsewhere, or its time ran out, before the access-token POST: nothing sent. */
 export class LeaseLost extends Error {
@@ -97,7 +97,7 @@ export class HeldLease {
     this.#dispatch('started');
   }
 
-  /** The holder's state (see `holder-state.ts`). */
+  /** The holder's state (see `holder/state.ts`). */
   get state(): HolderState {
     return this.#state;
   }

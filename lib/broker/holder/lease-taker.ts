@@ -4,7 +4,7 @@
  * caller's deadline; and letting a stale lease go (taken over exactly, released at once).
  */
 import { randomUUID } from 'node:crypto';
-import type { Clock, Deadline } from '../clock.js';
+import type { Clock, Deadline } from '../../clock.js';
 import type {
   Lease,
   LeaseAttempt,
@@ -12,9 +12,9 @@ import type {
   LeaseRequest,
   TokenRecord,
   TokenStore,
-} from '../ports.js';
-import { LEASE_MS } from './timing/index.js';
-import type { BrokerLogger } from './types.js';
+} from '../../ports.js';
+import { LEASE_MS } from '../timing/index.js';
+import type { BrokerLogger } from '../types.js';
 
 export class LeaseTaker {
   readonly #containerId = randomUUID();

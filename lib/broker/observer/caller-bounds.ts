@@ -18,9 +18,9 @@
  * here: each happens once per token lifetime, in its refresh window, which a forced token
  * reaches only once it is a window old (a window is at most half a lifetime).
  */
-import { BadRequestError, ForceNotAllowedError, ReplacementTooSoonError } from '../errors.js';
-import type { TokenRecord } from '../ports.js';
-import { type RefreshSettings, windowMs } from './timing/index.js';
+import { BadRequestError, ForceNotAllowedError, ReplacementTooSoonError } from '../../errors.js';
+import type { TokenRecord } from '../../ports.js';
+import { type RefreshSettings, windowMs } from '../timing/index.js';
 
 export interface CallerBoundSettings extends RefreshSettings {
   /** BROKER_INVALIDATE_MIN_AGE_SECONDS, in ms (0 when not given). */

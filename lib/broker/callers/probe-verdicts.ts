@@ -8,10 +8,10 @@
  * probed (never a string a caller sent), and the probe takes at most half the time the report
  * has left, so the store calls after it still fit (I3).
  */
-import { type Clock, Deadline } from '../clock.js';
-import type { ConnectionConfig } from '../config.js';
-import type { ProbeVerdict, TokenProbe, TokenRecord } from '../ports.js';
-import { withDeadline } from './single-flight.js';
+import { type Clock, Deadline } from '../../clock.js';
+import type { ConnectionConfig } from '../../config.js';
+import type { ProbeVerdict, TokenProbe, TokenRecord } from '../../ports.js';
+import { withDeadline } from '../single-flight.js';
 
 /** A probe shorter than this proves nothing worth waiting for: the age rules apply. */
 const MIN_PROBE_MS = 50;

@@ -4,13 +4,13 @@
  * changed (a rotation), the whole flow runs once more with the new one: a new code, the fence
  * again, a new token request. An unchanged secret means the rejection stands.
  */
-import { type Clock, systemClock } from '../clock.js';
-import { SecretUnavailableError, UpstreamRejectedError } from '../errors.js';
-import type { SecretSource, TokenIssuer } from '../ports.js';
-import { SIGNATURE_REFUSAL, TIMESTAMP_REFUSAL } from '../upstream/rejections.js';
+import { type Clock, systemClock } from '../../clock.js';
+import { SecretUnavailableError, UpstreamRejectedError } from '../../errors.js';
+import type { SecretSource, TokenIssuer } from '../../ports.js';
+import { SIGNATURE_REFUSAL, TIMESTAMP_REFUSAL } from '../../upstream/rejections.js';
+import { withDeadline } from '../single-flight.js';
+import type { BrokerLogger } from '../types.js';
 import { type Issue, issueWith } from './issue-flow.js';
-import { withDeadline } from './single-flight.js';
-import type { BrokerLogger } from './types.js';
 
 export type { Issue, IssueOptions } from './issue-flow.js';
 

@@ -5,31 +5,37 @@
  * `issue-under-lease.ts` and `held-lease.ts`; what the container knows, `connection-view.ts`;
  * all timing, `timing/`. Deadlines are judged on the monotonic clock (I3).
  */
-import { Deadline } from '../clock.js';
-import type { ConnectionConfig } from '../config.js';
-import { ReplacementRefusedError, StoreUnavailableError } from '../errors.js';
-import { MetricName } from '../metrics.js';
-import type { TokenRecord, TokenState } from '../ports.js';
-import { ConnectionView, type ReadSent } from './connection-view.js';
-import { awaitCutOver } from './cut-over-wait.js';
-import type { HolderDeps, LeasedFlow } from './holder-deps.js';
-import { IssuanceCause, isCallersWord, type Trigger, UNNAMED_TRIGGER } from './issuance-cause.js';
-import { issueUnderLease, LOST } from './issue-under-lease.js';
-import { LeaseTaker } from './lease-taker.js';
-import { type Decision, decide, type Need, notEnoughTime, waitTimedOut } from './observer.js';
-import { withDeadline } from './single-flight.js';
-import { readStore, storeFailure } from './store-calls.js';
+import { Deadline } from '../../clock.js';
+import type { ConnectionConfig } from '../../config.js';
+import { ReplacementRefusedError, StoreUnavailableError } from '../../errors.js';
+import { MetricName } from '../../metrics.js';
+import type { TokenRecord, TokenState } from '../../ports.js';
+import type { HolderDeps, LeasedFlow } from '../holder/index.js';
+import { issueUnderLease, LeaseTaker, LOST } from '../holder/index.js';
+import { IssuanceCause, isCallersWord, type Trigger, UNNAMED_TRIGGER } from '../issuance/index.js';
+import {
+  awaitCutOver,
+  type Decision,
+  decide,
+  type Need,
+  notEnoughTime,
+  readStore,
+  storeFailure,
+  waitTimedOut,
+} from '../observer/index.js';
+import { withDeadline } from '../single-flight.js';
 import {
   DEFAULT_ISSUANCE_MS,
   leaseCountdown,
   leaseNeedsMs,
   readReserveMs,
   refreshBudgetMs,
-} from './timing/index.js';
-import type { ServedToken } from './types.js';
+} from '../timing/index.js';
+import type { ServedToken } from '../types.js';
+import { ConnectionView, type ReadSent } from '../view/index.js';
 
-export type { Need } from './observer.js';
-export { unsatisfiable } from './observer.js';
+export type { Need } from '../observer/index.js';
+export { unsatisfiable } from '../observer/index.js';
 
 export type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view'> & {
   /** What this container knows of each connection (its own, unless shared with a facade). */

@@ -5,12 +5,12 @@
  * only inside what the last read proved).
  */
 
-import type { Clock } from '../clock.js';
-import { StoreUnavailableError } from '../errors.js';
-import type { TokenState, TokenStore } from '../ports.js';
-import type { ConnectionView } from './connection-view.js';
+import type { Clock } from '../../clock.js';
+import { StoreUnavailableError } from '../../errors.js';
+import type { TokenState, TokenStore } from '../../ports.js';
+import type { BrokerLogger, ServedToken } from '../types.js';
+import type { ConnectionView } from '../view/index.js';
 import type { Need } from './observer.js';
-import type { BrokerLogger, ServedToken } from './types.js';
 
 const MESSAGES = {
   read: 'The token store could not be read; retry shortly',

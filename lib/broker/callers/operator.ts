@@ -3,17 +3,17 @@
  * Status reads metadata only (never a token); the warm-up makes sure every connection holds a
  * token valid beyond the refresh window, and a failing connection does not stop the others.
  */
-import type { ConnectionConfig } from '../config.js';
-import { StoreUnavailableError, toBrokerError } from '../errors.js';
-import { type BrokerMetrics, MetricName } from '../metrics.js';
-import type { TokenStore } from '../ports.js';
+import type { ConnectionConfig } from '../../config.js';
+import { StoreUnavailableError, toBrokerError } from '../../errors.js';
+import { type BrokerMetrics, MetricName } from '../../metrics.js';
+import type { TokenStore } from '../../ports.js';
 import type {
   BrokerLogger,
   ConnectionStatus,
   ServedToken,
   WarmUpOutcome,
   WarmUpReport,
-} from './types.js';
+} from '../types.js';
 
 /** Every connection's token metadata and live lease, read from the shared store. */
 export const readStatus = (

@@ -1,0 +1,9 @@
+/**
+ * The callers' side: what callers may say besides "a token, please". Reports of a rejected
+ * token (`reports.ts`, verified by a probe in `probe-verdicts.ts`), readiness
+ * (`readiness.ts`) and the operator's commands (`operator.ts`). Depends on `view/`,
+ * `issuance/` and `observer/`.
+ */
+export * from './operator.js';
+export * from './readiness.js';
+export * from './reports.js';
