@@ -17,7 +17,7 @@
  * after the response (billed until the freeze) can be summed. Closing ends the environments
  * before the server, since they may release leases as they shut down.
  */
-import { startContainer } from './fleet.js';
+import { invokeAt, startContainer } from './fleet.js';
 import { EnvironmentPool, type EnvironmentSnapshot } from './lambda-env/pool.js';
 import { DEFAULT_LAMBDA, type InvokeOutcome, scheduledEvent } from './lambda-events.js';
 import { type LocalLambdaServer, startLambdaServer } from './lambda-server.js';
@@ -30,8 +30,8 @@ export interface LambdaContainerSpec {
   readonly bundle: string;
   /** The built `local/container.mjs` (always-running only). */
   readonly runner?: string;
-  /** The built `local/lambda-env/bootstrap.mjs` (frozen). */
-  readonly bootstrap: string;
+  /** The built `local/lambda-env/bootstrap.mjs` (frozen only). */
+  readonly bootstrap?: string;
   /** The function's environment: nothing else of this process's is passed on. */
   readonly env: Record<string, string>;
   /** The function's timeout (frozen): it bounds an invocation and its work after the response. */
@@ -132,19 +132,6 @@ const sumOf = (invocations: readonly Invocation[], billed: readonly number[]): B
     };
   }, NO_BILLING);
 
-const INVOKE = `/2015-03-31/functions/${DEFAULT_LAMBDA.functionName}/invocations`;
-
-const invokeAt = async (url: string, event: unknown): Promise<InvokeOutcome> => {
-  const response = await fetch(`${url}${INVOKE}`, {
-    method: 'POST',
-    body: JSON.stringify(event),
-  });
-  const body = (await response.json()) as Record<string, unknown>;
-  return response.headers.get('x-amz-function-error')
-    ? { ok: false, errorType: String(body.errorType), errorMessage: String(body.errorMessage) }
-    : { ok: true, result: body };
-};
-
 /** One warm-up: a line when it was not run or failed; the init error when its init failed. */
 const warmUpOnce = async (pool: EnvironmentPool, { onProblem }: WarmUpSchedule) => {
   const run = await pool.invoke(scheduledEvent(DEFAULT_LAMBDA)).catch((error: Error) => {
@@ -187,6 +174,7 @@ export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<L
   const tail = (text: string) =>
     spec.outputTail === undefined ? text : spec.outputTail > 0 ? text.slice(-spec.outputTail) : '';
   if (spec.execution === 'always-running') return startAlwaysRunning(spec, tail);
+  if (!spec.bootstrap) throw new TypeError('startLambdaContainer: frozen needs a bootstrap');
   const timeoutMs = spec.timeoutMs ?? DEFAULT_LAMBDA.timeoutMs;
   const invocations: Invocation[] = [];
   let output = '';
