@@ -10,7 +10,7 @@
  */
 import { createTokenClient, type Transport } from '../client/src/index.js';
 import { createTransport } from '../client/src/transports.js';
-import { startContainer } from '../local/fleet.js';
+import { startLambdaContainer } from '../local/lambda-container.js';
 import { scheduledEvent } from '../local/lambda-events.js';
 import type { Stack } from '../local/stack.js';
 
@@ -48,7 +48,9 @@ export const measureClientCache = async (
   stack: Stack,
   settings: ClientCacheSettings,
 ): Promise<ClientCacheResult> => {
-  const container = await startContainer({
+  // Always running, as this run was measured: it measures the client's cache, not Lambda's.
+  const container = await startLambdaContainer({
+    execution: 'always-running',
     runner: settings.runner,
     bundle: settings.bundle,
     env: settings.env,
@@ -108,7 +110,7 @@ export const measureClientCache = async (
   } finally {
     stopWarmUp();
     stopForcing();
-    await container.kill();
+    await container.close();
   }
   return {
     mode: settings.mode,

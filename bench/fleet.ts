@@ -11,7 +11,11 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Container, startContainer, tokenOf } from '../local/fleet.js';
+import { tokenOf } from '../local/fleet.js';
+import {
+  type LambdaContainer as Container,
+  startLambdaContainer,
+} from '../local/lambda-container.js';
 import { type InvokeOutcome, scheduledEvent } from '../local/lambda-events.js';
 import type { Stack } from '../local/stack.js';
 import { CHAOS_CUT_OVER, percentile, refreshesAfterExpiry, waitsAtCutOver } from './measures.js';
@@ -91,7 +95,9 @@ class Fleet {
     if (this.live < this.settings.maxContainers) {
       this.starting += 1;
       try {
-        const container = await startContainer({
+        // Always running, as this run was measured: Lambda's scaling and losses, not its freezing.
+        const container = await startLambdaContainer({
+          execution: 'always-running',
           runner: this.settings.runner,
           bundle: this.settings.bundle,
           env: this.settings.env,
@@ -127,7 +133,7 @@ class Fleet {
     if (index >= 0) this.idle.splice(index, 1);
     this.busy.delete(victim);
     this.killed += 1;
-    void victim.kill('SIGKILL');
+    void victim.close();
     // A queued request would otherwise wait for a release that may never come: start a
     // replacement for it, as Lambda would.
     const waiter = this.waiters.shift();
@@ -146,7 +152,7 @@ class Fleet {
   readonly all: Container[] = [];
 
   async close() {
-    await Promise.all([...this.idle, ...this.busy].map((c) => c.kill('SIGKILL')));
+    await Promise.all([...this.idle, ...this.busy].map((c) => c.close()));
   }
 }
 

@@ -1,7 +1,8 @@
 /**
  * One emulated Lambda container as its own process: loads a bundle (cold start) and serves it
  * over the Lambda Invoke API and the HTTP routes on 127.0.0.1, port 0. Prints `READY <url>`
- * once it listens. Used by the fleet tests and the benchmark.
+ * once it listens. The `always-running` way of local/lambda-container.ts, where a chaos scenario
+ * or a benchmark run asks for a process that never stops between invocations.
  *
  *   node dist/local/container.mjs <bundle.mjs>
  *

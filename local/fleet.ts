@@ -1,6 +1,24 @@
-/** Emulated Lambda containers as real processes running a built bundle: for fleet tests and the benchmark. */
+/**
+ * An emulated Lambda container as one always-running process (`local/container.ts`) running a
+ * built bundle: `startLambdaContainer`'s `always-running` way (local/lambda-container.ts), and
+ * the Lambda Invoke API call both ways answer.
+ */
 import { type ChildProcess, spawn } from 'node:child_process';
-import type { InvokeOutcome } from './lambda-events.js';
+import { DEFAULT_LAMBDA, type InvokeOutcome } from './lambda-events.js';
+
+const INVOKE = `/2015-03-31/functions/${DEFAULT_LAMBDA.functionName}/invocations`;
+
+/** Lambda Invoke API at `url`; a function error comes back as `{ ok: false, errorType }`. */
+export const invokeAt = async (url: string, event: unknown): Promise<InvokeOutcome> => {
+  const response = await fetch(`${url}${INVOKE}`, {
+    method: 'POST',
+    body: JSON.stringify(event),
+  });
+  const body = (await response.json()) as Record<string, unknown>;
+  return response.headers.get('x-amz-function-error')
+    ? { ok: false, errorType: String(body.errorType), errorMessage: String(body.errorMessage) }
+    : { ok: true, result: body };
+};
 
 export interface Container {
   readonly url: string;
@@ -45,20 +63,7 @@ export const startContainer = ({ runner, bundle, env }: ContainerSpec): Promise<
         url,
         process: child,
         output: () => output,
-        invoke: async (event) => {
-          const response = await fetch(`${url}/2015-03-31/functions/token-broker/invocations`, {
-            method: 'POST',
-            body: JSON.stringify(event),
-          });
-          const body = (await response.json()) as Record<string, unknown>;
-          return response.headers.get('x-amz-function-error')
-            ? {
-                ok: false,
-                errorType: String(body.errorType),
-                errorMessage: String(body.errorMessage),
-              }
-            : { ok: true, result: body };
-        },
+        invoke: (event) => invokeAt(url, event),
         kill: async (signal = 'SIGTERM') => {
           if (child.exitCode === null && child.signalCode === null) child.kill(signal);
           await exited;

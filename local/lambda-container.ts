@@ -1,23 +1,26 @@
 /**
- * One emulated Lambda "container" (a function's concurrency of one caller), reached over the
- * Lambda Invoke API on 127.0.0.1, port 0: what `npm run chaos` and `npm run bench` run. Two
- * ways (issue 17):
+ * One emulated Lambda "container" (a function's concurrency), reached over the Lambda Invoke API
+ * and the HTTP routes: what `npm start`, `npm run chaos` and `npm run bench` run. Two ways
+ * (issue 17):
  * - `frozen` (Lambda's model): execution environments (`local/lambda-env/`, an
  *   `EnvironmentPool`) frozen with SIGSTOP as soon as they have answered and every extension is
  *   done, continued on their next invocation, reset after a timeout; more start while others
  *   finish work after their answer, as Lambda gives a busy environment no invocation. The
  *   server in front of them times nothing: each environment times its invocation from its
- *   delivery, as Lambda does, so a cold start's init does not count against the timeout. This
- *   is the pairing `npm start` runs too (local/start.ts, with its own routes and settings);
+ *   delivery, as Lambda does, so a cold start's init does not count against the timeout. The
+ *   function sees its caller's request ID. `GET /__local/environments` lists the environments;
+ *   a warm-up schedule (EventBridge's Scheduled Event) runs once before the server listens,
+ *   where a configuration error shows, and then at its interval;
  * - `always-running`: a process that never stops between invocations (`local/container.ts`),
  *   where a scenario or a benchmark asks for one.
  * Each invocation's response and billed durations are kept (frozen only), so that the work
- * after the response (billed until the freeze) can be summed.
+ * after the response (billed until the freeze) can be summed. Closing ends the environments
+ * before the server, since they may release leases as they shut down.
  */
-import { startContainer } from './fleet.js';
-import { EnvironmentPool } from './lambda-env/pool.js';
-import { DEFAULT_LAMBDA, type InvokeOutcome } from './lambda-events.js';
-import { startLambdaServer } from './lambda-server.js';
+import { invokeAt, startContainer } from './fleet.js';
+import { EnvironmentPool, type EnvironmentSnapshot } from './lambda-env/pool.js';
+import { DEFAULT_LAMBDA, type InvokeOutcome, scheduledEvent } from './lambda-events.js';
+import { type LocalLambdaServer, startLambdaServer } from './lambda-server.js';
 
 export type Execution = 'frozen' | 'always-running';
 
@@ -25,18 +28,50 @@ export interface LambdaContainerSpec {
   readonly execution: Execution;
   /** The built Lambda bundle (`broker/index.mjs`). */
   readonly bundle: string;
-  /** The built `local/container.mjs` (always-running). */
-  readonly runner: string;
-  /** The built `local/lambda-env/bootstrap.mjs` (frozen). */
-  readonly bootstrap: string;
+  /** The built `local/container.mjs` (always-running only). */
+  readonly runner?: string;
+  /** The built `local/lambda-env/bootstrap.mjs` (frozen only). */
+  readonly bootstrap?: string;
   /** The function's environment: nothing else of this process's is passed on. */
   readonly env: Record<string, string>;
   /** The function's timeout (frozen): it bounds an invocation and its work after the response. */
   readonly timeoutMs?: number;
   /** How many environments may exist at once (frozen). Default 4. */
   readonly maxEnvironments?: number;
-  /** Keep only the last this many characters of the output (default: all of it). */
+  /** Keep only the last this many characters of the output (default: all of it; 0: none). */
   readonly outputTail?: number;
+  /** Each line the function writes, as it comes (frozen), besides `output()`. */
+  readonly onLog?: (line: string) => void;
+  /** Where the server listens (frozen). Default 127.0.0.1, port 0 (any free one). */
+  readonly host?: string;
+  readonly port?: number;
+  /** Stop environments between invocations (frozen). Default true. */
+  readonly freeze?: boolean;
+  /** Shut an environment down after this long idle (frozen). Default the pool's, 5 minutes. */
+  readonly idleShutdownMs?: number;
+  /** The warm-up schedule (frozen); none by default. */
+  readonly warmUp?: WarmUpSchedule;
+}
+
+/**
+ * EventBridge's warm-up rule: its Scheduled Event runs once before the server listens (an
+ * init that fails there rejects the start with an {@link InitFailedError}), then every
+ * `everyMs` (0: never again).
+ */
+export interface WarmUpSchedule {
+  readonly everyMs: number;
+  /** A warm-up that was not run (pool closed, throttled) or failed: one line that says so. */
+  readonly onProblem: (line: string) => void;
+}
+
+/** The first environment's init failed: the error as Lambda reports an init error. */
+export class InitFailedError extends Error {
+  readonly errorType: string;
+  constructor(errorType: string, errorMessage: string) {
+    super(errorMessage);
+    this.name = 'InitFailedError';
+    this.errorType = errorType;
+  }
 }
 
 /** Billed time of a frozen container's invocations, in all (ms). */
@@ -52,6 +87,7 @@ export interface Billing {
 
 export interface LambdaContainer {
   readonly url: string;
+  readonly port: number;
   /** The Lambda Invoke API; a function error comes back as `{ ok: false, errorType }`. */
   invoke(event: unknown): Promise<InvokeOutcome>;
   /**
@@ -61,6 +97,8 @@ export interface LambdaContainer {
   pids(): readonly number[];
   /** What it printed (its log lines; the last `outputTail` characters if set). */
   output(): string;
+  /** Its execution environments (none for always-running), those that ended too if asked. */
+  environments(options?: { ended?: boolean }): readonly EnvironmentSnapshot[];
   /** Billing so far: invocations that froze already count their billed time, others none. */
   billing(): Billing;
   /**
@@ -94,39 +132,49 @@ const sumOf = (invocations: readonly Invocation[], billed: readonly number[]): B
     };
   }, NO_BILLING);
 
-const INVOKE = `/2015-03-31/functions/${DEFAULT_LAMBDA.functionName}/invocations`;
-
-const invokeAt = async (url: string, event: unknown): Promise<InvokeOutcome> => {
-  const response = await fetch(`${url}${INVOKE}`, {
-    method: 'POST',
-    body: JSON.stringify(event),
+/** One warm-up: a line when it was not run or failed; the init error when its init failed. */
+const warmUpOnce = async (pool: EnvironmentPool, { onProblem }: WarmUpSchedule) => {
+  const run = await pool.invoke(scheduledEvent(DEFAULT_LAMBDA)).catch((error: Error) => {
+    onProblem(`warm-up not run: ${error.name}: ${error.message}`);
+    return undefined;
   });
-  const body = (await response.json()) as Record<string, unknown>;
-  return response.headers.get('x-amz-function-error')
-    ? { ok: false, errorType: String(body.errorType), errorMessage: String(body.errorMessage) }
-    : { ok: true, result: body };
+  if (!run || run.outcome.ok) return undefined;
+  const { errorType, errorMessage } = run.outcome;
+  if (run.initFailed) return new InitFailedError(errorType, errorMessage);
+  onProblem(`warm-up failed: ${errorType}: ${errorMessage}`);
+  return undefined;
+};
+
+const startAlwaysRunning = async (
+  spec: LambdaContainerSpec,
+  tail: (text: string) => string,
+): Promise<LambdaContainer> => {
+  const { runner, bundle, env } = spec;
+  if (!runner) throw new TypeError('startLambdaContainer: always-running needs a runner');
+  const container = await startContainer({ runner, bundle, env });
+  return {
+    url: container.url,
+    port: Number(new URL(container.url).port),
+    invoke: (event) => container.invoke(event),
+    pids: () =>
+      container.process.exitCode === null &&
+      container.process.signalCode === null &&
+      container.process.pid !== undefined
+        ? [container.process.pid]
+        : [],
+    output: () => tail(container.output()),
+    environments: () => [],
+    billing: () => NO_BILLING,
+    settledBilling: async () => NO_BILLING,
+    close: () => container.kill('SIGKILL'),
+  };
 };
 
 export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<LambdaContainer> => {
   const tail = (text: string) =>
-    spec.outputTail === undefined ? text : text.slice(-spec.outputTail);
-  if (spec.execution === 'always-running') {
-    const container = await startContainer(spec);
-    return {
-      url: container.url,
-      invoke: (event) => container.invoke(event),
-      pids: () =>
-        container.process.exitCode === null &&
-        container.process.signalCode === null &&
-        container.process.pid !== undefined
-          ? [container.process.pid]
-          : [],
-      output: () => tail(container.output()),
-      billing: () => NO_BILLING,
-      settledBilling: async () => NO_BILLING,
-      close: () => container.kill('SIGKILL'),
-    };
-  }
+    spec.outputTail === undefined ? text : spec.outputTail > 0 ? text.slice(-spec.outputTail) : '';
+  if (spec.execution === 'always-running') return startAlwaysRunning(spec, tail);
+  if (!spec.bootstrap) throw new TypeError('startLambdaContainer: frozen needs a bootstrap');
   const timeoutMs = spec.timeoutMs ?? DEFAULT_LAMBDA.timeoutMs;
   const invocations: Invocation[] = [];
   let output = '';
@@ -136,39 +184,62 @@ export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<L
     env: spec.env,
     maxEnvironments: spec.maxEnvironments ?? 4,
     timeoutMs,
+    ...(spec.freeze === undefined ? {} : { freeze: spec.freeze }),
+    ...(spec.idleShutdownMs === undefined ? {} : { idleShutdownMs: spec.idleShutdownMs }),
     onLog: (line) => {
       output = tail(`${output}${line.endsWith('\n') ? line : `${line}\n`}`);
+      spec.onLog?.(line);
     },
   });
-  let server: Awaited<ReturnType<typeof startLambdaServer>>;
+  let server: LocalLambdaServer;
+  let schedule: NodeJS.Timeout | undefined;
   try {
-    server = await startLambdaServer(
-      async (event) => {
-        const { outcome, durationMs, billedMs } = await pool.invoke(event);
+    const { warmUp } = spec;
+    if (warmUp) {
+      const initFailed = await warmUpOnce(pool, warmUp);
+      if (initFailed) throw initFailed;
+      if (warmUp.everyMs > 0) {
+        schedule = setInterval(() => void warmUpOnce(pool, warmUp), warmUp.everyMs);
+      }
+    }
+    const handler = pool.asHandler({
+      onInvocation: ({ durationMs, billedMs }) => {
         const invocation: Invocation = { durationMs, billedMs };
         invocations.push(invocation);
         // Billing ends when the environment freezes, after the answer when work goes on.
         void billedMs.then((ms) => {
           invocation.billed = ms;
         });
-        if (outcome.ok) return outcome.result;
-        const error = new Error(outcome.errorMessage);
-        error.name = outcome.errorType;
-        throw error;
       },
+    });
+    server = await startLambdaServer(handler, {
+      ...(spec.host === undefined ? {} : { host: spec.host }),
+      ...(spec.port === undefined ? {} : { port: spec.port }),
       // The environment times each invocation from its delivery, as Lambda does: a timer here,
       // started on arrival, would count a cold start's init and answer "Task timed out" for a
-      // broker that answered within its deadline (fresh-clone CI runs failed on it: callers held
-      // to 500 ms before their deadline, in a new environment whose init took longer than that).
-      { settings: { ...DEFAULT_LAMBDA, timeoutMs, timedByEnvironment: true } },
-    );
+      // broker that answered within its deadline (fresh-clone CI runs failed on it: callers
+      // held to 500 ms before their deadline, in a new environment whose init took longer).
+      settings: { ...DEFAULT_LAMBDA, timeoutMs, timedByEnvironment: true },
+      localRoutes: {
+        // Local only (no such route in AWS): which environments exist, and in which state.
+        '/__local/environments': () =>
+          pool.environments().map(({ id, pid, state, stats }) => ({
+            id,
+            pid,
+            state,
+            invocations: stats.invocations,
+          })),
+      },
+    });
   } catch (error) {
+    clearInterval(schedule);
     await pool.close();
     throw error;
   }
-  const { url } = server;
+  const { url, port } = server;
   return {
     url,
+    port,
     invoke: (event) => invokeAt(url, event),
     pids: () =>
       pool
@@ -176,6 +247,7 @@ export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<L
         .filter((e) => e.state !== 'ended' && e.state !== 'shutting-down')
         .map((e) => e.pid),
     output: () => output,
+    environments: (options) => pool.environments(options),
     billing: () =>
       sumOf(
         invocations,
@@ -185,7 +257,9 @@ export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<L
       const counted = invocations.slice(skip);
       return sumOf(counted, await Promise.all(counted.map((i) => i.billedMs)));
     },
+    // The environments first: they may release leases in DynamoDB as they shut down.
     close: async () => {
+      clearInterval(schedule);
       try {
         await pool.close();
       } finally {

@@ -12,13 +12,9 @@
 import { fileURLToPath } from 'node:url';
 import { ensureTable, localDynamoDBClient, startDynalite } from './dynamodb-local.js';
 import { startKmsEmulator } from './kms-emulator.js';
-import {
-  EnvironmentPool,
-  type EnvironmentSnapshot,
-  type PoolInvocation,
-} from './lambda-env/pool.js';
-import { DEFAULT_LAMBDA, scheduledEvent } from './lambda-events.js';
-import { startLambdaServer } from './lambda-server.js';
+import { InitFailedError, startLambdaContainer } from './lambda-container.js';
+import type { EnvironmentSnapshot } from './lambda-env/pool.js';
+import { DEFAULT_LAMBDA } from './lambda-events.js';
 import {
   awsCliExample,
   failureReason,
@@ -37,11 +33,11 @@ const closers: (() => Promise<void>)[] = [];
 const log = (line: string) => process.stdout.write(`${line}\n`);
 
 /** Closes the execution environments: before the rest, since they may release leases in DynamoDB. */
-let closePool: (() => Promise<void>) | undefined;
+let closeContainer: (() => Promise<void>) | undefined;
 
 /** Stops what runs: the environments first, then the servers. */
 const closeAll = async () => {
-  await closePool?.();
+  await closeContainer?.();
   await Promise.allSettled(closers.reverse().map((close) => close()));
 };
 
@@ -138,12 +134,15 @@ if (!env.BROKER_KMS_KEY_ID && !env.AWS_ENDPOINT_URL_KMS) {
   env.BROKER_KMS_KEY_ID = kms.keyArn;
 }
 
-// The environments time each invocation from its delivery, as Lambda does (init and a wait for
-// an environment do not count): the server adds no timer of its own.
-const lambda = { ...DEFAULT_LAMBDA, timeoutMs: settings.timeoutMs, timedByEnvironment: true };
 // The bundle runs in execution environments, each a process of its own with the function's
 // environment only; its configuration is read at each one's init, as at a Lambda cold start.
-const pool = new EnvironmentPool({
+// The shared containers module (as chaos and bench run it) serves them: the HTTP routes, the
+// Invoke API, `/__local/environments` and the warm-up schedule. Its first warm-up runs before
+// anything listens: it starts the first environment, whose init is where a configuration error
+// shows. Like a Lambda cold start, that error names the variable, the connection and the
+// field: that line alone, not the bundle's stack.
+const container = await startLambdaContainer({
+  execution: 'frozen',
   bundle: fileURLToPath(new URL('../broker/index.mjs', import.meta.url)),
   bootstrap: fileURLToPath(new URL('./lambda-env/bootstrap.mjs', import.meta.url)),
   env: functionEnvironment(env),
@@ -151,60 +150,24 @@ const pool = new EnvironmentPool({
   maxEnvironments: settings.maxEnvironments,
   idleShutdownMs: settings.idleShutdownSeconds * 1000,
   freeze: settings.freeze,
-  functionName: lambda.functionName,
-  accountId: lambda.accountId,
-  onLog: (line) => log(line),
-});
-closePool = () => pool.close();
-
-/** Runs the schedule's event; `undefined` when the pool could not run it (closed, throttled). */
-const warmUp = () =>
-  pool.invoke(scheduledEvent(lambda)).catch((error: Error) => {
-    log(`warm-up not run: ${error.name}: ${error.message}`);
-    return undefined;
-  });
-const reportWarmUp = (run: PoolInvocation | undefined) => {
-  if (run && !run.outcome.ok) {
-    log(`warm-up failed: ${run.outcome.errorType}: ${run.outcome.errorMessage}`);
-  }
-};
-
-// The first invocation, before anything listens: it starts the first environment, whose init
-// is where a configuration error shows. Like a Lambda cold start, that error names the
-// variable, the connection and the field: that line alone, not the bundle's stack.
-const first = await warmUp();
-if (first?.initFailed) {
-  const { errorType, errorMessage } = first.outcome as { errorType: string; errorMessage: string };
-  // The platform's own types say where init failed; the broker's (ConfigError) need no prefix.
-  const where = /^(Runtime|Sandbox|Extension)\./.test(errorType) ? `${errorType}: ` : '';
-  await fail(`The broker did not start: ${where}${errorMessage}`);
-}
-reportWarmUp(first);
-
-const server = await startLambdaServer(pool.asHandler(), {
   host: settings.host,
   port: settings.port,
-  settings: lambda,
-  localRoutes: {
-    // Local only (no such route in AWS): which environments exist, and in which state.
-    '/__local/environments': () =>
-      pool.environments().map(({ id, pid, state, stats }) => ({
-        id,
-        pid,
-        state,
-        invocations: stats.invocations,
-      })),
-  },
-}).catch((error: NodeJS.ErrnoException) =>
-  fail(listenFailure(settings.host, settings.port, error)),
-);
-closers.push(server.close);
-
-const schedule =
-  settings.scheduleSeconds > 0
-    ? setInterval(async () => reportWarmUp(await warmUp()), settings.scheduleSeconds * 1000)
-    : undefined;
-
+  outputTail: 0,
+  onLog: log,
+  warmUp: { everyMs: settings.scheduleSeconds * 1000, onProblem: log },
+}).catch((error: NodeJS.ErrnoException) => {
+  // A system error is the server's (the port taken, the host unknown); else, as below.
+  if (error.code) return fail(listenFailure(settings.host, settings.port, error));
+  if (!(error instanceof InitFailedError)) {
+    return fail(`The local runtime stopped: ${failureReason(error)}`);
+  }
+  // The platform's own types say where init failed; the broker's (ConfigError) need no prefix.
+  const where = /^(Runtime|Sandbox|Extension)\./.test(error.errorType)
+    ? `${error.errorType}: `
+    : '';
+  return fail(`The broker did not start: ${where}${error.message}`);
+});
+closeContainer = () => container.close();
 const connections = JSON.parse(env.BROKER_CONNECTIONS ?? '{}') as Record<
   string,
   { baseUrl?: unknown }
@@ -216,21 +179,22 @@ log(`Secrets Manager      ${env.AWS_ENDPOINT_URL_SECRETS_MANAGER}`);
 log(
   `KMS                  ${env.AWS_ENDPOINT_URL_KMS ?? 'AWS'}  (tokens encrypted with ${env.BROKER_KMS_KEY_ID})`,
 );
-log(`Token broker         ${server.url}  (connections: ${names.join(', ')})`);
+log(`Token broker         ${container.url}  (connections: ${names.join(', ')})`);
 log(
   `Lambda environments  up to ${settings.maxEnvironments}, ${settings.freeze ? 'frozen (SIGSTOP) between invocations' : 'not frozen (BROKER_LOCAL_FREEZE=false)'}; each ends after ${settings.idleShutdownSeconds}s idle`,
 );
-const warning = networkWarning(settings.host, server.port);
+const warning = networkWarning(settings.host, container.port);
 if (warning) log(`\n${warning}`);
 if (!simulated) log(`\n${upstreamNotice(upstreams)}`);
 log('');
-log(`  curl -s ${server.url}/tokens/${names[0]}`);
+log(`  curl -s ${container.url}/tokens/${names[0]}`);
 log(
-  `  curl -s -X POST ${server.url}/2015-03-31/functions/${lambda.functionName}/invocations -d '{"action":"getToken","connection":"${names[0]}"}'`,
+  `  curl -s -X POST ${container.url}/2015-03-31/functions/${DEFAULT_LAMBDA.functionName}/invocations -d '{"action":"getToken","connection":"${names[0]}"}'`,
 );
-log(`  curl -s ${server.url}/health`);
-log(`  curl -s ${server.url}/__local/environments    # local only: the execution environments`);
-for (const line of awsCliExample(server.url, lambda.functionName, String(names[0]))) log(line);
+log(`  curl -s ${container.url}/health`);
+log(`  curl -s ${container.url}/__local/environments    # local only: the execution environments`);
+for (const line of awsCliExample(container.url, DEFAULT_LAMBDA.functionName, String(names[0])))
+  log(line);
 log('');
 log(
   settings.scheduleSeconds > 0
@@ -254,12 +218,11 @@ let stopping = false;
 const stop = async (signal: NodeJS.Signals) => {
   if (stopping) return;
   stopping = true;
-  log(`${signal}: stopping; port ${server.port} is free once this exits.`);
-  if (schedule) clearInterval(schedule);
+  log(`${signal}: stopping; port ${container.port} is free once this exits.`);
   // The environments get SIGTERM, as at a Lambda shutdown: the broker releases its leases.
-  const live = new Set(pool.environments().map(({ id }) => id));
+  const live = new Set(container.environments().map(({ id }) => id));
   await closeAll();
-  const ended = pool.environments({ ended: true }).filter(({ id }) => live.has(id));
+  const ended = container.environments({ ended: true }).filter(({ id }) => live.has(id));
   if (ended.length > 0) {
     log(`Lambda environments shut down: ${ended.map(describeShutdown).join('; ')}`);
   }

@@ -38,7 +38,7 @@ import { issueWith } from '../lib/broker/issuance/issue-flow.js';
 import { Deadline, systemClock } from '../lib/clock.js';
 import { ErrorCode } from '../lib/errors.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
-import { type Container, startContainer } from '../local/fleet.js';
+import { type LambdaContainer, startLambdaContainer } from '../local/lambda-container.js';
 import { createContext } from '../local/lambda-events.js';
 import { type Stack, startStack } from '../local/stack.js';
 import { type Build, sharedBuild } from './support/build.js';
@@ -49,7 +49,7 @@ const credentials = { accessKeyId: 'local', secretAccessKey: 'local' };
 
 let build: Build;
 let stack: Stack;
-let broker: Container;
+let broker: LambdaContainer;
 let fetches = 0;
 let lastAuthorization = '';
 
@@ -87,19 +87,24 @@ const ping = (token: string) =>
 beforeAll(async () => {
   build = sharedBuild();
   stack = await startStack({}, ['sandbox', 'legacy'], { encrypt: true });
-  broker = await startContainer({
-    runner: build.container,
+  broker = await startLambdaContainer({
+    execution: 'frozen',
     bundle: build.bundle,
+    bootstrap: build.bootstrap,
     // A re-check of a minute: the reuse time the broker grants is up to a minute, so that the
     // cache tests below never land in the last milliseconds of one (client-cache.test.ts
     // covers the reuse time itself, on fake timers).
     // A minute's re-check needs a countdown of a minute: a function timeout of 90 s holds it
     // (the broker refuses, at its first invocation, a timeout that cannot; issue 24).
-    env: { ...stack.env, BROKER_MEMORY_RECHECK_SECONDS: '60', BROKER_LOCAL_TIMEOUT_MS: '90000' },
+    env: { ...stack.env, BROKER_MEMORY_RECHECK_SECONDS: '60' },
+    timeoutMs: 90_000,
+    // One environment, one memory cache: the tests below revoke a token behind the broker's back
+    // and expect the next answer to be the broker's re-issue, not another environment's copy.
+    maxEnvironments: 1,
   });
 }, 60_000);
 afterAll(async () => {
-  await broker.kill();
+  await broker.close();
   await stack.close();
 });
 

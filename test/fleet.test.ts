@@ -1,14 +1,16 @@
 /**
- * Fleet behaviour with real processes: several containers, each a Node process running the
- * built bundle, sharing dynalite, the loopback Secrets Manager and the simulator (which revokes
- * a client's earlier tokens whenever it issues a new one).
+ * Fleet behaviour with real processes: several containers, each the built bundle in one frozen
+ * execution environment (local/lambda-container.ts, as npm start, chaos and bench run it),
+ * sharing dynalite, the loopback Secrets Manager and the simulator (which revokes a client's
+ * earlier tokens whenever it issues a new one).
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { issueWith } from '../lib/broker/issuance/issue-flow.js';
 import { Deadline, systemClock } from '../lib/clock.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
 import { ensureTable, localDynamoDBClient } from '../local/dynamodb-local.js';
-import { type Container, startContainer, tokenOf } from '../local/fleet.js';
+import { tokenOf } from '../local/fleet.js';
+import { type LambdaContainer, startLambdaContainer } from '../local/lambda-container.js';
 import { type Stack, startStack } from '../local/stack.js';
 import { type Build, sharedBuild } from './support/build.js';
 import { connection } from './support/fakes.js';
@@ -20,14 +22,17 @@ beforeAll(() => {
 
 describe('Fleet of container processes', () => {
   let stack: Stack;
-  let containers: Container[] = [];
+  let containers: LambdaContainer[] = [];
+  // A container is a function's concurrency of one: one environment, one memory cache.
   const start = async (count: number, extra: Record<string, string> = {}) => {
     const started = await Promise.all(
       Array.from({ length: count }, () =>
-        startContainer({
-          runner: build.container,
+        startLambdaContainer({
+          execution: 'frozen',
           bundle: build.bundle,
+          bootstrap: build.bootstrap,
           env: { ...stack.env, BROKER_MEMORY_RECHECK_SECONDS: '1', ...extra },
+          maxEnvironments: 1,
         }),
       ),
     );
@@ -40,7 +45,7 @@ describe('Fleet of container processes', () => {
     stack = await startStack({ latencyMs: 50 });
   });
   afterEach(async () => {
-    await Promise.all(containers.map((c) => c.kill('SIGKILL')));
+    await Promise.all(containers.map((c) => c.close()));
     containers = [];
   });
   afterAll(() => stack.close());
@@ -151,7 +156,7 @@ describe('Fleet of container processes', () => {
     while (stack.simulator.requests().length === requestsBefore) {
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
-    await dying.kill('SIGKILL');
+    for (const pid of dying.pids()) process.kill(pid, 'SIGKILL');
     await pending;
     const outcome = await survivor.invoke({ action: 'getToken', connection: 'legacy' });
     const token = tokenOf(outcome);

@@ -4,10 +4,13 @@
  * counter function of test/support/lambda-env/.
  */
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   type Execution,
+  InitFailedError,
   type LambdaContainer,
+  type LambdaContainerSpec,
   startLambdaContainer,
 } from '../local/lambda-container.js';
 import { root, sharedBuild } from './support/build.js';
@@ -18,7 +21,12 @@ afterEach(async () => {
   await Promise.all(containers.splice(0).map((c) => c.close()));
 });
 
-const start = async (execution: Execution, env: Record<string, string> = {}, timeoutMs = 5_000) => {
+const start = async (
+  execution: Execution,
+  env: Record<string, string> = {},
+  timeoutMs = 5_000,
+  more: Partial<LambdaContainerSpec> = {},
+) => {
   const build = sharedBuild();
   const container = await startLambdaContainer({
     execution,
@@ -27,9 +35,18 @@ const start = async (execution: Execution, env: Record<string, string> = {}, tim
     bootstrap: build.bootstrap,
     env,
     timeoutMs,
+    ...more,
   });
   containers.push(container);
   return container;
+};
+
+const until = async (check: () => boolean, what: string) => {
+  for (let i = 0; i < 100; i += 1) {
+    if (check()) return;
+    await sleep(50);
+  }
+  throw new Error(`still not true after 5 s: ${what}`);
 };
 
 const alive = (pid: number) => {
@@ -71,6 +88,65 @@ describe('Function: startLambdaContainer, frozen', () => {
 
     // Assess
     expect(outcome.ok).toBe(true);
+  });
+
+  it("gives the function the request ID its caller gets (x-amzn-requestid), as npm start's Invoke API does", async () => {
+    // Prepare
+    const container = await start('frozen');
+
+    // Act
+    const response = await fetch(`${container.url}/2015-03-31/functions/token-broker/invocations`, {
+      method: 'POST',
+      body: '{}',
+    });
+
+    // Assess: one request ID, the caller's and the function's context's.
+    const { requestId } = (await response.json()) as { requestId: string };
+    expect(requestId).toBe(response.headers.get('x-amzn-requestid'));
+  });
+
+  it("runs npm start's warm-up schedule: once before it listens, then at its interval; lists its environments under /__local/", async () => {
+    // Prepare
+    const problems: string[] = [];
+    const container = await start('frozen', {}, 5_000, {
+      warmUp: { everyMs: 200, onProblem: (line) => problems.push(line) },
+    });
+
+    // Act: the first warm-up ran before the start resolved; wait for a scheduled one.
+    const [first] = container.environments();
+    await until(
+      () => (container.environments()[0]?.stats.invocations ?? 0) >= 2,
+      'a scheduled warm-up',
+    );
+    const listed = (await (await fetch(`${container.url}/__local/environments`)).json()) as {
+      id: string;
+      pid: number;
+    }[];
+
+    // Assess
+    expect(first?.stats.invocations).toBe(1);
+    expect(problems).toEqual([]);
+    expect(listed).toEqual([expect.objectContaining({ id: first?.id, pid: first?.pid })]);
+  });
+
+  it("rejects the start when the first warm-up's init fails, with the init error as Lambda reports it", async () => {
+    const build = sharedBuild();
+    const started = startLambdaContainer({
+      execution: 'frozen',
+      bundle: join(root, 'test/support/lambda-env/broken.mjs'),
+      bootstrap: build.bootstrap,
+      env: {},
+      warmUp: { everyMs: 0, onProblem: () => undefined },
+    });
+    const error = await started.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(InitFailedError);
+    expect(error).toMatchObject({
+      errorType: 'ConfigurationError',
+      message: 'BROKER_CONNECTIONS is missing',
+    });
   });
 
   it('close ends its environments', async () => {

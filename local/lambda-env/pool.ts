@@ -230,11 +230,18 @@ export class EnvironmentPool {
 
   /**
    * The pool as a handler: the result, or a thrown Error whose `name` is the errorType. The
-   * function sees the caller's `context.awsRequestId` as its own.
+   * function sees the caller's `context.awsRequestId` as its own. `onInvocation` sees each
+   * invocation the pool ran (its durations, say) before its answer goes back.
    */
-  asHandler(): LambdaHandler {
+  asHandler({
+    onInvocation,
+  }: {
+    onInvocation?: (invocation: PoolInvocation) => void;
+  } = {}): LambdaHandler {
     return async (event, context) => {
-      const { outcome } = await this.invoke(event, { requestId: context?.awsRequestId });
+      const invocation = await this.invoke(event, { requestId: context?.awsRequestId });
+      onInvocation?.(invocation);
+      const { outcome } = invocation;
       // The runtime writes its lines before it posts its answer, but the two reach this process
       // on two descriptors (a pipe, a socket) read in the same turn in either order: one more
       // turn lets lines already written reach `onLog` in this invocation's context.
