@@ -65,8 +65,7 @@ const isRefusedInFront = (error: unknown): boolean =>
  * every region reads one connections configuration and one table, so another would say the
  * same, and the client does not ask it.
  */
-export const cannotAnswer = (error: unknown): boolean =>
-  isOutage(error) || isRefusedInFront(error);
+export const cannotAnswer = (error: unknown): boolean => isOutage(error) || isRefusedInFront(error);
 
 /** A breaker's verdict for one call: go (closed), go as the one trial (half-open), or skip. */
 export type Pass = 'closed' | 'trial' | 'forced';
@@ -194,21 +193,30 @@ export const createFailover = (
 ): Failover => {
   const breakers = brokers.map(() => new Breaker(options, clock));
 
-  /** One attempt at `broker`, cut at `limitMs`; what fails comes out as a TokenBrokerError. */
+  /**
+   * One attempt at `broker`, cut once `share()` ms have gone since it started (read again when
+   * they have: a caller that joined the request meanwhile may have brought a later deadline).
+   * What fails comes out as a TokenBrokerError.
+   */
   const attempt = async (
     broker: Broker,
     operation: Operation,
     outer: AbortSignal,
-    limitMs: number,
+    share: () => number,
   ): Promise<unknown> => {
     const controller = new AbortController();
-    const timer = setTimeout(
-      () =>
+    const start = clock();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const arm = () => {
+      const wait = start + share() - clock();
+      if (wait > 0) timer = setTimeout(arm, wait);
+      else {
         controller.abort(
-          new DOMException(`No answer within ${Math.round(limitMs)} ms`, 'TimeoutError'),
-        ),
-      limitMs,
-    );
+          new DOMException(`No answer within ${Math.round(clock() - start)} ms`, 'TimeoutError'),
+        );
+      }
+    };
+    arm();
     const onAbort = () => controller.abort(outer.reason);
     outer.addEventListener('abort', onAbort, { once: true });
     try {
@@ -222,7 +230,7 @@ export const createFailover = (
       if (error instanceof TokenBrokerError && !(error instanceof TransportError)) throw error;
       if (controller.signal.aborted) {
         throw new TransportError(
-          `The broker ${broker.label} did not answer within ${Math.round(limitMs)} ms, its share of the call's time`,
+          `The broker ${broker.label} did not answer within ${Math.round(clock() - start)} ms, its share of the call's time`,
           ClientErrorCode.TIMEOUT,
           { cause: controller.signal.reason },
         );
@@ -250,15 +258,15 @@ export const createFailover = (
         const pass = forced ? 'forced' : breaker.acquire();
         if (pass === undefined) continue;
         // This one and every later one that may be asked share what is left, equally.
-        const left =
-          1 + breakers.slice(i + 1).filter((next) => forced || next.available()).length;
-        const limitMs = (deadline() - clock()) / left;
-        if (!(limitMs > 0) || signal.aborted) {
+        const left = 1 + breakers.slice(i + 1).filter((next) => forced || next.available()).length;
+        const start = clock();
+        const share = () => (deadline() - start) / left;
+        if (!(share() > 0) || signal.aborted) {
           breaker.released(pass);
           break;
         }
         try {
-          const answer = await attempt(broker, operation, signal, limitMs);
+          const answer = await attempt(broker, operation, signal, share);
           breaker.succeeded();
           return answer;
         } catch (error) {
@@ -284,10 +292,7 @@ export const createFailover = (
       throw (
         refused ??
         last ??
-        new TransportError(
-          'No time was left to ask a broker',
-          ClientErrorCode.TIMEOUT,
-        )
+        new TransportError('No time was left to ask a broker', ClientErrorCode.TIMEOUT)
       );
     },
   };

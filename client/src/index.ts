@@ -763,21 +763,13 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     signal: AbortSignal,
     deadline: number,
   ): Promise<AccessToken> => {
-    const first = await join(
-      shared(connection, minValidity, signal, deadline),
-      signal,
-      deadline,
-    );
+    const first = await join(shared(connection, minValidity, signal, deadline), signal, deadline);
     const entry = reportOf(connection, first);
     if (!entry) return first;
     if (entry.deferredUntil > monotonic()) throw stillReported(connection, first, entry);
     // A caller that gave up meanwhile starts nothing (its call has failed already).
     if (signal.aborted) throw signal.reason;
-    const second = await join(
-      shared(connection, minValidity, signal, deadline),
-      signal,
-      deadline,
-    );
+    const second = await join(shared(connection, minValidity, signal, deadline), signal, deadline);
     const again = reportOf(connection, second);
     if (again) throw stillReported(connection, second, again);
     return second;
