@@ -469,7 +469,7 @@ const emitFailoverWarning = (message: string) =>
 
 /** What a broker is called in messages: its ARN or name, its URL, or its place in the list. */
 const labelOf = (target: TransportOptions | Transport, index: number): string => {
-  if (isTransport(target)) return `#${index + 1}`;
+  if (isTransport(target)) return target.label ?? `#${index + 1}`;
   if (target?.type === 'http') return target.url;
   if (target?.type === 'lambda') {
     return target.endpoint ? `${target.functionName} at ${target.endpoint}` : target.functionName;

@@ -30,6 +30,8 @@ export interface SendOptions {
 /** A way to reach the broker. Failures must be {@link TokenBrokerError}s. */
 export interface Transport {
   send(operation: Operation, options: SendOptions): Promise<unknown>;
+  /** What messages call this broker (a failover warning); default its place in the list. */
+  readonly label?: string;
 }
 
 export interface LambdaTransportOptions {
