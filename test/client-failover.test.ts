@@ -105,6 +105,22 @@ describe('Client failover: asks the next broker when one cannot answer (issue 26
     expect(warnings[0]).toContain('fetch failed');
   });
 
+  it('names a broker in its warning by its label, its URL or its ARN, never with a token', async () => {
+    const labelled = scripted();
+    const warnings: string[] = [];
+    const client = createTokenClient({
+      brokers: [{ ...labelled.transport, label: 'eu-west-1' }, scripted().transport],
+      onWarning: (message) => warnings.push(message),
+    });
+    const call = client.getToken('sandbox').then(() => undefined, caught);
+    await flush();
+    labelled.sent[0]?.fail(down());
+    await flush();
+    expect(warnings[0]).toMatch(/^The token broker eu-west-1 cannot answer/);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(await call).toMatchObject({ code: 'TIMEOUT' });
+  });
+
   it('fails over on the broker’s 5xx, AWS’s 5xx, 429, IAM denial or missing function, a timeout and a failing transport', async () => {
     const failures: unknown[] = [
       new StoreUnavailableError('isolated region', 'STORE_UNAVAILABLE', { status: 503 }),
