@@ -15,6 +15,7 @@ const UNIT = [
   'test/model/**/*.test.ts',
   'test/architecture/**/*.test.ts',
   'test/client-cache.test.ts',
+  'test/client-failover.test.ts',
   'test/stage-check.test.ts',
   'test/bench-costs.test.ts',
   'test/chaos.test.ts',

@@ -661,6 +661,61 @@ describe('Client behaviour', () => {
   });
 });
 
+describe('Client failover over real HTTP (issue 26)', () => {
+  it('fails over from a port that refuses and a broker that answers 503 to the local broker, then skips the two', async () => {
+    // 127.0.0.1:9 (discard) refuses; the recording server answers as an isolated region would.
+    const isolated = await recordingServer(() => ({
+      status: 503,
+      headers: { 'content-type': 'application/json', 'retry-after': '1' },
+      body: JSON.stringify({ error: { code: 'STORE_UNAVAILABLE', message: 'isolated' } }),
+    }));
+    const warnings: string[] = [];
+    try {
+      const client = createTokenClient({
+        brokers: ['http://127.0.0.1:9', isolated.url, broker.url].map((url) => ({
+          type: 'http' as const,
+          url,
+          region: 'us-east-1',
+          credentials,
+        })),
+        onWarning: (message) => warnings.push(message),
+      });
+      const token = await client.getToken('sandbox');
+      expect((await ping(token.accessToken)).status).toBe(200);
+      expect(isolated.received).toHaveLength(1);
+      expect(warnings).toHaveLength(2);
+      expect(warnings[0]).toContain('http://127.0.0.1:9 cannot answer');
+      expect(warnings[1]).toContain(`${isolated.url} cannot answer (isolated)`);
+      // Both are skipped for 5 s: the next calls go straight to the local broker.
+      await client.status();
+      await client.getToken('sandbox', { forceRefresh: true });
+      expect(isolated.received).toHaveLength(1);
+    } finally {
+      await isolated.close();
+    }
+  });
+
+  it('a broker that hangs costs its share of the call’s time, not all of it', async () => {
+    const silent = await silentServer();
+    try {
+      const client = createTokenClient({
+        brokers: [silent.url, broker.url].map((url) => ({
+          type: 'http' as const,
+          url,
+          region: 'us-east-1',
+          credentials,
+        })),
+        onWarning: () => undefined,
+        timeoutMs: 3_000,
+      });
+      const token = await client.getToken('sandbox');
+      expect((await ping(token.accessToken)).status).toBe(200);
+    } finally {
+      await silent.close();
+    }
+  });
+});
+
 describe('Middy middleware: @open-api-token-broker/client/middy', () => {
   type Event = { orderId: string };
   const lambdaContext = () =>
@@ -788,6 +843,25 @@ describe('CLI: token-broker', () => {
     expect(longToken.code).toBe(2);
     expect(longToken.stderr).toContain('"accessToken"');
     expect(longToken.stderr).not.toContain('xxxx');
+  });
+
+  it('takes several brokers, repeated or as a comma list, and fails over to the one that answers', async () => {
+    const repeated = await cli('status', '--url', 'http://127.0.0.1:9', '--url', broker.url);
+    expect(repeated.code).toBe(0);
+    expect(repeated.stdout).toContain('sandbox (v3)');
+    expect(repeated.stderr).toContain('http://127.0.0.1:9 cannot answer');
+    const listed = await cli('token', 'sandbox', '--json', {
+      TOKEN_BROKER_URL: `http://127.0.0.1:9,${broker.url}`,
+    });
+    expect(listed.code).toBe(0);
+    expect(JSON.parse(listed.stdout).connection).toBe('sandbox');
+    // Every broker down: the broker could not be reached, exit 3.
+    const none = await cli('status', '--url', 'http://127.0.0.1:9,http://127.0.0.1:7');
+    expect(none.code).toBe(3);
+    // Several bare names would all go to one region.
+    const bare = await cli('status', '--function', 'a', '--function', 'b');
+    expect(bare.code).toBe(2);
+    expect(bare.stderr).toContain('function ARNs');
   });
 
   it('ready exits 0 and says each connection is ready', async () => {

@@ -5,6 +5,7 @@
  */
 import { text } from 'node:stream/consumers';
 import { parseArgs } from 'node:util';
+import { arnRegion } from './failover.js';
 import {
   BadRequestError,
   ClientConfigError,
@@ -14,7 +15,12 @@ import {
   type TokenClient,
   TransportError,
 } from './index.js';
-import { createTransport, type TransportOptions } from './transports.js';
+import {
+  createTransport,
+  type Operation,
+  type SendOptions,
+  type TransportOptions,
+} from './transports.js';
 
 const HELP = `token-broker <command> [options]
 
@@ -34,6 +40,10 @@ Commands:
 Target (one of; or TOKEN_BROKER_FUNCTION / TOKEN_BROKER_URL):
   --function <name|arn>           direct Lambda invoke
   --url <function url>            HTTP, signed with SigV4
+  Several brokers (one per region, your own first): repeat the option or give a comma list,
+  of function ARNs (each invoked in its own region) or of URLs. Each command asks the first
+  and fails over to the next when one cannot answer (down, 5xx, throttled, or AWS refused in
+  front of it); the call's time is shared among them.
 
 Options:
   --region <region>               AWS region (default: AWS_REGION or your profile's)
@@ -55,6 +65,7 @@ time, or AWS answered in its place (an IAM denial, throttling, a gateway error).
 Examples:
   token-broker status --function token-broker-prod-broker
   token-broker token sandbox --endpoint http://127.0.0.1:3000 --function token-broker --json
+  token-broker status --function arn:aws:lambda:eu-west-1:123456789012:function:token-broker-prod-broker,arn:aws:lambda:eu-central-1:123456789012:function:token-broker-prod-broker
   printf %s "$TOKEN" | token-broker invalidate production --token - --url https://abc.lambda-url.eu-west-1.on.aws
 `;
 
@@ -73,8 +84,8 @@ const parse = (argv: string[]) => {
     allowPositionals: true,
     strict: true,
     options: {
-      function: { type: 'string' },
-      url: { type: 'string' },
+      function: { type: 'string', multiple: true },
+      url: { type: 'string', multiple: true },
       region: { type: 'string' },
       profile: { type: 'string' },
       endpoint: { type: 'string' },
@@ -174,36 +185,72 @@ const checkUrl = (value: string | undefined, option: string) => {
 
 const warnOnStderr = (message: string) => process.stderr.write(`Note: ${message}\n`);
 
+/** A repeated option or a comma list (its variable's too): every value, in order. */
+const listOf = (values: readonly string[] | undefined, variable: string | undefined) => {
+  const given = values ?? (variable === undefined ? undefined : [variable]);
+  const list = given
+    ?.flatMap((value) => value.split(','))
+    .map((value) => value.trim())
+    .filter(Boolean);
+  return list && list.length > 0 ? list : undefined;
+};
+
 const clientFor = (values: Values): TokenClient => {
   if (values.profile) process.env.AWS_PROFILE = values.profile;
-  const functionName = values.function ?? process.env.TOKEN_BROKER_FUNCTION;
-  const url = values.url ?? process.env.TOKEN_BROKER_URL;
-  if (functionName && url) throw new UsageError('Give --function or --url, not both');
-  if (url && values.endpoint !== undefined) {
+  const functions = listOf(values.function, process.env.TOKEN_BROKER_FUNCTION);
+  const urls = listOf(values.url, process.env.TOKEN_BROKER_URL);
+  if (functions && urls) throw new UsageError('Give --function or --url, not both');
+  if (urls && values.endpoint !== undefined) {
     throw new UsageError('--endpoint applies to --function (direct invoke), not to --url');
   }
-  checkUrl(url, '--url (or TOKEN_BROKER_URL)');
+  for (const url of urls ?? []) checkUrl(url, '--url (or TOKEN_BROKER_URL)');
   checkUrl(values.endpoint, '--endpoint');
-  const client = (options: TransportOptions) => {
+  if (functions && functions.length > 1) {
+    const bare = functions.find((name) => arnRegion(name) === undefined);
+    if (bare !== undefined && values.endpoint === undefined) {
+      throw new UsageError(
+        `Several brokers need function ARNs (each names its region), got '${bare}'`,
+      );
+    }
+  }
+  // `sent`: a request left, so a refusal after it is the broker's, not a usage error.
+  const counted = (options: TransportOptions) => {
     const transport = createTransport(options, { warn: warnOnStderr });
-    return createTokenClient({
-      transport: {
-        send: (operation, sendOptions) => {
-          sent = true;
-          return transport.send(operation, sendOptions);
-        },
+    return {
+      label: options.type === 'http' ? options.url : options.functionName,
+      send: (operation: Operation, sendOptions: SendOptions) => {
+        sent = true;
+        return transport.send(operation, sendOptions);
       },
-    });
+    };
   };
-  if (url)
-    return client({ type: 'http', url, ...(values.region ? { region: values.region } : {}) });
-  if (functionName) {
-    return client({
-      type: 'lambda',
-      functionName,
-      ...(values.region ? { region: values.region } : {}),
-      ...(values.endpoint ? { endpoint: values.endpoint } : {}),
+  const client = (targets: TransportOptions[]) =>
+    createTokenClient({
+      ...(targets.length === 1
+        ? { transport: counted(targets[0] as TransportOptions) }
+        : { brokers: targets.map(counted), onWarning: warnOnStderr }),
     });
+  if (urls) {
+    return client(
+      urls.map((url) => ({
+        type: 'http',
+        url,
+        ...(values.region ? { region: values.region } : {}),
+      })),
+    );
+  }
+  if (functions) {
+    return client(
+      functions.map((functionName) => ({
+        type: 'lambda',
+        functionName,
+        // A function ARN is invoked in its own region; --region is for the others.
+        ...(values.region && (functions.length === 1 || !arnRegion(functionName))
+          ? { region: values.region }
+          : {}),
+        ...(values.endpoint ? { endpoint: values.endpoint } : {}),
+      })),
+    );
   }
   throw new UsageError(
     'Say which broker: --function <name>, --url <function url>, or TOKEN_BROKER_FUNCTION / TOKEN_BROKER_URL',

@@ -16,13 +16,21 @@
 import { createHash } from 'node:crypto';
 import {
   BadRequestError,
-  BrokerErrorCode,
   ClientConfigError,
   ClientErrorCode,
   TokenBrokerError,
   TokenReportedError,
   TransportError,
 } from './errors.js';
+import {
+  arnRegion,
+  type Broker,
+  createFailover,
+  DEFAULT_FAILOVER,
+  type FailoverOptions,
+  isOutage,
+  untilAborted,
+} from './failover.js';
 import {
   createTransport,
   type Operation,
@@ -31,6 +39,7 @@ import {
 } from './transports.js';
 
 export * from './errors.js';
+export type { FailoverOptions } from './failover.js';
 export type {
   HttpTransportOptions,
   LambdaTransportOptions,
@@ -70,9 +79,24 @@ export interface AccessToken {
   readonly stale?: true;
 }
 
+/**
+ * One broker of a list: its function ARN (direct invoke in the ARN's region) or its Function
+ * URL (HTTP signed with SigV4, in the URL's region), or a transport's options or a transport.
+ */
+export type BrokerTarget = string | TransportOptions | Transport;
+
 export interface TokenClientOptions {
-  /** Direct Lambda invoke, or HTTP to the Function URL signed with SigV4. */
-  readonly transport: TransportOptions | Transport;
+  /** One broker: direct Lambda invoke, or HTTP to the Function URL signed with SigV4. */
+  readonly transport?: TransportOptions | Transport;
+  /**
+   * Several brokers of one deployment, in regions that share its table, in order of preference
+   * (your own region first), instead of `transport`. Each call asks the first that may answer
+   * and fails over to the next when one cannot (see `failover`); the last token is used stale
+   * only once none could answer.
+   */
+  readonly brokers?: readonly BrokerTarget[];
+  /** How long a broker that could not answer is skipped (with `brokers`); see FailoverOptions. */
+  readonly failover?: FailoverOptions;
   /**
    * A cached token is reused for as long as the broker said it may be (`maxAgeMs`, a few
    * seconds), and never closer than this many seconds to its expiry; default 60. The broker's
@@ -258,27 +282,6 @@ const maxAgeOf = (value: unknown): number =>
 const staleIfErrorOf = (value: unknown): number =>
   typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
 
-/** The broker's own answers that say it failed on its side (5xx): it can say nothing now. */
-const BROKER_FAILURES = new Set<string>([
-  BrokerErrorCode.INTERNAL_ERROR,
-  BrokerErrorCode.STORE_UNAVAILABLE,
-  BrokerErrorCode.UPSTREAM_UNAVAILABLE,
-]);
-
-/**
- * Whether `error` means the broker could not be reached or could not answer: a transport
- * failure (the network, a timeout, AWS's 5xx or 429 in front of the broker, an answer outside
- * its protocol), or the broker's own 5xx. Not a caller's abort, an IAM denial (403) or a
- * redirect, nor any other answer of the broker (a 4xx says something about this request).
- */
-const isOutage = (error: unknown): boolean => {
-  if (error instanceof TransportError) {
-    if (error.code === ClientErrorCode.ABORTED) return false;
-    return error.status === undefined || error.status >= 500 || error.status === 429;
-  }
-  return error instanceof TokenBrokerError && BROKER_FAILURES.has(error.code);
-};
-
 const toAccessToken = (body: unknown): AccessToken => {
   const value = body as {
     connection?: unknown;
@@ -352,7 +355,16 @@ const checkTimeout = (timeoutMs: unknown, what: string) => {
 
 // The keys each options object takes: from plain JavaScript, a typo (`minvalidity`) must be
 // refused, not silently change what the call does.
-const CLIENT_OPTIONS = new Set(['transport', 'marginSeconds', 'timeoutMs', 'onWarning', 'now']);
+const CLIENT_OPTIONS = new Set([
+  'transport',
+  'brokers',
+  'failover',
+  'marginSeconds',
+  'timeoutMs',
+  'onWarning',
+  'now',
+]);
+const FAILOVER_OPTIONS = new Set(['openMs', 'maxOpenMs']);
 const CALL_OPTIONS = new Set(['signal', 'timeoutMs']);
 const TOKEN_OPTIONS = new Set([...CALL_OPTIONS, 'minValidity', 'forceRefresh']);
 const WITH_TOKEN_OPTIONS = new Set([...TOKEN_OPTIONS, 'isRejected']);
@@ -369,20 +381,6 @@ const checkOptions = (options: unknown, allowed: ReadonlySet<string>, method: st
   if (key !== undefined) {
     throw new BadRequestError(`${method}: unknown option "${key}"`, 'BAD_REQUEST');
   }
-};
-
-/** Settles with `promise`, or rejects as soon as `signal` fires. */
-const untilAborted = <T>(promise: Promise<T>, signal: AbortSignal): Promise<T> => {
-  if (signal.aborted) {
-    // Nobody waits for `promise` any more: its later failure must not be an unhandled rejection.
-    promise.catch(() => undefined);
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
 };
 
 /** A signal that has already fired ends the call before anything starts (nothing is sent). */
@@ -423,6 +421,8 @@ interface Flight {
   /** The connection's report count when it was sent: an older one may answer a reported token. */
   readonly epoch: number;
   readonly promise: Promise<AccessToken>;
+  /** When each caller waiting for it gives up (monotonic): failover shares the latest. */
+  readonly deadlines: Map<AbortSignal, number>;
   waiting: number;
   readonly abandon: () => void;
 }
@@ -463,6 +463,65 @@ const MAX_REPORTED = 64;
 const digestOf = (accessToken: string) =>
   createHash('sha256').update(accessToken).digest('base64url');
 
+/** The default when a broker's breaker opens: each time, as it is once per broker and outage. */
+const emitFailoverWarning = (message: string) =>
+  process.emitWarning(message, { type: 'TokenBrokerWarning', code: 'TOKEN_BROKER_FAILOVER' });
+
+/** What a broker is called in messages: its ARN or name, its URL, or its place in the list. */
+const labelOf = (target: TransportOptions | Transport, index: number): string => {
+  if (isTransport(target)) return target.label ?? `#${index + 1}`;
+  if (target?.type === 'http') return target.url;
+  if (target?.type === 'lambda') {
+    return target.endpoint ? `${target.functionName} at ${target.endpoint}` : target.functionName;
+  }
+  return `#${index + 1}`;
+};
+
+/** A broker given as a string: a function ARN or a Function URL. */
+const targetOf = (value: string): TransportOptions => {
+  if (/^https?:\/\//i.test(value)) return { type: 'http', url: value };
+  if (arnRegion(value)) return { type: 'lambda', functionName: value };
+  throw new ClientConfigError(
+    `brokers: '${value}' is neither a function ARN (arn:aws:lambda:<region>:<account>:function:<name>) nor an http(s) URL; a bare function name would call the same region for every broker`,
+  );
+};
+
+/** The brokers to ask, in order: `transport` alone, or the `brokers` list. */
+const brokersOf = (options: TokenClientOptions, warn: (message: string) => void): Broker[] => {
+  const { transport, brokers } = options;
+  if ((transport === undefined) === (brokers === undefined)) {
+    throw new ClientConfigError(
+      'createTokenClient: give either "transport" (one broker) or "brokers" (a list)',
+    );
+  }
+  if (brokers !== undefined && !(Array.isArray(brokers) && brokers.length > 0)) {
+    throw new ClientConfigError('createTokenClient: "brokers" must be a list of one or more');
+  }
+  const targets = (brokers ?? [transport]) as readonly BrokerTarget[];
+  return targets.map((value, index) => {
+    const target = typeof value === 'string' ? targetOf(value) : value;
+    return {
+      label: labelOf(target, index),
+      transport: isTransport(target) ? target : createTransport(target, { warn }),
+    };
+  });
+};
+
+/** The `failover` option, checked once: unknown keys and values out of range are refused. */
+const failoverOptionsOf = (value: FailoverOptions | undefined): Required<FailoverOptions> => {
+  const unknown = unknownOption(value, FAILOVER_OPTIONS);
+  if (unknown !== undefined) {
+    throw new ClientConfigError(`createTokenClient: unknown option "failover.${unknown}"`);
+  }
+  const merged = { ...DEFAULT_FAILOVER, ...value };
+  checkTimeout(merged.openMs, 'failover.openMs');
+  checkTimeout(merged.maxOpenMs, 'failover.maxOpenMs');
+  if (merged.maxOpenMs < merged.openMs) {
+    throw new ClientConfigError('failover.maxOpenMs must not be below failover.openMs');
+  }
+  return merged;
+};
+
 /** Creates a client; keep one per process: it holds the cache. */
 export const createTokenClient = (options: TokenClientOptions): TokenClient => {
   const unknown = unknownOption(options, CLIENT_OPTIONS);
@@ -476,9 +535,11 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
   }
   const warn = options.onWarning ?? emitWarning;
   const warnStale = options.onWarning ?? emitStaleWarning;
-  const transport = isTransport(options.transport)
-    ? options.transport
-    : createTransport(options.transport, { warn });
+  const brokers = brokersOf(options, warn);
+  const failover = createFailover(brokers, failoverOptionsOf(options.failover), {
+    clock: monotonic,
+    warn: options.onWarning ?? emitFailoverWarning,
+  });
   const marginMs = marginSeconds * 1000;
   const defaultTimeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const now = options.now ?? (() => Date.now());
@@ -570,10 +631,12 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
    */
   const call = async <T>(
     { signal: caller, timeoutMs = defaultTimeoutMs }: CallOptions,
-    work: (signal: AbortSignal) => Promise<T>,
+    work: (signal: AbortSignal, deadline: number) => Promise<T>,
   ): Promise<T> => {
     checkTimeout(timeoutMs, 'timeoutMs');
     checkNotAborted(caller);
+    // When this caller gives up, on the monotonic clock: failover shares it among the brokers.
+    const deadline = monotonic() + timeoutMs;
     // One signal for the timeout and the caller's (by hand: AbortSignal.any needs Node 20.3).
     const controller = new AbortController();
     const signal = controller.signal;
@@ -584,7 +647,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     const onAbort = () => controller.abort(caller?.reason);
     caller?.addEventListener('abort', onAbort, { once: true });
     try {
-      return await untilAborted(work(signal), signal);
+      return await untilAborted(work(signal, deadline), signal);
     } catch (error) {
       // The broker's own answer stands even if the signal fired meanwhile.
       if (error instanceof TokenBrokerError && !(error instanceof TransportError)) throw error;
@@ -601,7 +664,15 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     }
   };
 
-  const send = (operation: Operation, signal: AbortSignal) => transport.send(operation, { signal });
+  const [only] = brokers;
+  /**
+   * Sends `operation` to the first broker that answers. One broker is asked directly, under the
+   * caller's signal alone, as before there were lists.
+   */
+  const send = (operation: Operation, signal: AbortSignal, deadline: () => number) =>
+    brokers.length === 1 && only
+      ? only.transport.send(operation, { signal })
+      : failover.send(operation, signal, deadline);
 
   /**
    * The token request for `connection` and `minValidity`, shared by every caller that asks while
@@ -609,7 +680,12 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
    * signal (`call`), and it is aborted only once every caller waiting for it has given up, so
    * that one caller's short timeout or abort never fails the others.
    */
-  const shared = (connection: string, minValidity: number | undefined): Flight => {
+  const shared = (
+    connection: string,
+    minValidity: number | undefined,
+    signal: AbortSignal,
+    deadline: number,
+  ): Flight => {
     const key = `${connection}\u0000${minValidity ?? ''}`;
     const epoch = epochOf(connection);
     const running = inflight.get(key);
@@ -618,8 +694,12 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     const controller = new AbortController();
     // Counted before the request leaves: the broker's proof is at least this recent.
     const sent: Instant = { monotonic: monotonic(), wall: now() };
+    // Its first caller's, before it joins: the first attempt is cut to it at once.
+    const deadlines = new Map([[signal, deadline]]);
+    const latest = () => Math.max(...deadlines.values());
     const flight: Flight = {
       epoch,
+      deadlines,
       waiting: 0,
       abandon: () => {
         // Nobody may join a request that is being abandoned.
@@ -629,6 +709,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       promise: send(
         { action: 'getToken', connection, ...(minValidity === undefined ? {} : { minValidity }) },
         controller.signal,
+        latest,
       )
         .then((body) => {
           const token = toAccessToken(body);
@@ -652,13 +733,15 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
   };
 
   /** Waits for `flight` until it settles or `signal` (this caller's) fires. */
-  const join = (flight: Flight, signal: AbortSignal): Promise<AccessToken> => {
+  const join = (flight: Flight, signal: AbortSignal, deadline: number): Promise<AccessToken> => {
     flight.waiting += 1;
+    flight.deadlines.set(signal, deadline);
     let left = false;
     const leave = () => {
       if (left) return;
       left = true;
       flight.waiting -= 1;
+      flight.deadlines.delete(signal);
       if (flight.waiting === 0 && signal.aborted) flight.abandon();
     };
     signal.addEventListener('abort', leave, { once: true });
@@ -678,14 +761,15 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     connection: string,
     minValidity: number | undefined,
     signal: AbortSignal,
+    deadline: number,
   ): Promise<AccessToken> => {
-    const first = await join(shared(connection, minValidity), signal);
+    const first = await join(shared(connection, minValidity, signal, deadline), signal, deadline);
     const entry = reportOf(connection, first);
     if (!entry) return first;
     if (entry.deferredUntil > monotonic()) throw stillReported(connection, first, entry);
     // A caller that gave up meanwhile starts nothing (its call has failed already).
     if (signal.aborted) throw signal.reason;
-    const second = await join(shared(connection, minValidity), signal);
+    const second = await join(shared(connection, minValidity, signal, deadline), signal, deadline);
     const again = reportOf(connection, second);
     if (again) throw stillReported(connection, second, again);
     return second;
@@ -774,8 +858,8 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       const hit = forceRefresh ? undefined : cached(connection, needMs);
       if (hit) return hit;
       try {
-        return await call({ ...tokenOptions, timeoutMs }, (signal) =>
-          fetchToken(connection, minValidity, signal),
+        return await call({ ...tokenOptions, timeoutMs }, (signal, deadline) =>
+          fetchToken(connection, minValidity, signal, deadline),
         );
       } catch (error) {
         // The broker cannot say: its last token, within the time it granted (not for a caller
@@ -805,8 +889,10 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       const outcome = report(connection, accessToken);
       let body: { invalidated?: unknown; deferredSeconds?: unknown; verified?: unknown };
       try {
-        body = (await call(callOptions, (signal) =>
-          send({ action: 'invalidate', connection, accessToken }, signal),
+        // To the first broker that answers, as every call: a report is checked against the
+        // token item of the one table every region shares, so any region's broker decides it.
+        body = (await call(callOptions, (signal, deadline) =>
+          send({ action: 'invalidate', connection, accessToken }, signal, () => deadline),
         )) as typeof body;
       } catch (error) {
         outcome.failed();
@@ -875,7 +961,9 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
 
     async status(callOptions = {}) {
       checkOptions(callOptions, CALL_OPTIONS, 'status');
-      const body = (await call(callOptions, (signal) => send({ action: 'status' }, signal))) as {
+      const body = (await call(callOptions, (signal, deadline) =>
+        send({ action: 'status' }, signal, () => deadline),
+      )) as {
         connections?: ConnectionStatus[];
       };
       return body.connections ?? [];
@@ -883,15 +971,15 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
 
     async warmUp(callOptions = {}) {
       checkOptions(callOptions, CALL_OPTIONS, 'warmUp');
-      return (await call(callOptions, (signal) =>
-        send({ action: 'warmUp' }, signal),
+      return (await call(callOptions, (signal, deadline) =>
+        send({ action: 'warmUp' }, signal, () => deadline),
       )) as WarmUpReport;
     },
 
     async ready(callOptions = {}) {
       checkOptions(callOptions, CALL_OPTIONS, 'ready');
-      return (await call(callOptions, (signal) =>
-        send({ action: 'ready' }, signal),
+      return (await call(callOptions, (signal, deadline) =>
+        send({ action: 'ready' }, signal, () => deadline),
       )) as ReadinessReport;
     },
   };

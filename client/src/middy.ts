@@ -25,13 +25,25 @@
  */
 
 import { ClientConfigError, TokenAcceptedError, TokenRejectedAgainError } from './errors.js';
-import { createTokenClient, type GetTokenOptions, type TokenClient } from './index.js';
+import type { FailoverOptions } from './failover.js';
+import {
+  type BrokerTarget,
+  createTokenClient,
+  type GetTokenOptions,
+  type TokenClient,
+} from './index.js';
 import type { Transport, TransportOptions } from './transports.js';
 
 export interface TokenBrokerMiddlewareOptions<TKey extends string = string> {
-  /** A client of your own (to share its cache with other code), or a transport to make one. */
+  /**
+   * A client of your own (to share its cache with other code), or a transport (one broker) or
+   * `brokers` (a list, with failover: see the client's `brokers`) to make one.
+   */
   readonly client?: TokenClient;
   readonly transport?: TransportOptions | Transport;
+  readonly brokers?: readonly BrokerTarget[];
+  /** With `brokers`: how long a broker that could not answer is skipped. */
+  readonly failover?: FailoverOptions;
   /** Where each token goes → which connection it is for, e.g. `{ openApiToken: 'production' }`. */
   readonly fetchData: Readonly<Record<TKey, string>>;
   /** Also set each token on the Lambda context (default `true`); it is always in `request.internal`. */
@@ -84,6 +96,8 @@ export const tokenBroker = <TKey extends string>(
   const allowed = new Set([
     'client',
     'transport',
+    'brokers',
+    'failover',
     'fetchData',
     'setToContext',
     'tokenOptions',
@@ -100,15 +114,26 @@ export const tokenBroker = <TKey extends string>(
       throw new ClientConfigError(`tokenBroker: unknown option "tokenOptions.${key}"`);
     }
   }
-  if (!options.client === !options.transport) {
-    throw new ClientConfigError('tokenBroker: give either "client" or "transport"');
+  const given = [options.client, options.transport, options.brokers].filter(
+    (value) => value !== undefined,
+  );
+  if (given.length !== 1) {
+    throw new ClientConfigError('tokenBroker: give one of "client", "transport" or "brokers"');
+  }
+  if (options.client && options.failover) {
+    throw new ClientConfigError('tokenBroker: "failover" is the client\'s option: give it there');
   }
   const entries = Object.entries(options.fetchData ?? {}) as [TKey, string][];
   if (entries.length === 0) {
     throw new ClientConfigError('tokenBroker: "fetchData" must name at least one connection');
   }
   const client =
-    options.client ?? createTokenClient({ transport: options.transport as TransportOptions });
+    options.client ??
+    createTokenClient({
+      ...(options.transport ? { transport: options.transport } : {}),
+      ...(options.brokers ? { brokers: options.brokers } : {}),
+      ...(options.failover ? { failover: options.failover } : {}),
+    });
   const setToContext = options.setToContext ?? true;
   const reserveMs = options.reserveMs ?? 1000;
 

@@ -12,6 +12,7 @@ import {
   TokenBrokerError,
   TransportError,
 } from './errors.js';
+import { arnRegion } from './failover.js';
 
 /** One broker operation, as both transports express it. */
 export type Operation =
@@ -29,6 +30,8 @@ export interface SendOptions {
 /** A way to reach the broker. Failures must be {@link TokenBrokerError}s. */
 export interface Transport {
   send(operation: Operation, options: SendOptions): Promise<unknown>;
+  /** What messages call this broker (a failover warning); default its place in the list. */
+  readonly label?: string;
 }
 
 export interface LambdaTransportOptions {
@@ -137,10 +140,14 @@ const failure = (error: unknown, signal: AbortSignal, what: string): TokenBroker
         })
       : new TransportError(`${what}: aborted`, ClientErrorCode.ABORTED, { cause: signal.reason });
   }
+  // An AWS service error (Lambda's AccessDeniedException, TooManyRequestsException, …) has its
+  // HTTP status: a 403 is a denial, a 429 or 5xx an outage, as over HTTP.
+  const status = (error as { $metadata?: { httpStatusCode?: unknown } } | null)?.$metadata
+    ?.httpStatusCode;
   return new TransportError(
     `${what}: ${(error as Error)?.message ?? String(error)}`,
     ClientErrorCode.TRANSPORT_FAILED,
-    { cause: error },
+    { cause: error, ...(typeof status === 'number' && status >= 400 ? { status } : {}) },
   );
 };
 
@@ -176,8 +183,10 @@ const lambdaTransport = (
 
   const resolveClient = async (): Promise<LambdaClient> => {
     if (options.client) return options.client;
+    // A function ARN names its region: Lambda answers an ARN of another region with an error.
+    const region = options.region ?? arnRegion(options.functionName);
     const settings = {
-      ...(options.region ? { region: options.region } : {}),
+      ...(region ? { region } : {}),
       ...(options.endpoint ? { endpoint: options.endpoint } : {}),
     };
     const client = new LambdaClient(settings);
