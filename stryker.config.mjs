@@ -19,8 +19,7 @@ export default {
     'lib/broker/fleet/leased-issuance.ts',
     'lib/broker/holder/issue-under-lease.ts',
     'lib/broker/holder/failed-flow.ts',
-    'lib/broker/view/lease-watch.ts',
-    'lib/broker/view/token-memory.ts',
+    'lib/broker/view/connection-state.ts',
   ],
   // One worker: the machine has 2 cores and is shared.
   concurrency: 1,

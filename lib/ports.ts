@@ -19,7 +19,7 @@ export interface TokenRecord {
   readonly tokenDigest: string;
   /** Local epoch ms at which the token request was sent: expiry counts from here. */
   readonly issuedAt: number;
-  /** Epoch ms after which the token must not be served (memory rebases it: token-memory.ts). */
+  /** Epoch ms after which the token must not be served (memory rebases it: view/connection-state.ts). */
   readonly expiresAt: number;
   /**
    * Issued at a caller's word (a `minValidity` the token it replaced could not give, or an

@@ -9,7 +9,8 @@
  *   each read (pure), and the loop that does it;
  * - `holder/state.ts`, `held-lease.ts`, `issue-under-lease.ts`: the lease holder as one reducer
  *   (pure), its driver (lease writes, timers, effects), its flow (authorize, fence, POST, write);
- * - `connection-view.ts`: what this container knows of each connection, and the serving rules;
+ * - `connection-state.ts`, `connection-view.ts`: what this container knows of each connection
+ *   (changed only by `apply(event)`), and the serving rules;
  * - `credential-rotation.ts`: re-read a rejected secret and retry once if it was rotated;
  * - `shared-loads.ts` and `single-flight.ts`: concurrent misses in a container share one load,
  *   each within its deadline;

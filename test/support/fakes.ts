@@ -3,8 +3,8 @@
 import { ttlOf } from '../../lib/adapters/dynamodb-token-item.js';
 import type { BrokerLogger } from '../../lib/broker/index.js';
 import { type RefreshSettings, servableUntil } from '../../lib/broker/timing/index.js';
+import type { MemoryEntry } from '../../lib/broker/view/connection-state.js';
 import type { ConnectionView } from '../../lib/broker/view/connection-view.js';
-import type { MemoryEntry } from '../../lib/broker/view/token-memory.js';
 import type { Clock } from '../../lib/clock.js';
 import type { ConnectionConfig } from '../../lib/config.js';
 import type { BrokerMetrics, MetricName } from '../../lib/metrics.js';

@@ -12,27 +12,27 @@ import { type Clock, Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import type { ProbeVerdict, TokenProbe, TokenRecord } from '../../ports.js';
 import { withDeadline } from '../single-flight.js';
+import type { ConnectionView } from '../view/index.js';
 
 /** A probe shorter than this proves nothing worth waiting for: the age rules apply. */
 const MIN_PROBE_MS = 50;
 
-interface Probed {
-  /** Until when its verdict is reused, on the monotonic clock (sent + the interval). */
-  readonly until: number;
-  readonly verdict: Promise<ProbeVerdict>;
-}
-
 const NO_TIME: ProbeVerdict = { verdict: 'unknown', reason: 'no time left' };
 
 export class ProbeVerdicts {
-  // A Map, not an object: the keys carry connection names from callers.
-  readonly #probed = new Map<string, Probed>();
+  /**
+   * The probes in flight, per connection and token. A Map, not an object: the keys carry
+   * connection names from callers.
+   */
+  readonly #inFlight = new Map<string, Promise<ProbeVerdict>>();
 
   constructor(
     private readonly probe: TokenProbe | undefined,
     private readonly clock: Clock,
     /** The upstream's per-request limit (BROKER_UPSTREAM_TIMEOUT_MS). */
     private readonly timeoutMs: number,
+    /** Where the verdicts are kept, with the rest of what this container knows. */
+    private readonly view: ConnectionView,
   ) {}
 
   /**
@@ -48,43 +48,42 @@ export class ProbeVerdicts {
   ): Promise<ProbeVerdict | undefined> {
     const { probe } = connection;
     if (!probe || !this.probe) return undefined;
-    const now = this.clock.monotonic();
-    this.#forgetUntil(now);
-    const key = `${connection.name}\u0000${token.tokenDigest}`;
+    const { name } = connection;
+    const digest = token.tokenDigest;
+    const key = `${name}\u0000${digest}`;
     const waitMs = Math.floor(
       Math.min(this.timeoutMs, (deadline?.leftMs() ?? this.timeoutMs * 2) / 2),
     );
-    let probed = this.#probed.get(key);
+    const said = this.view.verdict(name, digest);
+    let verdict = this.#inFlight.get(key) ?? (said && Promise.resolve(said));
     // A replacement is under way (a lease on the token): its POST may have revoked the token
     // since a `valid` verdict, so that one is not reused; the token is asked about again.
-    if (probed && leased && (await probed.verdict).verdict === 'valid') probed = undefined;
-    if (!probed) {
+    if (verdict && leased && (await verdict).verdict === 'valid') verdict = undefined;
+    if (!verdict) {
       if (waitMs < MIN_PROBE_MS) return NO_TIME;
+      const until = this.clock.monotonic() + probe.intervalSeconds * 1000;
       const options = { deadline: Deadline.in(this.clock, waitMs) };
-      const verdict = this.probe
+      const sent = this.probe
         .probe(connection, token.accessToken, options)
         .catch((error: unknown): ProbeVerdict => {
           // The port never throws; an adapter that did says nothing of the token.
           const name = error instanceof Error ? error.name : 'unknown error';
           return { verdict: 'unknown', reason: name.slice(0, 40) };
         });
-      const entry: Probed = { until: now + probe.intervalSeconds * 1000, verdict };
-      probed = entry;
-      this.#probed.set(key, entry);
-      // Only a verdict is reused: a probe that proved nothing (a timeout cut short by the first
-      // reporter's deadline, a 5xx) leaves the next report free to ask.
-      void verdict.then(({ verdict: said }) => {
-        if (said === 'unknown' && this.#probed.get(key) === entry) this.#probed.delete(key);
+      verdict = sent;
+      this.#inFlight.set(key, sent);
+      // Settled: the verdict joins what this container knows, reused until `until` (one that
+      // proved nothing is not: see `applyEvent`). A probe since sent in its place governs.
+      void sent.then((settled) => {
+        if (this.#inFlight.get(key) !== sent) return;
+        this.#inFlight.delete(key);
+        const at = this.clock.monotonic();
+        this.view.apply(name, { type: 'probe-settled', digest, verdict: settled, until, at });
       });
     }
     // A report joining a probe in flight waits no longer than its own time allows.
-    return withDeadline(probed.verdict, waitMs, this.clock, () => new Error('no time left')).catch(
+    return withDeadline(verdict, waitMs, this.clock, () => new Error('no time left')).catch(
       () => NO_TIME,
     );
-  }
-
-  /** Drops the verdicts no longer reused at `now`: the map holds only the last interval's. */
-  #forgetUntil(now: number): void {
-    for (const [key, probed] of this.#probed) if (probed.until <= now) this.#probed.delete(key);
   }
 }

@@ -41,7 +41,7 @@ export class Reports {
   readonly #verdicts: ProbeVerdicts;
 
   constructor(private readonly deps: ReportsDeps) {
-    this.#verdicts = new ProbeVerdicts(deps.probe, deps.clock, deps.upstreamTimeoutMs);
+    this.#verdicts = new ProbeVerdicts(deps.probe, deps.clock, deps.upstreamTimeoutMs, deps.view);
   }
 
   /**
@@ -126,9 +126,12 @@ export class Reports {
     deadline: Deadline | undefined,
   ): Promise<{ token: TokenRecord | undefined; lease: Lease | undefined }> {
     const { token, lease } = await this.#store(() => this.deps.store.read(name), deadline);
-    return token?.tokenDigest === digest && token.expiresAt > this.deps.clock.now()
-      ? { token, lease }
-      : { token: undefined, lease };
+    if (token?.tokenDigest !== digest || token.expiresAt <= this.deps.clock.now()) {
+      return { token: undefined, lease };
+    }
+    // Learned here, if not before: its age on a caller's word (I4) counts from this read.
+    this.deps.view.learned(token);
+    return { token, lease };
   }
 
   /** Drops `token` here and in the store (if still the stored one). */

@@ -43,10 +43,6 @@ export type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view'> & {
 };
 
 export class LeasedIssuance {
-  /** Last measured issuance duration per connection (XFetch's δ), countdown excluded. */
-  readonly #issuanceMs = new Map<string, number>();
-  /** Last measured store read round trip per connection (monotonic). */
-  readonly #readMs = new Map<string, number>();
   readonly #holder: HolderDeps;
   readonly #leases: LeaseTaker;
   private readonly deps: HolderDeps;
@@ -77,7 +73,7 @@ export class LeasedIssuance {
 
   /** The last measured issuance duration of a connection (a default before the first). */
   issuanceMs(connection: string): number {
-    return this.#issuanceMs.get(connection) ?? DEFAULT_ISSUANCE_MS;
+    return this.deps.view.issuanceMs(connection) ?? DEFAULT_ISSUANCE_MS;
   }
 
   /**
@@ -102,7 +98,7 @@ export class LeasedIssuance {
     let waits = 0;
     await awaitCutOver(this.deps, name, by, {
       issuanceMs: this.issuanceMs(name),
-      lastReadMs: this.#readMs.get(name),
+      lastReadMs: view.readMs(name),
     });
     for (;;) {
       // 1. Read the store, or take the state that won a lost acquisition. What a read proves
@@ -117,7 +113,7 @@ export class LeasedIssuance {
       // 2. Keep what it says (I2's proof, the lease watch).
       const now = clock.now();
       const sinceReadMs = clock.monotonic() - read.sentAtMonotonic;
-      if (fresh) this.#readMs.set(name, sinceReadMs);
+      if (fresh) view.measured(name, 'read', sinceReadMs);
       const seen = view.observe(connection, state, read, now);
       // 3. Decide.
       const decision = decide({
@@ -127,7 +123,7 @@ export class LeasedIssuance {
         now,
         sinceReadMs,
         leftMs: by.leftMs(),
-        readReserveMs: readReserveMs(this.#readMs.get(name)),
+        readReserveMs: readReserveMs(view.readMs(name)),
         revokesOnReissue: connection.revokesOnReissue,
         mayForce,
         knownForMs: seen.valid ? view.knownFor(name, seen.valid.tokenDigest) : 0,
@@ -274,7 +270,7 @@ export class LeasedIssuance {
       trigger,
     };
     const issued = await issueUnderLease(this.#holder, connection, flow, (ms) =>
-      this.#issuanceMs.set(name, ms),
+      this.deps.view.measured(name, 'issuance', ms),
     );
     // Our lease was taken over while we ran: the new holder's token wins.
     return issued === LOST ? { read, lost: true } : issued;

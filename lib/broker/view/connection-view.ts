@@ -1,9 +1,10 @@
 /**
- * What this container knows about each connection, in one place: its copy of the token with
- * what the store last said of it (`token-memory.ts`), the lease versions it has watched
- * (`lease-watch.ts`), and since when it has known each token. Every rule for serving a token
- * without a fresh read lives here too: from memory, while the store is down, and as the last
- * good one. The rules' arithmetic is `timing/`'s.
+ * What this container knows about each connection: one `ConnectionState` per connection
+ * (`connection-state.ts`), each changed only by the events applied to it. Its commands
+ * (`observe`, `confirmed`, `drop`, `forget`, `report`, `measured`) only turn what happened into
+ * events, stamped with this container's clocks, and apply them; everything else is a query and
+ * writes nothing. Every rule for serving a token without a fresh read lives here: from memory,
+ * while the store is down, and as the last good one. The rules' arithmetic is `timing/`'s.
  */
 import type { Clock } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
@@ -14,7 +15,7 @@ import {
   UpstreamRejectedError,
   UpstreamUnavailableError,
 } from '../../errors.js';
-import type { Lease, TokenRecord, TokenState } from '../../ports.js';
+import type { Lease, ProbeVerdict, TokenRecord, TokenState } from '../../ports.js';
 import {
   proofMs,
   type RefreshSettings,
@@ -22,13 +23,16 @@ import {
   replacementMayBeOut,
   rereadNearCutOver,
   reusableUntil,
+  SKEW_TOLERANCE_MS,
   servableUnconfirmed,
   staleIfErrorMs,
 } from '../timing/index.js';
-import { LeaseWatch } from './lease-watch.js';
-import { type MemoryEntry, TokenMemory } from './token-memory.js';
-
-export type { MemoryEntry } from './token-memory.js';
+import {
+  type ConnectionEvent,
+  ConnectionState,
+  type Instant,
+  type MemoryEntry,
+} from './connection-state.js';
 
 /** When a read of the store was sent, on both clocks (what it proves counts from there). */
 export interface ReadSent {
@@ -49,15 +53,27 @@ export interface Seen {
 }
 
 export class ConnectionView {
-  readonly #memory: TokenMemory;
-  readonly #watch: LeaseWatch;
+  // A Map, not an object: connection names come from callers.
+  readonly #states = new Map<string, ConnectionState>();
 
   constructor(
-    clock: Pick<Clock, 'now' | 'monotonic'>,
+    private readonly clock: Pick<Clock, 'now' | 'monotonic'>,
     private readonly settings: RefreshSettings,
-  ) {
-    this.#memory = new TokenMemory(clock);
-    this.#watch = new LeaseWatch(() => clock.monotonic());
+  ) {}
+
+  /** The one way in: `event` applied to `name`'s state (made on its first event). */
+  apply(name: string, event: ConnectionEvent): void {
+    let state = this.#states.get(name);
+    if (!state) {
+      state = new ConnectionState();
+      this.#states.set(name, state);
+    }
+    state.apply(event);
+  }
+
+  /** What this container knows of `name`, if it has heard of it (read only). */
+  state(name: string): ConnectionState | undefined {
+    return this.#states.get(name);
   }
 
   /**
@@ -67,18 +83,26 @@ export class ConnectionView {
    * neither served nor kept.
    */
   observe(connection: ConnectionConfig, state: TokenState, read: ReadSent, now: number): Seen {
+    const { name } = connection;
     const { token, lease } = state;
-    const leaseStale = lease !== undefined && this.#watch.stale(connection.name, lease, now);
+    const leaseStale = lease !== undefined && this.#leaseStale(name, lease, now);
     const valid = token && token.expiresAt > now ? token : undefined;
     // Where the upstream does not revoke on re-issue, a replacement harms nobody.
     const announced = connection.revokesOnReissue ? lease : undefined;
     const suspect = valid !== undefined && replacementMayBeOut(announced);
     if (!valid || suspect) {
-      this.#memory.delete(connection.name);
+      this.apply(name, { type: 'token-dropped' });
+      // Not kept, but learned: its age (I4) counts from this first sight.
+      if (valid)
+        this.apply(name, {
+          type: 'token-learned',
+          digest: valid.tokenDigest,
+          at: this.clock.monotonic(),
+        });
       return { valid, suspect, proofMs: 0, leaseStale };
     }
     const proof = proofMs(valid, announced, this.settings);
-    this.#memory.set({
+    this.#keep({
       record: valid,
       checkedAt: read.sentAt,
       checkedAtMonotonic: read.sentAtMonotonic,
@@ -94,7 +118,7 @@ export class ConnectionView {
    * container just wrote (or could not write: `untilAtMost` then), or got back on releasing.
    */
   confirmed(record: TokenRecord, at: ReadSent, untilAtMost = Number.POSITIVE_INFINITY): void {
-    this.#memory.set({
+    this.#keep({
       record,
       checkedAt: at.sentAt,
       checkedAtMonotonic: at.sentAtMonotonic,
@@ -102,34 +126,63 @@ export class ConnectionView {
     });
   }
 
-  /** The entry of `name`, times rebased on the monotonic clock (see TokenMemory). */
-  entry(name: string): MemoryEntry | undefined {
-    return this.#memory.get(name);
-  }
-
-  /** When this container first saw `lease`'s version (wall), if it is the one it last saw. */
-  leaseFirstSeen(name: string, lease: Lease): number | undefined {
-    return this.#watch.firstSeen(name, lease);
-  }
-
   /** Drops whatever is kept for `name`. */
   drop(name: string): void {
-    this.#memory.delete(name);
+    this.apply(name, { type: 'token-dropped' });
   }
 
   /** Drops the entry of `record`'s connection only if it still holds that token. */
   forget(record: TokenRecord): void {
-    this.#memory.forget(record);
+    this.apply(record.connection, { type: 'token-dropped', digest: record.tokenDigest });
   }
 
   /** Marks the entry of `name` as reported, if it holds the token of `digest`. */
   report(name: string, digest: string): void {
-    this.#memory.report(name, digest);
+    this.apply(name, { type: 'token-reported', digest });
   }
 
-  /** How long this container has known the token of `digest` (ms, monotonic). I4. */
+  /** `record` read from the store (for a report): its age (I4) counts from now if unknown. */
+  learned(record: TokenRecord): void {
+    const at = this.clock.monotonic();
+    this.apply(record.connection, { type: 'token-learned', digest: record.tokenDigest, at });
+  }
+
+  /** A duration measured for `name`: an issuance under the lease, or a read of the store. */
+  measured(name: string, what: 'issuance' | 'read', ms: number): void {
+    this.apply(name, { type: what === 'issuance' ? 'issuance-measured' : 'read-measured', ms });
+  }
+
+  /** The entry of `name`, times rebased on the monotonic clock (see `connection-state.ts`). */
+  entry(name: string): MemoryEntry | undefined {
+    return this.#states.get(name)?.entry(this.#now());
+  }
+
+  /** When this container first saw `lease`'s version (wall), if it is the one it last saw. */
+  leaseFirstSeen(name: string, lease: Lease): number | undefined {
+    return this.#states.get(name)?.leaseFirstSeen(lease);
+  }
+
+  /**
+   * How long this container has known the token of `digest` (ms, monotonic), 0 if it never
+   * learned it. A query: the first sight is recorded where the token is learned. I4.
+   */
   knownFor(name: string, digest: string): number {
-    return this.#memory.knownFor(name, digest);
+    return this.#states.get(name)?.knownFor(digest, this.clock.monotonic()) ?? 0;
+  }
+
+  /** The probe's verdict on the token of `digest`, if still reused (`probe-verdicts.ts`). */
+  verdict(name: string, digest: string): ProbeVerdict | undefined {
+    return this.#states.get(name)?.verdict(digest, this.clock.monotonic());
+  }
+
+  /** The last measured issuance duration of `name`, if any. */
+  issuanceMs(name: string): number | undefined {
+    return this.#states.get(name)?.issuanceMs;
+  }
+
+  /** The last measured store read round trip of `name`, if any. */
+  readMs(name: string): number | undefined {
+    return this.#states.get(name)?.readMs;
   }
 
   /**
@@ -139,7 +192,7 @@ export class ConnectionView {
    * again near it). Why re-check at all: another container may have replaced the token.
    */
   fromMemory(name: string, now: number, needMs: number): TokenRecord | undefined {
-    const entry = this.#memory.get(name);
+    const entry = this.entry(name);
     return entry && servableFromMemory(entry, now, needMs, this.settings)
       ? entry.record
       : undefined;
@@ -150,7 +203,7 @@ export class ConnectionView {
    * only inside what the last read proved (or an operator's explicit outage grace).
    */
   whileStoreDown(name: string, now: number, needMs: number): TokenRecord | undefined {
-    const entry = this.#memory.get(name);
+    const entry = this.entry(name);
     return entry &&
       entry.record.expiresAt - now > needMs &&
       servableUnconfirmed(entry, now, this.settings)
@@ -169,8 +222,10 @@ export class ConnectionView {
       (error instanceof UpstreamUnavailableError && error.refreshInProgress === true) ||
       isOutcomeUnknown(error);
     if (suspect || !isUpstreamFailure(error)) return undefined;
-    const entry = this.#memory.lastGood(name, now);
-    return entry && servableUnconfirmed(entry, now, this.settings) ? entry.record : undefined;
+    const entry = this.entry(name);
+    return entry && entry.record.expiresAt > now && servableUnconfirmed(entry, now, this.settings)
+      ? entry.record
+      : undefined;
   }
 
   /**
@@ -186,7 +241,7 @@ export class ConnectionView {
     now: number,
     unconfirmed = false,
   ): { readonly reusableUntil: number; readonly staleIfErrorMs: number } {
-    const entry = this.#memory.get(record.connection);
+    const entry = this.entry(record.connection);
     if (entry?.record.tokenDigest !== record.tokenDigest) {
       return { reusableUntil: now, staleIfErrorMs: 0 };
     }
@@ -195,6 +250,39 @@ export class ConnectionView {
       reusableUntil: until,
       staleIfErrorMs: unconfirmed ? 0 : staleIfErrorMs(entry, until, now),
     };
+  }
+
+  /** Keeps `entry` as its connection's token (and learns the token), as of now. */
+  #keep(entry: MemoryEntry): void {
+    this.apply(entry.record.connection, { type: 'token-kept', entry, at: this.#now() });
+  }
+
+  /**
+   * I1. Whether `lease`, just read for `name`, is stale at `now` (when the read came back: the
+   * version was written before then), as the DynamoDB Lock Client judges it: on this
+   * container's own clock only. Each write of a lease sets a fresh version; a lease is stale
+   * once this container has seen the same version unchanged for its recorded duration, on its
+   * monotonic clock (so that a wall clock stepped forward takes no live lease over). A skewed
+   * clock elsewhere moves nothing here. Only a lease whose own expiry is further in the past
+   * than any plausible skew is stale at first sight (a holder that died long ago), so a new
+   * container need not wait out a lease nobody renews. A version new here is recorded (an
+   * event), and is not stale.
+   */
+  #leaseStale(name: string, lease: Lease, now: number): boolean {
+    if (lease.expiresAt + SKEW_TOLERANCE_MS < now) return true;
+    const seenFor = this.#states.get(name)?.leaseSeenFor(lease, this.clock.monotonic());
+    if (seenFor !== undefined) return seenFor >= lease.durationMs;
+    this.apply(name, {
+      type: 'lease-seen',
+      lease,
+      at: { wall: now, monotonic: this.clock.monotonic() },
+    });
+    return false;
+  }
+
+  /** Now, on both clocks. */
+  #now(): Instant {
+    return { wall: this.clock.now(), monotonic: this.clock.monotonic() };
   }
 }
 

@@ -1,7 +1,9 @@
 /**
  * The view side: what this container knows of each connection's item and token, and since
- * when (the proof I2 rests on). `connection-view.ts` keeps one view per connection over
- * `token-memory.ts` (this container's copy of the token) and `lease-watch.ts` (what it last
- * read of the lease). Depends on `timing/` only.
+ * when (the proof I2 rests on). `connection-state.ts` holds one connection's knowledge (its
+ * copy of the token, the tokens it has learned, the lease version last seen, probe verdicts,
+ * measured durations), changed only by `apply(event)`; `connection-view.ts` keeps one state per
+ * connection and the serving rules, as queries. Depends on `timing/` only.
  */
+export * from './connection-state.js';
 export * from './connection-view.js';

@@ -127,7 +127,7 @@ describe('I1: the grace after an unknown outcome counts from when it is known', 
 });
 
 describe('I2: a freeze the monotonic clock did not count', () => {
-  // Mutant token-memory.ts:109 (the lag < 1 guard → false): an entry moved later when the
+  // Mutant connection-state.ts `rebased` (the lag < 1 guard → false): an entry moved later when the
   // wall clock ran ahead of the monotonic one, stretching its proof by the freeze.
   it('I2: memory’s proof ends by the wall clock when the monotonic clock missed a freeze', () => {
     const clock = new ManualClock(T0);

@@ -10,7 +10,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { ttlOf } from '../../../../lib/adapters/dynamodb-token-item.js';
 import { issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
-import { LeaseWatch } from '../../../../lib/broker/view/lease-watch.js';
+import { ConnectionView } from '../../../../lib/broker/view/connection-view.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import { FakeIssuer, InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
 import { issuerFor, sandbox, seed, Upstream, wrap } from '../../../support/fleet-model.js';
@@ -245,9 +245,9 @@ describe('I1: one issuance per lifetime', () => {
     });
 
     // Found in issue 18 (d25ce50): on the wall clock, a live lease was taken over.
-    it('I1: a lease version seen for 100 ms is not stale because the wall clock stepped forward 5 s: staleness is judged on the monotonic clock', () => {
-      let monotonic = 0;
-      const watch = new LeaseWatch(() => monotonic);
+    it('I1: a lease version seen for 100 ms is not stale because the wall clock stepped forward 5 s: staleness is judged on the monotonic clock', async () => {
+      const clock = new ManualClock(T0);
+      const view = new ConnectionView(clock, { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 });
       const lease = {
         holder: 'b:1',
         version: 'v-b:1',
@@ -255,13 +255,21 @@ describe('I1: one issuance per lifetime', () => {
         durationMs: 3_000,
         countdown: 0,
       };
-      expect(watch.stale('sandbox', lease, T0)).toBe(false);
-      monotonic += 100;
+      // A read of the lease alone, answered at wall-clock `now`.
+      const stale = (now: number) =>
+        view.observe(
+          sandbox,
+          { token: undefined, lease },
+          { sentAt: now, sentAtMonotonic: clock.monotonic() },
+          now,
+        ).leaseStale;
+      expect(stale(T0)).toBe(false);
+      await clock.advance(100);
       // Before: judged on the wall clock, 5.1 s "passed" and a live lease was taken over (a
       // second issuance, revoking the holder's token).
-      expect(watch.stale('sandbox', lease, T0 + 5_100)).toBe(false);
-      monotonic += 3_000;
-      expect(watch.stale('sandbox', lease, T0 + 8_100)).toBe(true);
+      expect(stale(T0 + 5_100)).toBe(false);
+      await clock.advance(3_000);
+      expect(stale(T0 + 8_100)).toBe(true);
     });
   });
 });

@@ -1,0 +1,365 @@
+/**
+ * What a container knows about a connection (docs/protocol.md, "What a container knows:
+ * ConnectionState"): one value per connection, changed only by `applyEvent`, table-tested here
+ * by event and state; queries that write nothing.
+ *
+ * And time: a token's expiry is an epoch the upstream stated, compared with the wall clock when
+ * it is read, and judged on the monotonic clock from then on ("Time"). A wall clock stepped back
+ * (an NTP correction) must not serve a token past its expiry.
+ */
+import { describe, expect, it } from 'vitest';
+import {
+  applyEvent,
+  type ConnectionEvent,
+  ConnectionState,
+  KNOWN_PER_CONNECTION,
+  type Knowledge,
+  type MemoryEntry,
+  NOTHING_KNOWN,
+} from '../../../lib/broker/view/connection-state.js';
+import { ConnectionView } from '../../../lib/broker/view/connection-view.js';
+import type { Lease } from '../../../lib/ports.js';
+import { connection, ManualClock } from '../../support/fakes.js';
+import { record, T0 } from './setup.js';
+
+const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 10_000 };
+
+/** A token with 6 s left, kept at T0; then 8 s pass while the wall clock steps back 5 s. */
+const steppedBack = async (keep: (clock: ManualClock) => void) => {
+  const clock = new ManualClock(T0);
+  keep(clock);
+  await clock.advance(8_000);
+  clock.step(-5_000);
+  return clock;
+};
+
+const nowOf = (clock: ManualClock) => ({ wall: clock.now(), monotonic: clock.monotonic() });
+
+describe('Class: ConnectionState, on a wall clock stepped back', () => {
+  it('rebases a kept token’s expiry on the monotonic clock: a wall clock stepped back 5 s does not make an expired token last good', async () => {
+    const state = new ConnectionState();
+    const clock = await steppedBack((c) => {
+      state.apply({
+        type: 'token-kept',
+        entry: {
+          record: record('t', T0 + 6_000),
+          checkedAt: T0,
+          checkedAtMonotonic: c.monotonic(),
+          until: T0 + 10_000,
+        },
+        at: nowOf(c),
+      });
+    });
+    // The wall clock says T0 + 3 s; the token expired 2 s ago. Before: served as last good.
+    const entry = state.entry(nowOf(clock));
+    expect(entry && entry.record.expiresAt > clock.now()).toBe(false);
+    // Its lifetime is unchanged: both its times moved by the 5 s the wall clock lost.
+    expect(entry?.record.expiresAt).toBe(T0 + 1_000);
+    expect(entry?.record.issuedAt).toBe(T0 + 1_000 - 3_600_000);
+  });
+
+  it('serves nothing from memory past the expiry the monotonic clock counts', async () => {
+    let view: ConnectionView | undefined;
+    const clock = await steppedBack((c) => {
+      view = new ConnectionView(c, settings);
+      view.confirmed(record('t', T0 + 6_000), { sentAt: T0, sentAtMonotonic: c.monotonic() });
+    });
+    // Before: 3 s left on the stepped wall clock, so a caller needing 1 s got an expired token.
+    expect(view?.fromMemory('sandbox', clock.now(), 1_000)).toBeUndefined();
+    expect(view?.lastGood('sandbox', clock.now(), new Error('any'))).toBeUndefined();
+  });
+
+  it('leaves a kept token as it is while the two clocks agree', async () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    view.confirmed(record('t', T0 + 6_000), { sentAt: T0, sentAtMonotonic: clock.monotonic() });
+    await clock.advance(3_000);
+    expect(view.fromMemory('sandbox', clock.now(), 1_000)?.expiresAt).toBe(T0 + 6_000);
+  });
+});
+
+const held = record('held', T0 + 3_600_000);
+const other = record('other', T0 + 3_600_000);
+const entryOf = (token = held, extra: Partial<MemoryEntry> = {}): MemoryEntry => ({
+  record: token,
+  checkedAt: T0,
+  checkedAtMonotonic: 100,
+  until: T0 + 5_000,
+  ...extra,
+});
+const keptOf = (token = held, extra: Partial<MemoryEntry> = {}) => ({
+  entry: entryOf(token, extra),
+  wallAt: T0,
+  monotonicAt: 100,
+});
+const lease: Lease = {
+  holder: 'b:1',
+  version: 'v1',
+  expiresAt: T0 + 3_000,
+  durationMs: 3_000,
+  countdown: 0,
+};
+const holding: Knowledge = {
+  ...NOTHING_KNOWN,
+  kept: keptOf(),
+  known: [{ digest: held.tokenDigest, since: 100 }],
+};
+const at = { wall: T0 + 1_000, monotonic: 1_100 };
+
+/** Event × state → state: every row is one transition of `applyEvent`. */
+const table: readonly [string, Knowledge, ConnectionEvent, Knowledge][] = [
+  [
+    'a token read (with its proof) into nothing known: kept, and learned now',
+    NOTHING_KNOWN,
+    { type: 'token-kept', entry: entryOf(), at },
+    { ...NOTHING_KNOWN, kept: keptOf(), known: [{ digest: held.tokenDigest, since: 1_100 }] },
+  ],
+  [
+    'an entry with no monotonic reading: rebased from when it is kept',
+    NOTHING_KNOWN,
+    { type: 'token-kept', entry: entryOf(held, { checkedAtMonotonic: undefined }), at },
+    {
+      ...NOTHING_KNOWN,
+      kept: {
+        entry: entryOf(held, { checkedAtMonotonic: undefined }),
+        wallAt: T0 + 1_000,
+        monotonicAt: 1_100,
+      },
+      known: [{ digest: held.tokenDigest, since: 1_100 }],
+    },
+  ],
+  [
+    'the same token kept again: replaces the entry, keeps its first sight',
+    holding,
+    { type: 'token-kept', entry: entryOf(held, { until: T0 + 9_000 }), at },
+    { ...holding, kept: keptOf(held, { until: T0 + 9_000 }) },
+  ],
+  [
+    'another token kept (issued here): replaces the entry, learned now beside the first',
+    holding,
+    { type: 'token-kept', entry: entryOf(other), at },
+    {
+      ...holding,
+      kept: keptOf(other),
+      known: [...holding.known, { digest: other.tokenDigest, since: 1_100 }],
+    },
+  ],
+  [
+    'a suspect token read: learned, not kept',
+    NOTHING_KNOWN,
+    { type: 'token-learned', digest: held.tokenDigest, at: 1_100 },
+    { ...NOTHING_KNOWN, known: [{ digest: held.tokenDigest, since: 1_100 }] },
+  ],
+  [
+    'a token learned again: its first sight stays',
+    holding,
+    { type: 'token-learned', digest: held.tokenDigest, at: 9_000 },
+    holding,
+  ],
+  [
+    'a token learned past the limit: the oldest sighting goes',
+    {
+      ...NOTHING_KNOWN,
+      known: Array.from({ length: KNOWN_PER_CONNECTION }, (_, i) => ({
+        digest: `d${i}`,
+        since: i,
+      })),
+    },
+    { type: 'token-learned', digest: 'new', at: 1_100 },
+    {
+      ...NOTHING_KNOWN,
+      known: [
+        ...Array.from({ length: KNOWN_PER_CONNECTION - 1 }, (_, i) => ({
+          digest: `d${i + 1}`,
+          since: i + 1,
+        })),
+        { digest: 'new', since: 1_100 },
+      ],
+    },
+  ],
+  [
+    'dropped: nothing kept, its first sight stays',
+    holding,
+    { type: 'token-dropped' },
+    { ...holding, kept: undefined },
+  ],
+  [
+    'dropped as that token (compare-and-drop): nothing kept',
+    holding,
+    { type: 'token-dropped', digest: held.tokenDigest },
+    { ...holding, kept: undefined },
+  ],
+  [
+    'dropped as another token (a late report): the entry stays',
+    holding,
+    { type: 'token-dropped', digest: other.tokenDigest },
+    holding,
+  ],
+  [
+    'dropped with nothing kept: nothing changes',
+    NOTHING_KNOWN,
+    { type: 'token-dropped' },
+    NOTHING_KNOWN,
+  ],
+  [
+    'reported, the kept token: marked',
+    holding,
+    { type: 'token-reported', digest: held.tokenDigest },
+    { ...holding, kept: keptOf(held, { reported: true }) },
+  ],
+  [
+    'reported, another token: nothing changes',
+    holding,
+    { type: 'token-reported', digest: other.tokenDigest },
+    holding,
+  ],
+  [
+    'reported with nothing kept: nothing changes',
+    NOTHING_KNOWN,
+    { type: 'token-reported', digest: held.tokenDigest },
+    NOTHING_KNOWN,
+  ],
+  [
+    'a lease version seen first: recorded on both clocks',
+    NOTHING_KNOWN,
+    { type: 'lease-seen', lease, at },
+    {
+      ...NOTHING_KNOWN,
+      lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0 + 1_000, seenAtMonotonic: 1_100 },
+    },
+  ],
+  [
+    'the same lease version seen again: its first sight stays (I1)',
+    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0, seenAtMonotonic: 0 } },
+    { type: 'lease-seen', lease, at },
+    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0, seenAtMonotonic: 0 } },
+  ],
+  [
+    'a lease renewed under the same version (expiry moved): a new sight',
+    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0}`, seenAt: T0, seenAtMonotonic: 0 } },
+    { type: 'lease-seen', lease, at },
+    {
+      ...NOTHING_KNOWN,
+      lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0 + 1_000, seenAtMonotonic: 1_100 },
+    },
+  ],
+  [
+    'a probe verdict: kept until its interval ends; verdicts past theirs go',
+    {
+      ...NOTHING_KNOWN,
+      verdicts: [{ digest: 'old', verdict: { verdict: 'revoked' }, until: 1_000 }],
+    },
+    {
+      type: 'probe-settled',
+      digest: held.tokenDigest,
+      verdict: { verdict: 'valid' },
+      until: 61_100,
+      at: 1_100,
+    },
+    {
+      ...NOTHING_KNOWN,
+      verdicts: [{ digest: held.tokenDigest, verdict: { verdict: 'valid' }, until: 61_100 }],
+    },
+  ],
+  [
+    'a probe that proved nothing: not kept, and what was said of that token before goes',
+    {
+      ...NOTHING_KNOWN,
+      verdicts: [{ digest: held.tokenDigest, verdict: { verdict: 'valid' }, until: 61_000 }],
+    },
+    {
+      type: 'probe-settled',
+      digest: held.tokenDigest,
+      verdict: { verdict: 'unknown', reason: 'timeout' },
+      until: 61_100,
+      at: 1_100,
+    },
+    NOTHING_KNOWN,
+  ],
+  [
+    'an issuance measured: the last one counts',
+    { ...NOTHING_KNOWN, issuanceMs: 900 },
+    { type: 'issuance-measured', ms: 1_200 },
+    { ...NOTHING_KNOWN, issuanceMs: 1_200 },
+  ],
+  [
+    'a read measured: the last one counts',
+    { ...NOTHING_KNOWN, readMs: 40 },
+    { type: 'read-measured', ms: 25 },
+    { ...NOTHING_KNOWN, readMs: 25 },
+  ],
+];
+
+describe('Function: applyEvent (event × state → state)', () => {
+  it.each(table)('%s', (_name, before, event, after) => {
+    const frozen = structuredClone(before);
+    expect(applyEvent(before, event)).toEqual(after);
+    // Pure: the state it was given is left as it was.
+    expect(before).toEqual(frozen);
+  });
+
+  it('covers every kind of event', () => {
+    const kinds = new Set(table.map(([, , event]) => event.type));
+    expect([...kinds].sort()).toEqual(
+      [
+        'issuance-measured',
+        'lease-seen',
+        'probe-settled',
+        'read-measured',
+        'token-dropped',
+        'token-kept',
+        'token-learned',
+        'token-reported',
+      ].sort(),
+    );
+  });
+});
+
+describe('Class: ConnectionView: queries write nothing', () => {
+  // Before: `knownFor` of a token never learned recorded "first seen now" and returned 0, so
+  // the same query 5 s later said 5 s: a query made a token older (I4 counts on these ages).
+  it('I4: asking how long a token is known does not make it known', async () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    expect(view.knownFor('sandbox', held.tokenDigest)).toBe(0);
+    await clock.advance(5_000);
+    expect(view.knownFor('sandbox', held.tokenDigest)).toBe(0);
+    expect(view.state('sandbox')).toBeUndefined();
+  });
+
+  it('I4: a token’s age counts from the read that learned it, kept or suspect', async () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    const read = { sentAt: T0, sentAtMonotonic: clock.monotonic() };
+    // A countdown ended on it: suspect, neither served nor kept, but learned.
+    const countdownEnded = { ...lease, countdown: 1, expiresAt: T0 - 1 };
+    const seen = view.observe(
+      connection({ revokesOnReissue: true }),
+      { token: held, lease: countdownEnded },
+      read,
+      T0,
+    );
+    expect(seen.suspect).toBe(true);
+    expect(view.entry('sandbox')).toBeUndefined();
+    await clock.advance(5_000);
+    expect(view.knownFor('sandbox', held.tokenDigest)).toBe(5_000);
+  });
+
+  it('queries leave the state as it was', async () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
+    view.apply('sandbox', { type: 'lease-seen', lease, at: nowOf(clock) });
+    const before = view.state('sandbox')?.knowledge;
+    await clock.advance(2_000);
+    view.entry('sandbox');
+    view.fromMemory('sandbox', clock.now(), 0);
+    view.whileStoreDown('sandbox', clock.now(), 0);
+    view.lastGood('sandbox', clock.now(), new Error('any'));
+    view.reuse(held, 0, clock.now());
+    view.knownFor('sandbox', other.tokenDigest);
+    view.leaseFirstSeen('sandbox', { ...lease, version: 'v2' });
+    view.verdict('sandbox', held.tokenDigest);
+    expect(view.state('sandbox')?.knowledge).toBe(before);
+  });
+});
