@@ -170,7 +170,8 @@ describe('Function: startFaultProxy', () => {
     proxy = await startFaultProxy({ target: targetUrl });
     proxy.setHooks({ onRequest: () => new Promise((resolve) => setTimeout(resolve, 150)) });
     expect(await call(proxy.url, 50)).toMatchObject({ error: 'timeout' });
-    await expect.poll(() => hits).toEqual(['POST /x?y=1']);
+    // Polled up to 5 s, not the default 1 s: under load the held request once reached the target later.
+    await expect.poll(() => hits, { timeout: 5_000 }).toEqual(['POST /x?y=1']);
   });
 });
 
