@@ -13,8 +13,15 @@ import { Deadline } from '../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../lib/errors.js';
 import type { TokenIssuer } from '../../../lib/ports.js';
 import { sealCode } from '../../../lib/upstream/authorization-code.js';
-import { connection, FakeIssuer, InMemoryTokenStore } from '../../support/fakes.js';
-import { issuerFor, sandbox, seed, Upstream, wrap } from '../../support/fleet-model.js';
+import { connection, FakeIssuer, InMemoryTokenStore, ManualClock } from '../../support/fakes.js';
+import {
+  fleetBroker,
+  issuerFor,
+  sandbox,
+  seed,
+  Upstream,
+  wrap,
+} from '../../support/fleet-model.js';
 import { Sim } from '../../support/sim.js';
 import {
   deadline,
@@ -243,6 +250,33 @@ describe('Refresh ahead of expiry: on demand', () => {
     await broker.getToken('sandbox', { deadline: deadline(5_000) });
     await broker.idle();
     expect(issuer.issued).toBe(2);
+  });
+});
+
+describe('Refresh ahead of expiry: on a container’s monotonic clock', () => {
+  it('judges the invocation’s end on the monotonic clock: a wall clock stepped back during the request stretches no refresh (issue 27)', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    seed(store, up, T0 - 3_320_000, 3_600_000); // 280 s left: past the window's middle
+    // The request's read: the wall clock is stepped back 10 s meanwhile (NTP, an operator).
+    let stepped = false;
+    const stepping = wrap(store, {
+      read: async (name) => {
+        if (!stepped) clock.step(-10_000);
+        stepped = true;
+        return store.read(name);
+      },
+    });
+    const broker = fleetBroker(stepping, clock, up, { window: 600 });
+    // 3 s left, less than the countdown alone: as an epoch read after the step it was 13 s.
+    const workUntil = broker.deadlineIn(3_000);
+    const served = await broker.getToken('sandbox', { deadline: workUntil, workUntil });
+    expect(served.source).toBe('dynamodb');
+    await clock.advance(0);
+    expect(store.items.get('sandbox')?.lease).toBeUndefined();
+    await broker.idle();
+    expect(up.issuedAt).toHaveLength(1); // the seeded token's only
   });
 });
 
