@@ -50,28 +50,23 @@ export const systemClock: Clock = Object.freeze({
 });
 
 /**
- * A caller's deadline on this container's monotonic clock (I3): read from the wall clock once,
- * where a request comes in, and from then on judged by durations only, so that a wall clock
- * stepped while the caller waits neither cuts its time short nor stretches it.
+ * A caller's deadline on this container's monotonic clock (I3): made where a request comes in,
+ * from the time it has left ({@link Deadline.in}; a handler asks the facade,
+ * `TokenBroker.deadlineIn`, so that it is on the broker's own clock), and from then on judged by
+ * durations only, so that a wall clock stepped while the caller waits neither cuts its time
+ * short nor stretches it. It never reads the wall clock, and is never turned into an epoch
+ * (`test/architecture/one-clock.test.ts`): every port and signature that takes a deadline
+ * takes this.
  */
 export class Deadline {
   private constructor(
-    private readonly clock: Pick<Clock, 'now' | 'monotonic'>,
+    private readonly clock: Pick<Clock, 'monotonic'>,
     /** The instant on the monotonic clock. */
     readonly at: number,
   ) {}
 
-  /**
-   * The deadline `epochMs` (a wall-clock instant, read now), on the monotonic clock: only where
-   * a deadline arrives as an epoch (the facade's callers that hold one, tests). Lambda's
-   * handlers need none: {@link Deadline.in} the time the invocation has left.
-   */
-  static fromEpoch(clock: Pick<Clock, 'now' | 'monotonic'>, epochMs: number): Deadline {
-    return new Deadline(clock, clock.monotonic() + (epochMs - clock.now()));
-  }
-
-  /** A deadline `ms` from now (no wall clock read). */
-  static in(clock: Pick<Clock, 'now' | 'monotonic'>, ms: number): Deadline {
+  /** A deadline `ms` from now on `clock`'s monotonic clock. */
+  static in(clock: Pick<Clock, 'monotonic'>, ms: number): Deadline {
     return new Deadline(clock, clock.monotonic() + ms);
   }
 
@@ -89,20 +84,16 @@ export class Deadline {
     return new Deadline(this.clock, this.at - ms);
   }
 
+  /** The earlier of this deadline and `other` (this one when `other` is undefined). */
+  min(other: Deadline | undefined): Deadline {
+    return other !== undefined && other.at < this.at ? other : this;
+  }
+
   /**
    * Whole milliseconds left, rounded down and never negative (for timer APIs such as
    * `AbortSignal.timeout`, which take integers only).
    */
   wholeMsLeft(): number {
     return Math.max(0, Math.floor(this.leftMs()));
-  }
-
-  /**
-   * The deadline as a wall-clock instant now, in whole ms, rounded down. A conversion back to
-   * the wall clock: no port takes one any more; only `LeasedIssuance.obtain` and `refresh`
-   * still take epoch ms (to go, see docs/protocol.md "Time").
-   */
-  epoch(): number {
-    return Math.floor(this.clock.now() + this.leftMs());
   }
 }

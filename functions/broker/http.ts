@@ -81,11 +81,12 @@ export const createHttpHandler = (
   const getToken = async (event: HttpEvent, context: Context): Promise<HttpResult> => {
     const { minValidity } = parseHttpRequest('getToken', event);
     const connection = connectionFor(event);
+    const deadline = deadlineOf(broker, context);
     const served = await broker.getToken(connection.name, {
       minValiditySeconds: minValidity,
-      deadline: deadlineOf(context),
+      deadline,
       // A refresh this request starts runs after the answer, within the same invocation.
-      workUntil: deadlineOf(context),
+      workUntil: deadline,
       caller: callerOf(event),
       mayForce: mayForce(connection, event.requestContext.authorizer?.iam?.userArn),
     });
@@ -101,7 +102,12 @@ export const createHttpHandler = (
     const { accessToken } = parseHttpRequest('invalidate', event);
     return json(
       200,
-      await broker.invalidate(connection.name, accessToken, callerOf(event), deadlineOf(context)),
+      await broker.invalidate(
+        connection.name,
+        accessToken,
+        callerOf(event),
+        deadlineOf(broker, context),
+      ),
     );
   };
 
@@ -129,7 +135,7 @@ export const createHttpHandler = (
         path: '/ready',
         handler: async (event: HttpEvent, context: Context) => {
           parseHttpRequest('ready', event);
-          const report = await broker.ready(deadlineOf(context));
+          const report = await broker.ready(deadlineOf(broker, context));
           // 503 while any connection is not ready: a deploy pipeline or probe can gate on it.
           return json(report.ready ? 200 : 503, report);
         },
@@ -139,7 +145,7 @@ export const createHttpHandler = (
         path: '/warm',
         handler: async (event: HttpEvent, context: Context) => {
           parseHttpRequest('warmUp', event);
-          return json(200, await broker.warmUp(deadlineOf(context), callerOf(event)));
+          return json(200, await broker.warmUp(deadlineOf(broker, context), callerOf(event)));
         },
       },
       {

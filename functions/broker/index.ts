@@ -3,7 +3,6 @@
  * fails here, with a message naming the variable, the connection and the field.
  */
 import { createAwsBroker, createLogger, createMetrics } from '../../lib/adapters/aws.js';
-import { systemClock } from '../../lib/clock.js';
 import { loadConfig } from '../../lib/config.js';
 import { Invocations, registerAfterResponse } from './after-response.js';
 import { createHandler } from './handler.js';
@@ -43,7 +42,7 @@ const registered = await registerAfterResponse({
 // environment. Leases held here are given up and released, so no other container waits them out.
 if (registered) {
   process.once('SIGTERM', () => {
-    void broker.shutdown(systemClock.now() + SHUTDOWN_BUDGET_MS).finally(() => process.exit(0));
+    void broker.shutdown(broker.deadlineIn(SHUTDOWN_BUDGET_MS)).finally(() => process.exit(0));
   });
 }
 

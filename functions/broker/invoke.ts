@@ -32,23 +32,19 @@ export const createInvokeHandler =
       gate(context);
       const request = parseInvokeRequest(event);
       if (request.action === 'status') return { connections: await broker.status() };
-      if (request.action === 'warmUp') return broker.warmUp(deadlineOf(context), DIRECT_INVOKE);
+      const deadline = deadlineOf(broker, context);
+      if (request.action === 'warmUp') return broker.warmUp(deadline, DIRECT_INVOKE);
       // Answered, not thrown, when a connection is not ready: the report says which and why.
-      if (request.action === 'ready') return broker.ready(deadlineOf(context));
+      if (request.action === 'ready') return broker.ready(deadline);
       logger.appendKeys({ connection: request.connection, action: request.action });
       if (request.action === 'invalidate') {
-        return broker.invalidate(
-          request.connection,
-          request.accessToken,
-          DIRECT_INVOKE,
-          deadlineOf(context),
-        );
+        return broker.invalidate(request.connection, request.accessToken, DIRECT_INVOKE, deadline);
       }
       const served = await broker.getToken(request.connection, {
         minValiditySeconds: request.minValidity,
-        deadline: deadlineOf(context),
+        deadline,
         // A refresh this request starts runs after the answer, within the same invocation.
-        workUntil: deadlineOf(context),
+        workUntil: deadline,
         caller: DIRECT_INVOKE,
         // No identity to match against `forceCallers`: only where every caller may force.
         mayForce: mayForce(broker.connection(request.connection), undefined),

@@ -26,7 +26,7 @@ export const createScheduleHandler =
       logRefusal(logger, error as BrokerError);
       throw error;
     }
-    const report = await broker.warmUp(deadlineOf(context));
+    const report = await broker.warmUp(deadlineOf(broker, context));
     const log = report.failed > 0 ? logger.error.bind(logger) : logger.info.bind(logger);
     log('Warm-up finished', { issued: report.issued, failed: report.failed, report });
     return report;

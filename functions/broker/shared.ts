@@ -1,25 +1,28 @@
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
-import type { ServedToken, TokenAnswer } from '../../lib/broker/index.js';
+import type { ServedToken, TokenAnswer, TokenBroker } from '../../lib/broker/index.js';
 import { ANSWER_MARGIN_MS } from '../../lib/broker/timing/index.js';
-import { systemClock } from '../../lib/clock.js';
+import { type Deadline, systemClock } from '../../lib/clock.js';
 
 /** Used when a context has no deadline (never in Lambda; possible in hand-made invocations). */
 const DEFAULT_BUDGET_MS = 10_000;
 
 /**
- * Epoch ms by which the broker must have its answer ready; also the end of the work the
- * invocation starts after its answer (`GetTokenOptions.workUntil`): the function's timeout
- * bounds the invocation, the time the after-response extension keeps it thawed included. The
- * facade takes epoch ms and reads it back onto the monotonic clock at once (the one conversion
- * left at the edge: docs/protocol.md, "Time").
+ * By when the broker must have its answer ready; also the end of the work the invocation
+ * starts after its answer (`GetTokenOptions.workUntil`): the function's timeout bounds the
+ * invocation, the time the after-response extension keeps it thawed included. Made on the
+ * broker's monotonic clock from the time the invocation has left, with no wall clock read
+ * (docs/protocol.md, "Time").
  */
-export const deadlineOf = (context: Pick<Context, 'getRemainingTimeInMillis'>): number => {
+export const deadlineOf = (
+  broker: Pick<TokenBroker, 'deadlineIn'>,
+  context: Pick<Context, 'getRemainingTimeInMillis'>,
+): Deadline => {
   const remaining =
     typeof context.getRemainingTimeInMillis === 'function'
       ? context.getRemainingTimeInMillis()
       : DEFAULT_BUDGET_MS;
-  return systemClock.now() + Math.max(0, remaining - ANSWER_MARGIN_MS);
+  return broker.deadlineIn(Math.max(0, remaining - ANSWER_MARGIN_MS));
 };
 
 /**

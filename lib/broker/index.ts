@@ -152,6 +152,15 @@ export class TokenBroker {
   }
 
   /**
+   * A deadline `ms` from now, on this broker's monotonic clock: how a handler makes one from the
+   * time its invocation has left, with no wall clock read. On the broker's own clock, so that a
+   * broker given a clock (a test's) judges it on that one.
+   */
+  deadlineIn(ms: number): Deadline {
+    return Deadline.in(this.#clock, ms);
+  }
+
+  /**
    * Returns a token valid for at least `minValiditySeconds`, issuing one only when needed, with
    * how long the caller may reuse it, and use it stale (see `ConnectionView.reuse`).
    */
@@ -200,13 +209,13 @@ export class TokenBroker {
    * A caller's report that the upstream rejected `accessToken`: checked with the connection's
    * probe if it has one, else that token is dropped if it is old enough to be replaced on a
    * caller's word, or kept with the report and replaced once it is (see `reports.ts`).
-   * @param deadline epoch ms by which the answer is due (the store calls are cut to it)
+   * @param deadline by when the answer is due (the store calls are cut to it)
    */
   invalidate(
     name: string,
     accessToken: string,
     caller?: string,
-    deadline?: number,
+    deadline?: Deadline,
   ): Promise<InvalidateOutcome> {
     return this.#reports.invalidate(this.connection(name), accessToken, caller, deadline);
   }
@@ -222,13 +231,12 @@ export class TokenBroker {
 
   /**
    * The execution environment is shutting down (Lambda's SIGTERM): every lease held here is
-   * given up before its POST and released, and the work under way is awaited until `deadline`
-   * (epoch ms), so that no other container waits out a lease this one can no longer advance.
+   * given up before its POST and released, and the work under way is awaited until `deadline`,
+   * so that no other container waits out a lease this one can no longer advance.
    */
-  async shutdown(deadline: number): Promise<void> {
+  async shutdown(deadline: Deadline): Promise<void> {
     this.#issuance.abandonLeases('The execution environment is shutting down');
-    const left = Math.max(0, deadline - this.#clock.now());
-    await Promise.race([this.idle(), this.#clock.sleep(left)]);
+    await Promise.race([this.idle(), this.#clock.sleep(deadline.wholeMsLeft())]);
   }
 
   /** Every connection's token metadata and lease, read from the shared store. */
@@ -243,10 +251,10 @@ export class TokenBroker {
    * or obtainable now (the normal path, issuing only where none is valid; a refresh it starts
    * ends by `deadline`). A deploy gates on it.
    */
-  ready(deadline: number, caller = 'readiness check'): Promise<ReadinessReport> {
+  ready(deadline: Deadline, caller = 'readiness check'): Promise<ReadinessReport> {
     return checkReadiness(this.deps.config.connections.values(), {
       secrets: this.deps.secrets,
-      by: Deadline.fromEpoch(this.#clock, deadline),
+      by: deadline,
       clock: this.#clock,
       getToken: ({ name }) => this.getToken(name, { deadline, workUntil: deadline, caller }),
       now: () => this.#clock.now(),
@@ -258,7 +266,7 @@ export class TokenBroker {
    * Makes sure every connection holds a token valid beyond the refresh window; issues only where
    * one is missing or inside the window. A failing connection does not stop the others.
    */
-  warmUp(deadline: number, trigger: Trigger = 'schedule'): Promise<WarmUpReport> {
+  warmUp(deadline: Deadline, trigger: Trigger = 'schedule'): Promise<WarmUpReport> {
     // Counted per connection it checks: the alarm on its absence says the schedule stopped.
     for (const name of this.connectionNames()) this.#metrics.record(MetricName.WarmUpRuns, name);
     return warmUp(this.deps.config.connections.values(), {

@@ -1,5 +1,6 @@
 /** What the broker core hands out and reports: the types its callers (the handlers) see. */
 import { createHash } from 'node:crypto';
+import type { Deadline } from '../clock.js';
 import type { TokenRecord } from '../ports.js';
 
 /** Where a served token came from: drives logs and metrics. */
@@ -38,14 +39,14 @@ export interface BrokerLogger {
 export interface GetTokenOptions {
   /** Seconds the returned token must still be valid; defaults to the configured default. */
   readonly minValiditySeconds?: number | undefined;
-  /** Epoch ms by which an answer is due (derived from the Lambda's remaining time). */
-  readonly deadline: number;
+  /** By when an answer is due (made from the Lambda's remaining time: `deadlineIn`). */
+  readonly deadline: Deadline;
   /**
-   * Epoch ms by which work this request starts after its answer (a refresh ahead of expiry)
-   * must be over: in Lambda the invocation's end, since the function's timeout bounds the
-   * time an extension keeps the environment thawed. Undefined: the refresh's own budget only.
+   * By when work this request starts after its answer (a refresh ahead of expiry) must be
+   * over: in Lambda the invocation's end, since the function's timeout bounds the time an
+   * extension keeps the environment thawed. Undefined: the refresh's own budget only.
    */
-  readonly workUntil?: number | undefined;
+  readonly workUntil?: Deadline | undefined;
   /** Who asks (an HTTP caller's IAM ARN, `direct invoke`): logged with an issuance it causes. */
   readonly caller?: string | undefined;
   /**

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { Deadline, systemClock } from '../../lib/clock.js';
 import { ManualClock } from '../support/fakes.js';
 
@@ -37,7 +37,7 @@ describe('Object: systemClock', () => {
 describe('Class: Deadline', () => {
   it('judges time left on the monotonic clock: a wall clock stepped back stretches nothing (I3)', async () => {
     const clock = new ManualClock(1_795_262_400_000);
-    const deadline = Deadline.fromEpoch(clock, clock.now() + 1_000);
+    const deadline = Deadline.in(clock, 1_000);
     clock.step(-4_000);
     expect(deadline.leftMs()).toBe(1_000);
     await clock.advance(400);
@@ -47,11 +47,34 @@ describe('Class: Deadline', () => {
     expect(deadline.passed()).toBe(true);
   });
 
-  it('gives its wall-clock instant in whole ms, as timer APIs need', () => {
-    const clock = { now: () => 1_000.25, monotonic: () => 7.3 };
-    const epoch = Deadline.in(clock, 3_850.9).epoch();
-    expect(Number.isInteger(epoch)).toBe(true);
-    expect(epoch).toBe(4_851);
-    expect(() => AbortSignal.timeout(epoch - 1_000)).not.toThrow();
+  it('gives the time left in whole ms, as timer APIs need, and never below zero', () => {
+    let at = 7.3;
+    const clock = { monotonic: () => at };
+    const deadline = Deadline.in(clock, 3_850.9);
+    const left = deadline.wholeMsLeft();
+    expect(Number.isInteger(left)).toBe(true);
+    expect(left).toBe(3_850);
+    expect(() => AbortSignal.timeout(left)).not.toThrow();
+    at += 5_000;
+    expect(deadline.wholeMsLeft()).toBe(0);
+  });
+
+  it('never reads the wall clock: made and judged on the monotonic clock alone', () => {
+    const clock = new ManualClock(1_795_262_400_000);
+    const now = vi.spyOn(clock, 'now');
+    const deadline = Deadline.in(clock, 2_000).minus(500).min(Deadline.in(clock, 3_000));
+    expect(deadline.leftMs()).toBe(1_500);
+    expect(deadline.passed()).toBe(false);
+    expect(deadline.wholeMsLeft()).toBe(1_500);
+    expect(now).not.toHaveBeenCalled();
+  });
+
+  it('takes the earlier of two deadlines, or itself when there is no other', () => {
+    const clock = new ManualClock(1_795_262_400_000);
+    const soon = Deadline.in(clock, 1_000);
+    const late = Deadline.in(clock, 5_000);
+    expect(late.min(soon)).toBe(soon);
+    expect(soon.min(late)).toBe(soon);
+    expect(soon.min(undefined)).toBe(soon);
   });
 });

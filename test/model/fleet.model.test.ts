@@ -24,7 +24,7 @@
 import fc from 'fast-check';
 import { describe, it } from 'vitest';
 import type { TokenBroker } from '../../lib/broker/index.js';
-import type { Clock } from '../../lib/clock.js';
+import { type Clock, Deadline } from '../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../lib/errors.js';
 import type { TokenIssuer } from '../../lib/ports.js';
 import { sealCode } from '../../lib/upstream/authorization-code.js';
@@ -235,13 +235,15 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
     switch (command.kind) {
       case 'request': {
         const broker = brokers[command.node] as TokenBroker;
-        const clock = clocks[command.node] as Clock;
         const sentAt = sim.now();
         const deadline = sentAt + command.budgetMs;
         const minValiditySeconds = command.force ? LIFE_S - 1 : undefined;
         pending.push(
           broker
-            .getToken('sandbox', { deadline: clock.now() + command.budgetMs, minValiditySeconds })
+            .getToken('sandbox', {
+              deadline: broker.deadlineIn(command.budgetMs),
+              minValiditySeconds,
+            })
             .then(
               (answer) => {
                 const token = answer.record.accessToken;
@@ -277,7 +279,9 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
       case 'warm': {
         const clock = clocks[command.node] as Clock;
         pending.push(
-          (brokers[command.node] as TokenBroker).warmUp(clock.now() + 9_000).catch(() => undefined),
+          (brokers[command.node] as TokenBroker)
+            .warmUp(Deadline.in(clock, 9_000))
+            .catch(() => undefined),
         );
         break;
       }

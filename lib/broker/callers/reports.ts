@@ -12,7 +12,7 @@
  * age (its successor is issued by the next request, under the lease: one issuance however many
  * report it). A probe that proves nothing leaves the report to the age rules.
  */
-import { type Clock, Deadline } from '../../clock.js';
+import type { Clock, Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import { StoreUnavailableError } from '../../errors.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
@@ -46,19 +46,16 @@ export class Reports {
 
   /**
    * Acts on a report about `accessToken` of `connection`.
-   * @param deadline epoch ms by which the store calls are answered (or it fails)
+   * @param deadline by when the store calls are answered (or it fails)
    */
   async invalidate(
     connection: ConnectionConfig,
     accessToken: string,
     caller: string | undefined,
-    epochDeadline: number | undefined,
+    deadline: Deadline | undefined,
   ): Promise<InvalidateOutcome> {
     const { view, clock, settings, logger } = this.deps;
     const { name } = connection;
-    // Judged on the monotonic clock from here (I3).
-    const deadline =
-      epochDeadline === undefined ? undefined : Deadline.fromEpoch(clock, epochDeadline);
     const digest = tokenDigest(accessToken);
     const reportedBy = caller ?? UNNAMED_TRIGGER;
     const now = clock.now();

@@ -5,7 +5,7 @@
  * `issue-under-lease.ts` and `held-lease.ts`; what the container knows, `connection-view.ts`;
  * all timing, `timing/`. Deadlines are judged on the monotonic clock (I3).
  */
-import { Deadline } from '../../clock.js';
+import type { Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import { ReplacementRefusedError, StoreUnavailableError } from '../../errors.js';
 import { MetricName } from '../../metrics.js';
@@ -78,7 +78,7 @@ export class LeasedIssuance {
 
   /**
    * Reads the store until it holds a token that meets `need`, issuing it under the lease.
-   * @param deadline epoch ms, read once here: from then on judged on the monotonic clock
+   * @param by the caller's deadline
    * @param bypassMemory never fall back to memory when the store is unreadable (the warm-up)
    * @param trigger who asked (logged with an issuance)
    * @param mayForce whether the caller may force a replacement (see `caller-bounds.ts`)
@@ -86,14 +86,13 @@ export class LeasedIssuance {
   async obtain(
     connection: ConnectionConfig,
     need: Need,
-    deadline: number,
+    by: Deadline,
     bypassMemory: boolean,
     trigger: Trigger = UNNAMED_TRIGGER,
     mayForce = true,
   ): Promise<ServedToken> {
     const { name } = connection;
     const { clock, view, settings } = this.deps;
-    const by = Deadline.fromEpoch(clock, deadline);
     let known: { state: TokenState; read: ReadSent } | undefined;
     let waits = 0;
     await awaitCutOver(this.deps, name, by, {
@@ -174,13 +173,12 @@ export class LeasedIssuance {
   async refresh(
     connection: ConnectionConfig,
     current: TokenRecord,
-    deadline: number,
+    by: Deadline,
     trigger: Trigger = UNNAMED_TRIGGER,
     cause: IssuanceCause = IssuanceCause.RefreshAhead,
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
     const { clock, view, settings } = this.deps;
-    const by = Deadline.fromEpoch(clock, deadline);
     // A countdown announced at our last read is left to its holder. Whether that holder died
     // only a read can tell (the same version seen again after its duration): that read comes
     // when the countdown has run out on our clock (`obtain`), which lets a dead one go.
@@ -212,7 +210,7 @@ export class LeasedIssuance {
     if (outcome.state) view.observe(connection, outcome.state, outcome.read, clock.now());
     // Lost during the flow: our token request may have gone out and revoked `current`, which
     // must not be served; whatever the store holds now (ours, or the new holder's) is.
-    return outcome.lost ? this.obtain(connection, 0, by.epoch(), false, trigger) : undefined;
+    return outcome.lost ? this.obtain(connection, 0, by, false, trigger) : undefined;
   }
 
   /** How long a refresh of `record` may take, and the least it needs (countdown, POST, write), ms. */

@@ -6,7 +6,7 @@
  * served, unless the failed request may have revoked it (an unknown outcome): then the issuance
  * has dropped it everywhere.
  */
-import type { Clock } from '../../clock.js';
+import { type Clock, Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import { toBrokerError } from '../../errors.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
@@ -36,7 +36,7 @@ export class RefreshAhead {
   /**
    * Starts one try to replace `current` unless one is running here already.
    *
-   * @param until epoch ms by which the work must be over (the invocation's end, in Lambda): the
+   * @param workUntil by when the work must be over (the invocation's end, in Lambda): the
    *   refresh's budget is cut to it, and none is started that could not take its lease and
    *   post before it (a later request's will). Undefined: its own budget only.
    */
@@ -45,17 +45,16 @@ export class RefreshAhead {
     current: TokenRecord,
     trigger: Trigger,
     cause: IssuanceCause,
-    until?: number,
+    workUntil?: Deadline,
   ): void {
     const { name } = connection;
     const { issuance, clock, logger, metrics } = this.deps;
     if (this.#running.has(name)) return;
-    const now = clock.now();
     const { budget, least } = issuance.refreshMs(connection, current);
-    const deadline = Math.min(now + budget, until ?? Number.POSITIVE_INFINITY);
+    const deadline = Deadline.in(clock, budget).min(workUntil);
     // Lambda resets an environment whose invocation overran its timeout, mid-refresh maybe:
     // a refresh that cannot have its countdown and POST in time is not started at all.
-    if (least >= deadline - now) return;
+    if (least >= deadline.leftMs()) return;
     const run = issuance
       .refresh(connection, current, deadline, trigger, cause)
       .then(

@@ -3,7 +3,7 @@
  * caller bounded by its own deadline (I3). A joiner whose need the shared load did not meet asks
  * anew; a refusal of a caller's word answers the caller that asked, not the ones that joined.
  */
-import { type Clock, Deadline } from '../../clock.js';
+import type { Clock, Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import { ReplacementRefusedError, UpstreamUnavailableError } from '../../errors.js';
 import type { Trigger } from '../issuance/index.js';
@@ -34,18 +34,17 @@ export class SharedLoads {
     return this.#flight.has(name);
   }
 
-  /** @param deadline epoch ms, judged on the monotonic clock from here */
+  /** @param by the caller's deadline */
   async load(
     connection: ConnectionConfig,
     need: Need,
-    deadline: number,
+    by: Deadline,
     bypassMemory: boolean,
     trigger: Trigger,
     mayForce = true,
   ): Promise<ServedToken> {
-    const by = Deadline.fromEpoch(this.clock, deadline);
     const obtain = () =>
-      this.issuance.obtain(connection, need, by.epoch(), bypassMemory, trigger, mayForce);
+      this.issuance.obtain(connection, need, by, bypassMemory, trigger, mayForce);
     const joining = this.#flight.has(connection.name);
     let outcome: { readonly value: ServedToken; readonly joined: boolean };
     try {

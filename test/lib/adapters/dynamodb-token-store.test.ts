@@ -6,6 +6,7 @@ import { systemClock } from '../../../lib/clock.js';
 import type { Lease, LeaseRequest, TokenRecord } from '../../../lib/ports.js';
 import { applyEnv, type Stack, startStack } from '../../../local/stack.js';
 import { fleetBroker, Upstream } from '../../support/fleet-model.js';
+import { deadline } from '../broker/setup.js';
 
 const record = (accessToken: string, expiresAt: number, connection: string): TokenRecord => ({
   connection,
@@ -163,7 +164,7 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     // BROKER_MEMORY_RECHECK_SECONDS=0: a countdown of one step, so the test runs in real time.
     const broker = fleetBroker(store, systemClock, up, { recheck: 0 });
     const answers = await Promise.allSettled(
-      Array.from({ length: 3 }, () => broker.getToken('sandbox', { deadline: Date.now() + 9_000 })),
+      Array.from({ length: 3 }, () => broker.getToken('sandbox', { deadline: deadline(9_000) })),
     );
     expect(answers.map((a) => (a.status === 'rejected' ? String(a.reason) : 'served'))).toEqual([
       'served',

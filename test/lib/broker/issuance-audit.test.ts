@@ -105,7 +105,7 @@ describe('Issuance audit: every issuance with its cause and caller', () => {
       issuedAt: T0 - 3_300_000,
       expiresAt: T0 + 299_000,
     });
-    await broker.getToken('sandbox', { deadline: T0 + 5_000, caller: ARN });
+    await broker.getToken('sandbox', { deadline: deadline(5_000), caller: ARN });
     await broker.idle();
     expect(audits()).toEqual([{ cause: 'refresh-ahead', trigger: ARN }]);
   });

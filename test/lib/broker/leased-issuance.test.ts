@@ -8,6 +8,7 @@ import {
   LEASE_MS,
 } from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
+import { Deadline } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import {
   MinValidityUnsatisfiableError,
@@ -102,10 +103,11 @@ describe('Class: LeasedIssuance', () => {
       };
     });
     store.renewLease = async () => false; // its heartbeats no longer land
-    const pending = slow.issuance.obtain(sandbox, 60_000, T0 + 60_000, false);
+    const by = Deadline.in(clock, 60_000);
+    const pending = slow.issuance.obtain(sandbox, 60_000, by, false);
     await clock.advance(LEASE_MS + 1);
     const fast = container(store, clock);
-    const theirs = await fast.issuance.obtain(sandbox, 60_000, T0 + 60_000, false);
+    const theirs = await fast.issuance.obtain(sandbox, 60_000, by, false);
     expect(theirs).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
     release?.();
     const served = await pending;
@@ -132,7 +134,7 @@ describe('Class: LeasedIssuance', () => {
         requestedAt: T0,
       };
     });
-    await issuance.obtain(sandbox, 60_000, T0 + 60_000, false);
+    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 60_000), false);
     expect(renewals).toEqual([
       T0 + LEASE_HEARTBEAT_MS + LEASE_MS,
       T0 + 2 * LEASE_HEARTBEAT_MS + LEASE_MS,
@@ -162,7 +164,7 @@ describe('Class: LeasedIssuance', () => {
       await clock.sleep(LEASE_HEARTBEAT_MS);
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
-    await issuance.obtain(sandbox, 60_000, T0 + 1_500, false);
+    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 1_500), false);
     // The lease was taken until the deadline; the heartbeat repeats that expiry, and is still a
     // new version (a watcher sees it change, so takes no live lease over): no "+1 ms".
     expect(renewals).toEqual([T0 + 1_500]);
@@ -181,7 +183,7 @@ describe('Class: LeasedIssuance', () => {
       const refreshed = await issuance.refresh(
         connection({ revokesOnReissue }),
         current,
-        T0 + 10_000,
+        Deadline.in(clock, 10_000),
       );
       expect(refreshed?.record.accessToken).toBe('issued');
       // The authorization code is asked for at once, while the lease counts down.
@@ -212,7 +214,7 @@ describe('Class: LeasedIssuance', () => {
       },
     });
     const { issuance, memory } = container(store, clock);
-    expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined();
+    expect(await issuance.refresh(sandbox, current, Deadline.in(clock, 10_000))).toBeUndefined();
     expect(store.calls.acquire).toBe(1);
     // The refused write showed the countdown: the token is kept, served until it ends.
     expect(memory.entry('sandbox')).toMatchObject({
@@ -221,7 +223,7 @@ describe('Class: LeasedIssuance', () => {
     });
     for (let i = 0; i < 10; i += 1) {
       await clock.advance(100);
-      expect(await issuance.refresh(sandbox, current, clock.now() + 10_000)).toBeUndefined();
+      expect(await issuance.refresh(sandbox, current, Deadline.in(clock, 10_000))).toBeUndefined();
     }
     expect(store.calls.acquire).toBe(1);
   });
@@ -238,7 +240,7 @@ describe('Class: LeasedIssuance', () => {
     };
     store.items.set('sandbox', { token: current, lease: { ...lease, countdown: 21 } });
     const { issuance, memory } = container(store, clock);
-    expect(await issuance.refresh(sandbox, current, T0 + 10_000)).toBeUndefined();
+    expect(await issuance.refresh(sandbox, current, Deadline.in(clock, 10_000))).toBeUndefined();
     expect(store.calls.acquire).toBe(1); // refused: it showed the countdown
     // The holder goes on counting down; this container has not read since (a 5 s re-check)
     // and still serves the token it proved safe until the countdown's end.
@@ -248,7 +250,7 @@ describe('Class: LeasedIssuance', () => {
     });
     await clock.advance(LEASE_MS + 500);
     expect(clock.now()).toBeLessThan(memory.entry('sandbox')?.until ?? 0);
-    expect(await issuance.refresh(sandbox, current, clock.now() + 10_000)).toBeUndefined();
+    expect(await issuance.refresh(sandbox, current, Deadline.in(clock, 10_000))).toBeUndefined();
     // Every busy container would make this write once per countdown: a fleet-sized write load
     // on the one item, where only the holder's writes belong.
     expect(store.calls.acquire).toBe(1);
@@ -278,7 +280,7 @@ describe('Class: LeasedIssuance', () => {
     const posts: number[] = [];
     const { issuance } = container(store, clock, fencedIssue(clock, posts));
     // The caller's reads see the lease unchanged for its duration: then it takes it over.
-    const served = await issuance.obtain(sandbox, 60_000, T0 + 10_000, false);
+    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
     expect(served.record.accessToken).toBe('issued');
     expect(takeovers).toHaveLength(1);
     expect(takeovers[0]).toBeGreaterThanOrEqual(T0 + LEASE_MS); // stale on our clock only then
@@ -305,10 +307,10 @@ describe('Class: LeasedIssuance', () => {
       return { token: current, lease: { ...lease, countdown: now >= T0 + 500 ? 1 : 3 } };
     };
     const { issuance } = container(store, clock);
-    const first = await issuance.obtain(sandbox, 60_000, T0 + 5_000, false);
+    const first = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
     expect(first.record.accessToken).toBe('current'); // served: 2 steps announced
     await clock.advance(450); // past what that read proved (2 × 250 ms − 100 ms)
-    const next = await issuance.obtain(sandbox, 60_000, clock.now() + 5_000, false);
+    const next = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
     expect(next.record.accessToken).toBe('successor');
     expect(store.calls.read).toBe(2);
     // Its countdown's end (3 steps) plus half an issuance (300 ms by default), no later.
@@ -341,10 +343,10 @@ describe('Class: LeasedIssuance', () => {
       return { token: current, lease };
     };
     const { issuance } = container(store, clock);
-    const first = await issuance.obtain(sandbox, 60_000, T0 + 10_000, false);
+    const first = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
     expect(first.record.accessToken).toBe('current');
     await clock.advance(5_000 - ROUND_TRIP); // past what that read proved (20 × 250 ms − 100 ms)
-    const next = await issuance.obtain(sandbox, 60_000, clock.now() + 5_000, false);
+    const next = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
     expect(next.record.accessToken).toBe('successor');
     // One read at the cut-over, not one before the token was there and more after.
     expect(store.calls.read).toBe(2);
@@ -365,9 +367,9 @@ describe('Class: LeasedIssuance', () => {
       },
     });
     const { issuance, calls } = container(store, clock);
-    expect(await issuance.refresh(sandbox, record('current', T0 + 200_000), T0 + 10_000)).toBe(
-      undefined,
-    );
+    expect(
+      await issuance.refresh(sandbox, record('current', T0 + 200_000), Deadline.in(clock, 10_000)),
+    ).toBe(undefined);
     expect(calls).toEqual([]);
   });
 
@@ -376,9 +378,9 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     store.setToken(record('newer', T0 + HOUR));
     const { issuance, calls } = container(store, clock);
-    expect(await issuance.refresh(sandbox, record('older', T0 + 200_000), T0 + 10_000)).toBe(
-      undefined,
-    );
+    expect(
+      await issuance.refresh(sandbox, record('older', T0 + 200_000), Deadline.in(clock, 10_000)),
+    ).toBe(undefined);
     expect(calls).toEqual([]);
   });
 
@@ -389,7 +391,7 @@ describe('Class: LeasedIssuance', () => {
       throw new Error('store down');
     };
     const { issuance, memory } = container(store, clock);
-    const served = await issuance.obtain(sandbox, 60_000, T0 + 5_000, false);
+    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
     expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
     expect(memory.entry('sandbox')?.record.accessToken).toBe('issued');
   });
@@ -401,19 +403,21 @@ describe('Class: LeasedIssuance', () => {
     store.failing = true;
     // Confirmed 50 ms ago: any replacement elsewhere is still draining (5 s + 100 ms here).
     primed(memory, clock, record('remembered', T0 + HOUR), T0 - 50);
-    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).resolves.toMatchObject({
+    await expect(
+      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
+    ).resolves.toMatchObject({
       source: 'memory',
       record: { accessToken: 'remembered' },
     });
     // Unless told not to (the warm-up).
-    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, true)).rejects.toBeInstanceOf(
-      StoreUnavailableError,
-    );
+    await expect(
+      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), true),
+    ).rejects.toBeInstanceOf(StoreUnavailableError);
     // Confirmed 10 s ago: another container may have replaced (and so revoked) it since.
     primed(memory, clock, record('remembered', T0 + HOUR), T0 - 10_000);
-    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
-      StoreUnavailableError,
-    );
+    await expect(
+      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
+    ).rejects.toBeInstanceOf(StoreUnavailableError);
   });
 
   it('serves an unconfirmed token through an outage for as long as the operator allowed', async () => {
@@ -434,7 +438,9 @@ describe('Class: LeasedIssuance', () => {
     });
     store.failing = true;
     primed(issuance.view, clock, record('remembered', T0 + HOUR), T0 - 30_000);
-    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).resolves.toMatchObject({
+    await expect(
+      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
+    ).resolves.toMatchObject({
       source: 'memory',
     });
   });
@@ -447,7 +453,7 @@ describe('Class: LeasedIssuance', () => {
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
     expect(issuance.issuanceMs('sandbox')).toBe(300);
-    await issuance.obtain(sandbox, 60_000, T0 + 5_000, false);
+    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
     expect(issuance.issuanceMs('sandbox')).toBe(420);
   });
 });
@@ -472,7 +478,7 @@ describe('Class: LeasedIssuance under faults', () => {
       posts += 1;
       return code(clock);
     });
-    const served = await paused.issuance.obtain(sandbox, 60_000, T0 + 10_000, false);
+    const served = await paused.issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
     expect(posts).toBe(0);
     expect(served.record.accessToken).toBe('theirs');
     expect(store.token('sandbox')?.accessToken).toBe('theirs');
@@ -493,9 +499,9 @@ describe('Class: LeasedIssuance under faults', () => {
       posts += 1;
       return code(clock);
     });
-    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
-      UpstreamUnavailableError,
-    );
+    await expect(
+      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
+    ).rejects.toBeInstanceOf(UpstreamUnavailableError);
     expect(posts).toBe(0);
   });
 
@@ -514,9 +520,9 @@ describe('Class: LeasedIssuance under faults', () => {
       posts += 1;
       return code(clock);
     });
-    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
-      UpstreamUnavailableError,
-    );
+    await expect(
+      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
+    ).rejects.toBeInstanceOf(UpstreamUnavailableError);
     expect(aborted).toBe(true);
     expect(posts).toBe(0);
   });
@@ -530,7 +536,7 @@ describe('Class: LeasedIssuance under faults', () => {
       leaseAtPost = store.items.get('sandbox')?.lease?.expiresAt;
       return code(clock);
     });
-    await issuance.obtain(sandbox, 60_000, T0 + 10_000, false);
+    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
     // POST budget: the 2 s upstream timeout; grace: the same again.
     expect(leaseAtPost).toBe(T0 + 2_000 + 2_000);
   });
@@ -547,7 +553,9 @@ describe('Class: LeasedIssuance under faults', () => {
       });
     });
     primed(memory, clock, current, T0);
-    const error = await issuance.refresh(sandbox, current, T0 + 10_000).then(unexpected, caught);
+    const error = await issuance
+      .refresh(sandbox, current, Deadline.in(clock, 10_000))
+      .then(unexpected, caught);
     expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: true });
     expect(store.token('sandbox')).toBeUndefined();
     expect(memory.entry('sandbox')).toBeUndefined();
@@ -571,7 +579,7 @@ describe('Class: LeasedIssuance under faults', () => {
       },
     });
     const { issuance, memory, calls } = container(store, clock);
-    const served = await issuance.obtain(sandbox, 60_000, T0 + 20_000, false);
+    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 20_000), false);
     expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
     expect(calls).toHaveLength(1);
     expect(memory.entry('sandbox')?.record.accessToken).toBe('issued');
@@ -582,9 +590,9 @@ describe('Class: LeasedIssuance under faults', () => {
     const store = new InMemoryTokenStore();
     store.setToken(record('current', T0 + 1_000_000)); // tokens live one hour
     const { issuance, calls } = container(store, clock);
-    await expect(issuance.obtain(sandbox, HOUR + 1_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
-      MinValidityUnsatisfiableError,
-    );
+    await expect(
+      issuance.obtain(sandbox, HOUR + 1_000, Deadline.in(clock, 5_000), false),
+    ).rejects.toBeInstanceOf(MinValidityUnsatisfiableError);
     expect(calls).toEqual([]);
     expect(store.token('sandbox')?.accessToken).toBe('current');
   });
@@ -599,7 +607,7 @@ describe('Class: LeasedIssuance under faults', () => {
       return read(name);
     };
     const { issuance, memory } = container(store, clock);
-    await issuance.obtain(sandbox, 60_000, T0 + 5_000, false);
+    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
     expect(memory.entry('sandbox')?.checkedAt).toBe(T0);
   });
 
@@ -609,7 +617,7 @@ describe('Class: LeasedIssuance under faults', () => {
     store.setToken(record('current', T0 + 1_000_000)); // far outside a 600 s window
     const posts: number[] = [];
     const { issuance } = container(store, clock, fencedIssue(clock, posts, 7200));
-    await issuance.obtain(sandbox, 1_200_000, T0 + 10_000, false);
+    await issuance.obtain(sandbox, 1_200_000, Deadline.in(clock, 10_000), false);
     expect(posts).toEqual([T0 + 21 * COUNTDOWN_STEP_MS]);
   });
 
@@ -619,7 +627,7 @@ describe('Class: LeasedIssuance under faults', () => {
     store.setToken(record('current', T0 + 1_000_000));
     const { issuance, calls } = container(store, clock);
     const error = await issuance
-      .obtain(sandbox, 1_200_000, T0 + 4_000, false)
+      .obtain(sandbox, 1_200_000, Deadline.in(clock, 4_000), false)
       .then(unexpected, caught);
     expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE' });
     expect(calls).toEqual([]);
@@ -656,7 +664,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
     );
     // It waits for the new holder, which never finishes here: the caller gets its 503.
     const error = await issuance
-      .obtain(sandbox, 60_000, T0 + 3_000, false)
+      .obtain(sandbox, 60_000, Deadline.in(clock, 3_000), false)
       .then(unexpected, caught);
     expect(error.message).toBe('Timed out waiting for another container to issue the token');
   });
@@ -672,9 +680,9 @@ describe('Class: LeasedIssuance, lease edges', () => {
       posts += 1;
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
-    await expect(issuance.obtain(sandbox, 60_000, T0 + 6_000, false)).rejects.toBeInstanceOf(
-      UpstreamUnavailableError,
-    );
+    await expect(
+      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 6_000), false),
+    ).rejects.toBeInstanceOf(UpstreamUnavailableError);
     expect(posts).toBe(0);
   });
 
@@ -684,7 +692,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
     store.setToken(record('current', T0 + 1_000_000));
     const { issuance, calls } = container(store, clock);
     const error = await issuance
-      .obtain(sandbox, 1_200_000, T0 + 4_000, false)
+      .obtain(sandbox, 1_200_000, Deadline.in(clock, 4_000), false)
       .then(unexpected, caught);
     expect(error.message).toBe('Not enough time left to replace the token safely; retry shortly');
     expect(calls).toEqual([]);
@@ -702,9 +710,9 @@ describe('Class: LeasedIssuance, lease edges', () => {
       posts += 1;
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
-    await expect(issuance.obtain(sandbox, 60_000, T0 + 800, false)).rejects.toBeInstanceOf(
-      UpstreamUnavailableError,
-    );
+    await expect(
+      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 800), false),
+    ).rejects.toBeInstanceOf(UpstreamUnavailableError);
     expect(posts).toBe(0);
     expect(store.items.get('sandbox')?.lease).toBeUndefined();
   });
@@ -721,7 +729,9 @@ describe('Class: LeasedIssuance, lease edges', () => {
       await clock.advance(5_000); // the POST hangs past its 2 s budget
       throw new UpstreamUnavailableError('abandoned', { outcomeUnknown: true });
     });
-    await expect(issuance.obtain(sandbox, 60_000, T0 + 10_000, false)).rejects.toMatchObject({
+    await expect(
+      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false),
+    ).rejects.toMatchObject({
       outcomeUnknown: true,
     });
     expect(abortedAt).toBe(T0 + 2_000);
@@ -762,7 +772,7 @@ describe('Class: LeasedIssuance, clocks', () => {
     };
     const { issuance, calls } = container(store, clock);
     const error = await issuance
-      .obtain(sandbox, 60_000, clock.now() + 6_000, false)
+      .obtain(sandbox, 60_000, Deadline.in(clock, 6_000), false)
       .then(unexpected, caught);
     expect(error.message).toBe('Timed out waiting for another container to issue the token');
     expect(calls).toEqual([]);
@@ -789,7 +799,7 @@ describe('Class: LeasedIssuance, clocks', () => {
     clock.draw = 0.99;
     const { issuance, calls } = container(store, clock);
     const error = await issuance
-      .obtain(sandbox, 60_000, T0 + 2_000, false)
+      .obtain(sandbox, 60_000, Deadline.in(clock, 2_000), false)
       .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
     expect(error.message).toBe('Timed out waiting for another container to issue the token');
@@ -809,7 +819,7 @@ describe('Class: LeasedIssuance, clocks', () => {
       },
     });
     const { issuance, calls } = container(store, clock);
-    const served = await issuance.obtain(sandbox, 60_000, clock.now() + 8_000, false);
+    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 8_000), false);
     expect(served.source).toBe('upstream');
     // First seen at T0 - 2.5 s (its clock): taken over 3 s later, whatever the lease's timestamp said.
     expect(calls).toHaveLength(1);
@@ -829,9 +839,9 @@ describe('Class: LeasedIssuance, store failing at the fence', () => {
       posts += 1;
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
-    await expect(issuance.obtain(sandbox, 60_000, T0 + 5_000, false)).rejects.toBeInstanceOf(
-      StoreUnavailableError,
-    );
+    await expect(
+      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
+    ).rejects.toBeInstanceOf(StoreUnavailableError);
     expect(posts).toBe(0);
   });
 });

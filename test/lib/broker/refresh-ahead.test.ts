@@ -9,11 +9,19 @@
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../lib/broker/index.js';
 import { issueWith } from '../../../lib/broker/issuance/issue-flow.js';
+import { Deadline } from '../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../lib/errors.js';
 import type { TokenIssuer } from '../../../lib/ports.js';
 import { sealCode } from '../../../lib/upstream/authorization-code.js';
-import { connection, FakeIssuer, InMemoryTokenStore } from '../../support/fakes.js';
-import { issuerFor, sandbox, seed, Upstream, wrap } from '../../support/fleet-model.js';
+import { connection, FakeIssuer, InMemoryTokenStore, ManualClock } from '../../support/fakes.js';
+import {
+  fleetBroker,
+  issuerFor,
+  sandbox,
+  seed,
+  Upstream,
+  wrap,
+} from '../../support/fleet-model.js';
 import { Sim } from '../../support/sim.js';
 import {
   deadline,
@@ -32,9 +40,9 @@ describe('Refresh ahead of expiry: on demand', () => {
   it('does not refresh before the middle of the window without XFetch earliness', async () => {
     const { broker, store, issuer } = setup({ window: 600 });
     storeToken(store, 601_000);
-    expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
-      'current',
-    );
+    expect(
+      (await broker.getToken('sandbox', { deadline: deadline(5_000) })).record.accessToken,
+    ).toBe('current');
     expect(issuer.issued).toBe(0);
   });
 
@@ -42,13 +50,13 @@ describe('Refresh ahead of expiry: on demand', () => {
     const { broker, store, issuer } = setup({ window: 600 });
     storeToken(store, 299_000);
     // That caller is answered at once, with the current token: the countdown keeps it safe.
-    const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    const served = await broker.getToken('sandbox', { deadline: deadline(5_000) });
     expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'current' } });
     expect(Date.now()).toBe(T0);
     expect(store.items.get('sandbox')?.lease?.countdown).toBe(21);
     await broker.idle();
     expect(issuer.issued).toBe(1);
-    const next = await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+    const next = await broker.getToken('sandbox', { deadline: deadline(5_000) });
     expect(next).toMatchObject({ source: 'memory', record: { accessToken: 'token-1' } });
     expect(issuer.issued).toBe(1);
   });
@@ -73,16 +81,16 @@ describe('Refresh ahead of expiry: on demand', () => {
       },
     });
     // A refresh elsewhere is in progress: the current token is served at once.
-    expect((await broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken).toBe(
-      'current',
-    );
+    expect(
+      (await broker.getToken('sandbox', { deadline: deadline(5_000) })).record.accessToken,
+    ).toBe('current');
     await broker.idle(); // this container's try lost to it
     store.items.set('sandbox', { token: store.token('sandbox') });
-    await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    await broker.getToken('sandbox', { deadline: deadline(5_000) });
     await broker.idle();
     expect(issuer.issued).toBe(1);
     expect(Date.now()).toBe(T0); // no countdown, no wait
-    const refreshed = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    const refreshed = await broker.getToken('sandbox', { deadline: deadline(5_000) });
     expect(refreshed.record.accessToken).toBe('token-1');
   });
 
@@ -92,8 +100,8 @@ describe('Refresh ahead of expiry: on demand', () => {
     const short = setup({ window: 600 });
     storeToken(short.store, 299_000);
     const served = await short.broker.getToken('sandbox', {
-      deadline: T0 + 2_500,
-      workUntil: T0 + 3_000,
+      deadline: deadline(2_500),
+      workUntil: deadline(3_000),
     });
     expect(served.record.accessToken).toBe('current');
     await short.broker.idle();
@@ -105,7 +113,7 @@ describe('Refresh ahead of expiry: on demand', () => {
     const { broker, store, issuer } = setup({ window: 600 });
     storeToken(store, 299_000);
     const start = Date.now();
-    await broker.getToken('sandbox', { deadline: start + 7_500, workUntil: start + 8_000 });
+    await broker.getToken('sandbox', { deadline: deadline(7_500), workUntil: deadline(8_000) });
     await broker.idle();
     expect(issuer.issued).toBe(1);
     expect(Date.now()).toBeLessThanOrEqual(start + 8_000);
@@ -118,7 +126,7 @@ describe('Refresh ahead of expiry: on demand', () => {
       connections: [connection({ name: 'sandbox' })],
     });
     storeToken(store, 299_000);
-    const report = await broker.ready(T0 + 3_000);
+    const report = await broker.ready(deadline(3_000));
     expect(report.ready).toBe(true);
     await broker.idle();
     expect(issuer.issued).toBe(0);
@@ -133,7 +141,7 @@ describe('Refresh ahead of expiry: on demand', () => {
       'Open API authorize request failed: ECONNREFUSED',
       { retryAfterSeconds: 1 },
     );
-    const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    const served = await broker.getToken('sandbox', { deadline: deadline(5_000) });
     expect(served.record.accessToken).toBe('current');
     await broker.idle();
     expect(metrics.get('RefreshFailures')).toBe(1);
@@ -144,7 +152,7 @@ describe('Refresh ahead of expiry: on demand', () => {
     ).toBe(true);
     expect(store.items.get('sandbox')?.lease).toBeUndefined();
     expect(
-      (await broker.getToken('sandbox', { deadline: Date.now() + 5_000 })).record.accessToken,
+      (await broker.getToken('sandbox', { deadline: deadline(5_000) })).record.accessToken,
     ).toBe('current');
   });
 
@@ -155,7 +163,7 @@ describe('Refresh ahead of expiry: on demand', () => {
     const tries = async (u: number, remainingMs: number) => {
       const { broker, store, issuer } = setup({ window: 600, random: () => u });
       storeToken(store, remainingMs);
-      await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      await broker.getToken('sandbox', { deadline: deadline(5_000) });
       await broker.idle();
       return issuer.issued;
     };
@@ -167,7 +175,7 @@ describe('Refresh ahead of expiry: on demand', () => {
   it('never tries before the window starts, however the draw falls', async () => {
     const { broker, store, issuer } = setup({ window: 600, random: () => 1 - 1e-15 });
     storeToken(store, 601_000);
-    await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    await broker.getToken('sandbox', { deadline: deadline(5_000) });
     expect(issuer.issued).toBe(0);
   });
 
@@ -175,9 +183,7 @@ describe('Refresh ahead of expiry: on demand', () => {
     const { broker, store, issuer } = setup({ window: 600, recheck: 5 });
     storeToken(store, 400_000); // inside the window, before its middle: this one does not try
     const served = () =>
-      broker
-        .getToken('sandbox', { deadline: Date.now() + 5_000 })
-        .then((s) => s.record.accessToken);
+      broker.getToken('sandbox', { deadline: deadline(5_000) }).then((s) => s.record.accessToken);
     expect(await served()).toBe('current');
     for (let i = 0; i < 49; i += 1) {
       vi.advanceTimersByTime(100);
@@ -235,15 +241,42 @@ describe('Refresh ahead of expiry: on demand', () => {
     const issuer = new FakeIssuer();
     issuer.expiresIn = 300; // shorter than the 600 s window
     const { broker } = setup({ window: 600, issuer });
-    await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    await broker.getToken('sandbox', { deadline: deadline(5_000) });
     vi.advanceTimersByTime(100_000); // 200 s left: outside the clamped 150 s window
-    await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+    await broker.getToken('sandbox', { deadline: deadline(5_000) });
     await broker.idle();
     expect(issuer.issued).toBe(1);
     vi.advanceTimersByTime(130_000); // 70 s left: past the middle of that window
-    await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+    await broker.getToken('sandbox', { deadline: deadline(5_000) });
     await broker.idle();
     expect(issuer.issued).toBe(2);
+  });
+});
+
+describe('Refresh ahead of expiry: on a container’s monotonic clock', () => {
+  it('judges the invocation’s end on the monotonic clock: a wall clock stepped back during the request stretches no refresh (issue 27)', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    seed(store, up, T0 - 3_320_000, 3_600_000); // 280 s left: past the window's middle
+    // The request's read: the wall clock is stepped back 10 s meanwhile (NTP, an operator).
+    let stepped = false;
+    const stepping = wrap(store, {
+      read: async (name) => {
+        if (!stepped) clock.step(-10_000);
+        stepped = true;
+        return store.read(name);
+      },
+    });
+    const broker = fleetBroker(stepping, clock, up, { window: 600 });
+    // 3 s left, less than the countdown alone: as an epoch read after the step it was 13 s.
+    const workUntil = broker.deadlineIn(3_000);
+    const served = await broker.getToken('sandbox', { deadline: workUntil, workUntil });
+    expect(served.source).toBe('dynamodb');
+    await clock.advance(0);
+    expect(store.items.get('sandbox')?.lease).toBeUndefined();
+    await broker.idle();
+    expect(up.issuedAt).toHaveLength(1); // the seeded token's only
   });
 });
 
@@ -276,7 +309,7 @@ describe('Refresh ahead of expiry: by the warm-up', () => {
     vi.advanceTimersByTime(3000_000); // both now have 600 s left: inside the window
     // Each replacement of a valid token counts down first (21 steps of 250 ms, longer than the
     // 5 s re-check); the fake sleeps of both add up here.
-    const second = await broker.warmUp(Date.now() + 30_000);
+    const second = await broker.warmUp(deadline(30_000));
     expect(second.issued).toBe(2);
     expect(second.connections.sandbox?.status).toBe('issued');
     const third = await broker.warmUp(deadline());
@@ -355,7 +388,7 @@ describe('Refresh ahead of expiry: what the cut-over costs readers', () => {
     const h = issuance(hStore, clockH, (c, o) =>
       issueWith(issuerFor(up, clockH), c, {} as never, o),
     );
-    const forced = await sim.run(h.obtain(sandbox, 1_000_000, T0 + 9_500, false));
+    const forced = await sim.run(h.obtain(sandbox, 1_000_000, Deadline.in(clockH, 9_500), false));
     expect(forced.error).toBeDefined();
     expect(store.items.get('sandbox')?.lease?.countdown).toBe(2);
 

@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { UpstreamRejectedError } from '../../../lib/errors.js';
 import { caught, unexpected } from '../../support/errors.js';
-import { setup, T0, useFakeTime } from './setup.js';
+import { deadline, setup, useFakeTime } from './setup.js';
 
 describe('Rotated credentials: a rejection of the credentials re-reads the secret', () => {
   useFakeTime();
@@ -32,7 +32,7 @@ describe('Rotated credentials: a rejection of the credentials re-reads the secre
       if (credentials.clientSecret !== 'rotated') throw rejected();
       return requestToken(conn, credentials, code, options);
     };
-    const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    const served = await broker.getToken('sandbox', { deadline: deadline(5_000) });
     expect(served.source).toBe('upstream');
     expect(secrets.forcedFetches).toBe(1);
   });
@@ -40,7 +40,7 @@ describe('Rotated credentials: a rejection of the credentials re-reads the secre
   it('does not retry when the secret did not change, and reports the rejection', async () => {
     const { broker, issuer, secrets } = setup();
     issuer.failWith = rejected();
-    await expect(broker.getToken('sandbox', { deadline: T0 + 5_000 })).rejects.toBeInstanceOf(
+    await expect(broker.getToken('sandbox', { deadline: deadline(5_000) })).rejects.toBeInstanceOf(
       UpstreamRejectedError,
     );
     expect(secrets.forcedFetches).toBe(1);
@@ -57,7 +57,7 @@ describe('Rotated credentials: a rejection of the credentials re-reads the secre
     const unchanged = setup();
     unchanged.issuer.failWith = signatureRefused();
     const error = await unchanged.broker
-      .getToken('sandbox', { deadline: T0 + 5_000 })
+      .getToken('sandbox', { deadline: deadline(5_000) })
       .then(unexpected, caught);
     expect(error.upstreamCode).toBe('100413');
     expect(unchanged.secrets.forcedFetches).toBe(1);
@@ -70,7 +70,7 @@ describe('Rotated credentials: a rejection of the credentials re-reads the secre
       if (credentials.clientSecret !== 'rotated') throw signatureRefused();
       return requestToken(conn, credentials, code, options);
     };
-    const served = await rotated.broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    const served = await rotated.broker.getToken('sandbox', { deadline: deadline(5_000) });
     expect(served.source).toBe('upstream');
     expect(rotated.secrets.forcedFetches).toBe(1);
   });
@@ -81,7 +81,7 @@ describe('Rotated credentials: a rejection of the credentials re-reads the secre
       'Open API rejected the signed access-token request (Strict Access Token Mode): code 100412: timestamp expired or invalid. …',
       { upstreamCode: '100412', upstreamMessage: 'timestamp expired or invalid' },
     );
-    await expect(broker.getToken('sandbox', { deadline: T0 + 5_000 })).rejects.toBeInstanceOf(
+    await expect(broker.getToken('sandbox', { deadline: deadline(5_000) })).rejects.toBeInstanceOf(
       UpstreamRejectedError,
     );
     expect(secrets.forcedFetches).toBe(0);
@@ -93,7 +93,7 @@ describe('Rotated credentials: a rejection of the credentials re-reads the secre
       upstreamCode: '200001',
       upstreamMessage: 'rate limited',
     });
-    await expect(broker.getToken('sandbox', { deadline: T0 + 5_000 })).rejects.toBeInstanceOf(
+    await expect(broker.getToken('sandbox', { deadline: deadline(5_000) })).rejects.toBeInstanceOf(
       UpstreamRejectedError,
     );
     expect(secrets.forcedFetches).toBe(0);

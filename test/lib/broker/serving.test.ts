@@ -178,11 +178,11 @@ describe('Serving a token', () => {
       issuer.delayMs = 20;
       const leader = broker.getToken('sandbox', {
         minValiditySeconds: 10,
-        deadline: Date.now() + 5000,
+        deadline: deadline(5000),
       });
       const joiner = broker.getToken('sandbox', {
         minValiditySeconds: 200,
-        deadline: Date.now() + 5000,
+        deadline: deadline(5000),
       });
       await expect(joiner).rejects.toBeInstanceOf(MinValidityUnsatisfiableError);
       await expect(leader).resolves.toMatchObject({ source: 'upstream' });
@@ -208,9 +208,15 @@ describe('Serving a token', () => {
           });
         return read(name);
       };
-      const leader = broker.getToken('sandbox', { minValiditySeconds: 60, deadline: T0 + 5000 });
+      const leader = broker.getToken('sandbox', {
+        minValiditySeconds: 60,
+        deadline: deadline(5000),
+      });
       // Replacing a valid token counts down first (over the 5 s re-check): a longer deadline.
-      const joiner = broker.getToken('sandbox', { minValiditySeconds: 300, deadline: T0 + 9000 });
+      const joiner = broker.getToken('sandbox', {
+        minValiditySeconds: 300,
+        deadline: deadline(9000),
+      });
       await vi.advanceTimersByTimeAsync(0);
       release?.();
       await expect(leader).resolves.toMatchObject({

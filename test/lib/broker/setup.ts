@@ -14,7 +14,7 @@ import { afterEach, beforeEach, vi } from 'vitest';
 import { LeasedIssuance } from '../../../lib/broker/fleet/leased-issuance.js';
 import { TokenBroker, tokenDigest } from '../../../lib/broker/index.js';
 import type { Issue } from '../../../lib/broker/issuance/issue-flow.js';
-import { type Clock, systemClock } from '../../../lib/clock.js';
+import { type Clock, Deadline, systemClock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import type { TokenProbe, TokenRecord, TokenStore } from '../../../lib/ports.js';
 import {
@@ -109,8 +109,8 @@ export const setup = (overrides: SetupOptions = {}) => {
   return { broker, store, secrets, issuer, logger, metrics };
 };
 
-/** A caller's deadline: 10 s from now. */
-export const deadline = () => Date.now() + 10_000;
+/** A caller's deadline: `ms` (10 s) from now, on the system clock (the fake timers' here). */
+export const deadline = (ms = 10_000) => Deadline.in(systemClock, ms);
 
 /** A `sandbox` token expiring at `expiresAt`, issued an hour before unless told otherwise. */
 export const record = (
@@ -163,7 +163,7 @@ export const ask = async (
 ) => {
   const started = clock.now();
   const served = await b.getToken('sandbox', {
-    deadline: started + (o.budget ?? 9_500),
+    deadline: b.deadlineIn(o.budget ?? 9_500),
     minValiditySeconds: o.minValiditySeconds,
   });
   const token = served.record.accessToken;
@@ -194,14 +194,19 @@ export const simAsk = async (
   const deadline = started + (o.budget ?? 9_500);
   let judged: { token: string; revoked: boolean; source: string } | undefined;
   const outcome = await sim.run(
-    b.getToken('sandbox', { deadline, minValiditySeconds: o.minValiditySeconds }).then((s) => {
-      judged = {
-        token: s.record.accessToken,
-        revoked: up.revoked.has(s.record.accessToken),
-        source: s.source,
-      };
-      return s;
-    }),
+    b
+      .getToken('sandbox', {
+        deadline: b.deadlineIn(o.budget ?? 9_500),
+        minValiditySeconds: o.minValiditySeconds,
+      })
+      .then((s) => {
+        judged = {
+          token: s.record.accessToken,
+          revoked: up.revoked.has(s.record.accessToken),
+          source: s.source,
+        };
+        return s;
+      }),
     60_000,
     o.step ?? 1,
   );

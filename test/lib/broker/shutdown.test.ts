@@ -4,7 +4,7 @@
  * is left to its answer (I1: it may still land).
  */
 import { describe, expect, it, vi } from 'vitest';
-import { setup, storeToken, T0, useFakeTime } from './setup.js';
+import { deadline, setup, storeToken, useFakeTime } from './setup.js';
 
 /** Waits that move only when the test moves the fake clock. */
 const timerSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -15,11 +15,11 @@ describe('Shutdown: leases held by an environment that goes away', () => {
   it('I1: gives up a lease still counting down, releases it, and sends no access-token request', async () => {
     const { broker, store, issuer } = setup({ window: 600, sleep: timerSleep });
     storeToken(store, 299_000);
-    await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    await broker.getToken('sandbox', { deadline: deadline(5_000) });
     // The refresh ahead holds the lease and counts down (21 steps, about 5 s).
     await vi.advanceTimersByTimeAsync(1_000);
     expect(store.items.get('sandbox')?.lease).toBeDefined();
-    const down = broker.shutdown(Date.now() + 400);
+    const down = broker.shutdown(deadline(400));
     await vi.advanceTimersByTimeAsync(400);
     await down;
     expect(store.items.get('sandbox')?.lease).toBeUndefined();
@@ -38,12 +38,12 @@ describe('Shutdown: leases held by an environment that goes away', () => {
       });
       return requestToken(...args);
     };
-    await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    await broker.getToken('sandbox', { deadline: deadline(5_000) });
     await vi.advanceTimersByTimeAsync(6_000); // past the countdown: the POST is out
     expect(answer).toBeDefined();
     const confirmed = store.items.get('sandbox')?.lease;
     expect(confirmed?.countdown).toBe(0);
-    const down = broker.shutdown(Date.now() + 400);
+    const down = broker.shutdown(deadline(400));
     await vi.advanceTimersByTimeAsync(400);
     await down;
     expect(store.items.get('sandbox')?.lease).toEqual(confirmed);

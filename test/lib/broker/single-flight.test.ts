@@ -18,8 +18,8 @@ describe('Class: SingleFlight', () => {
         finish = resolve;
       });
     };
-    const first = flight.run('a', load, Deadline.fromEpoch(clock, T0 + 1_000), timedOut);
-    const second = flight.run('a', load, Deadline.fromEpoch(clock, T0 + 1_000), timedOut);
+    const first = flight.run('a', load, Deadline.in(clock, 1_000), timedOut);
+    const second = flight.run('a', load, Deadline.in(clock, 1_000), timedOut);
     expect(flight.has('a')).toBe(true);
     finish?.(7);
     expect(await first).toEqual({ value: 7, joined: false });
@@ -34,7 +34,7 @@ describe('Class: SingleFlight', () => {
     const flight = new SingleFlight<string, string>(clock);
     const results = await Promise.all(
       ['constructor', '__proto__', 'a'].map((key) =>
-        flight.run(key, async () => key, Deadline.fromEpoch(clock, T0 + 1_000), timedOut),
+        flight.run(key, async () => key, Deadline.in(clock, 1_000), timedOut),
       ),
     );
     expect(results.map((r) => r.value)).toEqual(['constructor', '__proto__', 'a']);
@@ -48,9 +48,9 @@ describe('Class: SingleFlight', () => {
       new Promise<number>((resolve) => {
         finish = resolve;
       });
-    const owner = flight.run('a', load, Deadline.fromEpoch(clock, T0 + 10_000), timedOut);
+    const owner = flight.run('a', load, Deadline.in(clock, 10_000), timedOut);
     const joiner = flight
-      .run('a', load, Deadline.fromEpoch(clock, T0 + 300), timedOut)
+      .run('a', load, Deadline.in(clock, 300), timedOut)
       .catch((error: Error) => error);
     await clock.advance(300);
     expect(await joiner).toEqual(new Error('timed out'));
@@ -66,13 +66,11 @@ describe('Class: SingleFlight', () => {
       flight.run(
         'a',
         async () => Promise.reject(new Error('boom')),
-        Deadline.fromEpoch(clock, T0 + 1_000),
+        Deadline.in(clock, 1_000),
         timedOut,
       ),
     ).rejects.toThrow('boom');
-    expect(
-      await flight.run('a', async () => 2, Deadline.fromEpoch(clock, T0 + 1_000), timedOut),
-    ).toEqual({
+    expect(await flight.run('a', async () => 2, Deadline.in(clock, 1_000), timedOut)).toEqual({
       value: 2,
       joined: false,
     });

@@ -111,7 +111,7 @@ describe('Verified reports: a probe checks a report before any age rule', () => 
     probe.delayMs = 60_000;
     await broker.getToken('sandbox', { deadline: deadline() });
     const started = Date.now();
-    const report = broker.invalidate('sandbox', 'token-1', 'svc', started + 4_000);
+    const report = broker.invalidate('sandbox', 'token-1', 'svc', deadline(4_000));
     await vi.advanceTimersByTimeAsync(2_000);
     // 2 s of its 60 went on the probe.
     expect(await report).toEqual({ invalidated: false, deferredSeconds: 58 });
@@ -131,7 +131,7 @@ describe('Verified reports: a probe checks a report before any age rule', () => 
     });
     // 60 ms left: half of it is too short for a probe, none is sent.
     await vi.advanceTimersByTimeAsync(5_000);
-    expect(await broker.invalidate('sandbox', 'token-1', 'svc', Date.now() + 60)).toMatchObject({
+    expect(await broker.invalidate('sandbox', 'token-1', 'svc', deadline(60))).toMatchObject({
       invalidated: false,
     });
     expect(probe.probed).toHaveLength(1);

@@ -25,8 +25,6 @@ import {
 const limits = { maxLifetimeSeconds: 30 * 86_400 };
 const client = generateClient('probe');
 const deadline = () => Deadline.in(systemClock, 5_000);
-/** The same, as the facade takes it: epoch ms. */
-const epochDeadline = () => Date.now() + 5_000;
 
 let simulator: Simulator;
 let v3: ConnectionConfig;
@@ -186,25 +184,25 @@ describe('Verified reports end to end: the facade with the Open API client', () 
 
   it('replaces a token another issuer revoked at once, and keeps one the Open API accepts', async () => {
     const { broker: b, logger, metrics } = broker();
-    const served = await b.getToken(v3.name, { deadline: epochDeadline() });
+    const served = await b.getToken(v3.name, { deadline: deadline() });
     const issuedBefore = simulator.stats().issuances;
     // A report of a token the Open API accepts replaces nothing.
-    expect(await b.invalidate(v3.name, served.record.accessToken, 'svc', epochDeadline())).toEqual({
+    expect(await b.invalidate(v3.name, served.record.accessToken, 'svc', deadline())).toEqual({
       invalidated: false,
       verified: 'valid',
     });
-    expect((await b.getToken(v3.name, { deadline: epochDeadline() })).record.accessToken).toBe(
+    expect((await b.getToken(v3.name, { deadline: deadline() })).record.accessToken).toBe(
       served.record.accessToken,
     );
     // Another system issues on the same client ID: the broker's token is revoked.
     await issue();
     expect(simulator.isValid(served.record.accessToken)).toBe(false);
     await new Promise((resolve) => setTimeout(resolve, 1_100)); // past the probe's interval
-    expect(await b.invalidate(v3.name, served.record.accessToken, 'svc', epochDeadline())).toEqual({
+    expect(await b.invalidate(v3.name, served.record.accessToken, 'svc', deadline())).toEqual({
       invalidated: true,
       verified: 'revoked',
     });
-    const next = await b.getToken(v3.name, { deadline: epochDeadline() });
+    const next = await b.getToken(v3.name, { deadline: deadline() });
     expect(simulator.isValid(next.record.accessToken)).toBe(true);
     // One issuance by the broker (and the other issuer's).
     expect(simulator.stats().issuances - issuedBefore).toBe(2);

@@ -8,6 +8,7 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import { issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
+import { Deadline } from '../../../../lib/clock.js';
 import { UpstreamRejectedError, UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { ClientCredentials, SecretSource, TokenIssuer } from '../../../../lib/ports.js';
 import { sealCode } from '../../../../lib/upstream/authorization-code.js';
@@ -22,7 +23,7 @@ import {
   wrap,
 } from '../../../support/fleet-model.js';
 import { Sim } from '../../../support/sim.js';
-import { issuance, setup, simAsk, simBroker, T0, useFakeTime } from '../setup.js';
+import { deadline, issuance, setup, simAsk, simBroker, T0, useFakeTime } from '../setup.js';
 
 describe('I3: an answer by the deadline', () => {
   describe('in one container', () => {
@@ -32,8 +33,8 @@ describe('I3: an answer by the deadline', () => {
       const { broker, issuer } = setup();
       vi.useRealTimers();
       issuer.delayMs = 300;
-      const leader = broker.getToken('sandbox', { deadline: Date.now() + 5000 });
-      const follower = broker.getToken('sandbox', { deadline: Date.now() + 50 });
+      const leader = broker.getToken('sandbox', { deadline: deadline(5000) });
+      const follower = broker.getToken('sandbox', { deadline: deadline(50) });
       await expect(follower).rejects.toBeInstanceOf(UpstreamUnavailableError);
       await expect(leader).resolves.toMatchObject({ source: 'upstream' });
     });
@@ -57,7 +58,7 @@ describe('I3: an answer by the deadline', () => {
         },
       });
       const error = await broker
-        .getToken('sandbox', { deadline: T0 + 2_000 })
+        .getToken('sandbox', { deadline: deadline(2_000) })
         .then(unexpected, caught);
       expect(error).toBeInstanceOf(UpstreamUnavailableError);
       expect(error.message).toBe('Timed out waiting for another container to issue the token');
@@ -67,9 +68,9 @@ describe('I3: an answer by the deadline', () => {
     it('I3: a flow that fails for sure frees its lease at once, so the next caller need not wait for it to lapse', async () => {
       const { broker, issuer, store } = setup();
       issuer.failWith = new UpstreamUnavailableError('down', { retryAfterSeconds: 1 });
-      await expect(broker.getToken('sandbox', { deadline: T0 + 5_000 })).rejects.toBeInstanceOf(
-        UpstreamUnavailableError,
-      );
+      await expect(
+        broker.getToken('sandbox', { deadline: deadline(5_000) }),
+      ).rejects.toBeInstanceOf(UpstreamUnavailableError);
       expect(store.items.get('sandbox')?.lease).toBeUndefined();
     });
   });
@@ -183,16 +184,14 @@ describe('I3: an answer by the deadline', () => {
       const deadline = T0 + 8000;
       const a = issuance(slowStore, clock, async (_c, o) => {
         await o.fence?.();
-        await clock.sleep(
-          typeof o.deadline === 'number' ? o.deadline - clock.now() : o.deadline.leftMs(),
-        );
+        await clock.sleep(o.deadline.leftMs());
         throw new UpstreamUnavailableError('access-token timed out', {
           retryAfterSeconds: 1,
           outcomeUnknown: true,
         });
       });
       let at = 0;
-      const p = a.refresh(sandbox, t0, deadline).catch(() => {
+      const p = a.refresh(sandbox, t0, Deadline.in(clock, 8000)).catch(() => {
         at = clock.now();
       });
       while (!at) await clock.advance(50);
@@ -206,9 +205,10 @@ describe('I3: an answer by the deadline', () => {
       const up = new Upstream();
       const stalled = wrap(store, { markReported: () => new Promise<boolean>(() => undefined) });
       const a = fleetBroker(stalled, clock, up, { window: 60, floor: 2 });
-      const token = (await a.getToken('sandbox', { deadline: T0 + 8_000 })).record.accessToken;
+      const token = (await a.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) })).record
+        .accessToken;
       const report = a
-        .invalidate('sandbox', token, undefined, clock.now() + 500)
+        .invalidate('sandbox', token, undefined, Deadline.in(clock, 500))
         .then(unexpected, (error: unknown) => ({ code: caught(error).code, at: clock.now() }));
       await clock.advance(1_000);
       expect(await report).toEqual({ code: 'STORE_UNAVAILABLE', at: T0 + 500 });
@@ -222,7 +222,7 @@ describe('I3: readiness', () => {
   it('I3: a Secrets Manager that does not answer fails the readiness check at its deadline, not later', async () => {
     const { broker, secrets } = setup();
     secrets.getCredentials = () => new Promise(() => undefined); // never answers
-    const checked = broker.ready(Date.now() + 1_000);
+    const checked = broker.ready(deadline(1_000));
     await vi.advanceTimersByTimeAsync(1_000);
     const report = await checked;
     expect(report.ready).toBe(false);
@@ -253,7 +253,7 @@ describe('I3: a fence whose answer is lost', () => {
     const holder = issuance(lossy, clock, (c, o) =>
       issueWith(issuerFor(up, clock), c, {} as never, o),
     );
-    const refreshed = holder.refresh(sandbox, t0, T0 + 8_000);
+    const refreshed = holder.refresh(sandbox, t0, Deadline.in(clock, 8_000));
     for (let i = 0; i < 100 && store.items.get('sandbox')?.lease?.countdown !== 0; i += 1) {
       await clock.advance(50);
     }

@@ -15,6 +15,7 @@
  */
 import { describe, expect, it, vi } from 'vitest';
 import type { TokenBroker } from '../../../../lib/broker/index.js';
+import { Deadline } from '../../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { TokenIssuer } from '../../../../lib/ports.js';
 import { sealCode } from '../../../../lib/upstream/authorization-code.js';
@@ -43,7 +44,7 @@ const ledger = (up: Upstream) => {
   const ask = async (broker: TokenBroker, clock: ManualClock, minValiditySeconds?: number) => {
     try {
       const answer = await broker.getToken('sandbox', {
-        deadline: clock.now() + 8_000,
+        deadline: Deadline.in(clock, 8_000),
         minValiditySeconds,
         caller: 'arn:aws:iam::111122223333:role/service',
       });
@@ -198,7 +199,11 @@ describe('I4: a caller’s word replaces tokens at most once per refresh window'
     const a = fleetBroker(store, clock, up, { window: WINDOW_S, floor: 0 });
     const before = up.n;
     const refusal = await a
-      .getToken('sandbox', { deadline: T0 + 8_000, minValiditySeconds: 1150, mayForce: false })
+      .getToken('sandbox', {
+        deadline: Deadline.in(clock, 8_000),
+        minValiditySeconds: 1150,
+        mayForce: false,
+      })
       .then(
         () => undefined,
         (error: unknown) => error as Refusal,
@@ -207,7 +212,7 @@ describe('I4: a caller’s word replaces tokens at most once per refresh window'
     expect(up.n).toBe(before);
     // What it was told it can have, it gets, from the same token.
     const served = await a.getToken('sandbox', {
-      deadline: T0 + 8_000,
+      deadline: Deadline.in(clock, 8_000),
       minValiditySeconds: 1099,
       mayForce: false,
     });
@@ -223,7 +228,7 @@ describe('I4: a caller’s word replaces tokens at most once per refresh window'
     seed(store, up, T0 - 100_000, LIFE_MS);
     // A cold container: it has known the token for 0 s, so a forcing request is refused.
     const cold = fleetBroker(store, clock, up, { window: WINDOW_S, floor: 2 });
-    const deadline = T0 + 30_000;
+    const deadline = Deadline.in(clock, 30_000);
     const outcome = (answer: Promise<{ record: { accessToken: string } }>) =>
       answer.then(
         (a) => a.record.accessToken,
@@ -240,7 +245,7 @@ describe('I4: a caller’s word replaces tokens at most once per refresh window'
 
     // A caller that may force, joining one that may not, gets its replacement.
     await clock.advance(10_000);
-    const later = clock.now() + 30_000;
+    const later = Deadline.in(clock, 30_000);
     const notAllowed = outcome(
       cold.getToken('sandbox', { deadline: later, minValiditySeconds: 1150, mayForce: false }),
     );
@@ -298,11 +303,15 @@ describe('I4: a caller’s word replaces tokens at most once per refresh window'
     seed(store, up, T0 - 99_950, LIFE_MS); // 1,100.05 s left
     const a = fleetBroker(store, clock, up, { window: WINDOW_S, floor: 0 });
     const refusal = await a
-      .getToken('sandbox', { deadline: T0 + 30_000, minValiditySeconds: 1150, mayForce: false })
+      .getToken('sandbox', {
+        deadline: Deadline.in(clock, 30_000),
+        minValiditySeconds: 1150,
+        mayForce: false,
+      })
       .then(unexpectedAnswer, (error: unknown) => error as Refusal);
     await clock.advance(100);
     const served = await a.getToken('sandbox', {
-      deadline: clock.now() + 30_000,
+      deadline: Deadline.in(clock, 30_000),
       minValiditySeconds: refusal.availableMinValidity,
       mayForce: false,
     });
@@ -327,14 +336,15 @@ describe('I4: a caller’s word replaces tokens at most once per refresh window'
       requestToken: (...args) => real.requestToken(...args),
     };
     const a = fleetBroker(store, clock, up, { window: WINDOW_S, recheck: 5, floor: 2, issuer });
-    const first = (await a.getToken('sandbox', { deadline: T0 + 30_000 })).record.accessToken;
+    const first = (await a.getToken('sandbox', { deadline: Deadline.in(clock, 30_000) })).record
+      .accessToken;
     await clock.advance(500);
     expect(await a.invalidate('sandbox', first)).toEqual({
       invalidated: false,
       deferredSeconds: 2,
     });
     for (let i = 0; i < 120; i += 1) {
-      await a.getToken('sandbox', { deadline: clock.now() + 30_000 }).catch(() => undefined);
+      await a.getToken('sandbox', { deadline: Deadline.in(clock, 30_000) }).catch(() => undefined);
       await clock.advance(250);
     }
     await a.idle();

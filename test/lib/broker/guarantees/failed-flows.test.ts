@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ConnectionView } from '../../../../lib/broker/view/connection-view.js';
+import { Deadline } from '../../../../lib/clock.js';
 import { UpstreamRejectedError, UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { TokenIssuer } from '../../../../lib/ports.js';
 import {
@@ -49,10 +50,14 @@ describe('I2: a flow that fails for sure puts back only a token it may vouch for
     up.post(T0 - 59_000, 1_200);
     expect(up.revoked.has(t0.accessToken)).toBe(true);
     const a = fleetBroker(store, clock, up, { issuer: refusing });
-    const first = await a.getToken('sandbox', { deadline: T0 + 5_000 }).catch((e: Error) => e);
+    const first = await a
+      .getToken('sandbox', { deadline: Deadline.in(clock, 5_000) })
+      .catch((e: Error) => e);
     expect(first).toBeInstanceOf(UpstreamRejectedError);
     // Asked again: neither from memory nor as the last good token.
-    const again = await a.getToken('sandbox', { deadline: T0 + 5_000 }).catch((e: Error) => e);
+    const again = await a
+      .getToken('sandbox', { deadline: Deadline.in(clock, 5_000) })
+      .catch((e: Error) => e);
     expect(again instanceof Error ? again.name : again.record.accessToken).not.toBe(t0.accessToken);
   });
 
@@ -77,7 +82,7 @@ describe('I2: a flow that fails for sure puts back only a token it may vouch for
       },
     });
     const a = fleetBroker(cut, clock, up, { issuer: slow });
-    await a.getToken('sandbox', { deadline: T0 + 5_000 }); // starts the refresh, serves t0
+    await a.getToken('sandbox', { deadline: Deadline.in(clock, 5_000) }); // starts the refresh, serves t0
     await clock.advance(100);
     // Meanwhile another container replaced t0 (its lease after A's, say A was paused).
     up.post(clock.now(), 1_200);
@@ -88,7 +93,7 @@ describe('I2: a flow that fails for sure puts back only a token it may vouch for
     );
     await a.idle();
     const next = await a
-      .getToken('sandbox', { deadline: clock.now() + 5_000 })
+      .getToken('sandbox', { deadline: Deadline.in(clock, 5_000) })
       .catch((e: Error) => e);
     if (!(next instanceof Error)) {
       // Whatever it serves, it is not the token it could not vouch for from memory.
@@ -120,7 +125,9 @@ describe('I1: the grace after an unknown outcome counts from when it is known', 
       },
       { timeout: 2_000 },
     );
-    const error = await a.refresh(connectionOf(), current, T0 + 20_000).catch((e) => e);
+    const error = await a
+      .refresh(connectionOf(), current, Deadline.in(clock, 20_000))
+      .catch((e) => e);
     expect(error).toMatchObject({ outcomeUnknown: true });
     expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000);
   });

@@ -19,7 +19,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { tokenDigest } from '../../../../lib/broker/index.js';
 import { issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
-import type { Clock } from '../../../../lib/clock.js';
+import { type Clock, Deadline } from '../../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { TokenIssuer, TokenStore } from '../../../../lib/ports.js';
 import { OpenApiClient } from '../../../../lib/upstream/open-api.js';
@@ -34,7 +34,17 @@ import {
   wrap,
 } from '../../../support/fleet-model.js';
 import { Sim } from '../../../support/sim.js';
-import { ask, issuance, setup, simAsk, simBroker, storeToken, T0, useFakeTime } from '../setup.js';
+import {
+  ask,
+  deadline,
+  issuance,
+  setup,
+  simAsk,
+  simBroker,
+  storeToken,
+  T0,
+  useFakeTime,
+} from '../setup.js';
 
 /** Tokens live 120 s: a 60 s refresh window. */
 const LIFE_S = 120;
@@ -80,18 +90,18 @@ describe('I2: no revoked token served, across containers that disagree', () => {
     it(`I2: with re-checks of 10 s and 2 s in one deployment (the token written by the ${writer === 'a' ? '10 s' : '2 s'} container), the 10 s container never serves a token the 2 s container's warm-up replaced`, async () => {
       const { clock, up, a, b } = mixedFleet({ a: 10, b: 2 });
       const first = writer === 'a' ? a : b;
-      const old = (await first.getToken('sandbox', { deadline: clock.now() + 8_000 })).record
+      const old = (await first.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) })).record
         .accessToken;
       await clock.advance(61_000); // inside the 60 s window now
       expect(
-        (await a.getToken('sandbox', { deadline: clock.now() + 8_000 })).record.accessToken,
+        (await a.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) })).record.accessToken,
       ).toBe(old);
       // The warm-up runs on the 2 s container and replaces the token.
-      const warm = b.warmUp(clock.now() + 30_000);
+      const warm = b.warmUp(Deadline.in(clock, 30_000));
       const served: { token: string; revoked: boolean }[] = [];
       for (let i = 0; i < 240; i += 1) {
         await clock.advance(50);
-        const answer = await a.getToken('sandbox', { deadline: clock.now() + 8_000 });
+        const answer = await a.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) });
         const token = answer.record.accessToken;
         served.push({ token, revoked: up.revoked.has(token) });
       }
@@ -107,17 +117,18 @@ describe('I2: no revoked token served, across containers that disagree', () => {
   // Found in issue 18 (dd61609).
   it('I2: a container whose wall clock is stepped back 4 s during a countdown never serves the token it replaced (its proofs run on its monotonic clock)', async () => {
     const { clock, up, a, b, stepA } = mixedFleet({ a: 5, b: 5 });
-    const old = (await b.getToken('sandbox', { deadline: clock.now() + 8_000 })).record.accessToken;
+    const old = (await b.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) })).record
+      .accessToken;
     await clock.advance(61_000);
     expect(
-      (await a.getToken('sandbox', { deadline: clock.now() + 8_000 })).record.accessToken,
+      (await a.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) })).record.accessToken,
     ).toBe(old);
-    const warm = b.warmUp(clock.now() + 30_000);
+    const warm = b.warmUp(Deadline.in(clock, 30_000));
     const served: { token: string; revoked: boolean }[] = [];
     for (let i = 0; i < 240; i += 1) {
       await clock.advance(50);
       if (i === 20) stepA(-4_000); // NTP steps A's wall clock back, a second into the countdown
-      const answer = await a.getToken('sandbox', { deadline: clock.now() + 8_000 });
+      const answer = await a.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) });
       served.push({
         token: answer.record.accessToken,
         revoked: up.revoked.has(answer.record.accessToken),
@@ -173,19 +184,20 @@ describe('I2: no revoked token served, with a store call in flight while the clo
     const options = { window: 60, recheck: 5, floor: 2 };
     const a = fleetBroker(slowA, clockA, up, { ...options, issuer: issuerFor(up, clockA, LIFE) });
     const b = fleetBroker(store, clockB, up, { ...options, issuer: issuerFor(up, clockB, LIFE) });
-    const first = await sim.run(b.getToken('sandbox', { deadline: clockB.now() + 8_000 }));
+    const first = await sim.run(b.getToken('sandbox', { deadline: Deadline.in(clockB, 8_000) }));
     const old = first.value?.record.accessToken;
     await sim.advance(61_000);
-    const read = a.getToken('sandbox', { deadline: clockA.now() + 8_000 });
+    const read = a.getToken('sandbox', { deadline: Deadline.in(clockA, 8_000) });
     await sim.advance(10);
     sim.step('a', -4_000); // NTP, while A's read is in flight
     expect((await sim.run(read)).value?.record.accessToken).toBe(old);
-    const warm = b.warmUp(clockB.now() + 30_000);
+    const warm = b.warmUp(Deadline.in(clockB, 30_000));
     const revoked: number[] = [];
     for (let i = 0; i < 240; i += 1) {
       await sim.advance(50);
-      const answer = (await sim.run(a.getToken('sandbox', { deadline: clockA.now() + 8_000 })))
-        .value;
+      const answer = (
+        await sim.run(a.getToken('sandbox', { deadline: Deadline.in(clockA, 8_000) }))
+      ).value;
       if (answer && up.revoked.has(answer.record.accessToken)) revoked.push(sim.now() - T0);
     }
     expect((await sim.run(warm)).value).toMatchObject({ issued: 1 });
@@ -219,17 +231,18 @@ describe('I2: no revoked token served, with a store call in flight while the clo
       const b = fleetBroker(slowB, clockB, up, { ...options, issuer: issuerFor(up, clockB, LIFE) });
       // B reads an empty item; its acquire lands 30 ms later, after A wrote the first token.
       const fromB = b.getToken('sandbox', {
-        deadline: clockB.now() + 5_000,
+        deadline: Deadline.in(clockB, 5_000),
         minValiditySeconds: variant.minValiditySeconds,
       });
       await sim.advance(10);
-      await sim.run(a.getToken('sandbox', { deadline: clockA.now() + 5_000 }));
+      await sim.run(a.getToken('sandbox', { deadline: Deadline.in(clockA, 5_000) }));
       await sim.run(fromB);
       const revoked: number[] = [];
       for (let i = 0; i < 40; i += 1) {
         await sim.advance(100);
-        const answer = (await sim.run(a.getToken('sandbox', { deadline: clockA.now() + 5_000 })))
-          .value;
+        const answer = (
+          await sim.run(a.getToken('sandbox', { deadline: Deadline.in(clockA, 5_000) }))
+        ).value;
         if (answer && up.revoked.has(answer.record.accessToken)) revoked.push(sim.now() - T0);
       }
       // Before: B's countdown-0 lease replaced A's token 100 ms after its issuance, and A served
@@ -246,7 +259,7 @@ describe('I2: no revoked token served, in one container: the countdown and the l
   it('I2: a replacement’s token request leaves only after a countdown longer than any re-check', async () => {
     const { broker, store, issuer } = setup({ window: 600 });
     storeToken(store, 300_000);
-    await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    await broker.getToken('sandbox', { deadline: deadline(5_000) });
     await broker.idle();
     expect(issuer.issued).toBe(1);
     // 21 steps of 250 ms: more than the 5 s re-check and its 100 ms margin.
@@ -262,7 +275,7 @@ describe('I2: no revoked token served, in one container: the countdown and the l
     const b = setup({ store, issuer, window: 600 });
     const granted: { accessToken: string; at: number; reusableUntil: number }[] = [];
     const serveB = async () => {
-      const answer = await b.broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+      const answer = await b.broker.getToken('sandbox', { deadline: deadline(5_000) });
       granted.push({
         accessToken: answer.record.accessToken,
         at: Date.now(),
@@ -283,7 +296,7 @@ describe('I2: no revoked token served, in one container: the countdown and the l
     });
     storeToken(store, 299_000);
     // A's request takes the lease and starts the replacement; B only ever reads it.
-    await a.broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    await a.broker.getToken('sandbox', { deadline: deadline(5_000) });
     expect(store.items.get('sandbox')?.lease?.countdown).toBeGreaterThan(1);
     await a.broker.idle();
     const successor = store.items.get('sandbox')?.token;
@@ -326,14 +339,14 @@ describe('I2: no revoked token served, in one container: the countdown and the l
         countdown: 0,
       },
     });
-    const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    const served = await broker.getToken('sandbox', { deadline: deadline(5_000) });
     expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'successor' } });
     expect(issuer.issued).toBe(0);
   });
 
   it('I2: the last good token is not served while a refresh of a revoking upstream is in progress elsewhere: it may be revoked', async () => {
     const { broker, store } = setup({ window: 600, recheck: 0 });
-    await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    await broker.getToken('sandbox', { deadline: deadline(5_000) });
     vi.advanceTimersByTime(3_400_000); // 200 s left: inside the window
     store.items.set('sandbox', {
       ...store.items.get('sandbox'),
@@ -346,23 +359,23 @@ describe('I2: no revoked token served, in one container: the countdown and the l
       },
     });
     const error = await broker
-      .getToken('sandbox', { deadline: Date.now() + 2_000 })
+      .getToken('sandbox', { deadline: deadline(2_000) })
       .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
   });
 
   it('I2: the last good token is never served after a token request whose outcome is unknown: it may be revoked', async () => {
     const { broker, store, issuer, metrics } = setup({ window: 600 });
-    await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+    await broker.getToken('sandbox', { deadline: deadline(5_000) });
     vi.advanceTimersByTime(3_400_000); // 200 s left: inside the window, a refresh is tried
     issuer.failWith = new UpstreamUnavailableError('access-token request timed out', {
       outcomeUnknown: true,
     });
     // Served before the request left (the countdown's point); then the request is lost.
-    await broker.getToken('sandbox', { deadline: Date.now() + 5_000 });
+    await broker.getToken('sandbox', { deadline: deadline(5_000) });
     await broker.idle();
     const error = await broker
-      .getToken('sandbox', { deadline: Date.now() + 1_000 })
+      .getToken('sandbox', { deadline: deadline(1_000) })
       .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
     expect(store.token('sandbox')).toBeUndefined();
@@ -448,7 +461,7 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     const holder = issuance(sdk, clock, (c, o) =>
       issueWith(issuerFor(up, clock), c, {} as never, o),
     );
-    await holder.refresh(sandbox, t0, T0 + 16_000);
+    await holder.refresh(sandbox, t0, Deadline.in(clock, 16_000));
     expect(up.revoked.has(t0.accessToken)).toBe(true);
     // The late attempt is refused: a countdown never goes back up (the store's condition, checked
     // on DynamoDB too by test/lib/token-store.contract.test.ts).
@@ -508,7 +521,8 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     });
     const slow = mk(slowStore);
     const fast = mk(store);
-    const pending = slow.obtain(sandbox, 1000, T0 + 8000, false);
+    const by = Deadline.in(clock, 8000);
+    const pending = slow.obtain(sandbox, 1000, by, false);
     await clock.advance(10);
     // The slow container's answer is judged when it comes (the ledger's rule), not later.
     let served: { token: string; revoked: boolean } | undefined;
@@ -516,7 +530,7 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
       const token = result.record.accessToken;
       served = { token, revoked: up.revoked.has(token) };
     });
-    await fast.refresh(sandbox, t0, T0 + 8000); // lease, countdown, POST: t0 revoked
+    await fast.refresh(sandbox, t0, by); // lease, countdown, POST: t0 revoked
     expect(up.revoked.has(t0.accessToken)).toBe(true);
     // The slow container asks again (600 ms a read) until it has a token it may serve.
     for (let i = 0; i < 100 && !served; i += 1) await clock.advance(100);
@@ -533,16 +547,16 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     // Enters the 60 s window at T0 + 1000 (true time); the ahead clock sees it in the window already.
     const t0 = seed(store, up, T0 + 61_000 - 1_200_000, 1_200_000);
     const reader = fleetBroker(store, clock, up);
-    expect((await reader.getToken('sandbox', { deadline: T0 + 8000 })).record.accessToken).toBe(
-      t0.accessToken,
-    );
+    expect(
+      (await reader.getToken('sandbox', { deadline: Deadline.in(clock, 8000) })).record.accessToken,
+    ).toBe(t0.accessToken);
     // Warm-up (or a refresh) on the container whose clock is 2.5 s ahead.
     const warm = fleetBroker(store, ahead, up);
     await ahead.advance(100);
     await clock.advance(100);
     const started = ahead.now();
     const issuedBefore = up.n;
-    const report = await warm.warmUp(ahead.now() + 8000);
+    const report = await warm.warmUp(Deadline.in(ahead, 8000));
     expect(report.issued).toBe(1);
     expect(up.n).toBe(issuedBefore + 1);
     expect(up.revoked.has(t0.accessToken)).toBe(true);
@@ -550,7 +564,7 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     // outlasts its re-check all the same.
     const countedDown = ahead.now() - started;
     await clock.advance(countedDown + 450); // the reader lives through the same time
-    const served = await reader.getToken('sandbox', { deadline: clock.now() + 8000 });
+    const served = await reader.getToken('sandbox', { deadline: Deadline.in(clock, 8000) });
     expect(up.revoked.has(served.record.accessToken)).toBe(false);
   });
 
@@ -574,10 +588,10 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     const b = issuance(store, clockB, (c, o) =>
       issueWith(issuerFor(up, clockB), c, {} as never, o),
     );
-    const pending = a.refresh(sandbox, t0, T0 + 8000).catch((e) => e);
+    const pending = a.refresh(sandbox, t0, Deadline.in(clockA, 8000)).catch((e) => e);
     await clockA.advance(400); // counting down, authorize sent; then A is SIGSTOPped
     // B needs more than t0 has left: it waits out A's lease, takes it over, counts down, POSTs.
-    const got = await b.obtain(sandbox, 40_000, T0 + 20_000, false);
+    const got = await b.obtain(sandbox, 40_000, Deadline.in(clockB, 20_000), false);
     expect(up.revoked.has(t0.accessToken)).toBe(true);
     clockA.advanceNow(clockB.now() - clockA.now()); // A resumes; the authorize 5xx is read before its timers run
     fail?.(
@@ -604,11 +618,11 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     });
     const a = fleetBroker(lossy, clock, up);
     // The caller that starts the refresh gets t0 at once: its countdown keeps it safe for now.
-    const first = await a.getToken('sandbox', { deadline: T0 + 8000 });
+    const first = await a.getToken('sandbox', { deadline: Deadline.in(clock, 8000) });
     expect(up.revoked.has(first.record.accessToken)).toBe(false);
     await a.idle();
     expect(store.token('sandbox')?.accessToken).not.toBe(t0.accessToken); // the new token was written
-    const served = await a.getToken('sandbox', { deadline: clock.now() + 8000 });
+    const served = await a.getToken('sandbox', { deadline: Deadline.in(clock, 8000) });
     expect(up.revoked.has(served.record.accessToken)).toBe(false);
   });
 
@@ -624,14 +638,14 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     });
     const a = fleetBroker(aStore, clock, up, { recheck: 30, timeout: 2_000 });
     const b = fleetBroker(store, clock, up, { recheck: 30, timeout: 2_000 });
-    const mine = await a.getToken('sandbox', { deadline: T0 + 8000 });
+    const mine = await a.getToken('sandbox', { deadline: Deadline.in(clock, 8000) });
     expect(mine.source).toBe('upstream');
     await clock.advance(6_000); // confirmed lease (budget 2 s + grace 2 s) is long gone
-    await b.getToken('sandbox', { deadline: clock.now() + 8000 }).catch(() => undefined); // sees the lease first
+    await b.getToken('sandbox', { deadline: Deadline.in(clock, 8000) }).catch(() => undefined); // sees the lease first
     await clock.advance(4_500);
-    await b.getToken('sandbox', { deadline: clock.now() + 8000 });
+    await b.getToken('sandbox', { deadline: Deadline.in(clock, 8000) });
     expect(up.revoked.has(mine.record.accessToken)).toBe(true);
-    const served = await a.getToken('sandbox', { deadline: clock.now() + 8000 });
+    const served = await a.getToken('sandbox', { deadline: Deadline.in(clock, 8000) });
     expect(up.revoked.has(served.record.accessToken)).toBe(false);
   });
 });

@@ -11,6 +11,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { ttlOf } from '../../../../lib/adapters/dynamodb-token-item.js';
 import { issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
 import { ConnectionView } from '../../../../lib/broker/view/connection-view.js';
+import { Deadline } from '../../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import { FakeIssuer, InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
 import { issuerFor, sandbox, seed, Upstream, wrap } from '../../../support/fleet-model.js';
@@ -56,13 +57,13 @@ describe('I1: one issuance per lifetime', () => {
         },
         random: () => 0.5,
       });
-      const served = await waiter.broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      const served = await waiter.broker.getToken('sandbox', { deadline: deadline(5_000) });
       expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'from-holder' } });
       expect(issuer.issued).toBe(0);
       expect(slept).toBeGreaterThan(0);
       expect(waiter.metrics.get('LeaseWaits')).toBe(1);
       expect(
-        (await holder.broker.getToken('sandbox', { deadline: T0 + 5_000 })).record.accessToken,
+        (await holder.broker.getToken('sandbox', { deadline: deadline(5_000) })).record.accessToken,
       ).toBe('from-holder');
     });
 
@@ -78,7 +79,7 @@ describe('I1: one issuance per lifetime', () => {
           countdown: 0,
         },
       });
-      const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      const served = await broker.getToken('sandbox', { deadline: deadline(5_000) });
       expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'token-1' } });
       expect(issuer.issued).toBe(1);
       expect(store.items.get('sandbox')).toEqual({
@@ -90,7 +91,7 @@ describe('I1: one issuance per lifetime', () => {
     it('I1: a holder keeps its lease alive with heartbeats through a slow flow, never more than a lease ahead, so it lapses soon after the holder dies', async () => {
       const { broker, issuer, store } = setup();
       issuer.delayMs = 5_000; // longer than the 3 s lease
-      const pending = broker.getToken('sandbox', { deadline: T0 + 9_000 });
+      const pending = broker.getToken('sandbox', { deadline: deadline(9_000) });
       await vi.advanceTimersByTimeAsync(4_000);
       const lease = store.items.get('sandbox')?.lease;
       expect(lease?.expiresAt).toBeGreaterThan(T0 + 4_000);
@@ -111,7 +112,7 @@ describe('I1: one issuance per lifetime', () => {
         store.items.set('sandbox', { token: record('new-holder', T0 + 3600_500) });
         return mine;
       };
-      const served = await broker.getToken('sandbox', { deadline: T0 + 5_000 });
+      const served = await broker.getToken('sandbox', { deadline: deadline(5_000) });
       expect(served.record.accessToken).toBe('new-holder');
     });
   });
@@ -138,7 +139,7 @@ describe('I1: one issuance per lifetime', () => {
           outcomeUnknown: true,
         });
       });
-      const failed = await sim.run(a.obtain(sandbox, 1_000, T0 + 9_500, false));
+      const failed = await sim.run(a.obtain(sandbox, 1_000, Deadline.in(clockA, 9_500), false));
       expect((failed.error as UpstreamUnavailableError).outcomeUnknown).toBe(true);
       // B's caller comes right after and waits for A's lease (no token in the store): the lease
       // holds for all that A's confirmation reserved, so B answers 503 and POSTs nothing.
@@ -182,7 +183,7 @@ describe('I1: one issuance per lifetime', () => {
       const clockB = sim.clock('B');
       const b = simBroker(store, clockB, up, { timeout: T });
       let aServed: { token: string; revoked: boolean } | undefined;
-      const aRun = a.obtain(sandbox, 1_000, T0 + 2_900, false).then((s) => {
+      const aRun = a.obtain(sandbox, 1_000, Deadline.in(clockA, 2_900), false).then((s) => {
         aServed = { token: s.record.accessToken, revoked: up.revoked.has(s.record.accessToken) };
         return s;
       });
@@ -209,7 +210,7 @@ describe('I1: one issuance per lifetime', () => {
         await clockA.sleep(2_000);
         return up.post(clockA.now());
       });
-      const aRun = sim.run(a.obtain(sandbox, 1_000, T0 + 9_500, false));
+      const aRun = sim.run(a.obtain(sandbox, 1_000, Deadline.in(clockA, 9_500), false));
       await sim.advance(500);
       expect(store.items.get('sandbox')?.lease?.holder).toMatch(/./);
       // DynamoDB's TTL may delete an item at any time after its ttl: now, say.
@@ -239,7 +240,7 @@ describe('I1: one issuance per lifetime', () => {
       const a = issuance(retrying, clock, (c, o) =>
         issueWith(issuerFor(up, clock), c, {} as never, o),
       );
-      const refreshed = await a.refresh(sandbox, t0, T0 + 8000);
+      const refreshed = await a.refresh(sandbox, t0, Deadline.in(clock, 8000));
       expect(refreshed?.source).toBe('upstream');
       expect(store.items.get('sandbox')?.lease).toBeUndefined();
     });

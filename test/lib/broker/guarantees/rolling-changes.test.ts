@@ -7,6 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { fromItem, toItem } from '../../../../lib/adapters/dynamodb-token-item.js';
 import { issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
+import { Deadline } from '../../../../lib/clock.js';
 import { UpstreamRejectedError } from '../../../../lib/errors.js';
 import type {
   ClientCredentials,
@@ -93,7 +94,7 @@ const pollWhile = async (
   const revoked: { at: number; token: string; source: string }[] = [];
   for (let i = 0; i < rounds; i += 1) {
     await clock.advance(50);
-    const answer = await b.getToken('sandbox', { deadline: clock.now() + 8_000 });
+    const answer = await b.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) });
     if (up.revoked.has(answer.record.accessToken)) {
       revoked.push({
         at: clock.now() - T0,
@@ -122,13 +123,14 @@ describe('I2: a re-check of 0 travels with the token through DynamoDB as through
         b: five,
       } = twoContainers({ a: 0, b: 5 }, { a: mapped, b: mapped });
       // The 0 s container writes the first token (recheckMs: 0).
-      const old = (await zero.getToken('sandbox', { deadline: clock.now() + 8_000 })).record
+      const old = (await zero.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) })).record
         .accessToken;
       await clock.advance(61_000); // inside the 60 s window
       expect(
-        (await five.getToken('sandbox', { deadline: clock.now() + 8_000 })).record.accessToken,
+        (await five.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) })).record
+          .accessToken,
       ).toBe(old);
-      const warm = zero.warmUp(clock.now() + 30_000);
+      const warm = zero.warmUp(Deadline.in(clock, 30_000));
       const revoked = await pollWhile(clock, five, up, 120);
       expect((await warm).issued).toBe(1);
       expect(up.revoked.has(old)).toBe(true);
@@ -167,10 +169,10 @@ describe('I2: a container that cannot read the stored token (BROKER_KMS_KEY_ID r
     // A sealed token, written by a container with the key, 60 s into a 120 s life (not due).
     const t0 = seed(store, up, T0 - 30_000, LIFE_S * 1000);
     expect(
-      (await keyed.getToken('sandbox', { deadline: clock.now() + 8_000 })).record.accessToken,
+      (await keyed.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) })).record.accessToken,
     ).toBe(t0.accessToken);
     // A caller of the key-less container: it finds "no token" and issues at once.
-    const fromKeyless = keyless.getToken('sandbox', { deadline: clock.now() + 8_000 });
+    const fromKeyless = keyless.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) });
     const revoked = await pollWhile(clock, keyed, up, 60);
     await fromKeyless;
     expect(up.revoked.has(t0.accessToken)).toBe(true);
@@ -233,7 +235,7 @@ describe('A credential rotation rejected at the token request goes on under its 
       },
     };
     const a = fleetBroker(store, clock, up, { secrets, issuer: rotating });
-    const served = await a.getToken('sandbox', { deadline: clock.now() + 8_000 });
+    const served = await a.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) });
     expect(served.record.accessToken).toBe('tok-1');
     // One lease for one issuance: the rotated request went out under the lease that was taken.
     expect(sent).toEqual(['secret-1', 'rotated']);
@@ -276,7 +278,7 @@ describe('I2: rolling deploy, a lease item written by the release before lease v
       },
     });
     const h = issuance(lossy, clock, (c, o) => issueWith(issuerFor(up, clock), c, {} as never, o));
-    await h.refresh(sandbox, t0, T0 + 16_000).catch(() => undefined);
+    await h.refresh(sandbox, t0, Deadline.in(clock, 16_000)).catch(() => undefined);
     const left = store.items.get('sandbox');
     expect(left?.lease?.countdown).toBe(15); // H's last write, version X, nobody renews it
     const x = left?.lease?.version;
@@ -310,7 +312,7 @@ describe('I2: rolling deploy, a lease item written by the release before lease v
     const raised = store.items.get('sandbox')?.lease;
     // A new-release reader reads now.
     const reader = fleetBroker(store, clock, up);
-    const seen = await reader.getToken('sandbox', { deadline: clock.now() + 8_000 });
+    const seen = await reader.getToken('sandbox', { deadline: Deadline.in(clock, 8_000) });
     expect(seen.record.accessToken).toBe(t0.accessToken);
     // O goes on from where it was: 2, 1, 0 (its conditions hold: 15 >= 2, expiry moved back
     // by H's write), then its POST.
