@@ -51,6 +51,16 @@ const resolvedEnv = (variables: Record<string, unknown>) => ({
 const resourcesOfType = (template: Template, type: string) =>
   Object.entries(template.Resources).filter(([, r]) => r.Type === type);
 
+/**
+ * The template as text, with what changes at every package replaced: the artifact's
+ * time-stamped S3 key and the code's hash (in the version's name and its CodeSha256).
+ */
+const normalized = (template: Template) =>
+  JSON.stringify(template, null, 2)
+    .replace(/BrokerLambdaVersion[A-Za-z0-9]+/g, 'BrokerLambdaVersion<code hash>')
+    .replace(/"S3Key": "[^"]*"/g, '"S3Key": "<artifact key>"')
+    .replace(/"CodeSha256": "[^"]*"/g, '"CodeSha256": "<code hash>"');
+
 beforeAll(async () => {
   // The package ships the prebuilt bundle.
   if (!existsSync(join(root, 'dist/broker/index.mjs'))) {
@@ -65,6 +75,15 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
   const template = () => templates[stage] as Template;
   const fn = () => template().Resources.BrokerLambdaFunction?.Properties;
+
+  // A single-region stage's template, whole: the switch to a global table (issue 26,
+  // docs/multi-region.md) must leave it as it was. A deliberate change updates the file
+  // (`npx vitest run test/infra.test.ts -u`) and shows in the diff.
+  it('is the single-region template, unchanged (test/__snapshots__)', async () => {
+    await expect(normalized(template())).toMatchFileSnapshot(
+      `./__snapshots__/single-region-${stage}.template.json.snap`,
+    );
+  });
 
   it('has one function on nodejs24.x, arm64, explicit memory and timeout, running the bundle', () => {
     expect(resourcesOfType(template(), 'AWS::Lambda::Function')).toHaveLength(1);
