@@ -425,8 +425,10 @@ describe('Template: a global stage in one of its regions (stage global, eu-west-
     expect(JSON.stringify(throttles.Metrics)).toContain(
       '"Name":"TableName","Value":"token-broker-global-tokens"',
     );
-    const values = template().Resources.BrokerDashboard?.Properties.DashboardBody['Fn::Sub'][1];
-    expect(values.TableName).toBe('token-broker-global-tokens');
+    const dashboard = template().Resources.BrokerDashboard?.Properties;
+    expect(dashboard.DashboardBody['Fn::Sub'][1].TableName).toBe('token-broker-global-tokens');
+    // Dashboards are global to the account: each region's stack needs a name of its own.
+    expect(dashboard.DashboardName).toBe('token-broker-global-eu-west-2');
   });
 
   it('passes npm run validate in each of its regions, and is refused in any other', async () => {
