@@ -5,8 +5,9 @@
  * variable names, the window against the default minValidity), every connection's secret among
  * the ARNs the function may read, and the checks only the stage can answer, from the same
  * module as the cold start's (lib/config/settings-check.ts): the function's timeout against the
- * re-check, the warm-up rate against the window, and the example account outside dev. Pure:
- * `validate-stage.ts` feeds it the output of `serverless print`.
+ * re-check, the warm-up rate against the window, and the example account outside dev. A stage on
+ * a global table (`table: global`, docs/multi-region.md) is also checked against the region it
+ * is resolved for. Pure: `validate-stage.ts` feeds it the output of `serverless print`.
  */
 import {
   exampleAccountProblem,
@@ -31,6 +32,8 @@ export interface PrintedConfig {
   >;
   readonly resources?: unknown;
   readonly provider?: {
+    /** The region the stage is resolved for (`--region`, or serverless.yml's default). */
+    readonly region?: string;
     /** Seconds; Serverless's default is 6. */
     readonly timeout?: number;
     readonly environment?: Readonly<Record<string, unknown>>;
@@ -100,6 +103,88 @@ export const secretCovered = (secretId: string, resources: readonly string[]): b
     );
   });
 
+/**
+ * The regions a table with multi-Region strong consistency may span: all of its replicas and
+ * its witness lie in one set (AWS::DynamoDB::GlobalTable GlobalTableWitness). The same lists are
+ * infra/global-table.yml's AllowedValues.
+ */
+export const MRSC_REGION_SETS: Readonly<Record<string, readonly string[]>> = {
+  US: ['us-east-1', 'us-east-2', 'us-west-2'],
+  EU: ['eu-west-1', 'eu-west-2', 'eu-west-3', 'eu-central-1'],
+  AP: ['ap-northeast-1', 'ap-northeast-2', 'ap-northeast-3'],
+};
+
+/** A multi-Region KMS key's ID: the same in every region it is replicated to. */
+const MULTI_REGION_KEY_ID = /^mrk-[0-9a-f]{32}$/;
+
+/** A stage's setting: its own value, else the default's. */
+const setting = (printed: PrintedConfig, stage: string, name: string): unknown => {
+  const own = (printed.params?.[stage] as Record<string, unknown> | undefined)?.[name];
+  return own !== undefined
+    ? own
+    : (printed.params?.default as Record<string, unknown> | undefined)?.[name];
+};
+
+/**
+ * What a stage on a global table must be in the region it is resolved for: a table and a
+ * multi-Region key named, two or three regions in one MRSC region set with this one among them
+ * (a table's replicas are fixed when it is created: a broker elsewhere would find no table),
+ * and each connection's secret read in this region (a name reads the local replica; another
+ * region's ARN would tie this region to that one's availability).
+ */
+const globalTableProblems = (
+  stage: string,
+  printed: PrintedConfig,
+  secretIds: readonly { readonly name: string; readonly secretId: string }[],
+): string[] => {
+  const at = `params.${stage}`;
+  const name = setting(printed, stage, 'globalTableName');
+  const keyId = String(setting(printed, stage, 'globalKeyId') ?? '');
+  const regions = [setting(printed, stage, 'regions') ?? []].flat().map(String);
+  const region = printed.provider?.region ?? '';
+  const problems: string[] = [];
+  if (typeof name !== 'string' || name.trim() === '') {
+    problems.push(
+      `${at}.globalTableName is empty: name the global table (infra/global-table.yml, its TableName)`,
+    );
+  }
+  if (!MULTI_REGION_KEY_ID.test(keyId)) {
+    problems.push(
+      `${at}.globalKeyId '${keyId}' is not a multi-Region key ID (mrk- and 32 hex digits, output KeyId of infra/global-key.yml): a single-region key has no copy in the other regions`,
+    );
+  }
+  if (regions.length < 2 || regions.length > 3) {
+    problems.push(
+      `${at}.regions (${regions.join(', ') || 'none'}) must list two regions (a third is the witness) or three: the regions the stage's brokers run in`,
+    );
+  } else if (
+    !Object.values(MRSC_REGION_SETS).some((set) => regions.every((r) => set.includes(r)))
+  ) {
+    const sets = Object.entries(MRSC_REGION_SETS)
+      .map(([label, set]) => `${label} (${set.join(', ')})`)
+      .join(', ')
+      .replace(/, (?=AP )/, ' or ');
+    problems.push(
+      `${at}.regions (${regions.join(', ')}) must lie in one multi-Region strong consistency region set: ${sets}`,
+    );
+  }
+  if (regions.length > 0 && !regions.includes(region)) {
+    problems.push(
+      `region '${region}' is not among ${at}.regions (${regions.join(', ')}): the global table has no replica there. Deploy with --region <one of them>, or add the region (a global table's replicas are fixed when it is created).`,
+    );
+  }
+  for (const { name: connection, secretId } of secretIds) {
+    const secretRegion = secretId.startsWith('arn:') ? secretId.split(':')[3] : undefined;
+    if (secretRegion !== undefined && secretRegion !== region) {
+      const secretName = (secretPart(secretId) ?? secretId).replace(/-[A-Za-z0-9]{6}$/, '');
+      problems.push(
+        `connection "${connection}" reads secret '${secretId}' in ${secretRegion} from ${region}: an outage there would stop this region too. Give the secret's name (${secretName}), so that each region reads its own replica (docs/multi-region.md)`,
+      );
+    }
+  }
+  return problems;
+};
+
 /** The connections that stand in for those of an SSM parameter (checked at cold start). */
 const STAND_IN = JSON.stringify({
   ssm: { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId: 'from-ssm' },
@@ -112,6 +197,10 @@ export const checkStage = (stage: string, printed: PrintedConfig): string[] => {
     return [
       `Unknown stage '${stage}': serverless.yml declares ${declared.map((s) => `'${s}'`).join(', ') || 'none'}. Add params.${stage} with this stage's connections and secret ARNs; the defaults are examples (account 123456789012).`,
     ];
+  }
+  const table = setting(printed, stage, 'table') ?? 'regional';
+  if (table !== 'regional' && table !== 'global') {
+    return [`Stage '${stage}': params.${stage}.table '${table}' must be 'regional' or 'global'`];
   }
   const env = environmentOf(printed);
   const fromParameter = Boolean(env.BROKER_CONNECTIONS_PARAMETER?.trim());
@@ -152,6 +241,12 @@ export const checkStage = (stage: string, printed: PrintedConfig): string[] => {
   ]
     .filter((problem) => problem !== undefined)
     .map((problem) => `Stage '${stage}': ${problem}`);
+  if (table === 'global') {
+    const secretIds = fromParameter ? [] : [...config.connections.values()];
+    problems.push(
+      ...globalTableProblems(stage, printed, secretIds).map((p) => `Stage '${stage}': ${p}`),
+    );
+  }
   if (fromParameter) return problems;
   const statement = printed.provider?.iam?.role?.statements?.find(
     (s) => s.Sid === 'ConnectionSecrets',

@@ -4,24 +4,34 @@
  */
 import { execFile } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { checkStage, MRSC_REGION_SETS, type PrintedConfig } from '../infra/stage-check.js';
 import { loadConfig } from '../lib/config.js';
 import { root } from './support/build.js';
 
 const run = promisify(execFile);
 type Json = Record<string, unknown>;
 type Template = {
-  // biome-ignore lint/suspicious/noExplicitAny: CloudFormation templates are untyped JSON.
-  Resources: Record<string, { Type: string; Properties: any; Condition?: string }>;
+  Resources: Record<
+    string,
+    {
+      Type: string;
+      // biome-ignore lint/suspicious/noExplicitAny: CloudFormation templates are untyped JSON.
+      Properties: any;
+      Condition?: string;
+      DeletionPolicy?: string;
+    }
+  >;
 };
 
 const dir = mkdtempSync(join(tmpdir(), 'token-broker-package-'));
 const templates: Record<string, Template> = {};
 
-const packageStage = async (stage: string) => {
+const packageStage = async (stage: string, region?: string) => {
   const out = join(dir, stage);
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? '',
@@ -29,7 +39,7 @@ const packageStage = async (stage: string) => {
   };
   await run(
     join(root, 'node_modules/.bin/serverless'),
-    ['package', '--stage', stage, '--package', out],
+    ['package', '--stage', stage, ...(region ? ['--region', region] : []), '--package', out],
     {
       cwd: root,
       env, // no AWS credentials: packaging must work offline
@@ -51,6 +61,16 @@ const resolvedEnv = (variables: Record<string, unknown>) => ({
 const resourcesOfType = (template: Template, type: string) =>
   Object.entries(template.Resources).filter(([, r]) => r.Type === type);
 
+/**
+ * The template as text, with what changes at every package replaced: the artifact's
+ * time-stamped S3 key and the code's hash (in the version's name and its CodeSha256).
+ */
+const normalized = (template: Template) =>
+  JSON.stringify(template, null, 2)
+    .replace(/BrokerLambdaVersion[A-Za-z0-9]+/g, 'BrokerLambdaVersion<code hash>')
+    .replace(/"S3Key": "[^"]*"/g, '"S3Key": "<artifact key>"')
+    .replace(/"CodeSha256": "[^"]*"/g, '"CodeSha256": "<code hash>"');
+
 beforeAll(async () => {
   // The package ships the prebuilt bundle.
   if (!existsSync(join(root, 'dist/broker/index.mjs'))) {
@@ -59,12 +79,23 @@ beforeAll(async () => {
   // One after the other: osls keeps working state in the service directory.
   await packageStage('dev');
   await packageStage('prod');
+  // The example stage on a global table, as its second region's stack.
+  await packageStage('global', 'eu-west-2');
 }, 120_000);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
   const template = () => templates[stage] as Template;
   const fn = () => template().Resources.BrokerLambdaFunction?.Properties;
+
+  // A single-region stage's template, whole: the switch to a global table (issue 26,
+  // docs/multi-region.md) must leave it as it was. A deliberate change updates the file
+  // (`npx vitest run test/infra.test.ts -u`) and shows in the diff.
+  it('is the single-region template, unchanged (test/__snapshots__)', async () => {
+    await expect(normalized(template())).toMatchFileSnapshot(
+      `./__snapshots__/single-region-${stage}.template.json.snap`,
+    );
+  });
 
   it('has one function on nodejs24.x, arm64, explicit memory and timeout, running the bundle', () => {
     expect(resourcesOfType(template(), 'AWS::Lambda::Function')).toHaveLength(1);
@@ -312,6 +343,219 @@ describe('Template: the optional egress stack (infra/egress.yml)', () => {
     ]) {
       expect(text).toMatch(new RegExp(`^  ${output}:\\n    (Description: .*\\n    )?Value:`, 'm'));
     }
+  });
+});
+
+/** cfn-lint's verdict on a template: clean, its findings, or no cfn-lint on this machine. */
+const cfnLint = (path: string) =>
+  run('cfn-lint', [path]).then(
+    () => 'clean',
+    (error: { code?: unknown; stdout?: string }) =>
+      error.code === 'ENOENT' ? 'no cfn-lint' : `findings: ${error.stdout}`,
+  );
+
+/** A standalone template of infra/, read with the CloudFormation YAML tags packaging reads. */
+const standalone = (file: string): Template & Json => {
+  const fromOsls = createRequire(join(root, 'node_modules/osls/package.json'));
+  const yaml = fromOsls('js-yaml') as { load: (text: string, options: unknown) => unknown };
+  const schema = fromOsls('./lib/utils/serverless-utils/cloudformation-schema.js');
+  return yaml.load(readFileSync(join(root, 'infra', file), 'utf8'), { schema }) as Template & Json;
+};
+
+describe('Template: a global stage in one of its regions (stage global, eu-west-2; issue 26)', () => {
+  const template = () => templates.global as Template;
+  const fn = () => template().Resources.BrokerLambdaFunction?.Properties;
+  const statements = () =>
+    template().Resources.IamRoleLambdaExecution?.Properties.Policies.flatMap(
+      (p: Json) => (p.PolicyDocument as { Statement: Json[] }).Statement,
+    ) as Json[];
+  const bySid = (sid: string) => statements().find((s) => s.Sid === sid);
+  const localKey = {
+    'Fn::Sub': `arn:\${AWS::Partition}:kms:\${AWS::Region}:\${AWS::AccountId}:key/mrk-1234abcd12ab34cd56ef1234567890ab`,
+  };
+
+  it('passes cfn-lint', async () => {
+    const out = join(dir, 'global', 'cloudformation-template-update-stack.json');
+    expect(['clean', 'no cfn-lint']).toContain(await cfnLint(out));
+  });
+
+  it('holds no table and no key: the global table and the multi-Region key are stacks of their own', () => {
+    expect(resourcesOfType(template(), 'AWS::DynamoDB::Table')).toEqual([]);
+    expect(resourcesOfType(template(), 'AWS::DynamoDB::GlobalTable')).toEqual([]);
+    expect(resourcesOfType(template(), 'AWS::KMS::Key')).toEqual([]);
+    expect(template().Resources.TokenTable).toBeUndefined();
+  });
+
+  it('points the function at this region’s replica of the table and copy of the key', () => {
+    const env = fn().Environment.Variables as Record<string, unknown>;
+    // The table's name is the same in every region; the key's ARN is this region's copy.
+    expect(env.BROKER_TABLE_NAME).toBe('token-broker-global-tokens');
+    expect(env.BROKER_KMS_KEY_ID).toEqual(localKey);
+    expect(bySid('TokenTable')).toMatchObject({
+      Action: [
+        'dynamodb:GetItem',
+        'dynamodb:PutItem',
+        'dynamodb:UpdateItem',
+        'dynamodb:DeleteItem',
+      ],
+      Resource: {
+        'Fn::Sub': `arn:\${AWS::Partition}:dynamodb:\${AWS::Region}:\${AWS::AccountId}:table/token-broker-global-tokens`,
+      },
+    });
+    expect(bySid('TableKey')).toMatchObject({
+      Action: ['kms:Decrypt', 'kms:GenerateDataKey'],
+      Resource: localKey,
+    });
+  });
+
+  it('reads each secret by name, from this region’s replica only', () => {
+    const env = fn().Environment.Variables as Record<string, unknown>;
+    const config = loadConfig(resolvedEnv(env));
+    const ids = [...config.connections.values()].map((c) => c.secretId);
+    expect(ids.length).toBeGreaterThan(0);
+    for (const id of ids) expect(id).not.toMatch(/^arn:/);
+    const resources = [bySid('ConnectionSecrets')?.Resource].flat() as string[];
+    expect(resources.length).toBe(ids.length);
+    for (const arn of resources) expect(arn).toMatch(/^arn:aws:secretsmanager:eu-west-2:/);
+  });
+
+  it('runs its own warm-up, and watches this region’s replica', () => {
+    expect(resourcesOfType(template(), 'AWS::Events::Rule')).toHaveLength(1);
+    const throttles = template().Resources.DynamoDBThrottlesAlarm?.Properties;
+    expect(JSON.stringify(throttles.Metrics)).toContain(
+      '"Name":"TableName","Value":"token-broker-global-tokens"',
+    );
+    const dashboard = template().Resources.BrokerDashboard?.Properties;
+    expect(dashboard.DashboardBody['Fn::Sub'][1].TableName).toBe('token-broker-global-tokens');
+    // Dashboards are global to the account: each region's stack needs a name of its own.
+    expect(dashboard.DashboardName).toBe('token-broker-global-eu-west-2');
+  });
+
+  it('passes npm run validate in each of its regions, and is refused in any other', async () => {
+    const print = async (region: string) =>
+      JSON.parse(
+        (
+          await run(
+            join(root, 'node_modules/.bin/serverless'),
+            ['print', '--stage', 'global', '--region', region, '--format', 'json'],
+            { cwd: root, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? dir } },
+          )
+        ).stdout,
+      ) as PrintedConfig;
+    for (const region of ['eu-west-1', 'eu-west-3']) {
+      expect(checkStage('global', await print(region)), region).toEqual([]);
+    }
+    expect(checkStage('global', await print('us-east-1'))[0]).toContain(
+      "region 'us-east-1' is not among params.global.regions",
+    );
+  }, 60_000);
+});
+
+describe('Template: the global table (infra/global-table.yml; issue 26)', () => {
+  const template = () => standalone('global-table.yml');
+  const table = () => template().Resources.GlobalTokenTable?.Properties;
+  const parameters = () => template().Parameters as Record<string, Json>;
+  const conditions = () => template().Conditions as Json;
+
+  it('passes cfn-lint', async () => {
+    expect(['clean', 'no cfn-lint']).toContain(await cfnLint(join(root, 'infra/global-table.yml')));
+  });
+
+  it('is one global table with multi-Region strong consistency, on demand, keyed as the regional table', () => {
+    expect(resourcesOfType(template(), 'AWS::DynamoDB::GlobalTable')).toHaveLength(1);
+    const regional = standalone('table.yml').Resources.TokenTable?.Properties;
+    expect(table()).toMatchObject({
+      MultiRegionConsistency: 'STRONG',
+      BillingMode: 'PAY_PER_REQUEST',
+      KeySchema: regional.KeySchema,
+      AttributeDefinitions: regional.AttributeDefinitions,
+      TableName: { Ref: 'TableName' },
+    });
+    expect(template().Resources.GlobalTokenTable?.DeletionPolicy).toBe('Retain');
+  });
+
+  it('has no TTL: multi-Region strongly consistent tables have none', () => {
+    expect(table().TimeToLiveSpecification).toBeUndefined();
+    expect(JSON.stringify(template())).not.toContain('TimeToLive');
+  });
+
+  it('has three replicas, or two and a witness in the third region', () => {
+    const [first, second, third] = table().Replicas;
+    expect(table().Replicas).toHaveLength(3);
+    expect(first.Region).toEqual({ Ref: 'AWS::Region' });
+    expect(second.Region).toEqual({ Ref: 'SecondRegion' });
+    // The third replica only with ThreeReplicas; the witness, in the same region, only without.
+    expect(third['Fn::If'][0]).toBe('ThreeReplicas');
+    expect(third['Fn::If'][1].Region).toEqual({ Ref: 'ThirdRegion' });
+    expect(third['Fn::If'][2]).toEqual({ Ref: 'AWS::NoValue' });
+    expect(table().GlobalTableWitnesses).toEqual({
+      'Fn::If': ['WithWitness', [{ Region: { Ref: 'ThirdRegion' } }], { Ref: 'AWS::NoValue' }],
+    });
+    expect(conditions()).toMatchObject({
+      ThreeReplicas: { 'Fn::Equals': [{ Ref: 'ThirdRegionRole' }, 'replica'] },
+      WithWitness: { 'Fn::Equals': [{ Ref: 'ThirdRegionRole' }, 'witness'] },
+    });
+    expect(parameters().ThirdRegionRole).toMatchObject({
+      Default: 'replica',
+      AllowedValues: ['replica', 'witness'],
+    });
+  });
+
+  it('gives each replica point-in-time recovery, deletion protection and its region’s copy of the multi-Region key', () => {
+    const [first, second, third] = table().Replicas;
+    const replicas = [first, second, third['Fn::If'][1]];
+    const regionOf = ['AWS::Region', 'SecondRegion', 'ThirdRegion'];
+    replicas.forEach((replica: Json, i: number) => {
+      expect(replica.PointInTimeRecoverySpecification).toEqual({
+        PointInTimeRecoveryEnabled: true,
+      });
+      expect(replica.DeletionProtectionEnabled).toEqual({ 'Fn::If': ['Protected', true, false] });
+      expect(replica.SSESpecification).toEqual({
+        KMSMasterKeyId: {
+          'Fn::Sub': `arn:\${AWS::Partition}:kms:\${${regionOf[i]}}:\${AWS::AccountId}:key/\${KeyId}`,
+        },
+      });
+    });
+    expect(table().SSESpecification).toEqual({ SSEEnabled: true, SSEType: 'KMS' });
+    expect(parameters().DeletionProtection?.Default).toBe('true');
+    expect(parameters().KeyId?.AllowedPattern).toBe('^mrk-[0-9a-f]{32}$');
+  });
+
+  it('allows exactly the MRSC region sets the stage check knows', () => {
+    const all = Object.values(MRSC_REGION_SETS).flat();
+    expect(parameters().SecondRegion?.AllowedValues).toEqual(all);
+    expect(parameters().ThirdRegion?.AllowedValues).toEqual(all);
+  });
+});
+
+describe('Template: the multi-Region key (infra/global-key.yml; issue 26)', () => {
+  const template = () => standalone('global-key.yml');
+
+  it('passes cfn-lint', async () => {
+    expect(['clean', 'no cfn-lint']).toContain(await cfnLint(join(root, 'infra/global-key.yml')));
+  });
+
+  it('is the multi-Region primary in the first region and its replica in every other', () => {
+    const { PrimaryKey: primary, ReplicaKey: replica } = template().Resources;
+    expect(primary).toMatchObject({
+      Type: 'AWS::KMS::Key',
+      Condition: 'IsPrimary',
+      Properties: { MultiRegion: true, EnableKeyRotation: true },
+    });
+    expect(replica).toMatchObject({
+      Type: 'AWS::KMS::ReplicaKey',
+      Condition: 'IsReplica',
+      Properties: { PrimaryKeyArn: { Ref: 'PrimaryKeyArn' } },
+    });
+    expect((template().Conditions as Json).IsPrimary).toEqual({
+      'Fn::Equals': [{ Ref: 'PrimaryKeyArn' }, ''],
+    });
+    // Each copy has its own policy: the same one, DynamoDB in the copy's own region included.
+    expect(replica?.Properties.KeyPolicy).toEqual(primary?.Properties.KeyPolicy);
+    expect(JSON.stringify(primary?.Properties.KeyPolicy)).toContain(
+      `dynamodb.\${AWS::Region}.amazonaws.com`,
+    );
+    expect(Object.keys(template().Outputs as Json).sort()).toEqual(['KeyArn', 'KeyId']);
   });
 });
 

@@ -184,3 +184,102 @@ describe('Function: secretCovered', () => {
     expect(secretCovered('anything', ['*'])).toBe(true);
   });
 });
+
+describe('Function: checkStage, a stage on a global table (issue 26)', () => {
+  const NAMED = JSON.stringify({
+    production: {
+      variant: 'v3',
+      baseUrl: 'https://open-api.example.com',
+      secretId: 'token-broker/production',
+    },
+  });
+  const globalStage = (
+    settings: Record<string, unknown> = {},
+    region = 'eu-west-2',
+    connections = NAMED,
+  ): PrintedConfig => {
+    const base = printed(connections, [ARN.replace('eu-west-1', region)]);
+    return {
+      ...base,
+      params: {
+        default: { table: 'regional', globalTableName: '', globalKeyId: '', regions: [] },
+        dev: {},
+        prod: {
+          table: 'global',
+          globalTableName: 'token-broker-prod-tokens',
+          globalKeyId: 'mrk-1234abcd12ab34cd56ef1234567890ab',
+          regions: ['eu-west-1', 'eu-west-2', 'eu-west-3'],
+          ...settings,
+        },
+      },
+      provider: { ...base.provider, region },
+    };
+  };
+
+  it('passes a region of the stage, on a named table and a multi-Region key, with named secrets', () => {
+    for (const region of ['eu-west-1', 'eu-west-2', 'eu-west-3']) {
+      expect(checkStage('prod', globalStage({}, region))).toEqual([]);
+    }
+    // Two regions: the third is the table's witness, where no broker runs.
+    expect(checkStage('prod', globalStage({ regions: ['eu-west-1', 'eu-west-2'] }))).toEqual([]);
+  });
+
+  it('refuses a region the stage does not list: no replica of the table is there', () => {
+    expect(checkStage('prod', globalStage({}, 'eu-central-1'))).toEqual([
+      "Stage 'prod': region 'eu-central-1' is not among params.prod.regions (eu-west-1, eu-west-2, eu-west-3): the global table has no replica there. Deploy with --region <one of them>, or add the region (a global table's replicas are fixed when it is created).",
+    ]);
+  });
+
+  it('refuses regions outside one MRSC region set, and a number other than two or three', () => {
+    expect(
+      checkStage('prod', globalStage({ regions: ['eu-west-1', 'eu-west-2', 'us-east-1'] })),
+    ).toEqual([
+      "Stage 'prod': params.prod.regions (eu-west-1, eu-west-2, us-east-1) must lie in one multi-Region strong consistency region set: US (us-east-1, us-east-2, us-west-2), EU (eu-west-1, eu-west-2, eu-west-3, eu-central-1) or AP (ap-northeast-1, ap-northeast-2, ap-northeast-3)",
+    ]);
+    expect(checkStage('prod', globalStage({ regions: ['eu-west-2'] }))[0]).toContain(
+      'must list two regions (a third is the witness) or three',
+    );
+    expect(
+      checkStage(
+        'prod',
+        globalStage({ regions: ['eu-west-1', 'eu-west-2', 'eu-west-3', 'eu-central-1'] }),
+      )[0],
+    ).toContain('must list two regions (a third is the witness) or three');
+  });
+
+  it('refuses a missing table name and a key that is not multi-Region', () => {
+    expect(checkStage('prod', globalStage({ globalTableName: '' }))).toEqual([
+      "Stage 'prod': params.prod.globalTableName is empty: name the global table (infra/global-table.yml, its TableName)",
+    ]);
+    expect(
+      checkStage('prod', globalStage({ globalKeyId: '1234abcd-12ab-34cd-56ef-1234567890ab' })),
+    ).toEqual([
+      "Stage 'prod': params.prod.globalKeyId '1234abcd-12ab-34cd-56ef-1234567890ab' is not a multi-Region key ID (mrk- and 32 hex digits, output KeyId of infra/global-key.yml): a single-region key has no copy in the other regions",
+    ]);
+  });
+
+  it('refuses a table mode it does not know', () => {
+    expect(checkStage('prod', globalStage({ table: 'Global' }))).toEqual([
+      "Stage 'prod': params.prod.table 'Global' must be 'regional' or 'global'",
+    ]);
+  });
+
+  it('refuses a secret given by the ARN of another region: this region would depend on that one', () => {
+    const elsewhere = JSON.stringify({
+      production: { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId: ARN },
+    });
+    expect(checkStage('prod', globalStage({}, 'eu-west-2', elsewhere))).toContain(
+      `Stage 'prod': connection "production" reads secret '${ARN}' in eu-west-1 from eu-west-2: an outage there would stop this region too. Give the secret's name (token-broker/production), so that each region reads its own replica (docs/multi-region.md)`,
+    );
+    // A name, or this region's own ARN, is its local replica.
+    const local = elsewhere.replace('eu-west-1', 'eu-west-2');
+    expect(checkStage('prod', globalStage({}, 'eu-west-2', local))).toEqual([]);
+  });
+
+  it('leaves a regional stage as it was: no region rules', () => {
+    const regional = {
+      ...globalStage({ table: 'regional', regions: [] }, 'us-east-1'),
+    };
+    expect(checkStage('prod', regional)).toEqual([]);
+  });
+});
