@@ -1,7 +1,7 @@
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
 import type { ServedToken, TokenAnswer } from '../../lib/broker/index.js';
-import { ANSWER_MARGIN_MS } from '../../lib/broker/timing/index.js';
+import { DEFAULT_TIMING, type ProtocolTiming } from '../../lib/broker/timing/index.js';
 import { systemClock } from '../../lib/clock.js';
 
 /** Used when a context has no deadline (never in Lambda; possible in hand-made invocations). */
@@ -14,12 +14,15 @@ const DEFAULT_BUDGET_MS = 10_000;
  * facade takes epoch ms and reads it back onto the monotonic clock at once (the one conversion
  * left at the edge: docs/protocol.md, "Time").
  */
-export const deadlineOf = (context: Pick<Context, 'getRemainingTimeInMillis'>): number => {
+export const deadlineOf = (
+  context: Pick<Context, 'getRemainingTimeInMillis'>,
+  timing: ProtocolTiming = DEFAULT_TIMING,
+): number => {
   const remaining =
     typeof context.getRemainingTimeInMillis === 'function'
       ? context.getRemainingTimeInMillis()
       : DEFAULT_BUDGET_MS;
-  return systemClock.now() + Math.max(0, remaining - ANSWER_MARGIN_MS);
+  return systemClock.now() + Math.max(0, remaining - timing.answerMarginMs);
 };
 
 /**

@@ -16,6 +16,7 @@ import {
 } from '../../errors.js';
 import type { Lease, TokenRecord, TokenState } from '../../ports.js';
 import {
+  type ProtocolTiming,
   proofMs,
   type RefreshSettings,
   recheckMs,
@@ -24,6 +25,7 @@ import {
   reusableUntil,
   servableUnconfirmed,
   staleIfErrorMs,
+  timingOf,
 } from '../timing/index.js';
 import { LeaseWatch } from './lease-watch.js';
 import { type MemoryEntry, TokenMemory } from './token-memory.js';
@@ -68,11 +70,13 @@ export class ConnectionView {
    */
   observe(connection: ConnectionConfig, state: TokenState, read: ReadSent, now: number): Seen {
     const { token, lease } = state;
-    const leaseStale = lease !== undefined && this.#watch.stale(connection.name, lease, now);
+    const leaseStale =
+      lease !== undefined &&
+      this.#watch.stale(connection.name, lease, now, this.timing.skewToleranceMs);
     const valid = token && token.expiresAt > now ? token : undefined;
     // Where the upstream does not revoke on re-issue, a replacement harms nobody.
     const announced = connection.revokesOnReissue ? lease : undefined;
-    const suspect = valid !== undefined && replacementMayBeOut(announced);
+    const suspect = valid !== undefined && replacementMayBeOut(announced, this.timing);
     if (!valid || suspect) {
       this.#memory.delete(connection.name);
       return { valid, suspect, proofMs: 0, leaseStale };
@@ -100,6 +104,11 @@ export class ConnectionView {
       checkedAtMonotonic: at.sentAtMonotonic,
       until: Math.min(at.sentAt + proofMs(record, undefined, this.settings), untilAtMost),
     });
+  }
+
+  /** The protocol's timing this container runs at (the settings', else the default). */
+  get timing(): ProtocolTiming {
+    return timingOf(this.settings);
   }
 
   /** The entry of `name`, times rebased on the monotonic clock (see TokenMemory). */
@@ -193,7 +202,7 @@ export class ConnectionView {
     const until = reusableUntil(entry, needMs, this.settings);
     return {
       reusableUntil: until,
-      staleIfErrorMs: unconfirmed ? 0 : staleIfErrorMs(entry, until, now),
+      staleIfErrorMs: unconfirmed ? 0 : staleIfErrorMs(entry, until, now, this.timing),
     };
   }
 }
@@ -208,7 +217,7 @@ export const servableFromMemory = (
   entry.record.expiresAt - now > needMs &&
   now < entry.until &&
   now - entry.checkedAt < recheckMs(entry.record, settings) &&
-  !rereadNearCutOver(entry, now);
+  !rereadNearCutOver(entry, now, timingOf(settings));
 
 /** Failures after which the last good token may stand in for a newer one. */
 const isUpstreamFailure = (error: unknown): boolean =>

@@ -24,8 +24,13 @@ export class LeaseWatch {
    * whose own expiry is further in the past than any plausible skew is stale at first sight
    * (a holder that died long ago), so a new container need not wait out a lease nobody renews.
    */
-  stale(connection: string, lease: Lease, now: number): boolean {
-    if (lease.expiresAt + SKEW_TOLERANCE_MS < now) return true;
+  stale(
+    connection: string,
+    lease: Lease,
+    now: number,
+    skewToleranceMs = SKEW_TOLERANCE_MS,
+  ): boolean {
+    if (lease.expiresAt + skewToleranceMs < now) return true;
     const seen = this.#seen.get(connection);
     if (seen?.key !== keyOf(lease)) {
       this.#seen.set(connection, {

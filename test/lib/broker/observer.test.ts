@@ -6,7 +6,12 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { type Decision, decide, type Observation } from '../../../lib/broker/observer/observer.js';
-import { leaseNeedsMs, SKEW_TOLERANCE_MS, windowMs } from '../../../lib/broker/timing/index.js';
+import {
+  DEFAULT_TIMING,
+  leaseNeedsMs,
+  SKEW_TOLERANCE_MS,
+  windowMs,
+} from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import type { Lease, TokenRecord } from '../../../lib/ports.js';
 
@@ -236,7 +241,8 @@ describe('Function: decide (the observer)', () => {
     fc.assert(
       fc.property(drawn, (o) => {
         const d = decide(o);
-        if (d.do === 'acquire') expect(leaseNeedsMs(d.countdown)).toBeLessThan(o.leftMs);
+        if (d.do === 'acquire')
+          expect(leaseNeedsMs(d.countdown, DEFAULT_TIMING)).toBeLessThan(o.leftMs);
         if (d.do === 'wait') {
           expect(d.ms).toBeGreaterThan(0);
           expect(d.ms).toBeLessThanOrEqual(o.leftMs - o.readReserveMs);
