@@ -124,7 +124,7 @@ export const timingScaleProblem = (scale: number, env: Env): string | undefined 
   }
   return loopback
     ? undefined
-    : `BROKER_TIMING_SCALE (${scale}) is for the local runtime and tests only (a loopback AWS_ENDPOINT_URL_DYNAMODB): a deployed stage runs the protocol's real timing`;
+    : `BROKER_TIMING_SCALE (${scale}) is for the local runtime and tests only (a loopback AWS_ENDPOINT_URL_DYNAMODB): a deployed stage runs the protocol’s real timing`;
 };
 
 const LOOPBACK: ReadonlySet<string> = new Set(['127.0.0.1', 'localhost', '[::1]']);
