@@ -2,8 +2,9 @@
  * The protocol's timing, part 1: **safety bounds**, which must never be wrong. Each proves
  * something an invariant of docs/protocol.md rests on (I2 mostly: no request that revokes a
  * token leaves while some reader may still serve it). Pure functions of a token, a lease, the
- * time and the settings, with no I/O. Every protocol constant lives here or in `estimates.ts`
- * (which only tune speed, and may be wrong), each with its unit and its reason.
+ * time, the settings and the protocol's timing (`ProtocolTiming`, protocol-timing.ts: every
+ * constant with its unit and its reason, carried by the settings or passed), with no I/O. The
+ * stored item's caps below are fixed: every container of every release reads the item.
  *
  * A token's life, seen from one container (one read of the store per re-check, in every phase):
  *
