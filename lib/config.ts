@@ -4,9 +4,15 @@
  * and the single-valued variables.
  */
 
+import {
+  MAX_TIMING_SCALE,
+  MIN_TIMING_SCALE,
+  type ProtocolTiming,
+  scaledTiming,
+} from './broker/timing/index.js';
 import { type ConnectionConfig, parseConnections } from './config/connections.js';
-import { unknownVariables, windowProblem } from './config/settings-check.js';
-import { type Env, integer, kmsKeyId, oneOf } from './config/variables.js';
+import { timingScaleProblem, unknownVariables, windowProblem } from './config/settings-check.js';
+import { decimal, type Env, integer, kmsKeyId, oneOf } from './config/variables.js';
 import { ConfigError } from './errors.js';
 
 export type { ConnectionConfig, Variant } from './config/connections.js';
@@ -61,6 +67,11 @@ export interface BrokerConfig {
    * whose token no longer satisfies it, refresh (in the foreground). See the README.
    */
   readonly refreshAhead: 'background' | 'off';
+  /**
+   * The protocol's timing: the default, or every constant scaled by `BROKER_TIMING_SCALE` (the
+   * local runtime and tests only: refused unless the store is a loopback endpoint).
+   */
+  readonly timing: ProtocolTiming;
 }
 
 const TABLE_NAME = /^[A-Za-z0-9_.-]{3,255}$/;
@@ -100,14 +111,26 @@ export const loadConfig = (env: Env): BrokerConfig => {
   }
   const window = windowProblem({ refreshWindowSeconds, defaultMinValiditySeconds });
   if (window) throw new ConfigError(window);
+  const scale = decimal(env, 'BROKER_TIMING_SCALE', 1, MIN_TIMING_SCALE, MAX_TIMING_SCALE);
+  const scaleProblem = timingScaleProblem(scale, env);
+  if (scaleProblem) throw new ConfigError(scaleProblem);
+  const timing = scaledTiming(scale);
+  // At most 100 s at the default timing: the 100 ms margin between a reader's proof and a POST
+  // then covers a 0.1 % rate difference between two containers' clocks (docs/protocol.md,
+  // assumptions); a scaled timing scales the cap with the margin.
+  const maxRecheckSeconds = Math.floor(timing.maxMemoryRecheckMs / 1000);
   return Object.freeze({
     tableName,
     connections,
     defaultMinValiditySeconds,
     refreshWindowSeconds,
-    // At most 100 s: the 100 ms margin between a reader's proof and a POST then covers a 0.1 %
-    // rate difference between two containers' clocks (docs/protocol.md, assumptions).
-    memoryRecheckSeconds: integer(env, 'BROKER_MEMORY_RECHECK_SECONDS', 5, 0, 100),
+    memoryRecheckSeconds: integer(
+      env,
+      'BROKER_MEMORY_RECHECK_SECONDS',
+      Math.min(5, maxRecheckSeconds),
+      0,
+      maxRecheckSeconds,
+    ),
     maxTokenLifetimeSeconds,
     upstreamTimeoutMs: integer(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 5000, 100, 60_000),
     awsTimeoutMs: integer(env, 'BROKER_AWS_TIMEOUT_MS', 1000, 50, 30_000),
@@ -120,5 +143,6 @@ export const loadConfig = (env: Env): BrokerConfig => {
     secretStaleMaxSeconds: integer(env, 'BROKER_SECRET_STALE_MAX_SECONDS', 3600, 0, 7 * day),
     kmsKeyId: kmsKeyId(env.BROKER_KMS_KEY_ID),
     refreshAhead: oneOf(env, 'BROKER_REFRESH_AHEAD', ['background', 'off'], 'background'),
+    timing,
   });
 };

@@ -1,7 +1,6 @@
 import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
 import type { ServedToken, TokenAnswer, TokenBroker } from '../../lib/broker/index.js';
-import { ANSWER_MARGIN_MS } from '../../lib/broker/timing/index.js';
 import { type Deadline, systemClock } from '../../lib/clock.js';
 
 /** Used when a context has no deadline (never in Lambda; possible in hand-made invocations). */
@@ -15,14 +14,14 @@ const DEFAULT_BUDGET_MS = 10_000;
  * (docs/protocol.md, "Time").
  */
 export const deadlineOf = (
-  broker: Pick<TokenBroker, 'deadlineIn'>,
+  broker: Pick<TokenBroker, 'deadlineIn' | 'timing'>,
   context: Pick<Context, 'getRemainingTimeInMillis'>,
 ): Deadline => {
   const remaining =
     typeof context.getRemainingTimeInMillis === 'function'
       ? context.getRemainingTimeInMillis()
       : DEFAULT_BUDGET_MS;
-  return broker.deadlineIn(Math.max(0, remaining - ANSWER_MARGIN_MS));
+  return broker.deadlineIn(Math.max(0, remaining - broker.timing.answerMarginMs));
 };
 
 /**

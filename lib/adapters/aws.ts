@@ -114,6 +114,7 @@ export const createAwsBroker = (
   });
   return new TokenBroker({
     config,
+    timing: config.timing,
     logger,
     ...(metrics ? { metrics } : {}),
     store: new DynamoDBTokenStore(

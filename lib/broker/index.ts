@@ -43,7 +43,13 @@ import {
   withCredentialRotation,
 } from './issuance/index.js';
 import { type CallerBoundSettings, needMsOf } from './observer/index.js';
-import { dueForRefresh } from './timing/index.js';
+import {
+  DEFAULT_TIMING,
+  dueForRefresh,
+  type ProtocolTiming,
+  timingOf,
+  validateTiming,
+} from './timing/index.js';
 import type {
   BrokerLogger,
   ConnectionStatus,
@@ -80,6 +86,12 @@ export interface TokenBrokerDeps {
   readonly metrics?: BrokerMetrics;
   /** Time, timers and random draws; the system clock unless a test injects one. */
   readonly clock?: Clock;
+  /**
+   * The protocol's timing (`timing/protocol-timing.ts`): `DEFAULT_TIMING` unless a test or
+   * `npm start` runs the protocol scaled (`scaledTiming`, `BROKER_TIMING_SCALE`). Validated here,
+   * once: a timing that breaks a relation of the safety argument is refused.
+   */
+  readonly timing?: ProtocolTiming | undefined;
 }
 
 export class TokenBroker {
@@ -100,6 +112,7 @@ export class TokenBroker {
       memoryRecheckMs: deps.config.memoryRecheckSeconds * 1000,
       upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
       storeOutageGraceMs: (deps.config.storeOutageGraceSeconds ?? 0) * 1000,
+      timing: validateTiming(deps.timing ?? DEFAULT_TIMING),
       invalidateFloorMs: deps.config.invalidateMinAgeSeconds * 1000,
       ...(deps.config.forcedMinAgeSeconds === undefined
         ? {}
@@ -149,6 +162,11 @@ export class TokenBroker {
     const connection = this.deps.config.connections.get(name);
     if (!connection) throw new UnknownConnectionError(name);
     return connection;
+  }
+
+  /** The protocol's timing this broker runs at (validated): the handlers' answer margin. */
+  get timing(): ProtocolTiming {
+    return timingOf(this.#settings);
   }
 
   /**

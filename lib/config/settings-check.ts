@@ -6,14 +6,7 @@
  * problem as one line, or undefined. docs/configuration.md ("Settings checked together") lists
  * every rule and message.
  */
-import {
-  ANSWER_MARGIN_MS,
-  COUNTDOWN_STEP_MS,
-  MIN_POST_MS,
-  PROOF_MARGIN_MS,
-  STEP_WRITE_ALLOWANCE_MS,
-  STORE_RESERVE_MS,
-} from '../broker/timing/index.js';
+import { type ProtocolTiming, stepsToCover, timingOf } from '../broker/timing/index.js';
 import { printable } from '../errors.js';
 import { distance } from './field-typos.js';
 import type { Env } from './variables.js';
@@ -42,6 +35,7 @@ export const FUNCTION_VARIABLES = [
   'BROKER_KMS_KEY_ID',
   'BROKER_REFRESH_AHEAD',
   'BROKER_LAMBDA_EXTENSION',
+  'BROKER_TIMING_SCALE',
 ] as const;
 
 export const LOCAL_VARIABLES = [
@@ -111,6 +105,30 @@ export const windowProblem = (settings: {
     ? undefined
     : `BROKER_REFRESH_WINDOW_SECONDS (${settings.refreshWindowSeconds}) must be longer than BROKER_DEFAULT_MIN_VALIDITY_SECONDS (${settings.defaultMinValiditySeconds}): otherwise every routine refresh is a caller's forced replacement`;
 
+/**
+ * `BROKER_TIMING_SCALE` below 1 runs the protocol faster (`scaledTiming`): for the local
+ * runtime and tests, whose containers share one machine's clock and a loopback store. A
+ * deployed stage is refused it: its clocks differ by up to 10 s and its store is a network
+ * away, and a scaled skew tolerance, lease or step would break the safety argument's
+ * assumptions there. Known by the store: only a loopback DynamoDB endpoint
+ * (`AWS_ENDPOINT_URL_DYNAMODB`, which `npm start` sets) accepts a scale.
+ */
+export const timingScaleProblem = (scale: number, env: Env): string | undefined => {
+  if (scale === 1) return undefined;
+  const endpoint = env.AWS_ENDPOINT_URL_DYNAMODB?.trim();
+  let loopback = false;
+  try {
+    loopback = endpoint !== undefined && LOOPBACK.has(new URL(endpoint).hostname);
+  } catch {
+    loopback = false;
+  }
+  return loopback
+    ? undefined
+    : `BROKER_TIMING_SCALE (${scale}) is for the local runtime and tests only (a loopback AWS_ENDPOINT_URL_DYNAMODB): a deployed stage runs the protocol’s real timing`;
+};
+
+const LOOPBACK: ReadonlySet<string> = new Set(['127.0.0.1', 'localhost', '[::1]']);
+
 /** The settings the function's timeout must leave room for. */
 export interface TimeoutSettings {
   readonly memoryRecheckSeconds: number;
@@ -120,30 +138,33 @@ export interface TimeoutSettings {
    * (`revokesOnReissue`, the default); without any, a replacement needs its POST alone.
    */
   readonly connections?: ReadonlyMap<string, { readonly revokesOnReissue: boolean }>;
+  /** The protocol's timing (`BrokerConfig.timing`); the default when none. */
+  readonly timing?: ProtocolTiming | undefined;
 }
 
 /**
  * The least function timeout (ms) in which a warm-up can replace a token under these settings:
  * the countdown a replacement announces (longer than a re-check, `countdownFor`), each step
- * with its lease write (`STEP_WRITE_ALLOWANCE_MS`), the shortest POST and the write after it,
+ * with its lease write (`stepWriteAllowanceMs`), the shortest POST and the write after it,
  * and the margin kept to return the answer. The re-check counted is the longest a token can
  * get: the setting, at most a quarter of the configured window (`ownRecheckMs`). No countdown
  * when no connection's reissue revokes the token in service.
  */
 export const timeoutNeededMs = (settings: TimeoutSettings): number => {
+  const timing = timingOf(settings);
   const recheckMs = Math.min(
     settings.memoryRecheckSeconds * 1000,
-    Math.max(COUNTDOWN_STEP_MS, (settings.refreshWindowSeconds * 1000) / 4),
+    Math.max(timing.countdownStepMs, (settings.refreshWindowSeconds * 1000) / 4),
   );
   const revoking =
     settings.connections === undefined ||
     [...settings.connections.values()].some((c) => c.revokesOnReissue);
-  const countdown = revoking ? Math.ceil((recheckMs + PROOF_MARGIN_MS) / COUNTDOWN_STEP_MS) : 0;
+  const countdown = revoking ? stepsToCover(recheckMs, timing) : 0;
   return (
-    countdown * (COUNTDOWN_STEP_MS + STEP_WRITE_ALLOWANCE_MS) +
-    MIN_POST_MS +
-    STORE_RESERVE_MS +
-    ANSWER_MARGIN_MS
+    countdown * (timing.countdownStepMs + timing.stepWriteAllowanceMs) +
+    timing.minPostMs +
+    timing.storeReserveMs +
+    timing.answerMarginMs
   );
 };
 

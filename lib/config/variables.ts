@@ -19,6 +19,21 @@ export const integer = (env: Env, variable: string, fallback: number, min: numbe
 };
 
 /**
+ * A number from `min` to `max` (decimals allowed), or `fallback` when unset or blank.
+ *
+ * @throws {ConfigError} naming the variable and its bounds.
+ */
+export const decimal = (env: Env, variable: string, fallback: number, min: number, max: number) => {
+  const raw = env[variable];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < min || value > max) {
+    throw new ConfigError(`${variable} must be a number from ${min} to ${max}`);
+  }
+  return value;
+};
+
+/**
  * `BROKER_KMS_KEY_ID`: a KMS key id, key ARN, alias name or alias ARN; undefined when unset.
  *
  * @throws {ConfigError} when it is none of those.

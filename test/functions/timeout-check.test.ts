@@ -8,6 +8,7 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHandler } from '../../functions/broker/handler.js';
 import type { TokenBroker } from '../../lib/broker/index.js';
+import { DEFAULT_TIMING } from '../../lib/broker/timing/index.js';
 import { Deadline, systemClock } from '../../lib/clock.js';
 import {
   DEFAULT_LAMBDA,
@@ -28,6 +29,7 @@ afterAll(() => output.stop());
 /** A broker that only answers the warm-up: enough to tell a refused invocation from one run. */
 const broker = {
   deadlineIn: (ms: number) => Deadline.in(systemClock, ms),
+  timing: DEFAULT_TIMING,
   warmUp: async () => ({ issued: 0, failed: 0, connections: [] }),
 } as unknown as TokenBroker;
 

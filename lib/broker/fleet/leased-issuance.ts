@@ -25,11 +25,11 @@ import {
 } from '../observer/index.js';
 import { withDeadline } from '../single-flight.js';
 import {
-  DEFAULT_ISSUANCE_MS,
   leaseCountdown,
   leaseNeedsMs,
   readReserveMs,
   refreshBudgetMs,
+  timingOf,
 } from '../timing/index.js';
 import type { ServedToken } from '../types.js';
 import { ConnectionView, type ReadSent } from '../view/index.js';
@@ -73,7 +73,7 @@ export class LeasedIssuance {
 
   /** The last measured issuance duration of a connection (a default before the first). */
   issuanceMs(connection: string): number {
-    return this.deps.view.issuanceMs(connection) ?? DEFAULT_ISSUANCE_MS;
+    return this.deps.view.issuanceMs(connection) ?? timingOf(this.deps.settings).defaultIssuanceMs;
   }
 
   /**
@@ -122,7 +122,7 @@ export class LeasedIssuance {
         now,
         sinceReadMs,
         leftMs: by.leftMs(),
-        readReserveMs: readReserveMs(view.readMs(name)),
+        readReserveMs: readReserveMs(view.readMs(name), timingOf(this.deps.settings)),
         revokesOnReissue: connection.revokesOnReissue,
         mayForce,
         knownForMs: seen.valid ? view.knownFor(name, seen.valid.tokenDigest) : 0,
@@ -185,7 +185,7 @@ export class LeasedIssuance {
     const entry = view.entry(name);
     if (entry?.lease && entry.record.tokenDigest === current.tokenDigest) return undefined;
     const countdown = leaseCountdown(connection.revokesOnReissue, current, undefined, settings);
-    if (leaseNeedsMs(countdown) >= by.leftMs()) throw notEnoughTime(countdown);
+    if (leaseNeedsMs(countdown, timingOf(settings)) >= by.leftMs()) throw notEnoughTime(countdown);
     const outcome = await this.#acquireAndIssue(
       connection,
       {
@@ -217,8 +217,9 @@ export class LeasedIssuance {
   refreshMs(connection: ConnectionConfig, record: TokenRecord): { budget: number; least: number } {
     const { revokesOnReissue } = connection;
     const countdown = leaseCountdown(revokesOnReissue, record, undefined, this.deps.settings);
-    const budget = refreshBudgetMs(countdown, this.deps.settings.upstreamTimeoutMs);
-    return { budget, least: leaseNeedsMs(countdown) };
+    const timing = timingOf(this.deps.settings);
+    const budget = refreshBudgetMs(countdown, this.deps.settings.upstreamTimeoutMs, timing);
+    return { budget, least: leaseNeedsMs(countdown, timing) };
   }
 
   /**

@@ -5,6 +5,8 @@
  * stored expiry, on the wall clock.
  */
 
+import type { ProtocolTiming } from '../timing/index.js';
+
 /**
  * - `counting`: the lease is held and its countdown lowered, one write at a time, down to 1;
  *   the flow authorizes meanwhile, then asks for the fence.
@@ -37,6 +39,8 @@ export interface HolderTerms {
   readonly replacing: boolean;
   /** That token may already be revoked (a lease taken over after a countdown). */
   readonly suspect: boolean;
+  /** The protocol's timing (step, heartbeat, lease, reserves); the default when none. */
+  readonly timing?: ProtocolTiming | undefined;
 }
 
 /** A lease write in flight (writes never overlap). */

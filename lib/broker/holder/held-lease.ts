@@ -13,6 +13,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Clock, Deadline } from '../../clock.js';
 import type { LeaseRef, TokenStore } from '../../ports.js';
+import type { ProtocolTiming } from '../timing/index.js';
 import {
   type HolderCommand,
   type HolderEvent,
@@ -57,6 +58,8 @@ export interface HeldLeaseOptions {
   /** The flow replaces a valid token; `suspect`: it may already be revoked. */
   readonly replacing: boolean;
   readonly suspect: boolean;
+  /** The protocol's timing; the default when none. */
+  readonly timing?: ProtocolTiming | undefined;
   /** Bounds a store call to `waitMs` (the POST budget). */
   readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
   readonly effects: HolderEffects;
@@ -83,6 +86,7 @@ export class HeldLease {
         upstreamTimeoutMs: options.upstreamTimeoutMs,
         replacing: options.replacing,
         suspect: options.suspect,
+        timing: options.timing,
       },
       {
         version: options.lease.version,

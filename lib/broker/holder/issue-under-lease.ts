@@ -11,7 +11,7 @@ import { MetricName } from '../../metrics.js';
 import type { TokenRecord } from '../../ports.js';
 import { recordIssued } from '../issuance/index.js';
 import { unsatisfiable } from '../observer/index.js';
-import { ownRecheckMs, PROOF_MARGIN_MS, STORE_RESERVE_MS } from '../timing/index.js';
+import { ownRecheckMs, timingOf } from '../timing/index.js';
 import type { ServedToken } from '../types.js';
 import type { HolderDeps, LeasedFlow } from './deps.js';
 import { cleanUp } from './failed-flow.js';
@@ -50,6 +50,7 @@ export const issueUnderLease = async (
     answeredAt: flow.answeredAt,
     countdown: flow.countdown,
     upstreamTimeoutMs: settings.upstreamTimeoutMs,
+    timing: settings.timing,
     replacing: flow.replacing !== undefined,
     suspect: flow.suspect,
     bounded,
@@ -80,7 +81,7 @@ export const issueUnderLease = async (
     // Authorize while the lease counts down; the fence waits for the countdown's end, then
     // confirms the lease; only then does the POST leave (I1, I2).
     const issued = await deps.issue(connection, {
-      deadline: flow.deadline.minus(STORE_RESERVE_MS),
+      deadline: flow.deadline.minus(timingOf(settings).storeReserveMs),
       signal: lease.signal,
       fence: () => lease.fence(),
     });
@@ -127,7 +128,7 @@ export const issueUnderLease = async (
   if (outcome === 'written-in-memory') {
     // The token is valid: serve it rather than fail the caller, and keep it in memory only
     // while the confirmed lease keeps everyone else from replacing it.
-    untilAtMost = (lease.confirmedUntil ?? writtenAt.sentAt) - PROOF_MARGIN_MS;
+    untilAtMost = (lease.confirmedUntil ?? writtenAt.sentAt) - timingOf(settings).proofMarginMs;
   }
   view.confirmed(written, writtenAt, untilAtMost);
   if (written.expiresAt - clock.now() <= flow.needMs) throw unsatisfiable(written, flow.needMs);

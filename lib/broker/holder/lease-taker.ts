@@ -13,7 +13,7 @@ import type {
   TokenRecord,
   TokenStore,
 } from '../../ports.js';
-import { LEASE_MS } from '../timing/index.js';
+import { type RefreshSettings, timingOf } from '../timing/index.js';
 import type { BrokerLogger } from '../types.js';
 
 export class LeaseTaker {
@@ -25,6 +25,8 @@ export class LeaseTaker {
       readonly store: TokenStore;
       readonly clock: Clock;
       readonly logger: BrokerLogger;
+      /** Carries the protocol's timing (the lease's duration). */
+      readonly settings?: Pick<RefreshSettings, 'timing'>;
       /** Cuts a store call to `waitMs` (I3). */
       readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
     },
@@ -36,14 +38,14 @@ export class LeaseTaker {
     return { holder: `${this.#containerId}:${this.#attempts}`, version: randomUUID() };
   }
 
-  /** Asks for the lease as `ours` (LEASE_MS, cut to the deadline), within the deadline. */
+  /** Asks for the lease as `ours` (`leaseMs`, cut to the deadline), within the deadline. */
   acquire(
     name: string,
     ours: LeaseRef,
     by: Deadline,
     terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replacing' | 'forced'>,
   ): Promise<LeaseAttempt> {
-    const durationMs = Math.min(by.leftMs(), LEASE_MS);
+    const durationMs = Math.min(by.leftMs(), timingOf(this.deps.settings).leaseMs);
     const request: LeaseRequest = {
       ...ours,
       leaseExpiresAt: this.deps.clock.now() + durationMs,

@@ -3,7 +3,7 @@
  * countdown step, the fence, their answers, and the lease lost. Pure, like `step`.
  */
 
-import { COUNTDOWN_STEP_MS, leaseTerm, MIN_POST_MS, STORE_RESERVE_MS } from '../timing/index.js';
+import { leaseTerm, timingOf } from '../timing/index.js';
 import type { HolderCommand, HolderState } from './events.js';
 
 export type Result = { readonly state: HolderState; readonly commands: readonly HolderCommand[] };
@@ -22,12 +22,12 @@ export const lose = (state: HolderState, reason: string): Result => {
   };
 };
 
-/** A lease write that keeps (renew) or lowers (step) the countdown, for LEASE_MS cut to the deadline. */
+/** A lease write that keeps (renew) or lowers (step) the countdown, for `leaseMs` cut to the deadline. */
 export const writeLease = (state: HolderState, at: number, write: 'renew' | 'step'): Result => {
   // Judged here too: a renewal that never came back must not keep the lease alive.
   if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
   const countdown = write === 'step' ? state.countdown - 1 : state.countdown;
-  const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at);
+  const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at, timingOf(state.terms));
   return {
     state: { ...state, writing: { write, countdown, durationMs, sentAt: at } },
     commands: [{ do: 'write-lease', write, countdown, durationMs }],
@@ -42,14 +42,15 @@ export const fence = (state: HolderState, at: number): Result => {
   if (state.writing || state.fenceAskedAt === undefined || state.countdown > 1) {
     return { state, commands: [] };
   }
-  const due = state.answeredAt + COUNTDOWN_STEP_MS;
+  const { countdownStepMs, storeReserveMs, minPostMs } = timingOf(state.terms);
+  const due = state.answeredAt + countdownStepMs;
   if (state.countdown > 0 && at < due) {
     return { state, commands: [{ do: 'arm', timer: 'step', ms: due - at }] };
   }
   const { deadlineAt, upstreamTimeoutMs } = state.terms;
   const waited = { ...state, waitedMs: state.waitedMs + (at - state.fenceAskedAt) };
-  const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - STORE_RESERVE_MS);
-  if (budget < MIN_POST_MS) return lose(waited, 'No time left for the access-token request');
+  const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs);
+  if (budget < minPostMs) return lose(waited, 'No time left for the access-token request');
   const durationMs = budget + upstreamTimeoutMs;
   return {
     state: { ...waited, writing: { write: 'fence', countdown: 0, durationMs, sentAt: at, budget } },
@@ -78,7 +79,7 @@ export const landed = (state: HolderState, at: number): Result => {
   if (write.write === 'fence') {
     // Paused between the confirmation and here? Then the POST no longer fits its lease.
     const left = write.sentAt + (write.budget ?? 0) - at;
-    if (left < MIN_POST_MS) return lose(kept, 'Lease confirmation is stale');
+    if (left < timingOf(state.terms).minPostMs) return lose(kept, 'Lease confirmation is stale');
     return {
       state: { ...kept, name: 'fenced', countdown: 0, answeredAt: at, fenceAskedAt: undefined },
       commands: [{ do: 'arm', timer: 'post', ms: left }, { do: 'send-post' }],
@@ -92,7 +93,8 @@ export const landed = (state: HolderState, at: number): Result => {
     ownedUntil: Math.max(state.ownedUntil, write.sentAt + write.durationMs),
   };
   if (next.countdown > 1) {
-    return { state: next, commands: [{ do: 'arm', timer: 'step', ms: COUNTDOWN_STEP_MS }] };
+    const ms = timingOf(state.terms).countdownStepMs;
+    return { state: next, commands: [{ do: 'arm', timer: 'step', ms }] };
   }
   return counted(next, at);
 };

@@ -9,18 +9,12 @@
  *
  * I1: `send-post` is commanded only on entering `fenced`, by a confirmation written under the
  * current version and still fresh; once sent, the holder is `posting`. I2: a step lowers the
- * countdown by one, written at least COUNTDOWN_STEP_MS after the previous write was answered;
+ * countdown by one, written at least a step (`countdownStepMs`) after the previous write was answered;
  * writes never overlap. I3: the last call gives the lease up while counting once the POST and
  * the write after it no longer fit before the deadline.
  */
 
-import {
-  COUNTDOWN_STEP_MS,
-  LEASE_HEARTBEAT_MS,
-  LEASE_MS,
-  MIN_POST_MS,
-  STORE_RESERVE_MS,
-} from '../timing/index.js';
+import { timingOf } from '../timing/index.js';
 import type {
   HolderCommand,
   HolderEvent,
@@ -51,7 +45,7 @@ export const initialState = (
   countdown: lease.countdown,
   version: lease.version,
   unanswered: undefined,
-  ownedUntil: lease.leasedAt + LEASE_MS,
+  ownedUntil: lease.leasedAt + timingOf(terms).leaseMs,
   answeredAt: lease.answeredAt,
   writing: undefined,
   fenceAskedAt: undefined,
@@ -127,26 +121,27 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
     return none;
   }
   const { at } = event;
+  const timing = timingOf(state.terms);
   switch (event.type) {
     case 'started': {
       const { deadlineAt } = state.terms;
       return {
         state,
         commands: [
-          { do: 'arm', timer: 'heartbeat', ms: LEASE_HEARTBEAT_MS },
+          { do: 'arm', timer: 'heartbeat', ms: timing.leaseHeartbeatMs },
           // I3: a countdown (or a slow store) that has not reached the POST by the time the POST
           // and the write after it no longer fit: nothing will be sent, so the lease goes now.
           {
             do: 'arm',
             timer: 'last-call',
-            ms: Math.max(0, deadlineAt - at - STORE_RESERVE_MS - MIN_POST_MS),
+            ms: Math.max(0, deadlineAt - at - timing.storeReserveMs - timing.minPostMs),
           },
           ...(state.countdown > 1
             ? [
                 {
                   do: 'arm',
                   timer: 'step',
-                  ms: Math.max(0, state.answeredAt + COUNTDOWN_STEP_MS - at),
+                  ms: Math.max(0, state.answeredAt + timing.countdownStepMs - at),
                 } as const,
               ]
             : []),
@@ -158,7 +153,7 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
       if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
       // A countdown's steps renew the lease as a heartbeat would; so does the fence.
       if (state.writing || state.countdown > 1 || state.fenceAskedAt !== undefined) return none;
-      return at - state.answeredAt >= LEASE_HEARTBEAT_MS / 2
+      return at - state.answeredAt >= timing.leaseHeartbeatMs / 2
         ? writeLease(state, at, 'renew')
         : none;
     case 'step-due':

@@ -5,7 +5,7 @@
  * (within the deadline): at a cut-over a busy container reads about once, not once per step.
  */
 import type { Clock, Deadline } from '../../clock.js';
-import { COUNTDOWN_STEP_MS, cutOverExpectedAt, readReserveMs } from '../timing/index.js';
+import { cutOverExpectedAt, readReserveMs } from '../timing/index.js';
 import type { ConnectionView } from '../view/index.js';
 
 export const awaitCutOver = async (
@@ -18,18 +18,20 @@ export const awaitCutOver = async (
   if (!entry?.lease) return;
   // A countdown that did not move between two reads (its holder gone or starved) announces
   // nothing to wait for.
+  const { timing } = view;
   const since = view.leaseFirstSeen(name, entry.lease);
-  if (since === undefined || since < entry.checkedAt - COUNTDOWN_STEP_MS) return;
+  if (since === undefined || since < entry.checkedAt - timing.countdownStepMs) return;
   const now = clock.now();
   const expected = cutOverExpectedAt(
     entry.checkedAt,
     entry.lease.countdown,
     measured.issuanceMs,
     measured.lastReadMs,
+    timing,
   );
   if (now < entry.until || now >= expected) return;
   // I3. Wake with time left for the read: a caller whose deadline comes first reads what the
   // store holds then (the successor, often), or is told it timed out waiting (R3).
-  const wait = Math.min(expected - now, by.leftMs() - readReserveMs(measured.lastReadMs));
+  const wait = Math.min(expected - now, by.leftMs() - readReserveMs(measured.lastReadMs, timing));
   if (wait > 0) await clock.sleep(wait);
 };

@@ -22,13 +22,7 @@ import {
 } from '../../errors.js';
 import type { Lease, TokenRecord, TokenState } from '../../ports.js';
 import { causeOf, type IssuanceCause, isCallersWord } from '../issuance/index.js';
-import {
-  leaseCountdown,
-  leaseNeedsMs,
-  pollWaitMs,
-  SKEW_TOLERANCE_MS,
-  windowMs,
-} from '../timing/index.js';
+import { leaseCountdown, leaseNeedsMs, pollWaitMs, timingOf, windowMs } from '../timing/index.js';
 import type { Seen } from '../view/index.js';
 import { type CallerBoundSettings, forcingRefusal } from './caller-bounds.js';
 
@@ -131,9 +125,10 @@ export const decide = (o: Observation): Decision => {
     // runs behind: its replacement is announced too. So is one this container cannot read (a
     // key it lacks): others may read and serve it.
     const stored = token ?? o.state.unreadable;
-    const recent = stored && stored.expiresAt + SKEW_TOLERANCE_MS > o.now ? stored : undefined;
+    const timing = timingOf(o.settings);
+    const recent = stored && stored.expiresAt + timing.skewToleranceMs > o.now ? stored : undefined;
     const countdown = leaseCountdown(o.revokesOnReissue, recent, lease, o.settings);
-    if (leaseNeedsMs(countdown) >= o.leftMs) return refuse(notEnoughTime(countdown));
+    if (leaseNeedsMs(countdown, timing) >= o.leftMs) return refuse(notEnoughTime(countdown));
     const warmUp = o.need === 'outside-window';
     // A token inside its window is due: its replacement is routine whatever the need was.
     const inWindow = valid !== undefined && valid.expiresAt - o.now <= windowMs(valid, o.settings);
@@ -166,14 +161,17 @@ export const decide = (o: Observation): Decision => {
   //    wake with time left for the read (I3; review finding R3).
   const readBy = o.leftMs - o.readReserveMs;
   if (readBy <= 0) return refuse(waitTimedOut(o.suspect));
-  const wait = pollWaitMs({
-    countdown: lease.countdown,
-    sinceReadMs: o.sinceReadMs,
-    replacing: valid !== undefined,
-    issuanceMs: o.issuanceMs,
-    waits: o.waits,
-    draw: o.draw,
-  });
+  const wait = pollWaitMs(
+    {
+      countdown: lease.countdown,
+      sinceReadMs: o.sinceReadMs,
+      replacing: valid !== undefined,
+      issuanceMs: o.issuanceMs,
+      waits: o.waits,
+      draw: o.draw,
+    },
+    timingOf(o.settings),
+  );
   return { do: 'wait', ms: Math.min(wait, readBy), lease, suspect: o.suspect };
 };
 

@@ -2,8 +2,9 @@
  * The protocol's timing, part 1: **safety bounds**, which must never be wrong. Each proves
  * something an invariant of docs/protocol.md rests on (I2 mostly: no request that revokes a
  * token leaves while some reader may still serve it). Pure functions of a token, a lease, the
- * time and the settings, with no I/O. Every protocol constant lives here or in `estimates.ts`
- * (which only tune speed, and may be wrong), each with its unit and its reason.
+ * time, the settings and the protocol's timing (`ProtocolTiming`, protocol-timing.ts: every
+ * constant with its unit and its reason, carried by the settings or passed), with no I/O. The
+ * stored item's caps below are fixed: every container of every release reads the item.
  *
  * A token's life, seen from one container (one read of the store per re-check, in every phase):
  *
@@ -13,66 +14,44 @@
  *                          │ old token is served until the countdown ends, then the new one
  */
 import type { Lease, TokenRecord } from '../../ports.js';
+import { DEFAULT_TIMING, type ProtocolTiming, type Timed, timingOf } from './protocol-timing.js';
 
 /** What the timing reads of a token: its times and the re-check its writer recorded. */
 export type TokenTimes = Pick<TokenRecord, 'issuedAt' | 'expiresAt' | 'recheckMs'>;
 
-/** The settings the protocol reads, in milliseconds. */
-export interface RefreshSettings {
+/** The settings the protocol reads, in milliseconds, and the timing it runs at. */
+export interface RefreshSettings extends Timed {
   /** BROKER_REFRESH_WINDOW_SECONDS, in ms (before clamping to the token's lifetime). */
   readonly refreshWindowMs: number;
-  /** BROKER_MEMORY_RECHECK_SECONDS, in ms (at most 100 s: see PROOF_MARGIN_MS). */
+  /** BROKER_MEMORY_RECHECK_SECONDS, in ms (at most `ProtocolTiming.maxMemoryRecheckMs`). */
   readonly memoryRecheckMs: number;
   /** BROKER_STORE_OUTAGE_GRACE_SECONDS, in ms (0 unless an operator trades the guarantee). */
   readonly storeOutageGraceMs?: number;
 }
 
-/**
- * One step of a lease's countdown, ms (see `Lease.countdown`): each lease write of the countdown
- * is sent at least this long after the previous one was answered, on the holder's monotonic
- * clock. A reader that saw countdown r counts on (r - 1) steps: I2.
+/*
+ * The defaults of `ProtocolTiming` (protocol-timing.ts, each field with its reason), under the
+ * names the protocol's prose and the tests use. The core reads the injected timing, never these.
  */
-export const COUNTDOWN_STEP_MS = 250;
-
-/**
- * Kept between the last instant a reader serves a token and the earliest instant a request
- * that revokes it can leave, ms: scheduling and clock-rate slack. Clock rates differ by at most
- * 0.1 %, and the longest proof is a re-check of at most 100 s (the setting is capped there):
- * 0.1 % of 100 s is this margin. I2.
- */
-export const PROOF_MARGIN_MS = 100;
-
-/**
- * Kept between the end of what a read proves and the end of the reuse granted to a caller with
- * the answer, ms: the rate difference between this clock and the caller's over a reuse of
- * seconds, and scheduling slack. The way back needs none: the caller counts from when it sent
- * its request, which was before this container looked at its clock. I2 in callers' caches.
- */
-export const REUSE_MARGIN_MS = 100;
-
-/**
- * Clock skew between containers that the protocol allows for, ms: a lease whose own expiry is
- * further past than this is stale at first sight, and a token expired less than this ago may
- * still be served on a slower clock (its replacement is counted down too). I2.
- */
-export const SKEW_TOLERANCE_MS = 10_000;
+export const COUNTDOWN_STEP_MS = DEFAULT_TIMING.countdownStepMs;
+export const PROOF_MARGIN_MS = DEFAULT_TIMING.proofMarginMs;
+export const REUSE_MARGIN_MS = DEFAULT_TIMING.reuseMarginMs;
+export const SKEW_TOLERANCE_MS = DEFAULT_TIMING.skewToleranceMs;
+export const LEASE_MS = DEFAULT_TIMING.leaseMs;
+export const LEASE_HEARTBEAT_MS = DEFAULT_TIMING.leaseHeartbeatMs;
+export const STORE_RESERVE_MS = DEFAULT_TIMING.storeReserveMs;
+export const MIN_POST_MS = DEFAULT_TIMING.minPostMs;
+export const STALE_IF_ERROR_MARGIN_MS = DEFAULT_TIMING.staleIfErrorMarginMs;
 
 /**
  * How long after a token's expiry DynamoDB's TTL may delete its item, s. A container whose clock
- * runs up to SKEW_TOLERANCE_MS behind still serves the token until its own clock says it
+ * runs up to `skewToleranceMs` behind still serves the token until its own clock says it
  * expired: were the item gone before then, another container would find nothing and issue with
- * no countdown, revoking it. A minute is past any skew allowed, with room. I2.
+ * no countdown, revoking it. A minute is past any skew allowed, with room. I1.5, I2. Fixed, like
+ * the caps below: it is a property of the stored item, which every container of every release
+ * reads.
  */
 export const TTL_MARGIN_SECONDS = 60;
-
-/** How long one lease version lasts, ms, on anyone's clock from when they first see it. I1. */
-export const LEASE_MS = 3_000;
-/** The holder writes a new version at least this often while it holds the lease, ms. I1. */
-export const LEASE_HEARTBEAT_MS = 1_000;
-/** Kept free after the access-token POST for the store write that follows it, ms. I3. */
-export const STORE_RESERVE_MS = 300;
-/** A POST is not started with less time than this, ms: it would time out, outcome unknown. I1. */
-export const MIN_POST_MS = 100;
 
 /**
  * The largest values a writer of this protocol records in the item: what a read of another
@@ -80,8 +59,8 @@ export const MIN_POST_MS = 100;
  * value outside them was not written by the protocol, and is read in the direction that keeps
  * I1 and I2 (see `dynamodb-token-item.ts`).
  */
-/** BROKER_MEMORY_RECHECK_SECONDS is at most 100 s (see PROOF_MARGIN_MS), ms. */
-export const MAX_MEMORY_RECHECK_MS = 100_000;
+/** BROKER_MEMORY_RECHECK_SECONDS is at most 100 s (the default timing's `maxMemoryRecheckMs`), ms. */
+export const MAX_MEMORY_RECHECK_MS = DEFAULT_TIMING.maxMemoryRecheckMs;
 /** BROKER_UPSTREAM_TIMEOUT_MS is at most 60 s. */
 const MAX_UPSTREAM_TIMEOUT_MS = 60_000;
 /** The longest lease version: the fence's POST budget and its grace, each at most a timeout. */
@@ -107,7 +86,10 @@ export const windowMs = (record: TokenTimes, settings: RefreshSettings): number 
  * a cut-over announced a re-check ahead still lands inside the window of a short-lived token.
  */
 export const ownRecheckMs = (record: TokenTimes, settings: RefreshSettings): number =>
-  Math.min(settings.memoryRecheckMs, Math.max(COUNTDOWN_STEP_MS, windowMs(record, settings) / 4));
+  Math.min(
+    settings.memoryRecheckMs,
+    Math.max(timingOf(settings).countdownStepMs, windowMs(record, settings) / 4),
+  );
 
 /**
  * The re-check a *reader* applies to `record` (I2 with mixed settings): its own, or the one the
@@ -119,8 +101,8 @@ export const recheckMs = (record: TokenTimes, settings: RefreshSettings): number
   Math.min(ownRecheckMs(record, settings), record.recheckMs ?? Number.POSITIVE_INFINITY);
 
 /** Countdown steps whose end lies more than `recheck` (plus the margin) after their start. */
-export const stepsToCover = (recheck: number): number =>
-  Math.ceil((recheck + PROOF_MARGIN_MS) / COUNTDOWN_STEP_MS);
+export const stepsToCover = (recheck: number, timing: ProtocolTiming): number =>
+  Math.ceil((recheck + timing.proofMarginMs) / timing.countdownStepMs);
 
 /**
  * I2. The countdown a lease that replaces `record` starts with: its last step (the confirmation
@@ -130,17 +112,20 @@ export const stepsToCover = (recheck: number): number =>
  * this container's and the one the token's writer recorded (readers apply the shorter).
  */
 export const countdownFor = (record: TokenTimes, settings: RefreshSettings): number =>
-  stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0));
+  stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0), timingOf(settings));
 
-/** The longest countdown a lease of this protocol announces: a fresh one over the longest re-check. */
-export const MAX_COUNTDOWN = stepsToCover(MAX_MEMORY_RECHECK_MS);
+/**
+ * The longest countdown a lease of this protocol announces: a fresh one over the longest
+ * re-check, at the default timing (a scaled timing announces the same count: relations.ts).
+ */
+export const MAX_COUNTDOWN = stepsToCover(MAX_MEMORY_RECHECK_MS, DEFAULT_TIMING);
 
 /**
  * I2. How long after a read of the store was sent no token request under `lease` (or a lease
  * taking it over) can leave, less the margin: 0 when one may be out already (countdown 0 or 1).
  */
-export const announcedMs = (lease: Lease): number =>
-  Math.max(0, (lease.countdown - 1) * COUNTDOWN_STEP_MS - PROOF_MARGIN_MS);
+export const announcedMs = (lease: Lease, timing: ProtocolTiming): number =>
+  Math.max(0, (lease.countdown - 1) * timing.countdownStepMs - timing.proofMarginMs);
 
 /**
  * I2. How long (ms) after a read of the store was sent that read proves a valid token safe to
@@ -152,11 +137,14 @@ export const proofMs = (
   record: TokenRecord,
   lease: Lease | undefined,
   settings: RefreshSettings,
-): number =>
-  lease
-    ? announcedMs(lease)
+): number => {
+  const timing = timingOf(settings);
+  return lease
+    ? announcedMs(lease, timing)
     : // Any replacement counts down at least this reader's re-check (see `recheckMs`).
-      stepsToCover(recheckMs(record, settings)) * COUNTDOWN_STEP_MS - PROOF_MARGIN_MS;
+      stepsToCover(recheckMs(record, settings), timing) * timing.countdownStepMs -
+        timing.proofMarginMs;
+};
 
 /** I2. `proofMs` from a read (or write) sent at `sentAt`: until when the token may be served. */
 export const servableUntil = (
@@ -167,8 +155,8 @@ export const servableUntil = (
 ): number => sentAt + proofMs(record, lease, settings);
 
 /** I2. A token under a lease whose countdown has ended: its replacement's request may be out. */
-export const replacementMayBeOut = (lease: Lease | undefined): boolean =>
-  lease !== undefined && announcedMs(lease) <= 0;
+export const replacementMayBeOut = (lease: Lease | undefined, timing: ProtocolTiming): boolean =>
+  lease !== undefined && announcedMs(lease, timing) <= 0;
 
 /**
  * I2. Whether a token held in memory may still be served although the store cannot confirm it
@@ -194,11 +182,8 @@ export const reusableUntil = (
   settings: RefreshSettings,
 ): number => {
   const proof = Math.min(entry.until, entry.checkedAt + recheckMs(entry.record, settings));
-  return Math.min(proof - REUSE_MARGIN_MS, entry.record.expiresAt - needMs);
+  return Math.min(proof - timingOf(settings).reuseMarginMs, entry.record.expiresAt - needMs);
 };
-
-/** The most kept between the end of a stale-if-error grant and the token's expiry, ms. */
-export const STALE_IF_ERROR_MARGIN_MS = 60_000;
 
 /**
  * What is kept between the end of a stale-if-error grant and `record`'s expiry, ms: a minute,
@@ -207,8 +192,8 @@ export const STALE_IF_ERROR_MARGIN_MS = 60_000;
  * this one is the broker's, so that a token used stale still has the time a request with it
  * needs to reach the upstream and be answered, whatever the caller set.
  */
-export const staleMarginMs = (record: TokenTimes): number =>
-  Math.min(STALE_IF_ERROR_MARGIN_MS, (record.expiresAt - record.issuedAt) / 10);
+export const staleMarginMs = (record: TokenTimes, timing: ProtocolTiming): number =>
+  Math.min(timing.staleIfErrorMarginMs, (record.expiresAt - record.issuedAt) / 10);
 
 /**
  * A trade against I2, bounded by the grant (docs/adr/0017). How long (ms) after `reusableUntil`
@@ -228,18 +213,19 @@ export const staleIfErrorMs = (
   },
   reusableUntil: number,
   now: number,
+  timing: ProtocolTiming,
 ): number =>
   entry.lease || entry.reported || reusableUntil <= now
     ? 0
-    : Math.max(0, entry.record.expiresAt - staleMarginMs(entry.record) - reusableUntil);
+    : Math.max(0, entry.record.expiresAt - staleMarginMs(entry.record, timing) - reusableUntil);
 
 /**
  * I1 and I3. The least time (ms) a lease with `countdown` needs before its POST can leave and
  * the token be written: the steps, the shortest POST, and the write after it. A lease is not
  * taken with less time left (it would be let go by the fence, and taken again, in a loop).
  */
-export const leaseNeedsMs = (countdown: number): number =>
-  countdown * COUNTDOWN_STEP_MS + MIN_POST_MS + STORE_RESERVE_MS;
+export const leaseNeedsMs = (countdown: number, timing: ProtocolTiming): number =>
+  countdown * timing.countdownStepMs + timing.minPostMs + timing.storeReserveMs;
 
 /**
  * I1. The expiry (holder's wall clock) and duration of a lease version written at `sentAt`,
@@ -249,8 +235,9 @@ export const leaseNeedsMs = (countdown: number): number =>
 export const leaseTerm = (
   sentAt: number,
   leftMs: number,
+  timing: ProtocolTiming,
 ): { expiresAt: number; durationMs: number } => {
-  const durationMs = Math.max(0, Math.min(leftMs, LEASE_MS));
+  const durationMs = Math.max(0, Math.min(leftMs, timing.leaseMs));
   return { expiresAt: sentAt + durationMs, durationMs };
 };
 

@@ -5,42 +5,22 @@
  * below it (a property test checks each pair).
  */
 import type { TokenRecord } from '../../ports.js';
-import {
-  COUNTDOWN_STEP_MS,
-  countdownFor,
-  leaseNeedsMs,
-  type RefreshSettings,
-  STORE_RESERVE_MS,
-  windowMs,
-} from './bounds.js';
+import { countdownFor, leaseNeedsMs, type RefreshSettings, windowMs } from './bounds.js';
+import { DEFAULT_TIMING, type ProtocolTiming, timingOf } from './protocol-timing.js';
 
-/** Polling a lease held elsewhere: first wait and cap, ms (full jitter in between). */
-export const POLL_BASE_MS = 25;
-export const POLL_CAP_MS = 500;
-/** The most a reader counts per countdown step for the holder's lease write, ms. */
-export const MAX_STEP_WRITE_MS = 15;
-/**
- * Kept before the deadline for the read that ends a wait, ms (at least twice the last measured
- * read): a read sent with no time left could only fail (I3, review finding R3).
+/*
+ * The defaults of `ProtocolTiming`'s estimates (protocol-timing.ts, each with its reason), under
+ * the names the tests use. The core reads the injected timing, never these.
  */
-export const READ_RESERVE_MS = 50;
-/**
- * A countdown read more than twice this before its end is read once more this close to its end,
- * ms: the cut-over is then aimed from a countdown a few steps long, not from one a re-check long
- * (each step lasts a write longer than 250 ms, which a reader cannot count on).
- */
-export const CUT_OVER_REREAD_MS = 1_000;
-/**
- * Kept free before the function's deadline to serialise and return the answer, ms (the edge's
- * `deadlineOf`; the settings check counts it in the least timeout a refresh needs).
- */
-export const ANSWER_MARGIN_MS = 500;
-/** What a refresh's budget allows for each countdown step's lease write, ms. */
-export const STEP_WRITE_ALLOWANCE_MS = 50;
-/** XFetch β: 1 is the value the paper shows optimal for a single recompute. */
-export const XFETCH_BETA = 1;
-/** Issuance duration assumed before one was measured, ms (two loopback-to-internet trips). */
-export const DEFAULT_ISSUANCE_MS = 300;
+export const POLL_BASE_MS = DEFAULT_TIMING.pollBaseMs;
+export const POLL_CAP_MS = DEFAULT_TIMING.pollCapMs;
+export const MAX_STEP_WRITE_MS = DEFAULT_TIMING.maxStepWriteMs;
+export const READ_RESERVE_MS = DEFAULT_TIMING.readReserveMs;
+export const CUT_OVER_REREAD_MS = DEFAULT_TIMING.cutOverRereadMs;
+export const ANSWER_MARGIN_MS = DEFAULT_TIMING.answerMarginMs;
+export const STEP_WRITE_ALLOWANCE_MS = DEFAULT_TIMING.stepWriteAllowanceMs;
+export const XFETCH_BETA = DEFAULT_TIMING.xfetchBeta;
+export const DEFAULT_ISSUANCE_MS = DEFAULT_TIMING.defaultIssuanceMs;
 
 /**
  * XFetch (Vattani et al., VLDB 2015), aimed so that the cut-over lands at the middle of the
@@ -56,11 +36,12 @@ export const dueForRefresh = (
   now: number,
   settings: RefreshSettings,
   draw: number,
-  issuanceMs = DEFAULT_ISSUANCE_MS,
+  issuanceMs = timingOf(settings).defaultIssuanceMs,
 ): boolean => {
+  const timing = timingOf(settings);
   const half = windowMs(record, settings) / 2;
-  const lead = Math.min(half, countdownFor(record, settings) * COUNTDOWN_STEP_MS);
-  const earliness = Math.min(half - lead, -issuanceMs * XFETCH_BETA * Math.log(1 - draw));
+  const lead = Math.min(half, countdownFor(record, settings) * timing.countdownStepMs);
+  const earliness = Math.min(half - lead, -issuanceMs * timing.xfetchBeta * Math.log(1 - draw));
   return now + earliness >= record.expiresAt - half - lead;
 };
 
@@ -68,17 +49,21 @@ export const dueForRefresh = (
  * How long a background refresh with `countdown` may take, ms: each step a store round trip
  * after its wait, then the authorization and the POST. Never below `leaseNeedsMs(countdown)`.
  */
-export const refreshBudgetMs = (countdown: number, upstreamTimeoutMs: number): number =>
+export const refreshBudgetMs = (
+  countdown: number,
+  upstreamTimeoutMs: number,
+  timing: ProtocolTiming,
+): number =>
   Math.max(
-    countdown * (COUNTDOWN_STEP_MS + STEP_WRITE_ALLOWANCE_MS) +
+    countdown * (timing.countdownStepMs + timing.stepWriteAllowanceMs) +
       2 * upstreamTimeoutMs +
-      STORE_RESERVE_MS,
-    leaseNeedsMs(countdown),
+      timing.storeReserveMs,
+    leaseNeedsMs(countdown, timing),
   );
 
-/** Time kept before a deadline for one more read of the store, ms (see READ_RESERVE_MS). */
-export const readReserveMs = (lastReadMs: number | undefined): number =>
-  Math.max(READ_RESERVE_MS, 2 * (lastReadMs ?? 0));
+/** Time kept before a deadline for one more read of the store, ms (see `readReserveMs`). */
+export const readReserveMs = (lastReadMs: number | undefined, timing: ProtocolTiming): number =>
+  Math.max(timing.readReserveMs, 2 * (lastReadMs ?? 0));
 
 /**
  * When a countdown read at `checkedAt` should have ended and its successor be stored (local ms):
@@ -90,10 +75,11 @@ export const cutOverExpectedAt = (
   countdown: number,
   issuanceMs: number,
   lastReadMs: number | undefined,
+  timing: ProtocolTiming,
 ): number => {
-  const roundTrip = Math.min(issuanceMs / 2, POLL_CAP_MS);
-  const write = Math.min(lastReadMs ?? 0, MAX_STEP_WRITE_MS);
-  return checkedAt + countdown * (COUNTDOWN_STEP_MS + write) + roundTrip + write;
+  const roundTrip = Math.min(issuanceMs / 2, timing.pollCapMs);
+  const write = Math.min(lastReadMs ?? 0, timing.maxStepWriteMs);
+  return checkedAt + countdown * (timing.countdownStepMs + write) + roundTrip + write;
 };
 
 /**
@@ -104,28 +90,33 @@ export const cutOverExpectedAt = (
  *
  * @param sinceReadMs time since the read that saw `countdown` was sent
  */
-export const pollWaitMs = (input: {
-  readonly countdown: number;
-  readonly sinceReadMs: number;
-  readonly replacing: boolean;
-  readonly issuanceMs: number;
-  readonly waits: number;
-  readonly draw: number;
-}): number => {
-  const base = input.replacing ? Math.max(POLL_BASE_MS, input.issuanceMs / 2) : POLL_BASE_MS;
-  const ceiling = Math.min(POLL_CAP_MS, base * 2 ** input.waits);
-  const counting = (input.countdown - 1) * COUNTDOWN_STEP_MS - input.sinceReadMs;
+export const pollWaitMs = (
+  input: {
+    readonly countdown: number;
+    readonly sinceReadMs: number;
+    readonly replacing: boolean;
+    readonly issuanceMs: number;
+    readonly waits: number;
+    readonly draw: number;
+  },
+  timing: ProtocolTiming,
+): number => {
+  const { pollBaseMs, pollCapMs, countdownStepMs } = timing;
+  const base = input.replacing ? Math.max(pollBaseMs, input.issuanceMs / 2) : pollBaseMs;
+  const ceiling = Math.min(pollCapMs, base * 2 ** input.waits);
+  const counting = (input.countdown - 1) * countdownStepMs - input.sinceReadMs;
   return Math.max(1, input.draw * ceiling, counting);
 };
 
 /**
  * Whether memory, which read a countdown long before its end, should read it once more now:
- * `CUT_OVER_REREAD_MS` before the end it proves (liveness: it only shortens serving).
+ * `cutOverRereadMs` before the end it proves (liveness: it only shortens serving).
  */
 export const rereadNearCutOver = (
   entry: { readonly checkedAt: number; readonly until: number; readonly lease?: unknown },
   now: number,
+  timing: ProtocolTiming,
 ): boolean =>
   entry.lease !== undefined &&
-  entry.until - entry.checkedAt > 2 * CUT_OVER_REREAD_MS &&
-  now >= entry.until - CUT_OVER_REREAD_MS;
+  entry.until - entry.checkedAt > 2 * timing.cutOverRereadMs &&
+  now >= entry.until - timing.cutOverRereadMs;

@@ -17,15 +17,16 @@ import {
 } from '../../errors.js';
 import type { Lease, ProbeVerdict, TokenRecord, TokenState } from '../../ports.js';
 import {
+  type ProtocolTiming,
   proofMs,
   type RefreshSettings,
   recheckMs,
   replacementMayBeOut,
   rereadNearCutOver,
   reusableUntil,
-  SKEW_TOLERANCE_MS,
   servableUnconfirmed,
   staleIfErrorMs,
+  timingOf,
 } from '../timing/index.js';
 import {
   type ConnectionEvent,
@@ -89,7 +90,7 @@ export class ConnectionView {
     const valid = token && token.expiresAt > now ? token : undefined;
     // Where the upstream does not revoke on re-issue, a replacement harms nobody.
     const announced = connection.revokesOnReissue ? lease : undefined;
-    const suspect = valid !== undefined && replacementMayBeOut(announced);
+    const suspect = valid !== undefined && replacementMayBeOut(announced, this.timing);
     if (!valid || suspect) {
       this.apply(name, { type: 'token-dropped' });
       // Not kept, but learned: its age (I4) counts from this first sight.
@@ -124,6 +125,11 @@ export class ConnectionView {
       checkedAtMonotonic: at.sentAtMonotonic,
       until: Math.min(at.sentAt + proofMs(record, undefined, this.settings), untilAtMost),
     });
+  }
+
+  /** The protocol's timing this container runs at (the settings', else the default). */
+  get timing(): ProtocolTiming {
+    return timingOf(this.settings);
   }
 
   /** Drops whatever is kept for `name`. */
@@ -248,7 +254,7 @@ export class ConnectionView {
     const until = reusableUntil(entry, needMs, this.settings);
     return {
       reusableUntil: until,
-      staleIfErrorMs: unconfirmed ? 0 : staleIfErrorMs(entry, until, now),
+      staleIfErrorMs: unconfirmed ? 0 : staleIfErrorMs(entry, until, now, this.timing),
     };
   }
 
@@ -269,7 +275,7 @@ export class ConnectionView {
    * event), and is not stale.
    */
   #leaseStale(name: string, lease: Lease, now: number): boolean {
-    if (lease.expiresAt + SKEW_TOLERANCE_MS < now) return true;
+    if (lease.expiresAt + this.timing.skewToleranceMs < now) return true;
     const seenFor = this.#states.get(name)?.leaseSeenFor(lease, this.clock.monotonic());
     if (seenFor !== undefined) return seenFor >= lease.durationMs;
     this.apply(name, {
@@ -296,7 +302,7 @@ export const servableFromMemory = (
   entry.record.expiresAt - now > needMs &&
   now < entry.until &&
   now - entry.checkedAt < recheckMs(entry.record, settings) &&
-  !rereadNearCutOver(entry, now);
+  !rereadNearCutOver(entry, now, timingOf(settings));
 
 /** Failures after which the last good token may stand in for a newer one. */
 const isUpstreamFailure = (error: unknown): boolean =>

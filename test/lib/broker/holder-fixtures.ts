@@ -11,18 +11,23 @@ import {
   type LeaseWrite,
   type PostAnswer,
 } from '../../../lib/broker/holder/state.js';
+import type { ProtocolTiming } from '../../../lib/broker/timing/index.js';
 
 export const DEADLINE_AT = 10_000;
 export const TIMEOUT_MS = 2_000;
 
 /** A holder that took its lease at 0 with `countdown`, replacing a valid token. */
-export const started = (countdown = 21, o: { suspect?: boolean } = {}): HolderState =>
+export const started = (
+  countdown = 21,
+  o: { suspect?: boolean; timing?: ProtocolTiming } = {},
+): HolderState =>
   initialState(
     {
       deadlineAt: DEADLINE_AT,
       upstreamTimeoutMs: TIMEOUT_MS,
       replacing: true,
       suspect: !!o.suspect,
+      ...(o.timing ? { timing: o.timing } : {}),
     },
     { version: 'v0', countdown, leasedAt: 0, answeredAt: 0 },
   );

@@ -6,9 +6,16 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { type Decision, decide, type Observation } from '../../../lib/broker/observer/observer.js';
-import { leaseNeedsMs, SKEW_TOLERANCE_MS, windowMs } from '../../../lib/broker/timing/index.js';
+import {
+  DEFAULT_TIMING,
+  leaseNeedsMs,
+  SKEW_TOLERANCE_MS,
+  timingOf,
+  windowMs,
+} from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import type { Lease, TokenRecord } from '../../../lib/ports.js';
+import { validTimings } from '../../support/timing-arbitraries.js';
 
 const T0 = 1_795_262_400_000;
 const LIFETIME = 1_200_000;
@@ -192,16 +199,23 @@ describe('Function: decide (the observer)', () => {
       draw: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
     }),
   };
+  // Each observation at a drawn protocol timing: the default, a scaled one, or any valid one.
   const drawn = fc
-    .tuple(arbitrary.token, arbitrary.lease, arbitrary.view)
-    .map(([t, l, v]): Observation => {
+    .tuple(arbitrary.token, arbitrary.lease, arbitrary.view, validTimings)
+    .map(([t, l, v, timing]): Observation => {
       const record = t && token('t', T0 + t.expiresIn, t.forced ? { forced: true } : {});
       const state = {
         token: record,
         lease: l && lease(l.countdown, l.forced ? { forced: true } : {}),
       };
       const valid = record && record.expiresAt > T0 ? record : undefined;
-      return observe({ ...v, state, valid, suspect: valid !== undefined && v.suspect });
+      return observe({
+        ...v,
+        state,
+        valid,
+        suspect: valid !== undefined && v.suspect,
+        settings: { ...settings, timing },
+      });
     });
 
   it('I2: serves only a valid, unsuspected token, inside what its read proves, with the validity asked for', () => {
@@ -236,7 +250,8 @@ describe('Function: decide (the observer)', () => {
     fc.assert(
       fc.property(drawn, (o) => {
         const d = decide(o);
-        if (d.do === 'acquire') expect(leaseNeedsMs(d.countdown)).toBeLessThan(o.leftMs);
+        if (d.do === 'acquire')
+          expect(leaseNeedsMs(d.countdown, timingOf(o.settings))).toBeLessThan(o.leftMs);
         if (d.do === 'wait') {
           expect(d.ms).toBeGreaterThan(0);
           expect(d.ms).toBeLessThanOrEqual(o.leftMs - o.readReserveMs);
@@ -252,9 +267,16 @@ describe('Function: decide (the observer)', () => {
         const d = decide(o);
         if (d.do !== 'acquire' || d.takeOver || !o.revokesOnReissue) return;
         const t = o.state.token;
-        if (t && t.expiresAt + SKEW_TOLERANCE_MS > o.now) {
-          // More than the longest re-check a reader applies (5 s here) plus the margin.
-          expect((d.countdown - 1) * 250).toBeGreaterThanOrEqual(5_000);
+        const timing = timingOf(o.settings);
+        if (t && t.expiresAt + timing.skewToleranceMs > o.now) {
+          // Its steps outlast the longest re-check a reader applies (5 s here) plus the margin:
+          // the POST leaves only after every proof of a read sent before the lease was written.
+          expect(d.countdown * timing.countdownStepMs).toBeGreaterThanOrEqual(
+            5_000 + timing.proofMarginMs,
+          );
+          // At the default timing, by a whole step more.
+          if (timing === DEFAULT_TIMING)
+            expect((d.countdown - 1) * 250).toBeGreaterThanOrEqual(5_000);
         }
       }),
       { numRuns: 3_000 },

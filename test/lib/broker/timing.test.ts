@@ -6,6 +6,7 @@ import {
   CUT_OVER_REREAD_MS,
   countdownFor,
   cutOverExpectedAt,
+  DEFAULT_TIMING,
   dueForRefresh,
   leaseNeedsMs,
   PROOF_MARGIN_MS,
@@ -178,7 +179,7 @@ describe('Module: timing (bounds and estimates)', () => {
             const lease = seen
               ? { holder: 'h', version: 'v-h', expiresAt: 0, durationMs: 0, countdown: seen[1] }
               : undefined;
-            if (replacementMayBeOut(lease)) continue; // not served
+            if (replacementMayBeOut(lease, DEFAULT_TIMING)) continue; // not served
             const until = servableUntil(record, lease, sentAt, settings);
             expect(until).toBeLessThanOrEqual(postAt - PROOF_MARGIN_MS);
           }
@@ -197,13 +198,13 @@ describe('Module: timing (bounds and estimates)', () => {
         expect(countdownFor(record, settings) * COUNTDOWN_STEP_MS).toBeGreaterThanOrEqual(
           recheckMs(record, settings) + PROOF_MARGIN_MS,
         );
-        expect(announcedMs({ ...fresh, countdown: 3 })).toBe(
+        expect(announcedMs({ ...fresh, countdown: 3 }, DEFAULT_TIMING)).toBe(
           2 * COUNTDOWN_STEP_MS - PROOF_MARGIN_MS,
         );
-        expect(replacementMayBeOut({ ...fresh, countdown: 1 })).toBe(true);
-        expect(replacementMayBeOut({ ...fresh, countdown: 0 })).toBe(true);
-        expect(replacementMayBeOut({ ...fresh, countdown: 2 })).toBe(false);
-        expect(replacementMayBeOut(undefined)).toBe(false);
+        expect(replacementMayBeOut({ ...fresh, countdown: 1 }, DEFAULT_TIMING)).toBe(true);
+        expect(replacementMayBeOut({ ...fresh, countdown: 0 }, DEFAULT_TIMING)).toBe(true);
+        expect(replacementMayBeOut({ ...fresh, countdown: 2 }, DEFAULT_TIMING)).toBe(false);
+        expect(replacementMayBeOut(undefined, DEFAULT_TIMING)).toBe(false);
       }),
     );
   });
@@ -273,7 +274,9 @@ describe('Module: timing, each estimate never below the bound it stands in for',
   it('a refresh’s budget is never less than what its lease needs (I3)', () => {
     fc.assert(
       fc.property(fc.integer({ min: 0, max: 500 }), fc.integer({ min: 1, max: 60_000 }), (n, t) => {
-        expect(refreshBudgetMs(n, t)).toBeGreaterThanOrEqual(leaseNeedsMs(n));
+        expect(refreshBudgetMs(n, t, DEFAULT_TIMING)).toBeGreaterThanOrEqual(
+          leaseNeedsMs(n, DEFAULT_TIMING),
+        );
       }),
     );
   });
@@ -286,8 +289,8 @@ describe('Module: timing, each estimate never below the bound it stands in for',
         fc.option(fc.integer({ min: 0, max: 5_000 }), { nil: undefined }),
         (n, issuance, read) => {
           const lease = { holder: 'h', version: 'v', expiresAt: 0, durationMs: 0, countdown: n };
-          expect(cutOverExpectedAt(T0, n, issuance, read)).toBeGreaterThanOrEqual(
-            T0 + announcedMs(lease),
+          expect(cutOverExpectedAt(T0, n, issuance, read, DEFAULT_TIMING)).toBeGreaterThanOrEqual(
+            T0 + announcedMs(lease, DEFAULT_TIMING),
           );
         },
       ),
@@ -306,7 +309,7 @@ describe('Module: timing, each estimate never below the bound it stands in for',
           draw: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
         }),
         (input) => {
-          const wait = pollWaitMs(input);
+          const wait = pollWaitMs(input, DEFAULT_TIMING);
           expect(wait).toBeGreaterThanOrEqual(1);
           expect(wait).toBeGreaterThanOrEqual(
             (input.countdown - 1) * COUNTDOWN_STEP_MS - input.sinceReadMs,
@@ -319,7 +322,7 @@ describe('Module: timing, each estimate never below the bound it stands in for',
   it('the read reserve is never below the last read’s round trip', () => {
     fc.assert(
       fc.property(fc.option(fc.integer({ min: 0, max: 10_000 }), { nil: undefined }), (read) => {
-        expect(readReserveMs(read)).toBeGreaterThanOrEqual(read ?? 0);
+        expect(readReserveMs(read, DEFAULT_TIMING)).toBeGreaterThanOrEqual(read ?? 0);
       }),
     );
   });
@@ -336,24 +339,30 @@ describe('Module: timing, stale-if-error (how long a caller that cannot reach th
 
   it('runs from the reuse time to the expiry less a minute, or a tenth of a short lifetime', () => {
     const hour = token(3600_000);
-    expect(staleIfErrorMs({ record: hour }, T0 + 4_900, T0)).toBe(3600_000 - 60_000 - 4_900);
+    expect(staleIfErrorMs({ record: hour }, T0 + 4_900, T0, DEFAULT_TIMING)).toBe(
+      3600_000 - 60_000 - 4_900,
+    );
     const short = token(40_000);
-    expect(staleMarginMs(short)).toBe(4_000);
-    expect(staleIfErrorMs({ record: short }, T0 + 1_900, T0)).toBe(40_000 - 4_000 - 1_900);
+    expect(staleMarginMs(short, DEFAULT_TIMING)).toBe(4_000);
+    expect(staleIfErrorMs({ record: short }, T0 + 1_900, T0, DEFAULT_TIMING)).toBe(
+      40_000 - 4_000 - 1_900,
+    );
   });
 
   it.each([
     ['a lease announced on the token (its replacement is under way)', { lease }],
     ['a token reported as rejected', { reported: true }],
   ])('is 0 for %s', (_name, extra) => {
-    expect(staleIfErrorMs({ record: token(3600_000), ...extra }, T0 + 4_900, T0)).toBe(0);
+    expect(
+      staleIfErrorMs({ record: token(3600_000), ...extra }, T0 + 4_900, T0, DEFAULT_TIMING),
+    ).toBe(0);
   });
 
   it('is 0 for an answer not to be reused at all (its proof is spent), and never negative', () => {
-    expect(staleIfErrorMs({ record: token(3600_000) }, T0, T0)).toBe(0);
-    expect(staleIfErrorMs({ record: token(3600_000) }, T0 - 1, T0)).toBe(0);
+    expect(staleIfErrorMs({ record: token(3600_000) }, T0, T0, DEFAULT_TIMING)).toBe(0);
+    expect(staleIfErrorMs({ record: token(3600_000) }, T0 - 1, T0, DEFAULT_TIMING)).toBe(0);
     // Reusable up to where the margin begins: nothing left to use stale.
-    expect(staleIfErrorMs({ record: token(100_000) }, T0 + 95_000, T0)).toBe(0);
+    expect(staleIfErrorMs({ record: token(100_000) }, T0 + 95_000, T0, DEFAULT_TIMING)).toBe(0);
   });
 
   it('never lets the reuse and the stale use together run past the expiry less the margin', () => {
@@ -365,13 +374,15 @@ describe('Module: timing, stale-if-error (how long a caller that cannot reach th
         (lifetime, reusable, elapsed) => {
           const record = token(lifetime);
           const now = T0 + elapsed;
-          const stale = staleIfErrorMs({ record }, T0 + reusable, now);
+          const stale = staleIfErrorMs({ record }, T0 + reusable, now, DEFAULT_TIMING);
           expect(stale).toBeGreaterThanOrEqual(0);
           if (stale > 0) {
             expect(T0 + reusable + stale).toBeLessThanOrEqual(
-              record.expiresAt - staleMarginMs(record),
+              record.expiresAt - staleMarginMs(record, DEFAULT_TIMING),
             );
-            expect(staleMarginMs(record)).toBeLessThanOrEqual(STALE_IF_ERROR_MARGIN_MS);
+            expect(staleMarginMs(record, DEFAULT_TIMING)).toBeLessThanOrEqual(
+              STALE_IF_ERROR_MARGIN_MS,
+            );
             expect(T0 + reusable).toBeGreaterThan(now);
           }
         },

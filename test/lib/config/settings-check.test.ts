@@ -5,7 +5,11 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ANSWER_MARGIN_MS, leaseNeedsMs } from '../../../lib/broker/timing/index.js';
+import {
+  ANSWER_MARGIN_MS,
+  DEFAULT_TIMING,
+  leaseNeedsMs,
+} from '../../../lib/broker/timing/index.js';
 import {
   KNOWN_VARIABLES,
   nearestVariable,
@@ -49,7 +53,7 @@ describe('Function: timeoutNeededMs', () => {
         const countdown = Math.ceil((recheck + 100) / 250);
         expect(
           timeoutNeededMs({ memoryRecheckSeconds: r, refreshWindowSeconds: w }),
-        ).toBeGreaterThanOrEqual(leaseNeedsMs(countdown) + ANSWER_MARGIN_MS);
+        ).toBeGreaterThanOrEqual(leaseNeedsMs(countdown, DEFAULT_TIMING) + ANSWER_MARGIN_MS);
       }),
     );
   });

@@ -1,0 +1,227 @@
+/**
+ * `ProtocolTiming` (lib/broker/timing/protocol-timing.ts, relations.ts): the protocol's
+ * constants as one injected value, whose relations are validated once. The oracle below states
+ * each relation again, from docs/protocol.md's safety argument, apart from the code.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { TokenBroker } from '../../../lib/broker/index.js';
+import {
+  DEFAULT_TIMING,
+  MAX_COUNTDOWN,
+  type ProtocolTiming,
+  protocolTiming,
+  scaledTiming,
+  TimingRelationError,
+  validateTiming,
+} from '../../../lib/broker/timing/index.js';
+import { loadConfig } from '../../../lib/config.js';
+import { ConfigError } from '../../../lib/errors.js';
+import { validTimings } from '../../support/timing-arbitraries.js';
+
+/** Every relation, written out again: what the safety argument needs of a timing. */
+const oracle = (t: ProtocolTiming): boolean =>
+  Object.entries(t).every(
+    ([k, v]) => Number.isFinite(v) && (k === 'xfetchBeta' ? v > 0 : v >= 0),
+  ) &&
+  t.leaseMs <= 120_000 && // I1.2: a reader believes durations up to 2 upstream timeouts
+  t.minPostMs >= 1 && // I1.3
+  t.skewToleranceMs < 60_000 && // I1.5: TTL_MARGIN_SECONDS
+  t.countdownStepMs >= 1 && // I2.2
+  t.maxMemoryRecheckMs <= 100_000 && // I2.2: the stored re-check cap
+  Math.ceil((t.maxMemoryRecheckMs + t.proofMarginMs) / t.countdownStepMs) <= 401 && // I2.2
+  t.reuseMarginMs * 1000 >= t.maxMemoryRecheckMs && // I2.5
+  t.proofMarginMs * 1000 >= t.maxMemoryRecheckMs && // I2.6
+  t.storeReserveMs >= 1 &&
+  t.readReserveMs >= 1 && // I3
+  2 * t.leaseHeartbeatMs <= t.leaseMs &&
+  t.countdownStepMs + t.stepWriteAllowanceMs <= t.leaseHeartbeatMs &&
+  t.maxStepWriteMs <= t.stepWriteAllowanceMs &&
+  t.pollBaseMs >= 1 &&
+  t.pollBaseMs <= t.pollCapMs;
+
+/** Overrides of a few fields, each anywhere from 0 to three times its default. */
+const overrides = fc
+  .subarray(Object.keys(DEFAULT_TIMING) as (keyof ProtocolTiming)[], { minLength: 1 })
+  .chain((fields) =>
+    fc.tuple(
+      ...fields.map((field) =>
+        fc.integer({ min: 0, max: 3 * DEFAULT_TIMING[field] }).map((v) => [field, v] as const),
+      ),
+    ),
+  )
+  .map((entries) => Object.fromEntries(entries) as Partial<ProtocolTiming>);
+
+describe('ProtocolTiming: the relations, validated once', () => {
+  it('accepts the default timing, today’s constants, with every relation holding', () => {
+    expect(validateTiming(DEFAULT_TIMING)).toBe(DEFAULT_TIMING);
+    expect(oracle(DEFAULT_TIMING)).toBe(true);
+    expect(MAX_COUNTDOWN).toBe(401);
+  });
+
+  it('accepts exactly the timings that satisfy every relation, for random overrides', () => {
+    fc.assert(
+      fc.property(overrides, (o) => {
+        const t = { ...DEFAULT_TIMING, ...o };
+        let error: unknown;
+        try {
+          protocolTiming(o);
+        } catch (e) {
+          error = e;
+        }
+        expect(error === undefined).toBe(oracle(t));
+        if (error) {
+          expect(error).toBeInstanceOf(TimingRelationError);
+          const { step, shortBy } = error as TimingRelationError;
+          if (step !== 'field') expect(shortBy).toBeGreaterThan(0);
+        }
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it('names the step a failing relation serves, and by how much it fails', () => {
+    const error = (() => {
+      try {
+        protocolTiming({ proofMarginMs: 60 });
+      } catch (e) {
+        return e as TimingRelationError;
+      }
+      return undefined;
+    })();
+    expect(error).toMatchObject({ name: 'TimingRelationError', step: 'I2.6', shortBy: 40 });
+    expect(error?.message).toBe(
+      'ProtocolTiming breaks I2.6 (the proof margin covers the drift between two containers over a re-check): proofMarginMs * 1000 >= maxMemoryRecheckMs fails by 40',
+    );
+    expect(() => protocolTiming({ leaseHeartbeatMs: 2_000 })).toThrow(/liveness.*fails by 1000/);
+    expect(() => protocolTiming({ countdownStepMs: Number.NaN })).toThrow(
+      /countdownStepMs must be a finite number/,
+    );
+    expect(() => protocolTiming({ stepMs: 1 } as Partial<ProtocolTiming>)).toThrow(
+      /stepMs is not a ProtocolTiming field/,
+    );
+  });
+
+  it('keeps every relation at every scale from 0.01 to 1, and refuses any other scale', () => {
+    fc.assert(
+      fc.property(fc.double({ min: 0.01, max: 1, noNaN: true }), (f) => {
+        const t = scaledTiming(f);
+        expect(oracle(t)).toBe(true);
+        expect(t.countdownStepMs).toBeGreaterThanOrEqual(DEFAULT_TIMING.countdownStepMs * f);
+        expect(t.leaseMs).toBeLessThanOrEqual(DEFAULT_TIMING.leaseMs);
+      }),
+    );
+    expect(scaledTiming(1)).toBe(DEFAULT_TIMING);
+    expect(scaledTiming(0.1)).toMatchObject({
+      countdownStepMs: 25,
+      proofMarginMs: 10,
+      leaseMs: 300,
+      leaseHeartbeatMs: 100,
+      maxMemoryRecheckMs: 10_000,
+    });
+    for (const f of [0, 0.005, 1.5, Number.NaN]) expect(() => scaledTiming(f)).toThrow(RangeError);
+  });
+
+  it('draws only valid timings for the property tests that run at random ones', () => {
+    fc.assert(
+      fc.property(validTimings, (t) => {
+        expect(oracle(t)).toBe(true);
+      }),
+    );
+  });
+});
+
+describe('ProtocolTiming: injected', () => {
+  const deps = (timing: ProtocolTiming) =>
+    ({
+      config: {
+        connections: new Map(),
+        defaultMinValiditySeconds: 60,
+        refreshWindowSeconds: 600,
+        memoryRecheckSeconds: 5,
+        maxTokenLifetimeSeconds: 86_400,
+        upstreamTimeoutMs: 5_000,
+        invalidateMinAgeSeconds: 2,
+      },
+      timing,
+    }) as unknown as ConstructorParameters<typeof TokenBroker>[0];
+
+  it('is validated by the broker once, at construction: a timing that breaks a relation is refused', () => {
+    expect(() => new TokenBroker(deps({ ...DEFAULT_TIMING, proofMarginMs: 0 }))).toThrow(
+      TimingRelationError,
+    );
+    expect(() => new TokenBroker(deps(scaledTiming(0.1)))).not.toThrow();
+  });
+
+  it('no side of the core reads a default constant: only the injected timing (timing/ aside)', () => {
+    const root = resolve(import.meta.dirname, '../../../lib/broker');
+    const files = (dir: string): string[] =>
+      readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+        e.isDirectory()
+          ? e.name === 'timing'
+            ? []
+            : files(join(dir, e.name))
+          : [join(dir, e.name)],
+      );
+    const defaults =
+      /\b(COUNTDOWN_STEP_MS|PROOF_MARGIN_MS|REUSE_MARGIN_MS|SKEW_TOLERANCE_MS|LEASE_MS|LEASE_HEARTBEAT_MS|STORE_RESERVE_MS|MIN_POST_MS|STALE_IF_ERROR_MARGIN_MS|POLL_BASE_MS|POLL_CAP_MS|MAX_STEP_WRITE_MS|READ_RESERVE_MS|CUT_OVER_REREAD_MS|ANSWER_MARGIN_MS|STEP_WRITE_ALLOWANCE_MS|XFETCH_BETA|DEFAULT_ISSUANCE_MS)\b/;
+    const readers = files(root).filter((file) => {
+      const code = readFileSync(file, 'utf8').replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, '');
+      return defaults.test(code);
+    });
+    expect(readers.map((f) => f.slice(root.length + 1))).toEqual([]);
+  });
+});
+
+describe('ProtocolTiming: BROKER_TIMING_SCALE (the local runtime and tests only)', () => {
+  const env = {
+    BROKER_TABLE_NAME: 'tokens',
+    BROKER_CONNECTIONS: JSON.stringify({
+      demo: {
+        variant: 'v3',
+        baseUrl: 'https://api.example.com',
+        secretId: 'open-api/demo',
+      },
+    }),
+  };
+
+  it('runs the default timing when unset', () => {
+    expect(loadConfig(env).timing).toBe(DEFAULT_TIMING);
+  });
+
+  it('scales the timing, and the re-check cap with it, against a loopback store', () => {
+    const local = {
+      ...env,
+      BROKER_TIMING_SCALE: '0.1',
+      AWS_ENDPOINT_URL_DYNAMODB: 'http://127.0.0.1:8123',
+    };
+    const config = loadConfig(local);
+    expect(config.timing).toEqual(scaledTiming(0.1));
+    expect(config.memoryRecheckSeconds).toBe(5);
+    expect(() => loadConfig({ ...local, BROKER_MEMORY_RECHECK_SECONDS: '11' })).toThrow(
+      'BROKER_MEMORY_RECHECK_SECONDS must be a whole number from 0 to 10',
+    );
+    expect(loadConfig({ ...local, BROKER_TIMING_SCALE: '0.01' }).memoryRecheckSeconds).toBe(1);
+  });
+
+  it('is refused in a deployed stage (no loopback store), and outside 0.01–1', () => {
+    expect(() => loadConfig({ ...env, BROKER_TIMING_SCALE: '0.1' })).toThrow(
+      new ConfigError(
+        'BROKER_TIMING_SCALE (0.1) is for the local runtime and tests only (a loopback AWS_ENDPOINT_URL_DYNAMODB): a deployed stage runs the protocol’s real timing',
+      ),
+    );
+    expect(() =>
+      loadConfig({
+        ...env,
+        BROKER_TIMING_SCALE: '0.1',
+        AWS_ENDPOINT_URL_DYNAMODB: 'https://dynamodb.eu-west-1.amazonaws.com',
+      }),
+    ).toThrow(/local runtime and tests only/);
+    expect(() => loadConfig({ ...env, BROKER_TIMING_SCALE: '2' })).toThrow(
+      'BROKER_TIMING_SCALE must be a number from 0.01 to 1',
+    );
+    expect(loadConfig({ ...env, BROKER_TIMING_SCALE: '1' }).timing).toBe(DEFAULT_TIMING);
+  });
+});
