@@ -551,6 +551,15 @@ describe('Template: a global stage in one of its regions (stage global, eu-west-
     for (const arn of resources) expect(arn).toMatch(/^arn:aws:secretsmanager:eu-west-2:/);
   });
 
+  it('rolls each region out on its own: its own alias live and a canary deployment group (issue 25)', () => {
+    const resources = template().Resources;
+    expect(resources.BrokerLiveAlias?.Properties.Name).toBe('live');
+    expect(resources.BrokerLambdaFunctionUrl?.Properties.Qualifier).toBe('live');
+    expect(resources.BrokerDeploymentGroup?.Properties.DeploymentConfigName).toBe(
+      'CodeDeployDefault.LambdaCanary10Percent10Minutes',
+    );
+  });
+
   it('runs its own warm-up, and watches this region’s replica', () => {
     expect(resourcesOfType(template(), 'AWS::Events::Rule')).toHaveLength(1);
     const throttles = template().Resources.DynamoDBThrottlesAlarm?.Properties;
