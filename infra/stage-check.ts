@@ -7,7 +7,9 @@
  * module as the cold start's (lib/config/settings-check.ts): the function's timeout against the
  * re-check, the warm-up rate against the window, and the example account outside dev. A stage on
  * a global table (`table: global`, docs/multi-region.md) is also checked against the region it
- * is resolved for. Pure: `validate-stage.ts` feeds it the output of `serverless print`.
+ * is resolved for. Its rollout (issue 25): a CodeDeploy configuration that exists, a canary or
+ * linear one outside dev, and concurrency settings Lambda would accept. Pure:
+ * `validate-stage.ts` feeds it the output of `serverless print`.
  */
 import {
   exampleAccountProblem,
@@ -185,6 +187,73 @@ const globalTableProblems = (
   return problems;
 };
 
+/**
+ * CodeDeploy's predefined configurations for Lambda (AWS::CodeDeploy::DeploymentGroup,
+ * DeploymentConfigName): all at once, a canary (10 % for a while, then the rest), or linear
+ * (10 % more every few minutes).
+ */
+export const LAMBDA_DEPLOYMENT_CONFIGS: readonly string[] = [
+  'CodeDeployDefault.LambdaAllAtOnce',
+  ...[5, 10, 15, 30].map((m) => `CodeDeployDefault.LambdaCanary10Percent${m}Minutes`),
+  'CodeDeployDefault.LambdaLinear10PercentEvery1Minute',
+  ...[2, 3, 10].map((m) => `CodeDeployDefault.LambdaLinear10PercentEvery${m}Minutes`),
+];
+
+/** A whole number given as a number or as text (`--param` gives text), else undefined. */
+const wholeNumber = (value: unknown): number | undefined => {
+  const n = typeof value === 'string' && /^\d+$/.test(value.trim()) ? Number(value) : value;
+  return typeof n === 'number' && Number.isInteger(n) ? n : undefined;
+};
+
+/**
+ * How a stage rolls a release out (issue 25, docs/operations.md "Rollout"): a configuration
+ * CodeDeploy has, and outside dev one that shifts part of the traffic first, so that the
+ * broker's alarms can stop a bad release while it serves a share of the calls. Its concurrency,
+ * when set: whole numbers; a reserve of at least two (an environment that refreshes after its
+ * answer is busy, and the next caller needs another); no more provisioned than reserved.
+ */
+const rolloutProblems = (stage: string, printed: PrintedConfig): string[] => {
+  const at = `params.${stage}`;
+  const problems: string[] = [];
+  const config = setting(printed, stage, 'deploymentConfig');
+  if (config !== undefined && !LAMBDA_DEPLOYMENT_CONFIGS.includes(String(config))) {
+    problems.push(
+      `${at}.deploymentConfig '${config}' is not one of CodeDeploy's Lambda configurations: ${LAMBDA_DEPLOYMENT_CONFIGS.join(', ')}`,
+    );
+  } else if (config === 'CodeDeployDefault.LambdaAllAtOnce' && stage !== 'dev') {
+    problems.push(
+      `${at}.deploymentConfig '${config}' moves every caller to a release at once: outside dev, use a canary or linear configuration (CodeDeployDefault.LambdaCanary10Percent10Minutes, for example), so that the alarms can roll a bad release back while it serves a share of the calls (docs/operations.md, Rollout)`,
+    );
+  }
+  const reservedSetting = setting(printed, stage, 'reservedConcurrency');
+  const provisionedSetting = setting(printed, stage, 'provisionedConcurrency');
+  const reserved = wholeNumber(reservedSetting);
+  const provisioned = wholeNumber(provisionedSetting);
+  if (reservedSetting !== undefined && reservedSetting !== null) {
+    if (reserved === undefined) {
+      problems.push(
+        `${at}.reservedConcurrency '${reservedSetting}' must be a whole number of environments (leave it out for none)`,
+      );
+    } else if (reserved < 2) {
+      problems.push(
+        `${at}.reservedConcurrency ${reserved} leaves no environment for the next caller while one finishes a refresh after its answer: reserve at least 2 (leave it out for none)`,
+      );
+    }
+  }
+  if (provisionedSetting !== undefined && provisionedSetting !== null) {
+    if (provisioned === undefined || provisioned < 1) {
+      problems.push(
+        `${at}.provisionedConcurrency '${provisionedSetting}' must be a whole number of environments, at least 1 (leave it out for none)`,
+      );
+    } else if (reserved !== undefined && reserved >= 2 && provisioned > reserved) {
+      problems.push(
+        `${at}.provisionedConcurrency ${provisioned} exceeds reservedConcurrency ${reserved}: Lambda provisions no more environments than the function may run`,
+      );
+    }
+  }
+  return problems;
+};
+
 /** The connections that stand in for those of an SSM parameter (checked at cold start). */
 const STAND_IN = JSON.stringify({
   ssm: { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId: 'from-ssm' },
@@ -241,6 +310,7 @@ export const checkStage = (stage: string, printed: PrintedConfig): string[] => {
   ]
     .filter((problem) => problem !== undefined)
     .map((problem) => `Stage '${stage}': ${problem}`);
+  problems.push(...rolloutProblems(stage, printed).map((p) => `Stage '${stage}': ${p}`));
   if (table === 'global') {
     const secretIds = fromParameter ? [] : [...config.connections.values()];
     problems.push(

@@ -24,6 +24,9 @@ type Template = {
       Properties: any;
       Condition?: string;
       DeletionPolicy?: string;
+      DependsOn?: string | string[];
+      // biome-ignore lint/suspicious/noExplicitAny: CloudFormation templates are untyped JSON.
+      UpdatePolicy?: any;
     }
   >;
 };
@@ -31,21 +34,33 @@ type Template = {
 const dir = mkdtempSync(join(tmpdir(), 'token-broker-package-'));
 const templates: Record<string, Template> = {};
 
-const packageStage = async (stage: string, region?: string) => {
-  const out = join(dir, stage);
+const packageStage = async (
+  stage: string,
+  region?: string,
+  { as = stage, params = [] }: { as?: string; params?: readonly string[] } = {},
+) => {
+  const out = join(dir, as);
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? '',
     HOME: process.env.HOME ?? dir,
   };
   await run(
     join(root, 'node_modules/.bin/serverless'),
-    ['package', '--stage', stage, ...(region ? ['--region', region] : []), '--package', out],
+    [
+      'package',
+      '--stage',
+      stage,
+      ...(region ? ['--region', region] : []),
+      ...params.map((param) => `--param=${param}`),
+      '--package',
+      out,
+    ],
     {
       cwd: root,
       env, // no AWS credentials: packaging must work offline
     },
   );
-  templates[stage] = JSON.parse(
+  templates[as] = JSON.parse(
     readFileSync(join(out, 'cloudformation-template-update-stack.json'), 'utf8'),
   );
   return out;
@@ -81,7 +96,12 @@ beforeAll(async () => {
   await packageStage('prod');
   // The example stage on a global table, as its second region's stack.
   await packageStage('global', 'eu-west-2');
-}, 120_000);
+  // The prod stage with both concurrency settings, as a stage that sets them would be.
+  await packageStage('prod', undefined, {
+    as: 'prod-concurrency',
+    params: ['provisionedConcurrency=2', 'reservedConcurrency=20'],
+  });
+}, 160_000);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
@@ -300,6 +320,104 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     else expect(parameter.Default).toBe('');
   });
 
+  // Issue 25, rollout: callers invoke the alias `live`, never $LATEST, so that a release reaches
+  // them only as CodeDeploy shifts the alias to it.
+  it('serves every caller through the alias live: the Function URL, the schedule, its permission', () => {
+    const alias = template().Resources.BrokerLiveAlias;
+    expect(alias?.Type).toBe('AWS::Lambda::Alias');
+    expect(alias?.Properties).toMatchObject({
+      Name: 'live',
+      FunctionName: { Ref: 'BrokerLambdaFunction' },
+    });
+    // The version this package publishes: the alias moves to it on deploy.
+    const [[version] = [], ...more] = resourcesOfType(template(), 'AWS::Lambda::Version');
+    expect(more).toEqual([]);
+    expect(alias?.Properties.FunctionVersion).toEqual({ 'Fn::GetAtt': [version, 'Version'] });
+    const url = template().Resources.BrokerLambdaFunctionUrl;
+    expect(url?.Properties).toMatchObject({
+      TargetFunctionArn: { 'Fn::GetAtt': ['BrokerLambdaFunction', 'Arn'] },
+      Qualifier: 'live',
+    });
+    expect([url?.DependsOn].flat()).toContain('BrokerLiveAlias');
+    const rules = resourcesOfType(template(), 'AWS::Events::Rule');
+    expect(rules.flatMap(([, r]) => r.Properties.Targets.map((t: Json) => t.Arn))).toEqual([
+      { Ref: 'BrokerLiveAlias' },
+    ]);
+    const permissions = resourcesOfType(template(), 'AWS::Lambda::Permission');
+    expect(permissions.length).toBeGreaterThan(0);
+    for (const [, permission] of permissions) {
+      expect(permission.Properties.FunctionName).toEqual({ Ref: 'BrokerLiveAlias' });
+    }
+  });
+
+  it('shifts each release onto live with CodeDeploy, rolling back on the broker’s alarms', () => {
+    const resources = template().Resources;
+    expect(resources.BrokerLiveAlias?.UpdatePolicy).toEqual({
+      CodeDeployLambdaAliasUpdate: {
+        ApplicationName: { Ref: 'BrokerDeployApplication' },
+        DeploymentGroupName: { Ref: 'BrokerDeploymentGroup' },
+      },
+    });
+    expect(resources.BrokerDeployApplication).toMatchObject({
+      Type: 'AWS::CodeDeploy::Application',
+      Properties: { ComputePlatform: 'Lambda' },
+    });
+    const group = resources.BrokerDeploymentGroup;
+    expect(group?.Type).toBe('AWS::CodeDeploy::DeploymentGroup');
+    expect(group?.Properties).toMatchObject({
+      ApplicationName: { Ref: 'BrokerDeployApplication' },
+      ServiceRoleArn: { 'Fn::GetAtt': ['CodeDeployServiceRole', 'Arn'] },
+      // dev takes a release at once; prod as a canary that outlasts one alarm period.
+      DeploymentConfigName:
+        stage === 'prod'
+          ? 'CodeDeployDefault.LambdaCanary10Percent10Minutes'
+          : 'CodeDeployDefault.LambdaAllAtOnce',
+      DeploymentStyle: { DeploymentType: 'BLUE_GREEN', DeploymentOption: 'WITH_TRAFFIC_CONTROL' },
+      AutoRollbackConfiguration: {
+        Enabled: true,
+        Events: ['DEPLOYMENT_FAILURE', 'DEPLOYMENT_STOP_ON_ALARM'],
+      },
+    });
+    const alarms = group?.Properties.AlarmConfiguration;
+    expect(alarms.Enabled).toBe(true);
+    const names = alarms.Alarms.map((a: { Name: { Ref: string } }) => a.Name.Ref);
+    expect(names).toEqual([
+      'FunctionErrorsAlarm',
+      'RequestErrorsAlarm',
+      'RefreshFailuresAlarm',
+      'IssuanceRateAlarm',
+      'AnotherIssuerAlarm',
+    ]);
+    for (const name of names) expect(resources[name]?.Type, name).toBe('AWS::CloudWatch::Alarm');
+    // CodeDeploy's role: assumed by CodeDeploy only, moving this function's aliases only.
+    const role = resources.CodeDeployServiceRole?.Properties;
+    expect(role.AssumeRolePolicyDocument.Statement).toEqual([
+      {
+        Effect: 'Allow',
+        Principal: { Service: 'codedeploy.amazonaws.com' },
+        Action: 'sts:AssumeRole',
+      },
+    ]);
+    const statements = role.Policies.flatMap(
+      (p: { PolicyDocument: { Statement: Json[] } }) => p.PolicyDocument.Statement,
+    );
+    const lambda = statements.find((s: Json) => JSON.stringify(s.Action).includes('lambda:'));
+    expect(lambda.Action).toEqual([
+      'lambda:GetAlias',
+      'lambda:UpdateAlias',
+      'lambda:GetProvisionedConcurrencyConfig',
+    ]);
+    expect(JSON.stringify(lambda.Resource)).toContain('function:token-broker-');
+    expect(role.ManagedPolicyArns).toBeUndefined();
+  });
+
+  it('sets no reserved or provisioned concurrency unless the stage does', () => {
+    expect(fn().ReservedConcurrentExecutions).toBeUndefined();
+    expect(template().Resources.BrokerLiveAlias?.Properties.ProvisionedConcurrencyConfig).toBe(
+      undefined,
+    );
+  });
+
   it('attaches a VPC only where the stage asks for one', () => {
     const role = template().Resources.IamRoleLambdaExecution?.Properties;
     if (stage === 'prod') {
@@ -309,6 +427,20 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
       expect(fn().VpcConfig).toBeUndefined();
       expect(role.ManagedPolicyArns).toBeUndefined();
     }
+  });
+});
+
+describe('Template: a stage with reserved and provisioned concurrency (issue 25)', () => {
+  const template = () => templates['prod-concurrency'] as Template;
+
+  it('reserves the function’s concurrency, and provisions environments on live', () => {
+    expect(template().Resources.BrokerLambdaFunction?.Properties.ReservedConcurrentExecutions).toBe(
+      20,
+    );
+    const alias = template().Resources.BrokerLiveAlias?.Properties;
+    expect(alias.ProvisionedConcurrencyConfig).toEqual({ ProvisionedConcurrentExecutions: 2 });
+    // Provisioned on the alias callers invoke, not on a second one (osls's `provisioned`).
+    expect(resourcesOfType(template(), 'AWS::Lambda::Alias')).toHaveLength(1);
   });
 });
 
@@ -417,6 +549,15 @@ describe('Template: a global stage in one of its regions (stage global, eu-west-
     const resources = [bySid('ConnectionSecrets')?.Resource].flat() as string[];
     expect(resources.length).toBe(ids.length);
     for (const arn of resources) expect(arn).toMatch(/^arn:aws:secretsmanager:eu-west-2:/);
+  });
+
+  it('rolls each region out on its own: its own alias live and a canary deployment group (issue 25)', () => {
+    const resources = template().Resources;
+    expect(resources.BrokerLiveAlias?.Properties.Name).toBe('live');
+    expect(resources.BrokerLambdaFunctionUrl?.Properties.Qualifier).toBe('live');
+    expect(resources.BrokerDeploymentGroup?.Properties.DeploymentConfigName).toBe(
+      'CodeDeployDefault.LambdaCanary10Percent10Minutes',
+    );
   });
 
   it('runs its own warm-up, and watches this region’s replica', () => {

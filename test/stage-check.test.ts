@@ -283,3 +283,78 @@ describe('Function: checkStage, a stage on a global table (issue 26)', () => {
     expect(checkStage('prod', regional)).toEqual([]);
   });
 });
+
+describe('Function: checkStage, rollout and concurrency (issue 25)', () => {
+  const withParams = (own: Record<string, unknown>, stage = 'prod'): PrintedConfig => {
+    const base = printed(production(ARN));
+    return {
+      ...base,
+      params: {
+        ...base.params,
+        default: { deploymentConfig: 'CodeDeployDefault.LambdaCanary10Percent10Minutes' },
+        [stage]: own,
+      },
+    };
+  };
+
+  it('passes a canary or a linear rollout in any stage, and all at once in dev', () => {
+    expect(checkStage('prod', withParams({}))).toEqual([]);
+    expect(
+      checkStage(
+        'prod',
+        withParams({ deploymentConfig: 'CodeDeployDefault.LambdaLinear10PercentEvery1Minute' }),
+      ),
+    ).toEqual([]);
+    expect(
+      checkStage(
+        'dev',
+        withParams({ deploymentConfig: 'CodeDeployDefault.LambdaAllAtOnce' }, 'dev'),
+      ),
+    ).toEqual([]);
+  });
+
+  it('refuses all at once outside dev: the alarms could not roll back a release every caller already has', () => {
+    expect(
+      checkStage('prod', withParams({ deploymentConfig: 'CodeDeployDefault.LambdaAllAtOnce' })),
+    ).toEqual([
+      "Stage 'prod': params.prod.deploymentConfig 'CodeDeployDefault.LambdaAllAtOnce' moves every caller to a release at once: outside dev, use a canary or linear configuration (CodeDeployDefault.LambdaCanary10Percent10Minutes, for example), so that the alarms can roll a bad release back while it serves a share of the calls (docs/operations.md, Rollout)",
+    ]);
+  });
+
+  it('refuses a deployment configuration CodeDeploy does not define for Lambda', () => {
+    expect(
+      checkStage(
+        'prod',
+        withParams({ deploymentConfig: 'CodeDeployDefault.LambdaCanary10Percent5Minute' }),
+      )[0],
+    ).toContain(
+      "params.prod.deploymentConfig 'CodeDeployDefault.LambdaCanary10Percent5Minute' is not one of CodeDeploy's Lambda configurations: CodeDeployDefault.LambdaAllAtOnce, ",
+    );
+  });
+
+  it('passes concurrency as whole numbers, with the provisioned within the reserved', () => {
+    expect(
+      checkStage('prod', withParams({ reservedConcurrency: 20, provisionedConcurrency: 2 })),
+    ).toEqual([]);
+    // Either alone; and as `--param` gives them, as text.
+    expect(checkStage('prod', withParams({ provisionedConcurrency: '1' }))).toEqual([]);
+    expect(checkStage('prod', withParams({ reservedConcurrency: '2' }))).toEqual([]);
+  });
+
+  it('refuses concurrency that is not a whole number, a reserve below two, more provisioned than reserved', () => {
+    expect(
+      checkStage('prod', withParams({ reservedConcurrency: 2.5, provisionedConcurrency: 0 })),
+    ).toEqual([
+      "Stage 'prod': params.prod.reservedConcurrency '2.5' must be a whole number of environments (leave it out for none)",
+      "Stage 'prod': params.prod.provisionedConcurrency '0' must be a whole number of environments, at least 1 (leave it out for none)",
+    ]);
+    expect(checkStage('prod', withParams({ reservedConcurrency: 1 }))).toEqual([
+      "Stage 'prod': params.prod.reservedConcurrency 1 leaves no environment for the next caller while one finishes a refresh after its answer: reserve at least 2 (leave it out for none)",
+    ]);
+    expect(
+      checkStage('prod', withParams({ reservedConcurrency: 4, provisionedConcurrency: 5 })),
+    ).toEqual([
+      "Stage 'prod': params.prod.provisionedConcurrency 5 exceeds reservedConcurrency 4: Lambda provisions no more environments than the function may run",
+    ]);
+  });
+});
