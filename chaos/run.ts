@@ -224,8 +224,10 @@ if (broken) {
   process.stderr.write('chaos: the harness broke on at least one scenario (see above)\n');
   process.exit(1);
 }
-const violations = summaries.flatMap(({ scenario, runs: results }) =>
-  results.flatMap((result, index) => {
+const judged = summaries.map(({ scenario, runs: results }) => ({
+  scenario,
+  knownGap: scenarioNamed(scenario)?.knownGap,
+  failures: results.flatMap((result, index) => {
     const { tally } = result;
     // A container that a fault stopped (SIGSTOP) cannot answer its callers meanwhile.
     const paused = result.faultEvents.some((event) => event.what.startsWith('SIGSTOP'));
@@ -243,9 +245,24 @@ const violations = summaries.flatMap(({ scenario, runs: results }) =>
             `${scenario} #${index + 1}: ${result.reuse.pastRevocation} answers let a caller reuse a token past its revocation`,
           ]
         : []),
+      // The scenario's own goals (issue 26's "done when" figures).
+      ...(scenarioNamed(scenario)?.goals?.(result) ?? []).map(
+        (goal) => `${scenario} #${index + 1}: ${goal}`,
+      ),
     ];
   }),
-);
+}));
+// A known gap is measured and printed, never hidden, but not what --check fails on.
+const violations = judged.filter((j) => j.knownGap === undefined).flatMap((j) => j.failures);
+for (const { scenario, knownGap, failures } of judged) {
+  if (knownGap === undefined) continue;
+  log(
+    `chaos: KNOWN GAP, not checked: ${scenario}: ${knownGap}\n` +
+      (failures.length === 0
+        ? '  (held in every run this time)'
+        : failures.map((f) => `  ${f}`).join('\n')),
+  );
+}
 log(
   violations.length === 0
     ? `chaos: the fleet guarantee held in every run (${summaries.length} scenarios)`

@@ -500,7 +500,7 @@ describe('Function: planLanes', () => {
     );
   });
 
-  it('sorts the suite into busy fleets and mostly idle ones (the issue-17 scenarios)', () => {
+  it('sorts the suite into busy fleets and mostly idle ones (the issue-17 and issue-26 scenarios)', () => {
     expect(idle.map((s) => s.name)).toEqual([
       'idle-fleet-requests-only',
       'idle-fleet-no-extension',
@@ -509,6 +509,9 @@ describe('Function: planLanes', () => {
       'mixed-settings',
       'holder-stopped-past-lease',
       'post-in-socket-at-freeze',
+      'regions-three',
+      'regions-isolated-holder',
+      'regions-conflicts',
     ]);
   });
 
