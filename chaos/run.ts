@@ -1,6 +1,6 @@
 /**
  * `npm run chaos [-- <scenario>… ] [-- --runs N] [-- --lanes N]`: runs the fault scenarios
- * against the bundle built into .chaos/dist, in two lanes by default (chaos/lanes.ts: the busy
+ * against the bundle built into .chaos/dist, in three lanes by default (chaos/lanes.ts: the busy
  * fleets one after the other, the mostly idle ones beside them, each lane a process of its own),
  * prints the table and writes chaos/results/<scenario>.json (plus chaos/results/table.md when
  * every scenario ran).
@@ -34,8 +34,11 @@ const log = (line = '') => process.stdout.write(`${line}\n`);
 
 let runs: number | undefined = process.env.CHAOS_RUNS ? Number(process.env.CHAOS_RUNS) : undefined;
 let check = false;
-/** Scenarios side by side (chaos/lanes.ts): 2 by default, `--lanes 1` for one after the other. */
-let lanes = 2;
+/**
+ * Scenarios side by side (chaos/lanes.ts): 3 by default (the busy fleets in one lane, the mostly
+ * idle ones in two beside it), `--lanes 1` for one after the other.
+ */
+let lanes = 3;
 /** Internal: this process is one lane of a parallel run. */
 let worker = false;
 const names: string[] = [];

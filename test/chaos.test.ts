@@ -7,7 +7,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { RunResult, Scenario } from '../chaos/harness.js';
-import { isBusy, planLanes } from '../chaos/lanes.js';
+import { estimateMs, isBusy, planLanes } from '../chaos/lanes.js';
 import { classify, duplicateIssuances, Ledger, tallyReuse } from '../chaos/ledger.js';
 import { type FaultProxy, startFaultProxy } from '../chaos/proxy.js';
 import { CONFLICT_TYPE, type RegionWorld, startRegionWorld } from '../chaos/regions.js';
@@ -523,6 +523,16 @@ describe('Function: planLanes', () => {
       ['short', 'idle-fleet-no-extension'],
       ['idle-fleet-requests-only'],
     ]);
+  });
+
+  it('with three lanes (the default), the suite lasts its busy lane: no idle lane runs longer', () => {
+    const plan = planLanes(SCENARIOS, undefined, 3);
+    const runTime = (lane: Scenario[]) => lane.reduce((t, s) => t + estimateMs(s, undefined), 0);
+    expect(plan).toHaveLength(3);
+    expect(plan[0]?.filter((s) => !isBusy(s))).toEqual([]);
+    for (const lane of plan.slice(1)) {
+      expect(runTime(lane)).toBeLessThanOrEqual(runTime(plan[0] ?? []));
+    }
   });
 
   it('with one lane, runs the given order; drops empty lanes', () => {
