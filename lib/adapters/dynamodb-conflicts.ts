@@ -15,8 +15,12 @@
  * step. The base is the SDK's own for DynamoDB (25 ms, `defaultBaseDelay` in
  * @aws-sdk/client-dynamodb's runtime config).
  */
-import { ReplicatedWriteConflictException } from '@aws-sdk/client-dynamodb';
-import type { Clock } from '../clock.js';
+import {
+  ConditionalCheckFailedException,
+  ReplicatedWriteConflictException,
+} from '@aws-sdk/client-dynamodb';
+import type { Clock, Deadline } from '../clock.js';
+import type { LeaseRef, LeaseTerms } from '../ports.js';
 
 export interface ConflictRetry {
   /** First backoff's upper bound (ms); doubled per retry. */
@@ -64,3 +68,86 @@ export const retryConflicts = async <T>(
     }
   }
 };
+
+/**
+ * A call's bound, when its caller passes one: a write that conflicts is retried until then (else
+ * for {@link ConflictRetry.budgetMs}; a release, until its lease lapses).
+ */
+export interface StoreCall {
+  readonly deadline?: Deadline | undefined;
+}
+
+type Bound = StoreCall | { readonly untilMs: number };
+
+/** The store's conflict retries: its writes, bounded by each call, and its leases' lapses. */
+export class ConflictRetries {
+  readonly #retry: ConflictRetry;
+  /**
+   * When each lease version this store wrote lapses, on this container's monotonic clock (sent
+   * at + duration: no other container takes it over before): how long a conflicting release
+   * is worth retrying. Entries go once lapsed.
+   */
+  readonly #lapses = new Map<string, number>();
+
+  constructor(
+    private readonly clock: Pick<Clock, 'monotonic' | 'random' | 'sleep'>,
+    retry: Partial<ConflictRetry> = {},
+  ) {
+    this.#retry = { ...DEFAULT_CONFLICT_RETRY, ...retry };
+  }
+
+  /** Runs `attempt`, retrying conflicts until the call's bound. */
+  retry<T>(bound: Bound, attempt: (conflictsBefore: number) => Promise<T>): Promise<T> {
+    const untilMs = 'untilMs' in bound ? bound.untilMs : this.#until(bound);
+    return retryConflicts(attempt, this.clock, this.#retry, untilMs);
+  }
+
+  /**
+   * Runs a conditional write, retrying conflicts (not applied) within the call's bound. A failed
+   * condition is an answer, not an error: false, or `'refused after a conflict'` when it
+   * answered a retry (the caller may re-read what happened).
+   */
+  async attempt(
+    bound: Bound,
+    write: () => Promise<unknown>,
+  ): Promise<boolean | 'refused after a conflict'> {
+    let conflicts = 0;
+    try {
+      await this.retry(bound, (before) => {
+        conflicts = before;
+        return write();
+      });
+      return true;
+    } catch (error) {
+      if (error instanceof ConditionalCheckFailedException) {
+        return conflicts > 0 ? 'refused after a conflict' : false;
+      }
+      throw error;
+    }
+  }
+
+  /** {@link ConflictRetries.attempt}, where a refusal is false however it came. */
+  async conditional(bound: Bound, write: () => Promise<unknown>): Promise<boolean> {
+    return (await this.attempt(bound, write)) === true;
+  }
+
+  /** Notes when a lease version this store sends lapses. */
+  wrote(terms: Pick<LeaseTerms, 'version' | 'durationMs'>): void {
+    const now = this.clock.monotonic();
+    for (const [version, lapses] of this.#lapses) if (lapses <= now) this.#lapses.delete(version);
+    this.#lapses.set(terms.version, now + terms.durationMs);
+  }
+
+  /** A release's bound: until the later of its versions lapses, and at least the call's bound. */
+  untilLapsed(lease: LeaseRef, call: StoreCall): { readonly untilMs: number } {
+    const lapses = Math.max(
+      this.#lapses.get(lease.version) ?? 0,
+      lease.unanswered ? (this.#lapses.get(lease.unanswered) ?? 0) : 0,
+    );
+    return { untilMs: Math.max(lapses, this.#until(call)) };
+  }
+
+  #until(call: StoreCall): number {
+    return call.deadline?.at ?? this.clock.monotonic() + this.#retry.budgetMs;
+  }
+}

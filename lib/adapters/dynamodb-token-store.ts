@@ -33,7 +33,7 @@ import {
   PutItemCommand,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
-import { type Clock, type Deadline, systemClock } from '../clock.js';
+import { type Clock, systemClock } from '../clock.js';
 import type {
   LeaseAttempt,
   LeaseRef,
@@ -44,11 +44,7 @@ import type {
   TokenState,
   TokenStore,
 } from '../ports.js';
-import {
-  type ConflictRetry,
-  DEFAULT_CONFLICT_RETRY,
-  retryConflicts,
-} from './dynamodb-conflicts.js';
+import { ConflictRetries, type ConflictRetry, type StoreCall } from './dynamodb-conflicts.js';
 import { exactly, LEASE_FIELDS, NO_TTL, TTL_NAME, terms } from './dynamodb-lease-expressions.js';
 import { fromItem, toItem, tokenKey } from './dynamodb-token-item.js';
 
@@ -60,23 +56,11 @@ export interface DynamoDBTokenStoreOptions {
   readonly conflictRetry?: Partial<ConflictRetry>;
 }
 
-/**
- * A call's bound, when its caller passes one: a write that conflicts is retried until then (else
- * for {@link ConflictRetry.budgetMs}; a release, until its lease lapses).
- */
-export interface StoreCall {
-  readonly deadline?: Deadline | undefined;
-}
+export type { StoreCall } from './dynamodb-conflicts.js';
 
 export class DynamoDBTokenStore implements TokenStore {
   readonly #clock: Clock;
-  readonly #retry: ConflictRetry;
-  /**
-   * When each lease version this store wrote lapses, on this container's monotonic clock (sent
-   * at + duration: no other container takes it over before): how long a conflicting release
-   * is worth retrying. Entries go once lapsed.
-   */
-  readonly #lapses = new Map<string, number>();
+  readonly #conflicts: ConflictRetries;
 
   constructor(
     private readonly client: DynamoDBClient,
@@ -86,7 +70,7 @@ export class DynamoDBTokenStore implements TokenStore {
     options: DynamoDBTokenStoreOptions = {},
   ) {
     this.#clock = options.clock ?? systemClock;
-    this.#retry = { ...DEFAULT_CONFLICT_RETRY, ...options.conflictRetry };
+    this.#conflicts = new ConflictRetries(this.#clock, options.conflictRetry);
   }
 
   async read(connection: string): Promise<TokenState> {
@@ -109,11 +93,11 @@ export class DynamoDBTokenStore implements TokenStore {
   ): Promise<LeaseAttempt> {
     const { takeOver, replacing } = request;
     const lease = takeOver ? exactly(takeOver, ':stale') : undefined;
-    this.#wrote(request);
+    this.#conflicts.wrote(request);
     try {
       // A conflict was not applied: the same take is sent again, and if another region's write
       // won meanwhile, its condition fails and the state that won is read below.
-      await this.#retryConflicts(call, () =>
+      await this.#conflicts.retry(call, () =>
         this.client.send(
           new UpdateItemCommand({
             TableName: this.tableName,
@@ -166,7 +150,7 @@ export class DynamoDBTokenStore implements TokenStore {
     const held = exactly(lease, ':held');
     // Sealed once: a retry after a conflict sends the same item.
     const item = await toItem(record, this.cipher);
-    const wrote = await this.#attempt(call, async () =>
+    const wrote = await this.#conflicts.attempt(call, async () =>
       this.client.send(
         new PutItemCommand({
           TableName: this.tableName,
@@ -199,10 +183,10 @@ export class DynamoDBTokenStore implements TokenStore {
     call: StoreCall = {},
   ): Promise<boolean> {
     const held = exactly(lease, ':held');
-    this.#wrote(next);
+    this.#conflicts.wrote(next);
     // A conflict was not applied: sent again until it lands or is refused. A refusal after a
     // conflict needs no re-read: the condition accepts this very write having landed.
-    return this.#conditional(call, async () =>
+    return this.#conflicts.conditional(call, async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
@@ -230,14 +214,9 @@ export class DynamoDBTokenStore implements TokenStore {
     const condition = lease.unanswered
       ? `(${held.condition}) OR (leaseHolder = :heldHolder AND leaseVersion = :unanswered)`
       : held.condition;
-    // A release that conflicts is retried until it lands or its lease lapses (whichever version
-    // of it lasts longer): left in place, it would hold every other container for its duration.
-    const lapses = Math.max(
-      this.#lapses.get(lease.version) ?? 0,
-      lease.unanswered ? (this.#lapses.get(lease.unanswered) ?? 0) : 0,
-    );
-    const until = { untilMs: Math.max(lapses, this.#until(call)) };
-    return this.#conditional(until, async () =>
+    // A release that conflicts is retried until it lands or its lease lapses: left in place, it
+    // would hold every other container for its duration.
+    return this.#conflicts.conditional(this.#conflicts.untilLapsed(lease, call), async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
@@ -262,7 +241,7 @@ export class DynamoDBTokenStore implements TokenStore {
       deadline,
     }: { readonly reportedAt?: number | undefined } & StoreCall = {},
   ): Promise<boolean> {
-    return this.#conditional({ deadline }, async () =>
+    return this.#conflicts.conditional({ deadline }, async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
@@ -292,7 +271,7 @@ export class DynamoDBTokenStore implements TokenStore {
     tokenDigest: string,
     call: StoreCall = {},
   ): Promise<boolean> {
-    return this.#conditional(call, async () =>
+    return this.#conflicts.conditional(call, async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
@@ -304,57 +283,5 @@ export class DynamoDBTokenStore implements TokenStore {
         }),
       ),
     );
-  }
-
-  /**
-   * Runs a conditional write, retrying replicated write conflicts (not applied) within the
-   * call's bound. A failed condition is an answer, not an error: false, or `'refused after a
-   * conflict'` when it answered a retry (the caller may re-read what happened).
-   */
-  async #attempt(
-    bound: StoreCall | { readonly untilMs: number },
-    write: () => Promise<unknown>,
-  ): Promise<boolean | 'refused after a conflict'> {
-    let conflicts = 0;
-    try {
-      await this.#retryConflicts(bound, (before) => {
-        conflicts = before;
-        return write();
-      });
-      return true;
-    } catch (error) {
-      if (error instanceof ConditionalCheckFailedException) {
-        return conflicts > 0 ? 'refused after a conflict' : false;
-      }
-      throw error;
-    }
-  }
-
-  /** {@link #attempt}, where a refusal is false however it came. */
-  async #conditional(
-    bound: StoreCall | { readonly untilMs: number },
-    write: () => Promise<unknown>,
-  ): Promise<boolean> {
-    return (await this.#attempt(bound, write)) === true;
-  }
-
-  /** Retries conflicts until the call's deadline, or for the retry budget from now. */
-  #retryConflicts<T>(
-    bound: StoreCall | { readonly untilMs: number },
-    attempt: (conflictsBefore: number) => Promise<T>,
-  ): Promise<T> {
-    const untilMs = 'untilMs' in bound ? bound.untilMs : this.#until(bound);
-    return retryConflicts(attempt, this.#clock, this.#retry, untilMs);
-  }
-
-  #until(call: StoreCall): number {
-    return call.deadline?.at ?? this.#clock.monotonic() + this.#retry.budgetMs;
-  }
-
-  /** Notes when a lease version this store sends lapses (see `#lapses`). */
-  #wrote(terms: Pick<LeaseTerms, 'version' | 'durationMs'>): void {
-    const now = this.#clock.monotonic();
-    for (const [version, lapses] of this.#lapses) if (lapses <= now) this.#lapses.delete(version);
-    this.#lapses.set(terms.version, now + terms.durationMs);
   }
 }
