@@ -18,7 +18,7 @@ import {
 } from '../../../lib/adapters/dynamodb-conflicts.js';
 import { DynamoDBTokenStore } from '../../../lib/adapters/dynamodb-token-store.js';
 import { tokenDigest } from '../../../lib/broker/index.js';
-import type { Clock } from '../../../lib/clock.js';
+import { type Clock, Deadline, systemClock } from '../../../lib/clock.js';
 import type { LeaseRequest } from '../../../lib/ports.js';
 import { ensureTable, type LocalDynamoDB, startDynalite } from '../../../local/dynamodb-local.js';
 
@@ -280,6 +280,17 @@ describe('Class: DynamoDBTokenStore, replicated write conflicts (dynalite behind
     };
     expect(await store.putToken(token, { holder: 'a:1', version: 'v-a:1' })).toBe(true);
     expect(writes.map((w) => w.conflicted)).toEqual([false, true, false]);
+  });
+
+  it('retries no further than the caller’s deadline, when one is given', async () => {
+    always = true;
+    const passed = Deadline.in(systemClock, 0);
+    const error = await store
+      .acquireLease('deadline', lease('a:1'), { deadline: passed })
+      .catch((e: unknown) => e);
+    expect(isReplicatedWriteConflict(error)).toBe(true);
+    // The SDK's two attempts, and none of the store's.
+    expect(writes).toHaveLength(2);
   });
 
   it('gives up with the conflict (not applied) once the budget is spent', async () => {
