@@ -78,7 +78,7 @@ export const REGION_SCENARIOS: readonly Scenario[] = [
     // Measured 2026-11-25, 3 runs: the replacement landed 0.05–0.95 s before the token expired,
     // the other regions' callers held up to 2.14 s (1.26 and 1.28 in the others).
     knownGap:
-      'the others take over an isolated holder’s lease only once it has stood LEASE_MS (3 s) unchanged, then run a full countdown (10 × COUNTDOWN_STEP_MS, each after a 25–95 ms write) before their POST: about 7.5 s from the isolation to the new token, against the 9 s window in which the refresh starts (lib/broker is the lead’s: see chaos/README.md, "Three regions")',
+      'the others let an isolated holder’s lease go only once it has stood LEASE_MS (3 s) unchanged, then the next refresh runs a whole countdown (10 × COUNTDOWN_STEP_MS, each after a 25–95 ms write) before its POST: about 8 s from the isolation to the new token, against the 9 s window in which the refresh starts (see chaos/README.md, "Known gap")',
     install: (context) => {
       const fire = trigger(context, { max: 1, cooldownMs: 0, afterMs: 5_000 });
       for (const node of context.nodes) {

@@ -1,6 +1,6 @@
 /**
  * `npm run chaos [-- <scenario>… ] [-- --runs N] [-- --lanes N]`: runs the fault scenarios
- * against the bundle built into .chaos/dist, in three lanes by default (chaos/lanes.ts: the busy
+ * against the bundle built into .chaos/dist, in two lanes by default (chaos/lanes.ts: the busy
  * fleets one after the other, the mostly idle ones beside them, each lane a process of its own),
  * prints the table and writes chaos/results/<scenario>.json (plus chaos/results/table.md when
  * every scenario ran).
@@ -35,10 +35,10 @@ const log = (line = '') => process.stdout.write(`${line}\n`);
 let runs: number | undefined = process.env.CHAOS_RUNS ? Number(process.env.CHAOS_RUNS) : undefined;
 let check = false;
 /**
- * Scenarios side by side (chaos/lanes.ts): 3 by default (the busy fleets in one lane, the mostly
- * idle ones in two beside it), `--lanes 1` for one after the other.
+ * Scenarios side by side (chaos/lanes.ts): 2 by default (the busy fleets in one lane, the mostly
+ * idle ones beside it), `--lanes 1` for one after the other, `--lanes 3` for the idle ones in two.
  */
-let lanes = 3;
+let lanes = 2;
 /** Internal: this process is one lane of a parallel run. */
 let worker = false;
 const names: string[] = [];

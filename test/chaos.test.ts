@@ -525,7 +525,7 @@ describe('Function: planLanes', () => {
     ]);
   });
 
-  it('with three lanes (the default), the suite lasts its busy lane: no idle lane runs longer', () => {
+  it('with three lanes, the suite lasts its busy lane: no idle lane runs longer', () => {
     const plan = planLanes(SCENARIOS, undefined, 3);
     const runTime = (lane: Scenario[]) => lane.reduce((t, s) => t + estimateMs(s, undefined), 0);
     expect(plan).toHaveLength(3);
