@@ -33,6 +33,7 @@ import {
   tallyReuse,
 } from './ledger.js';
 import { type FaultProxy, startFaultProxy } from './proxy.js';
+import { type RegionLink, type RegionSpec, type RegionStats, startRegionWorld } from './regions.js';
 
 /** Where the built pieces are (`npm run chaos` builds them into .chaos/). */
 export interface ChaosPaths {
@@ -67,6 +68,19 @@ export interface RunSettings {
    * stops), which a scenario must ask for.
    */
   readonly execution: Execution;
+  /**
+   * Regions of a multi-Region strongly consistent table (`chaos/regions.ts`): container `i` is
+   * in region `i % regions.length` and reaches the one table through that region's proxy, and
+   * each region runs its own warm-up schedule. None (the default): one region, no such proxy.
+   */
+  readonly regions: readonly RegionSpec[];
+  /** With regions: whether racing writes from different regions are answered with a conflict. */
+  readonly conflicts: boolean;
+  /**
+   * With regions: every region's warm-up at the same instants (schedules in several regions on
+   * one clock, as `rate(5 minutes)` rules are), rather than a share of the interval apart.
+   */
+  readonly warmUpsInStep: boolean;
 }
 
 /**
@@ -87,10 +101,15 @@ export const DEFAULT_SETTINGS: RunSettings = {
   // that fails is retried by the schedule only seconds later, not at once.
   warmUpEveryMs: 4_000,
   execution: 'frozen',
+  regions: [],
+  conflicts: false,
+  warmUpsInStep: false,
 };
 
 export interface ChaosNode {
   readonly index: number;
+  /** Its region's index in `settings.regions` (0 without regions). */
+  readonly region: number;
   readonly container: LambdaContainer;
   readonly dynamodb: FaultProxy;
   readonly upstream: FaultProxy;
@@ -100,6 +119,8 @@ export interface ChaosNode {
 export interface ScenarioContext {
   readonly settings: RunSettings;
   readonly nodes: readonly ChaosNode[];
+  /** The regions' proxies (empty without regions): isolate one, read its counters. */
+  readonly regions: readonly RegionLink[];
   readonly startedAt: number;
   readonly endsAt: number;
   /** Milliseconds since the run started. */
@@ -140,6 +161,17 @@ export interface Scenario {
   readonly callers?: CallerPlan;
   /** Extra request loops (e.g. a hostile caller), run alongside the callers. */
   extra?(context: ScenarioContext, invoke: Invoker): Promise<void>;
+  /**
+   * The scenario's own goals (issue 26's "done when" figures), judged on each run: the unmet
+   * ones, one line each. `--check` fails on them as on a violation, unless `knownGap` is set.
+   */
+  goals?(result: RunResult): string[];
+  /**
+   * A known gap of the protocol this scenario measures, not yet fixed: its goals are judged and
+   * printed as usual, but `--check` does not fail on them. The guarantee (no revoked token
+   * served, every caller answered, no reuse past revocation) is checked as everywhere.
+   */
+  readonly knownGap?: string;
 }
 
 /** Sends one invocation to a container and records it in the ledger. */
@@ -179,6 +211,14 @@ export interface RunResult {
   readonly timeline: ReturnType<Ledger['timeline']>;
   /** Every answer's `maxAgeMs` judged, after the run, against the upstream's revocations. */
   readonly reuse: ReuseTally;
+  /**
+   * The longest wait of a caller (answered or not) on a container under no fault at the time,
+   * from the first fault injected on (the whole run without one): with an isolated region, how
+   * long the other regions' callers were held.
+   */
+  readonly maxWaitOutsideFaultMs: number;
+  /** With regions: each region's proxy counters (conflicts answered among them). */
+  readonly regions?: readonly ({ name: string } & RegionStats)[];
 }
 
 const digestOf = (token: string) => createHash('sha256').update(token).digest('base64url');
@@ -256,6 +296,7 @@ export const runScenario = async (
   const proxies: FaultProxy[] = [];
   const nodes: ChaosNode[] = [];
   let stack: Stack | undefined;
+  let world: Awaited<ReturnType<typeof startRegionWorld>> | undefined;
   try {
     stack = await startStack(
       {
@@ -286,9 +327,19 @@ export const runScenario = async (
       Record<string, unknown>
     >;
 
-    for (let index = 0; index < settings.containers; index += 1) {
-      const dynamodb = await startFaultProxy({
+    if (settings.regions.length > 0) {
+      world = await startRegionWorld({
         target: stack.dynamodb.url,
+        regions: settings.regions,
+        conflicts: settings.conflicts,
+      });
+    }
+    const regionLinks = world?.regions ?? [];
+
+    for (let index = 0; index < settings.containers; index += 1) {
+      const region = regionLinks.length > 0 ? index % regionLinks.length : 0;
+      const dynamodb = await startFaultProxy({
+        target: regionLinks[region]?.url ?? stack.dynamodb.url,
         label: `dynamodb-${index}`,
       });
       proxies.push(dynamodb);
@@ -317,7 +368,7 @@ export const runScenario = async (
         // and a warm-up another: the caller queued past its deadline.
         maxEnvironments: 4,
       });
-      nodes.push({ index, container, dynamodb, upstream });
+      nodes.push({ index, region, container, dynamodb, upstream });
     }
 
     const startedAt = Date.now();
@@ -345,6 +396,7 @@ export const runScenario = async (
     const context: ScenarioContext = {
       settings,
       nodes,
+      regions: regionLinks,
       startedAt,
       endsAt,
       elapsed: () => Date.now() - startedAt,
@@ -470,14 +522,16 @@ export const runScenario = async (
         await sleepUnless(settings.thinkMs * (0.5 + Math.random()), stop.signal);
       }
     };
-    const warmUps = async () => {
-      if (settings.warmUpEveryMs <= 0) return; // no schedule in this scenario
+    /** One warm-up schedule over `group`; each region runs its own, out of step by a share. */
+    const warmUps = async (group: readonly ChaosNode[], offsetMs: number) => {
+      if (settings.warmUpEveryMs <= 0 || group.length === 0) return; // no schedule here
       let turn = 0;
       const pending: Promise<unknown>[] = [];
+      await sleepUnless(offsetMs, stop.signal);
       while (running()) {
         await sleepUnless(settings.warmUpEveryMs, stop.signal);
         if (!running()) break;
-        const node = nodes[turn % nodes.length];
+        const node = group[turn % group.length];
         turn += 1;
         if (node) {
           pending.push(
@@ -491,7 +545,14 @@ export const runScenario = async (
     timers.add(ending);
     const loops = [
       ...nodes.map((node) => caller(node.index)),
-      warmUps(),
+      ...(regionLinks.length > 0
+        ? regionLinks.map((_, r) =>
+            warmUps(
+              nodes.filter((n) => n.region === r),
+              settings.warmUpsInStep ? 0 : (settings.warmUpEveryMs * r) / regionLinks.length,
+            ),
+          )
+        : [warmUps(nodes, 0)]),
       scenario.extra?.(context, async (index, event) => {
         await call(index, event);
       }),
@@ -543,7 +604,8 @@ export const runScenario = async (
         { invocations: 0, billedMs: 0, durationMs: 0 },
       ),
       issuanceTimesMs: issuanceTimes.map((t) => t - startedAt),
-      faultsInjected: faultEvents.length,
+      // Conflicts answered by the regions' proxies are injected faults too.
+      faultsInjected: faultEvents.length + (world?.conflicts() ?? 0),
       faultEvents,
       faultSpans: ledger.spans().map((s) => ({
         container: s.container,
@@ -558,6 +620,22 @@ export const runScenario = async (
       invalidations,
       timeline: ledger.timeline(1_000, durationMs, issuanceTimes),
       reuse,
+      maxWaitOutsideFaultMs: Math.max(
+        0,
+        ...ledger
+          .entries()
+          .filter(
+            (e) =>
+              e.sentAt >= startedAt + (faultEvents[0]?.atMs ?? 0) &&
+              !ledger
+                .spans()
+                .some(
+                  (f) => f.container === e.container && f.from <= e.receivedAt && e.sentAt <= f.to,
+                ),
+          )
+          .map((e) => e.receivedAt - e.sentAt),
+      ),
+      ...(world ? { regions: regionLinks.map((r) => ({ name: r.name, ...r.stats() })) } : {}),
     };
     return result;
   } finally {
@@ -581,6 +659,7 @@ export const runScenario = async (
       writeFileSync(join(logDir, `container-${node.index}.log`), node.container.output());
     }
     await Promise.all(proxies.map((proxy) => proxy.close()));
+    await world?.close();
     await stack?.close();
   }
 };

@@ -4,7 +4,9 @@
  * not share them is two busy fleets (callers 20–60 ms apart, four containers each), whose load
  * would add event-loop and scheduling delays to each other's timing. So every busy scenario runs
  * in the first lane, one after the other, as before; the mostly idle fleets (a request every
- * 0.45–1.35 s per container) run beside them in the other lanes. Timing stays real in both.
+ * 0.45–1.35 s per container: issue 17's, and issue 26's three regions) run beside them in the
+ * other lanes. Timing stays real in all. `--lanes 3` splits the idle fleets over two lanes (the
+ * suite then lasts about its busy lane), at the price of a third fleet on two cores.
  */
 import { DEFAULT_SETTINGS, type Scenario } from './harness.js';
 

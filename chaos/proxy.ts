@@ -19,6 +19,8 @@
  * `onResponse` may also lose or change one answer the target gave (the request was processed):
  * reset the client's connection instead of answering, never answer it, or answer something else
  * (a gateway's 502, say). The link modes still apply to the answer a hook let through.
+ * `onRequest` may keep a request from the target: answer it from the proxy (a store's refusal,
+ * such as a replicated write conflict) or never answer it (a region cut off).
  */
 import {
   Agent,
@@ -68,9 +70,24 @@ export type AnswerFault =
   | { readonly kind: 'drop' }
   | { readonly kind: 'replace'; readonly response: ProxiedResponse };
 
+/**
+ * What `onRequest` may do instead of forwarding a request (the target never sees it):
+ * - `answer`: the client gets `response` from the proxy (e.g. a store's refusal);
+ * - `drop`: the client never gets an answer (its own timeout fires), the connection stays open.
+ */
+export type RequestFault =
+  | { readonly kind: 'answer'; readonly response: ProxiedResponse }
+  | { readonly kind: 'drop' };
+
 export interface ProxyHooks {
-  /** A request was read in full; it is forwarded once the returned promise settles. */
-  onRequest?(request: ProxiedRequest): void | Promise<void>;
+  /**
+   * A request was read in full; it is forwarded once the returned promise settles, unless it
+   * settles with a {@link RequestFault}.
+   */
+  onRequest?(
+    request: ProxiedRequest,
+    // biome-ignore lint/suspicious/noConfusingVoidType: the scenarios' hooks return nothing
+  ): RequestFault | undefined | void | Promise<RequestFault | undefined | void>;
   /**
    * The target answered; the answer is passed on once the returned promise settles, unless it
    * settles with an {@link AnswerFault}.
@@ -95,6 +112,10 @@ export interface ProxyStats {
   answersDropped: number;
   /** Answers of the target replaced by an `onResponse` fault. */
   answersReplaced: number;
+  /** Requests answered by an `onRequest` fault, never forwarded. */
+  requestsAnswered: number;
+  /** Requests dropped by an `onRequest` fault: never forwarded, never answered. */
+  requestsDropped: number;
   /** The target itself failed (connection error): the client's connection was reset. */
   targetErrors: number;
   /** A hook threw: counted, and the request went on as if the hook had returned. */
@@ -166,6 +187,8 @@ export const startFaultProxy = async (options: ProxyOptions): Promise<FaultProxy
     answersReset: 0,
     answersDropped: 0,
     answersReplaced: 0,
+    requestsAnswered: 0,
+    requestsDropped: 0,
     targetErrors: 0,
     hookErrors: 0,
   };
@@ -258,7 +281,21 @@ export const startFaultProxy = async (options: ProxyOptions): Promise<FaultProxy
     };
     if (!admit(res, 'arrival')) return;
     const { onRequest } = hooks;
-    if (onRequest) await runHook(() => onRequest(request));
+    const refusal = onRequest ? await runHook(() => onRequest(request)) : undefined;
+    if (refusal?.kind === 'drop') {
+      stats.requestsDropped += 1;
+      return;
+    }
+    if (refusal?.kind === 'answer') {
+      if (!admit(res, 'answer')) return;
+      stats.requestsAnswered += 1;
+      res.writeHead(
+        refusal.response.status,
+        endToEnd(refusal.response.headers, refusal.response.body),
+      );
+      res.end(refusal.response.body);
+      return;
+    }
     if (!admit(res, 'forward')) return;
     stats.forwarded += 1;
     let response: ProxiedResponse;

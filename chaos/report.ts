@@ -30,6 +30,8 @@ export const HEADER = [
   'answer p99 / max (s)',
   'broker errors',
   'reuse grants past revocation (of grants; reported tokens apart)',
+  'conflicts (regions)',
+  'max wait outside a fault (s)',
 ];
 
 export const row = (summary: ScenarioSummary): string[] => {
@@ -76,6 +78,10 @@ export const row = (summary: ScenarioSummary): string[] => {
     `${fmt(Math.max(...runs.map((r) => r.tally.latencyMs.p99)) / 1000)} / ${fmt(Math.max(...runs.map((r) => r.tally.latencyMs.max)) / 1000)}`,
     errorText,
     reuseText(runs),
+    runs.some((r) => r.regions)
+      ? String(sum(runs, (r) => (r.regions ?? []).reduce((n, region) => n + region.conflicts, 0)))
+      : '—',
+    fmt(Math.max(...runs.map((r) => r.maxWaitOutsideFaultMs ?? 0)) / 1000),
   ];
 };
 

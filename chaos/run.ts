@@ -34,7 +34,10 @@ const log = (line = '') => process.stdout.write(`${line}\n`);
 
 let runs: number | undefined = process.env.CHAOS_RUNS ? Number(process.env.CHAOS_RUNS) : undefined;
 let check = false;
-/** Scenarios side by side (chaos/lanes.ts): 2 by default, `--lanes 1` for one after the other. */
+/**
+ * Scenarios side by side (chaos/lanes.ts): 2 by default (the busy fleets in one lane, the mostly
+ * idle ones beside it), `--lanes 1` for one after the other, `--lanes 3` for the idle ones in two.
+ */
 let lanes = 2;
 /** Internal: this process is one lane of a parallel run. */
 let worker = false;
@@ -224,8 +227,10 @@ if (broken) {
   process.stderr.write('chaos: the harness broke on at least one scenario (see above)\n');
   process.exit(1);
 }
-const violations = summaries.flatMap(({ scenario, runs: results }) =>
-  results.flatMap((result, index) => {
+const judged = summaries.map(({ scenario, runs: results }) => ({
+  scenario,
+  knownGap: scenarioNamed(scenario)?.knownGap,
+  violations: results.flatMap((result, index) => {
     const { tally } = result;
     // A container that a fault stopped (SIGSTOP) cannot answer its callers meanwhile.
     const paused = result.faultEvents.some((event) => event.what.startsWith('SIGSTOP'));
@@ -245,7 +250,28 @@ const violations = summaries.flatMap(({ scenario, runs: results }) =>
         : []),
     ];
   }),
-);
+  // The scenario's own goals (issue 26's "done when" figures).
+  goals: results.flatMap((result, index) =>
+    (scenarioNamed(scenario)?.goals?.(result) ?? []).map(
+      (goal) => `${scenario} #${index + 1}: ${goal}`,
+    ),
+  ),
+}));
+// The guarantee is checked everywhere. A known gap's goals are measured and printed, never
+// hidden, but they are not what --check fails on.
+const violations = judged.flatMap((j) => [
+  ...j.violations,
+  ...(j.knownGap === undefined ? j.goals : []),
+]);
+for (const { scenario, knownGap, goals } of judged) {
+  if (knownGap === undefined) continue;
+  log(
+    `chaos: KNOWN GAP, not checked: ${scenario}: ${knownGap}\n` +
+      (goals.length === 0
+        ? '  (its goals were met in every run this time)'
+        : goals.map((g) => `  ${g}`).join('\n')),
+  );
+}
 log(
   violations.length === 0
     ? `chaos: the fleet guarantee held in every run (${summaries.length} scenarios)`

@@ -6,6 +6,7 @@
  */
 import type { Scenario, ScenarioContext } from './harness.js';
 import type { ProxiedRequest, ProxiedResponse } from './proxy.js';
+import { REGION_SCENARIOS } from './region-scenarios.js';
 
 /** Longer than the 3 s lease (so it lapses), shorter than the 8 s Lambda timeout. */
 const PAUSE_MS = 5_000;
@@ -155,7 +156,7 @@ const HOLDER_STOP_MS = 40_000;
 const POST_STOP_MS = 6_000;
 
 /** The countdown a lease write announces, from its body (-1 when it is none). */
-const countdownOf = (request: ProxiedRequest): number => {
+export const countdownOf = (request: ProxiedRequest): number => {
   try {
     const body = JSON.parse(request.body.toString('utf8')) as {
       ExpressionAttributeValues?: Record<string, { N?: string }>;
@@ -655,6 +656,8 @@ export const SCENARIOS: readonly Scenario[] = [
       }
     },
   },
+  // Issue 26: three regions on one multi-Region strongly consistent table.
+  ...REGION_SCENARIOS,
 ];
 
 export const scenarioNamed = (name: string): Scenario | undefined =>

@@ -7,9 +7,10 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { RunResult, Scenario } from '../chaos/harness.js';
-import { isBusy, planLanes } from '../chaos/lanes.js';
+import { estimateMs, isBusy, planLanes } from '../chaos/lanes.js';
 import { classify, duplicateIssuances, Ledger, tallyReuse } from '../chaos/ledger.js';
 import { type FaultProxy, startFaultProxy } from '../chaos/proxy.js';
+import { CONFLICT_TYPE, type RegionWorld, startRegionWorld } from '../chaos/regions.js';
 import { faultsNotFired } from '../chaos/report.js';
 import { SCENARIOS } from '../chaos/scenarios.js';
 import { generateClient, type Simulator, startSimulator } from '../local/simulator.js';
@@ -166,12 +167,150 @@ describe('Function: startFaultProxy', () => {
     expect(await call(proxy.url)).toMatchObject({ status: 200, body: '{"ok":true}' });
   });
 
+  it('a request fault answers or drops a request that never reaches the target', async () => {
+    let kind: 'answer' | 'drop' = 'answer';
+    proxy = await startFaultProxy({
+      target: targetUrl,
+      hooks: {
+        onRequest: () =>
+          kind === 'answer'
+            ? { kind, response: { status: 409, headers: {}, body: Buffer.from('no') } }
+            : { kind },
+      },
+    });
+    expect(await call(proxy.url)).toMatchObject({ status: 409, body: 'no' });
+    kind = 'drop';
+    expect((await call(proxy.url, 300)).error).toBe('timeout');
+    expect(hits).toEqual([]);
+    expect(proxy.stats()).toMatchObject({ requestsAnswered: 1, requestsDropped: 1, forwarded: 0 });
+  });
+
   it('a held request is still forwarded after its client gave up', async () => {
     proxy = await startFaultProxy({ target: targetUrl });
     proxy.setHooks({ onRequest: () => new Promise((resolve) => setTimeout(resolve, 150)) });
     expect(await call(proxy.url, 50)).toMatchObject({ error: 'timeout' });
     // Polled up to 5 s, not the default 1 s: under load the held request once reached the target later.
     await expect.poll(() => hits, { timeout: 5_000 }).toEqual(['POST /x?y=1']);
+  });
+});
+
+describe('Function: startRegionWorld (MRSC regions in front of one table)', () => {
+  let target: Server;
+  let targetUrl: string;
+  let hits: string[] = [];
+  let world: RegionWorld | undefined;
+
+  beforeAll(async () => {
+    target = createServer((req, res) => {
+      hits.push(String(req.headers['x-amz-target']));
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'application/x-amz-json-1.0' });
+        res.end('{}');
+      });
+    });
+    await new Promise<void>((resolve) => target.listen(0, '127.0.0.1', resolve));
+    targetUrl = `http://127.0.0.1:${(target.address() as AddressInfo).port}`;
+  });
+  afterEach(async () => {
+    await world?.close();
+    world = undefined;
+    hits = [];
+  });
+  afterAll(async () => {
+    target.closeAllConnections();
+    await new Promise<void>((resolve) => target.close(() => resolve()));
+  });
+
+  const start = (latencies: number[]) =>
+    startRegionWorld({
+      target: targetUrl,
+      regions: latencies.map((latencyMs, i) => ({ name: `r${i}`, latencyMs })),
+      jitterMs: 0,
+    });
+  /** One DynamoDB JSON request to a region; never throws. */
+  const send = async (url: string, operation: string, body: object, limitMs = 5_000) => {
+    try {
+      const response = await fetch(url, {
+        method: 'POST',
+        headers: {
+          'x-amz-target': `DynamoDB_20120810.${operation}`,
+          'content-type': 'application/x-amz-json-1.0',
+          connection: 'close',
+        },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(limitMs),
+      });
+      return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+    } catch {
+      return { status: 0, body: {} };
+    }
+  };
+  const write = (pk: string) => ({ TableName: 't', Key: { pk: { S: pk } } });
+
+  it('holds writes and strong reads for the region’s latency, and nothing else', async () => {
+    world = await start([60]);
+    const [region] = world.regions;
+    const url = region?.url ?? '';
+    const started = Date.now();
+    await send(url, 'UpdateItem', write('a'));
+    expect(Date.now() - started).toBeGreaterThanOrEqual(55);
+    await send(url, 'GetItem', { ...write('a'), ConsistentRead: true });
+    await send(url, 'GetItem', write('a'));
+    expect(region?.stats()).toEqual({ writes: 1, strongReads: 1, conflicts: 0, isolated: 0 });
+    expect(hits).toHaveLength(3);
+  });
+
+  it('answers the later of two writes to one item from different regions in flight together with the conflict, unapplied', async () => {
+    world = await start([80, 20]);
+    const [east, west] = world.regions;
+    const first = send(east?.url ?? '', 'UpdateItem', write('a'));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const [won, lost, other] = await Promise.all([
+      first,
+      send(west?.url ?? '', 'PutItem', { TableName: 't', Item: { pk: { S: 'a' }, x: { N: '1' } } }),
+      send(west?.url ?? '', 'UpdateItem', write('b')),
+    ]);
+    expect(won.status).toBe(200);
+    expect(other.status).toBe(200);
+    expect(lost).toEqual({
+      status: 400,
+      body: { __type: CONFLICT_TYPE, message: expect.any(String) },
+    });
+    expect(world.conflicts()).toBe(1);
+    expect(hits).toEqual(['DynamoDB_20120810.UpdateItem', 'DynamoDB_20120810.UpdateItem']);
+  });
+
+  it('lets writes of one region to one item overlap, and races none once conflicts are off', async () => {
+    world = await start([40, 40]);
+    const [a, b] = world.regions;
+    const same = await Promise.all([
+      send(a?.url ?? '', 'UpdateItem', write('a')),
+      send(a?.url ?? '', 'UpdateItem', write('a')),
+    ]);
+    world.setConflicts(false);
+    const apart = await Promise.all([
+      send(a?.url ?? '', 'UpdateItem', write('a')),
+      send(b?.url ?? '', 'UpdateItem', write('a')),
+    ]);
+    expect([...same, ...apart].map((r) => r.status)).toEqual([200, 200, 200, 200]);
+  });
+
+  it('isolates a region: its writes and strong reads hang or fail, its other reads answer, and it heals', async () => {
+    world = await start([10]);
+    const [region] = world.regions;
+    const url = region?.url ?? '';
+    region?.isolate('hang');
+    expect((await send(url, 'UpdateItem', write('a'), 300)).status).toBe(0);
+    expect((await send(url, 'GetItem', write('a'))).status).toBe(200);
+    region?.isolate('fail');
+    const failed = await send(url, 'GetItem', { ...write('a'), ConsistentRead: true });
+    expect(failed.status).toBe(500);
+    expect(region?.isolated()).toBe(true);
+    region?.heal();
+    expect((await send(url, 'UpdateItem', write('a'))).status).toBe(200);
+    expect(region?.stats()).toMatchObject({ isolated: 2 });
+    expect(hits).toEqual(['DynamoDB_20120810.GetItem', 'DynamoDB_20120810.UpdateItem']);
   });
 });
 
@@ -362,7 +501,7 @@ describe('Function: planLanes', () => {
     );
   });
 
-  it('sorts the suite into busy fleets and mostly idle ones (the issue-17 scenarios)', () => {
+  it('sorts the suite into busy fleets and mostly idle ones (the issue-17 and issue-26 scenarios)', () => {
     expect(idle.map((s) => s.name)).toEqual([
       'idle-fleet-requests-only',
       'idle-fleet-no-extension',
@@ -371,6 +510,9 @@ describe('Function: planLanes', () => {
       'mixed-settings',
       'holder-stopped-past-lease',
       'post-in-socket-at-freeze',
+      'regions-three',
+      'regions-isolated-holder',
+      'regions-conflicts',
     ]);
   });
 
@@ -382,6 +524,16 @@ describe('Function: planLanes', () => {
       ['short', 'idle-fleet-no-extension'],
       ['idle-fleet-requests-only'],
     ]);
+  });
+
+  it('with three lanes, the suite lasts its busy lane: no idle lane runs longer', () => {
+    const plan = planLanes(SCENARIOS, undefined, 3);
+    const runTime = (lane: Scenario[]) => lane.reduce((t, s) => t + estimateMs(s, undefined), 0);
+    expect(plan).toHaveLength(3);
+    expect(plan[0]?.filter((s) => !isBusy(s))).toEqual([]);
+    for (const lane of plan.slice(1)) {
+      expect(runTime(lane)).toBeLessThanOrEqual(runTime(plan[0] ?? []));
+    }
   });
 
   it('with one lane, runs the given order; drops empty lanes', () => {

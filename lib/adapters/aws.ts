@@ -121,6 +121,10 @@ export const createAwsBroker = (
       clients.dynamodb ?? new DynamoDBClient(bounded),
       config.tableName,
       cipher,
+      // Conflicts (MRSC) are retried for as long as one call may already take under the SDK's
+      // own bounds (`maxAttempts` × the request timeout): a conflict holds a caller no longer
+      // than a store that does not answer would.
+      { conflictRetry: { budgetMs: bounded.maxAttempts * config.awsTimeoutMs } },
     ),
     secrets,
     issuer: lazyIssuer(openApi),

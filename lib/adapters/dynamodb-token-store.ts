@@ -33,9 +33,8 @@ import {
   PutItemCommand,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
-import { systemClock } from '../clock.js';
+import { type Clock, systemClock } from '../clock.js';
 import type {
-  Lease,
   LeaseAttempt,
   LeaseRef,
   LeaseRequest,
@@ -45,17 +44,34 @@ import type {
   TokenState,
   TokenStore,
 } from '../ports.js';
-import { fromItem, type Item, LEGACY_VERSION, toItem, tokenKey } from './dynamodb-token-item.js';
+import { ConflictRetries, type ConflictRetry, type StoreCall } from './dynamodb-conflicts.js';
+import { exactly, LEASE_FIELDS, NO_TTL, TTL_NAME, terms } from './dynamodb-lease-expressions.js';
+import { fromItem, toItem, tokenKey } from './dynamodb-token-item.js';
 
 export { tokenKey } from './dynamodb-token-item.js';
 
+export interface DynamoDBTokenStoreOptions {
+  readonly clock?: Clock;
+  /** How replicated write conflicts (MRSC) are retried: `dynamodb-conflicts.ts`. */
+  readonly conflictRetry?: Partial<ConflictRetry>;
+}
+
+export type { StoreCall } from './dynamodb-conflicts.js';
+
 export class DynamoDBTokenStore implements TokenStore {
+  readonly #clock: Clock;
+  readonly #conflicts: ConflictRetries;
+
   constructor(
     private readonly client: DynamoDBClient,
     private readonly tableName: string,
     /** Application-level encryption of the token; without one, the table's encryption only. */
     private readonly cipher?: TokenCipher,
-  ) {}
+    options: DynamoDBTokenStoreOptions = {},
+  ) {
+    this.#clock = options.clock ?? systemClock;
+    this.#conflicts = new ConflictRetries(this.#clock, options.conflictRetry);
+  }
 
   async read(connection: string): Promise<TokenState> {
     const { Item } = await this.client.send(
@@ -70,44 +86,53 @@ export class DynamoDBTokenStore implements TokenStore {
     return fromItem(Item, this.cipher);
   }
 
-  async acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt> {
+  async acquireLease(
+    connection: string,
+    request: LeaseRequest,
+    call: StoreCall = {},
+  ): Promise<LeaseAttempt> {
     const { takeOver, replacing } = request;
     const lease = takeOver ? exactly(takeOver, ':stale') : undefined;
+    this.#conflicts.wrote(request);
     try {
-      await this.client.send(
-        new UpdateItemCommand({
-          TableName: this.tableName,
-          Key: tokenKey(connection),
-          UpdateExpression: `SET leaseHolder = :holder, leaseForced = :forced, ${LEASE_FIELDS} ${NO_TTL}`,
-          // Timeline of the race this prevents:
-          //   t0  A and B both read a token about to expire, no lease
-          //   t1  A takes the lease (condition holds), runs the flow
-          //   t2  B tries: a lease exists → fails, B waits for A's token
-          //   t3  A writes its token and the lease goes with it (putToken)
-          //   t4  a late C tries: no lease, but the item no longer holds the token C read →
-          //       fails, C serves A's token. Without the token clause C would issue again.
-          // A holder that dies leaves its lease: a waiter that saw that same version unchanged
-          // for its duration, on the waiter's own clock, takes over exactly that version. No
-          // clock of another container is compared with ours, so a skewed clock takes nothing
-          // early; and if the holder wrote meanwhile, the version differs and this fails.
-          // A takeover lands only on exactly that version: never on a lease that has gone, since
-          // a reader may have read the token with no lease since, and been told it is safe for
-          // a whole countdown (I2; review finding R1).
-          ConditionExpression: `${lease ? lease.condition : 'attribute_not_exists(leaseHolder)'} AND ${
-            replacing === undefined
-              ? 'attribute_not_exists(tokenDigest)'
-              : 'tokenDigest = :replacing'
-          }`,
-          ExpressionAttributeNames: TTL_NAME,
-          ExpressionAttributeValues: {
-            ...terms(request),
-            ':holder': { S: request.holder },
-            ':forced': { BOOL: request.forced === true },
-            ...(replacing === undefined ? {} : { ':replacing': { S: replacing } }),
-            ...lease?.values,
-          },
-          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-        }),
+      // A conflict was not applied: the same take is sent again, and if another region's write
+      // won meanwhile, its condition fails and the state that won is read below.
+      await this.#conflicts.retry(call, () =>
+        this.client.send(
+          new UpdateItemCommand({
+            TableName: this.tableName,
+            Key: tokenKey(connection),
+            UpdateExpression: `SET leaseHolder = :holder, leaseForced = :forced, ${LEASE_FIELDS} ${NO_TTL}`,
+            // Timeline of the race this prevents:
+            //   t0  A and B both read a token about to expire, no lease
+            //   t1  A takes the lease (condition holds), runs the flow
+            //   t2  B tries: a lease exists → fails, B waits for A's token
+            //   t3  A writes its token and the lease goes with it (putToken)
+            //   t4  a late C tries: no lease, but the item no longer holds the token C read →
+            //       fails, C serves A's token. Without the token clause C would issue again.
+            // A holder that dies leaves its lease: a waiter that saw that same version unchanged
+            // for its duration, on the waiter's own clock, takes over exactly that version. No
+            // clock of another container is compared with ours, so a skewed clock takes nothing
+            // early; and if the holder wrote meanwhile, the version differs and this fails.
+            // A takeover lands only on exactly that version: never on a lease that has gone, since
+            // a reader may have read the token with no lease since, and been told it is safe for
+            // a whole countdown (I2; review finding R1).
+            ConditionExpression: `${lease ? lease.condition : 'attribute_not_exists(leaseHolder)'} AND ${
+              replacing === undefined
+                ? 'attribute_not_exists(tokenDigest)'
+                : 'tokenDigest = :replacing'
+            }`,
+            ExpressionAttributeNames: TTL_NAME,
+            ExpressionAttributeValues: {
+              ...terms(request),
+              ':holder': { S: request.holder },
+              ':forced': { BOOL: request.forced === true },
+              ...(replacing === undefined ? {} : { ':replacing': { S: replacing } }),
+              ...lease?.values,
+            },
+            ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+          }),
+        ),
       );
       return { acquired: true };
     } catch (error) {
@@ -121,15 +146,17 @@ export class DynamoDBTokenStore implements TokenStore {
     }
   }
 
-  async putToken(record: TokenRecord, lease: LeaseRef): Promise<boolean> {
+  async putToken(record: TokenRecord, lease: LeaseRef, call: StoreCall = {}): Promise<boolean> {
     const held = exactly(lease, ':held');
-    return this.#conditional(async () =>
+    // Sealed once: a retry after a conflict sends the same item.
+    const item = await toItem(record, this.cipher);
+    const wrote = await this.#conflicts.attempt(call, async () =>
       this.client.send(
         new PutItemCommand({
           TableName: this.tableName,
           // The whole item is replaced: the lease attributes are not in it, so this releases
           // the lease in the same write.
-          Item: await toItem(record, this.cipher),
+          Item: item,
           // Only the lease holder writes, under the very lease version it last wrote: the
           // fencing check on the far side. Timeline of the fault it stops (a holder paused
           // past its lease):
@@ -142,11 +169,24 @@ export class DynamoDBTokenStore implements TokenStore {
         }),
       ),
     );
+    if (wrote !== 'refused after a conflict') return wrote;
+    // A retry after a conflict found the lease gone: re-read, for an earlier attempt of this
+    // very write may have landed (an SDK attempt whose answer was lost), and released it.
+    const { token, lease: now } = await this.read(record.connection);
+    return token?.tokenDigest === record.tokenDigest && now === undefined;
   }
 
-  async renewLease(connection: string, lease: LeaseRef, next: LeaseTerms): Promise<boolean> {
+  async renewLease(
+    connection: string,
+    lease: LeaseRef,
+    next: LeaseTerms,
+    call: StoreCall = {},
+  ): Promise<boolean> {
     const held = exactly(lease, ':held');
-    return this.#conditional(async () =>
+    this.#conflicts.wrote(next);
+    // A conflict was not applied: sent again until it lands or is refused. A refusal after a
+    // conflict needs no re-read: the condition accepts this very write having landed.
+    return this.#conflicts.conditional(call, async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
@@ -166,7 +206,7 @@ export class DynamoDBTokenStore implements TokenStore {
     );
   }
 
-  async releaseLease(connection: string, lease: LeaseRef): Promise<boolean> {
+  async releaseLease(connection: string, lease: LeaseRef, call: StoreCall = {}): Promise<boolean> {
     const held = exactly(lease, ':held');
     // Also the holder's own write whose answer was lost (say the fence's confirmation): it may
     // have landed, and nothing was sent under it; without this, it would stand for its whole
@@ -174,7 +214,9 @@ export class DynamoDBTokenStore implements TokenStore {
     const condition = lease.unanswered
       ? `(${held.condition}) OR (leaseHolder = :heldHolder AND leaseVersion = :unanswered)`
       : held.condition;
-    return this.#conditional(async () =>
+    // A release that conflicts is retried until it lands or its lease lapses: left in place, it
+    // would hold every other container for its duration.
+    return this.#conflicts.conditional(this.#conflicts.untilLapsed(lease, call), async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
@@ -194,9 +236,12 @@ export class DynamoDBTokenStore implements TokenStore {
   async deleteIfMatches(
     connection: string,
     tokenDigest: string,
-    { reportedAt = systemClock.now() }: { readonly reportedAt?: number | undefined } = {},
+    {
+      reportedAt = this.#clock.now(),
+      deadline,
+    }: { readonly reportedAt?: number | undefined } & StoreCall = {},
   ): Promise<boolean> {
-    return this.#conditional(async () =>
+    return this.#conflicts.conditional({ deadline }, async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
@@ -221,8 +266,12 @@ export class DynamoDBTokenStore implements TokenStore {
     );
   }
 
-  async markReported(connection: string, tokenDigest: string): Promise<boolean> {
-    return this.#conditional(async () =>
+  async markReported(
+    connection: string,
+    tokenDigest: string,
+    call: StoreCall = {},
+  ): Promise<boolean> {
+    return this.#conflicts.conditional(call, async () =>
       this.client.send(
         new UpdateItemCommand({
           TableName: this.tableName,
@@ -235,66 +284,4 @@ export class DynamoDBTokenStore implements TokenStore {
       ),
     );
   }
-
-  /** Runs a conditional write; a failed condition is an answer (false), not an error. */
-  async #conditional(write: () => Promise<unknown>): Promise<boolean> {
-    try {
-      await write();
-      return true;
-    } catch (error) {
-      if (error instanceof ConditionalCheckFailedException) return false;
-      throw error;
-    }
-  }
 }
-
-/**
- * Every write of a lease removes the item's TTL: DynamoDB may delete an item any time after its
- * `ttl`, and the `ttl` of a token that expired overnight is past when a lease comes to replace
- * it. Deleted under the lease, the item would let another container find nothing, take a fresh
- * lease and issue, and the first POST land after it and revoke that token (I1, I2). No clock is
- * compared: the item has no `ttl` for as long as it holds a lease, whatever the lease's length or
- * the clocks' skew. The token write restores it (`toItem`); a release leaves it absent, so the
- * item of a failed flow stays until its next token (clean-up, never correctness: ADR 0014).
- */
-const NO_TTL = 'REMOVE #ttl';
-const TTL_NAME = { '#ttl': 'ttl' };
-
-/** The attributes every write of a lease sets: a new version, its times, its countdown. */
-const LEASE_FIELDS =
-  'leaseVersion = :version, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown';
-
-const terms = (next: LeaseTerms): Item => ({
-  ':version': { S: next.version },
-  ':leaseExpiresAt': { N: String(next.leaseExpiresAt) },
-  ':durationMs': { N: String(next.durationMs) },
-  ':countdown': { N: String(next.countdown) },
-});
-
-/**
- * A condition that the item holds exactly the lease write `lease` names. The holder, and for a
- * takeover the expiry, are compared too: a release that recorded no version leaves the attribute
- * behind when it writes a lease of its own, and tells its writes apart by expiry alone. A lease
- * of such a release reads as `LEGACY_VERSION`: the attribute must then be absent.
- */
-const exactly = (
-  lease: LeaseRef & Partial<Pick<Lease, 'expiresAt'>>,
-  prefix: string,
-): { condition: string; values: Item } => {
-  const legacy = lease.version === LEGACY_VERSION;
-  const clauses = [
-    `leaseHolder = ${prefix}Holder`,
-    legacy ? 'attribute_not_exists(leaseVersion)' : `leaseVersion = ${prefix}Version`,
-    ...(lease.expiresAt === undefined ? [] : [`leaseExpiresAt = ${prefix}ExpiresAt`]),
-  ];
-  return {
-    condition: clauses.join(' AND '),
-    values: {
-      [`${prefix}Holder`]: { S: lease.holder },
-      ...(legacy ? {} : { [`${prefix}Version`]: { S: lease.version } }),
-      ...(lease.expiresAt === undefined
-        ? {}
-        : { [`${prefix}ExpiresAt`]: { N: String(lease.expiresAt) } }),
-    },
-  };
-};

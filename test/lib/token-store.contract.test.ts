@@ -5,12 +5,15 @@
  * returns). The core's tests are only as trustworthy as the fake is faithful: this suite is
  * what keeps it so.
  */
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { boundedClientConfig } from '../../lib/adapters/aws.js';
 import { DynamoDBTokenStore } from '../../lib/adapters/dynamodb-token-store.js';
 import { tokenDigest } from '../../lib/broker/index.js';
 import type { Lease, LeaseRef, LeaseRequest, TokenRecord, TokenStore } from '../../lib/ports.js';
 import { startAmazonDynamoDBLocal } from '../../local/amazon-dynamodb-local.js';
 import { ensureTable, localDynamoDBClient, startDynalite } from '../../local/dynamodb-local.js';
+import { startConflictingEndpoint } from '../support/conflicting-dynamodb.js';
 import { InMemoryTokenStore } from '../support/fakes.js';
 import { sweepExpired } from '../support/ttl-sweep.js';
 
@@ -35,6 +38,40 @@ const dynamoDBStore = async (endpoint: { url: string; close(): Promise<void> }) 
   };
 };
 
+/**
+ * The DynamoDB store on dynalite through a proxy that answers writes with replicated write
+ * conflicts (MRSC, issue 26: two, one or none per write, in turn), with the production client's
+ * limits (two attempts): the SDK's retry absorbs one conflict, the store's own retry the
+ * second, and the contract must read exactly as without them. No added latency.
+ */
+const conflictingStore = async (): Promise<StoreUnderTest> => {
+  const dynalite = await startDynalite();
+  const endpoint = await startConflictingEndpoint(dynalite.url);
+  const client = new DynamoDBClient({
+    ...boundedClientConfig(1_000),
+    endpoint: endpoint.url,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+  });
+  await ensureTable(client, 'token-store-contract');
+  const direct = localDynamoDBClient(dynalite.url);
+  return {
+    // The store's backoff shortened (the SDK's, 0-24 ms, stays): the same path, a quicker suite.
+    store: new DynamoDBTokenStore(client, 'token-store-contract', undefined, {
+      conflictRetry: { baseMs: 2, capMs: 4 },
+    }),
+    sweep: (nowSeconds: number) => sweepExpired(direct, 'token-store-contract', nowSeconds),
+    close: async () => {
+      // The proxy was in the path all along.
+      expect(endpoint.conflicts()).toBeGreaterThan(20);
+      client.destroy();
+      direct.destroy();
+      await endpoint.close();
+      await dynalite.close();
+    },
+  };
+};
+
 const implementations: [string, () => Promise<StoreUnderTest>][] = [
   [
     'in memory (the unit tests’ fake)',
@@ -49,6 +86,7 @@ const implementations: [string, () => Promise<StoreUnderTest>][] = [
   ],
   ['DynamoDB on dynalite', async () => dynamoDBStore(await startDynalite())],
   ['DynamoDB on DynamoDB Local', async () => dynamoDBStore(await startAmazonDynamoDBLocal())],
+  ['DynamoDB on dynalite, writes conflicting (MRSC)', conflictingStore],
 ];
 
 const record = (accessToken: string, expiresAt: number, connection: string): TokenRecord => ({
