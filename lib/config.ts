@@ -8,6 +8,7 @@ import {
   MAX_TIMING_SCALE,
   MIN_TIMING_SCALE,
   type ProtocolTiming,
+  protocolTiming,
   scaledTiming,
 } from './broker/timing/index.js';
 import { type ConnectionConfig, parseConnections } from './config/connections.js';
@@ -114,7 +115,15 @@ export const loadConfig = (env: Env): BrokerConfig => {
   const scale = decimal(env, 'BROKER_TIMING_SCALE', 1, MIN_TIMING_SCALE, MAX_TIMING_SCALE);
   const scaleProblem = timingScaleProblem(scale, env);
   if (scaleProblem) throw new ConfigError(scaleProblem);
-  const timing = scaledTiming(scale);
+  // The store's round-trip bound (`ProtocolTiming.stepWriteAllowanceMs`): the default suits a
+  // table in the function's region; a global table's stages set 150 (serverless.yml).
+  const storeRoundTripMs = env.BROKER_STORE_ROUND_TRIP_MS?.trim()
+    ? integer(env, 'BROKER_STORE_ROUND_TRIP_MS', 0, 5, 500)
+    : undefined;
+  const timing =
+    storeRoundTripMs === undefined
+      ? scaledTiming(scale)
+      : withStoreRoundTrip(scaledTiming(scale), storeRoundTripMs);
   // At most 100 s at the default timing: the 100 ms margin between a reader's proof and a POST
   // then covers a 0.1 % rate difference between two containers' clocks (docs/protocol.md,
   // assumptions); a scaled timing scales the cap with the margin.
@@ -145,4 +154,15 @@ export const loadConfig = (env: Env): BrokerConfig => {
     refreshAhead: oneOf(env, 'BROKER_REFRESH_AHEAD', ['background', 'off'], 'background'),
     timing,
   });
+};
+
+/** `timing` with the store's round-trip bound `ms`, or a `ConfigError` naming the relation it breaks. */
+const withStoreRoundTrip = (timing: ProtocolTiming, ms: number): ProtocolTiming => {
+  try {
+    return protocolTiming({ ...timing, stepWriteAllowanceMs: ms, maxStepWriteMs: ms });
+  } catch (error) {
+    throw new ConfigError(
+      `BROKER_STORE_ROUND_TRIP_MS (${ms}) does not fit the protocol's timing: ${(error as Error).message}`,
+    );
+  }
 };

@@ -523,6 +523,8 @@ describe('Template: a global stage in one of its regions (stage global, eu-west-
     // The table's name is the same in every region; the key's ARN is this region's copy.
     expect(env.BROKER_TABLE_NAME).toBe('token-broker-global-tokens');
     expect(env.BROKER_KMS_KEY_ID).toEqual(localKey);
+    // Its writes and strong reads cross regions: the protocol's store round-trip bound says so.
+    expect(env.BROKER_STORE_ROUND_TRIP_MS).toBe('150');
     expect(bySid('TokenTable')).toMatchObject({
       Action: [
         'dynamodb:GetItem',

@@ -17,14 +17,15 @@ const holds = (t: ProtocolTiming) => TIMING_RELATIONS.every((r) => r.slack(t) >=
 const drawn: fc.Arbitrary<ProtocolTiming> = fc
   .record({
     countdownStepMs: fc.integer({ min: 1, max: 600 }),
-    stepWriteAllowanceMs: fc.integer({ min: 15, max: 100 }),
+    stepWriteAllowanceMs: fc.integer({ min: 15, max: 300 }),
+    maxStepWriteSlack: fc.integer({ min: 0, max: 200 }),
     heartbeatSlack: fc.integer({ min: 0, max: 1_500 }),
     leaseSlack: fc.integer({ min: 0, max: 4_000 }),
     storeReserveMs: fc.integer({ min: 1, max: 800 }),
     minPostMs: fc.integer({ min: 1, max: 300 }),
     proofMarginMs: fc.integer({ min: 1, max: 200 }),
   })
-  .map(({ heartbeatSlack, leaseSlack, ...t }) => {
+  .map(({ heartbeatSlack, leaseSlack, maxStepWriteSlack, ...t }) => {
     const leaseHeartbeatMs = t.countdownStepMs + t.stepWriteAllowanceMs + heartbeatSlack;
     // The longest re-check the margin covers, and whose countdown a reader believes.
     const maxMemoryRecheckMs = Math.min(
@@ -36,6 +37,7 @@ const drawn: fc.Arbitrary<ProtocolTiming> = fc
       ...DEFAULT_TIMING,
       ...t,
       leaseHeartbeatMs,
+      maxStepWriteMs: Math.max(1, t.stepWriteAllowanceMs - maxStepWriteSlack),
       leaseMs: 2 * leaseHeartbeatMs + leaseSlack,
       maxMemoryRecheckMs,
       reuseMarginMs: t.proofMarginMs,

@@ -13,7 +13,7 @@ import type {
   TokenRecord,
   TokenStore,
 } from '../../ports.js';
-import { type RefreshSettings, timingOf } from '../timing/index.js';
+import { leaseTerm, type RefreshSettings, timingOf } from '../timing/index.js';
 import type { BrokerLogger } from '../types.js';
 
 export class LeaseTaker {
@@ -45,7 +45,13 @@ export class LeaseTaker {
     by: Deadline,
     terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replacing' | 'forced'>,
   ): Promise<LeaseAttempt> {
-    const durationMs = Math.min(by.leftMs(), timingOf(this.deps.settings).leaseMs);
+    // A lease that starts a countdown is renewed by its first step a step after its answer.
+    const { durationMs } = leaseTerm(
+      0,
+      by.leftMs(),
+      timingOf(this.deps.settings),
+      terms.countdown > 1,
+    );
     const request: LeaseRequest = {
       ...ours,
       leaseExpiresAt: this.deps.clock.now() + durationMs,

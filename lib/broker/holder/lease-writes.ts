@@ -27,7 +27,10 @@ export const writeLease = (state: HolderState, at: number, write: 'renew' | 'ste
   // Judged here too: a renewal that never came back must not keep the lease alive.
   if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
   const countdown = write === 'step' ? state.countdown - 1 : state.countdown;
-  const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at, timingOf(state.terms));
+  // Another step follows this one's answer by a step: a step to 1 too, once the flow waits at
+  // the fence (otherwise heartbeats renew the lease until it asks).
+  const counting = write === 'step' && (countdown > 1 || state.fenceAskedAt !== undefined);
+  const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at, timingOf(state.terms), counting);
   return {
     state: { ...state, writing: { write, countdown, durationMs, sentAt: at } },
     commands: [{ do: 'write-lease', write, countdown, durationMs }],

@@ -14,7 +14,7 @@
  * the write after it no longer fit before the deadline.
  */
 
-import { timingOf } from '../timing/index.js';
+import { leaseTerm, timingOf } from '../timing/index.js';
 import type {
   HolderCommand,
   HolderEvent,
@@ -45,7 +45,9 @@ export const initialState = (
   countdown: lease.countdown,
   version: lease.version,
   unanswered: undefined,
-  ownedUntil: lease.leasedAt + timingOf(terms).leaseMs,
+  // As long as the version written lasts (`leaseTerm`: a countdown's first version is short).
+  ownedUntil:
+    lease.leasedAt + leaseTerm(0, Infinity, timingOf(terms), lease.countdown > 1).durationMs,
   answeredAt: lease.answeredAt,
   writing: undefined,
   fenceAskedAt: undefined,

@@ -228,16 +228,33 @@ export const leaseNeedsMs = (countdown: number, timing: ProtocolTiming): number 
   countdown * timing.countdownStepMs + timing.minPostMs + timing.storeReserveMs;
 
 /**
+ * How long a lease version lasts while its holder counts down, ms: one step, two store round
+ * trips (the answer of this write, then the landing of the next, sent a step after that answer),
+ * and half a heartbeat of scheduling slack (a holder whose event loop runs up to that late keeps
+ * its lease): 850 ms for a table in the function's region, 1,050 ms for a global one.
+ * A holder that stops mid-countdown (frozen, cut off from the store with its region) is found
+ * stale this soon after a reader first saw the version, not a whole `leaseMs` later: readers
+ * near the countdown's end, whose proof is shorter than a lease, are held no longer than this
+ * (the isolated region of docs/multi-region.md). Liveness only: a takeover names exactly the
+ * version seen, and goes on from the countdown seen (I1, I2 hold whatever the duration).
+ */
+export const countingLeaseMs = (timing: ProtocolTiming): number =>
+  timing.countdownStepMs + 2 * timing.stepWriteAllowanceMs + timing.leaseHeartbeatMs / 2;
+
+/**
  * I1. The expiry (holder's wall clock) and duration of a lease version written at `sentAt`,
  * cut to the caller's deadline (given as time left, ms). A version never lasts longer than the
- * holder counts on it.
+ * holder counts on it. One followed by a countdown step (`counting`) lasts `countingLeaseMs`;
+ * any other (a renewal between heartbeats, a confirmation's grace aside) `leaseMs`.
  */
 export const leaseTerm = (
   sentAt: number,
   leftMs: number,
   timing: ProtocolTiming,
+  counting = false,
 ): { expiresAt: number; durationMs: number } => {
-  const durationMs = Math.max(0, Math.min(leftMs, timing.leaseMs));
+  const lasts = counting ? countingLeaseMs(timing) : timing.leaseMs;
+  const durationMs = Math.max(0, Math.min(leftMs, lasts));
   return { expiresAt: sentAt + durationMs, durationMs };
 };
 

@@ -61,7 +61,11 @@ export interface ProtocolTiming {
   readonly pollBaseMs: number;
   /** Polling a lease held elsewhere: the longest wait, ms. */
   readonly pollCapMs: number;
-  /** The most a reader counts per countdown step for the holder's lease write, ms. */
+  /**
+   * The most a reader counts per countdown step for the holder's lease write, ms: the store's
+   * stated round-trip bound (`stepWriteAllowanceMs`), so that an estimate made from a measured
+   * read is never stretched by one slow answer.
+   */
   readonly maxStepWriteMs: number;
   /**
    * Kept before the deadline for the read that ends a wait, ms (at least twice the last measured
@@ -79,7 +83,16 @@ export interface ProtocolTiming {
    * `deadlineOf`; the settings check counts it in the least timeout a refresh needs).
    */
   readonly answerMarginMs: number;
-  /** What a refresh's budget allows for each countdown step's lease write, ms. */
+  /**
+   * The store's round-trip bound, ms: the longest a lease write or a strongly consistent read is
+   * assumed to take. On a multi-Region strongly consistent table a write returns only once
+   * another region has it: 25-100 ms between the regions of one set (AWS publishes no figure;
+   * the chaos suite's three regions add 25, 70 and 95 ms), plus jitter. 150 ms covers both
+   * that and a region-local table (a few ms). What it sets: a refresh's budget per countdown
+   * step, the least function timeout, and how long a counting lease version lasts
+   * (`countingLeaseMs`). Safety never rests on it: a reader's proof runs from its read's send,
+   * and the holder paces its steps from each write's answer (docs/protocol.md, "Timing").
+   */
   readonly stepWriteAllowanceMs: number;
   /** Issuance duration assumed before one was measured, ms (two loopback-to-internet trips). */
   readonly defaultIssuanceMs: number;

@@ -5,7 +5,13 @@
  */
 import { describe, expect, it } from 'vitest';
 import { HeldLease, type HolderEffects, LeaseLost } from '../../../lib/broker/holder/held-lease.js';
-import { MIN_POST_MS, STORE_RESERVE_MS } from '../../../lib/broker/timing/index.js';
+import {
+  countingLeaseMs,
+  DEFAULT_TIMING,
+  LEASE_HEARTBEAT_MS,
+  MIN_POST_MS,
+  STORE_RESERVE_MS,
+} from '../../../lib/broker/timing/index.js';
 import { Deadline } from '../../../lib/clock.js';
 import type { LeaseRef, LeaseTerms, TokenStore } from '../../../lib/ports.js';
 import { caught, unexpected } from '../../support/errors.js';
@@ -63,10 +69,15 @@ describe('Class: HeldLease (the holder’s driver)', () => {
   it('I3: gives the lease up at the last moment a POST still fits, when a slow store keeps the countdown from the fence', async () => {
     const clock = new ManualClock(T0);
     const store = leaseStore(never); // the first step write never comes back
-    const lease = hold(store, clock, 3_000, 5);
+    // A deadline before the counting version lapses (countingLeaseMs): the last call comes first.
+    const deadlineMs = 800;
+    expect(deadlineMs).toBeLessThan(countingLeaseMs(DEFAULT_TIMING));
+    const lease = hold(store, clock, deadlineMs, 5);
     const fenced = lease.fence().then(unexpected, caught);
-    const lastCall = 3_000 - STORE_RESERVE_MS - MIN_POST_MS;
-    await clock.advance(lastCall - clock.monotonic() - 1);
+    const lastCall = deadlineMs - STORE_RESERVE_MS - MIN_POST_MS;
+    // A millisecond at a time: the holder's own step sleeps move this clock too.
+    while (clock.monotonic() < lastCall - 1) await clock.advance(1);
+    expect(clock.monotonic()).toBe(lastCall - 1);
     expect(lease.signal.aborted).toBe(false);
     expect(lease.state.name).toBe('counting');
     await clock.advance(1);
@@ -78,6 +89,22 @@ describe('Class: HeldLease (the holder’s driver)', () => {
     // The flow waiting at the fence is told at once: nothing is sent.
     expect(await fenced).toBeInstanceOf(LeaseLost);
     expect(store.writes.map((w) => w.countdown)).toEqual([4]);
+  });
+
+  it('I1 (liveness of the others): a countdown step that never comes back loses the lease when its version lapses, a counting lease (850 ms) after it was sent, not a whole lease (3 s)', async () => {
+    const clock = new ManualClock(T0);
+    const store = leaseStore(never);
+    const lease = hold(store, clock, 10_000, 5);
+    const fenced = lease.fence().then(unexpected, caught);
+    // Every write of a countdown lasts a counting lease: readers find it stale that soon too.
+    // A millisecond at a time: the holder's own step sleeps move this clock too.
+    while (clock.monotonic() < countingLeaseMs(DEFAULT_TIMING) + LEASE_HEARTBEAT_MS) {
+      await clock.advance(1);
+    }
+    expect(store.writes.map((w) => w.durationMs)).toEqual([countingLeaseMs(DEFAULT_TIMING)]);
+    expect(lease.state).toMatchObject({ name: 'lost', reason: 'Lease time ran out' });
+    expect(lease.signal.aborted).toBe(true);
+    expect(await fenced).toBeInstanceOf(LeaseLost);
   });
 
   // Survivor held-lease.ts:217–230: a refused countdown write must stop the flow there, not

@@ -28,7 +28,7 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
       ['started', ev('started', 100)],
       ['a step is due', ev('step-due', 250)],
       ['a step is due, the lease time ran out', ev('step-due', 3_000)],
-      ['the heartbeat is due (the steps renew the lease)', ev('heartbeat-due', 1_000)],
+      ['the heartbeat is due (the steps renew the lease)', ev('heartbeat-due', 500)],
       ['the heartbeat is due, the lease time ran out', ev('heartbeat-due', 3_000)],
       ['the flow asks for the fence', ev('fence-asked', 100)],
       ['the last call', ev('last-call', 9_600)],

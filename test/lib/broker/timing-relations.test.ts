@@ -9,6 +9,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { TokenBroker } from '../../../lib/broker/index.js';
 import {
+  countingLeaseMs,
   DEFAULT_TIMING,
   MAX_COUNTDOWN,
   type ProtocolTiming,
@@ -223,5 +224,36 @@ describe('ProtocolTiming: BROKER_TIMING_SCALE (the local runtime and tests only)
       'BROKER_TIMING_SCALE must be a number from 0.01 to 1',
     );
     expect(loadConfig({ ...env, BROKER_TIMING_SCALE: '1' }).timing).toBe(DEFAULT_TIMING);
+  });
+});
+
+describe('ProtocolTiming: BROKER_STORE_ROUND_TRIP_MS (a global table’s stages set 150)', () => {
+  const env = {
+    BROKER_TABLE_NAME: 'tokens',
+    BROKER_CONNECTIONS: JSON.stringify({
+      demo: { variant: 'v3', baseUrl: 'https://api.example.com', secretId: 'open-api/demo' },
+    }),
+  };
+
+  it('is the bound a refresh budgets per countdown step, and what a counting lease lasts on', () => {
+    const timing = loadConfig({ ...env, BROKER_STORE_ROUND_TRIP_MS: '150' }).timing;
+    expect(timing).toMatchObject({ stepWriteAllowanceMs: 150, maxStepWriteMs: 150 });
+    // One step, two cross-region round trips, half a heartbeat of scheduling slack.
+    expect(countingLeaseMs(timing)).toBe(1_050);
+    expect(countingLeaseMs(DEFAULT_TIMING)).toBe(850);
+  });
+
+  it('refuses a bound outside 5-500 ms, or one the timing cannot hold, naming the relation', () => {
+    expect(() => loadConfig({ ...env, BROKER_STORE_ROUND_TRIP_MS: '1000' })).toThrow(ConfigError);
+    // At a tenth of the timing, a 150 ms write no longer fits between two 100 ms heartbeats.
+    const local = {
+      ...env,
+      BROKER_TIMING_SCALE: '0.1',
+      AWS_ENDPOINT_URL_DYNAMODB: 'http://127.0.0.1:8123',
+      BROKER_STORE_ROUND_TRIP_MS: '150',
+    };
+    expect(() => loadConfig(local)).toThrow(
+      /^BROKER_STORE_ROUND_TRIP_MS \(150\) does not fit the protocol's timing: .*countdownStepMs \+ stepWriteAllowanceMs <= leaseHeartbeatMs/,
+    );
   });
 });
