@@ -172,7 +172,10 @@ export const decide = (o: Observation): Decision => {
     },
     timingOf(o.settings),
   );
-  return { do: 'wait', ms: Math.min(wait, readBy), lease, suspect: o.suspect };
+  // A holder that stopped (frozen, its region cut off) is found at the read after its version
+  // has stood for its duration: that read is not left to the jitter (liveness only).
+  const untilStale = o.staleInMs === undefined ? wait : Math.max(1, o.staleInMs + 1);
+  return { do: 'wait', ms: Math.min(wait, untilStale, readBy), lease, suspect: o.suspect };
 };
 
 const refuse = (error: Error): Decision => ({ do: 'refuse', error });

@@ -51,6 +51,11 @@ export interface Seen {
   readonly proofMs: number;
   /** The lease on it has not changed for its duration, as watched here. I1. */
   readonly leaseStale: boolean;
+  /**
+   * In how long (ms, monotonic) the lease would be stale here if no new version came: when a
+   * waiter reads again to find a holder that stopped (liveness only). None without a lease.
+   */
+  readonly staleInMs?: number | undefined;
 }
 
 export class ConnectionView {
@@ -86,7 +91,8 @@ export class ConnectionView {
   observe(connection: ConnectionConfig, state: TokenState, read: ReadSent, now: number): Seen {
     const { name } = connection;
     const { token, lease } = state;
-    const leaseStale = lease !== undefined && this.#leaseStale(name, lease, now);
+    const staleInMs = lease === undefined ? undefined : this.#staleInMs(name, lease, now);
+    const leaseStale = staleInMs !== undefined && staleInMs <= 0;
     const valid = token && token.expiresAt > now ? token : undefined;
     // Where the upstream does not revoke on re-issue, a replacement harms nobody.
     const announced = connection.revokesOnReissue ? lease : undefined;
@@ -100,7 +106,7 @@ export class ConnectionView {
           digest: valid.tokenDigest,
           at: this.clock.monotonic(),
         });
-      return { valid, suspect, proofMs: 0, leaseStale };
+      return { valid, suspect, proofMs: 0, leaseStale, staleInMs };
     }
     const proof = proofMs(valid, announced, this.settings);
     this.#keep({
@@ -111,7 +117,7 @@ export class ConnectionView {
       lease: announced,
       ...(state.reported ? { reported: true } : {}),
     });
-    return { valid, suspect, proofMs: proof, leaseStale };
+    return { valid, suspect, proofMs: proof, leaseStale, staleInMs };
   }
 
   /**
@@ -274,16 +280,18 @@ export class ConnectionView {
    * container need not wait out a lease nobody renews. A version new here is recorded (an
    * event), and is not stale.
    */
-  #leaseStale(name: string, lease: Lease, now: number): boolean {
-    if (lease.expiresAt + this.timing.skewToleranceMs < now) return true;
+  /** In how long `lease` is stale here (I1: its version unchanged for its duration): <= 0 once it is. */
+  #staleInMs(name: string, lease: Lease, now: number): number {
+    if (lease.expiresAt + this.timing.skewToleranceMs < now) return 0;
     const seenFor = this.#states.get(name)?.leaseSeenFor(lease, this.clock.monotonic());
-    if (seenFor !== undefined) return seenFor >= lease.durationMs;
+    if (seenFor !== undefined) return lease.durationMs - seenFor;
     this.apply(name, {
       type: 'lease-seen',
       lease,
       at: { wall: now, monotonic: this.clock.monotonic() },
     });
-    return false;
+    // A duration of 0 is stale at the second sight, not at the first.
+    return Math.max(1, lease.durationMs);
   }
 
   /** Now, on both clocks. */

@@ -70,6 +70,20 @@ const observe = (o: Partial<Observation> & Pick<Observation, 'state'>): Observat
 
 describe('Function: decide (the observer)', () => {
   const fresh = token('fresh', T0 + 600_000);
+  it('wakes a waiter when the lease it waits on would turn stale, not at the jitter or the countdown’s end (a holder whose region was cut off is found at once; liveness)', () => {
+    // A suspect token under a countdown of 12 (2.75 s left of it), a version seen 800 ms ago
+    // that lasts 1,050: the read that finds it stale is due in 250 ms.
+    const waiting = observe({
+      state: { token: undefined, lease: lease(12, { durationMs: 1_050 }) },
+      staleInMs: 250,
+    });
+    expect(decide(waiting)).toMatchObject({ do: 'wait', ms: 251 });
+    // Without a lease watched, the jitter and the countdown decide as before.
+    const unwatched = decide({ ...waiting, staleInMs: undefined });
+    expect(unwatched).toMatchObject({ do: 'wait' });
+    expect(unwatched.do === 'wait' && unwatched.ms).toBeGreaterThan(2_000);
+  });
+
   it.each<[string, Observation, Decision['do']]>([
     [
       'serves a valid token with no lease, read in time',
