@@ -176,6 +176,50 @@ describe('Bundle: dist/broker/index.mjs loaded like Lambda loads it', () => {
   });
 });
 
+describe('Bundle: what its cold start loads (issue 25)', () => {
+  it('registers its extension without the platform fetch (undici is not loaded at init)', () => {
+    // A loopback Extensions API, the bundle imported with AWS_LAMBDA_RUNTIME_API pointing at it;
+    // every fetch call is counted.
+    const script = `
+      import { createServer } from 'node:http';
+      const real = globalThis.fetch;
+      let fetches = 0;
+      globalThis.fetch = (...args) => { fetches += 1; return real(...args); };
+      let registered = 0;
+      const server = createServer((req, res) => {
+        if (req.url.endsWith('/extension/register')) {
+          registered += 1;
+          res.writeHead(200, { 'Lambda-Extension-Identifier': 'ext-1' }).end('{}');
+        } // event/next: held
+      });
+      await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+      process.env.AWS_LAMBDA_RUNTIME_API = '127.0.0.1:' + server.address().port;
+      await import(process.argv[1]);
+      console.log(JSON.stringify({ registered, fetches }));
+      process.exit(0);`;
+    const output = execFileSync(
+      process.execPath,
+      ['--input-type=module', '-e', script, `file://${build.bundle}`],
+      {
+        env: {
+          PATH: process.env.PATH ?? '',
+          AWS_REGION: 'us-east-1',
+          BROKER_TABLE_NAME: 'tokens',
+          BROKER_CONNECTIONS: JSON.stringify({
+            sandbox: { variant: 'v3', baseUrl: 'https://api.example.com', secretId: 's' },
+          }),
+          POWERTOOLS_LOG_LEVEL: 'ERROR',
+        },
+        encoding: 'utf8',
+      },
+    );
+    expect(JSON.parse(output.trim().split('\n').pop() ?? '{}')).toEqual({
+      registered: 1,
+      fetches: 0,
+    });
+  });
+});
+
 describe('Local runtime: npm start', () => {
   let child: ChildProcess;
   let url = '';
