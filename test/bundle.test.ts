@@ -6,7 +6,7 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTokenClient, UnknownConnectionError } from '../client/src/index.js';
@@ -177,6 +177,35 @@ describe('Bundle: dist/broker/index.mjs loaded like Lambda loads it', () => {
 });
 
 describe('Bundle: what its cold start loads (issue 25)', () => {
+  /** The files the runtime's import of index.mjs loads: it and its static imports, transitively. */
+  const loadedAtInit = (entry: string): Map<string, string> => {
+    const files = new Map<string, string>();
+    const visit = (file: string) => {
+      if (files.has(file)) return;
+      const text = readFileSync(file, 'utf8');
+      files.set(file, text);
+      // Static imports and re-exports only: `import("./x.mjs")` is loaded on first use.
+      for (const [, path] of text.matchAll(
+        /\b(?:import|export)\s*(?:[^"'();]*?\bfrom\s*)?["'](\.\.?\/[^"']+)["']/g,
+      )) {
+        visit(join(dirname(file), String(path)));
+      }
+    };
+    visit(entry);
+    return files;
+  };
+
+  it('leaves out of init what only issuing, probing or encrypting needs', () => {
+    const init = [...loadedAtInit(build.bundle).values()].join('\n');
+    // The DynamoDB client serves a cold start's first token: it is there.
+    expect(init).toContain('com.amazonaws.dynamodb');
+    // Loaded on first use (lib/adapters/aws.ts), each a file of its own that init never parses.
+    expect(init).not.toContain('com.amazonaws.kms');
+    expect(init).not.toContain('com.amazonaws.secretsmanager');
+    // The upstream client's resilience library (cockatiel).
+    expect(init).not.toContain('Execution prevented because the circuit breaker is open');
+  });
+
   it('registers its extension without the platform fetch (undici is not loaded at init)', () => {
     // A loopback Extensions API, the bundle imported with AWS_LAMBDA_RUNTIME_API pointing at it;
     // every fetch call is counted.
