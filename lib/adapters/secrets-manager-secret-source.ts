@@ -3,7 +3,10 @@
  * each value for `maxAgeSeconds`). The SecretString must be JSON `{ clientId, clientSecret }`.
  */
 import { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets';
-import { SecretsManagerClient, type SecretsManagerClientConfig } from '@aws-sdk/client-secrets-manager';
+import {
+  SecretsManagerClient,
+  type SecretsManagerClientConfig,
+} from '@aws-sdk/client-secrets-manager';
 import { type Clock, systemClock } from '../clock.js';
 import { printable, SecretUnavailableError } from '../errors.js';
 import type { ClientCredentials, SecretSource } from '../ports.js';
