@@ -24,14 +24,15 @@ const common = {
 };
 
 /**
- * The broker's entry imports `lib/adapters/ssm-connections.js` only when it is needed; in the
- * bundle that import stays an import, of the file built beside it (docs/adr/0003).
+ * The broker's init (functions/broker/init.ts, a chunk in chunks/) imports
+ * `lib/adapters/ssm-connections.js` only when it is needed; in the bundle that import stays an
+ * import, of the file built beside index.mjs (docs/adr/0003), one directory up from the chunk.
  */
 const besideTheBundle = {
   name: 'ssm-connections-beside-the-bundle',
   setup(build) {
     build.onResolve({ filter: /\/ssm-connections\.js$/ }, () => ({
-      path: './ssm-connections.mjs',
+      path: '../ssm-connections.mjs',
       external: true,
     }));
   },

@@ -177,19 +177,22 @@ describe('Bundle: dist/broker/index.mjs loaded like Lambda loads it', () => {
 });
 
 describe('Bundle: what its cold start loads (issue 25)', () => {
-  /** The files the runtime's import of index.mjs loads: it and its static imports, transitively. */
+  /**
+   * The files the runtime's import of index.mjs loads: it, what it imports (the entry's own
+   * dynamic import is init's: functions/broker/index.ts), and their static imports, transitively.
+   * Dynamic imports inside chunks are loaded on first use.
+   */
   const loadedAtInit = (entry: string): Map<string, string> => {
     const files = new Map<string, string>();
     const visit = (file: string) => {
       if (files.has(file)) return;
       const text = readFileSync(file, 'utf8');
       files.set(file, text);
-      // Static imports and re-exports only: `import("./x.mjs")` is loaded on first use.
-      for (const [, path] of text.matchAll(
-        /\b(?:import|export)\s*(?:[^"'();]*?\bfrom\s*)?["'](\.\.?\/[^"']+)["']/g,
-      )) {
-        visit(join(dirname(file), String(path)));
-      }
+      const imports = [
+        ...text.matchAll(/\b(?:import|export)\s*(?:[^"'();]*?\bfrom\s*)?["'](\.\.?\/[^"']+)["']/g),
+        ...(file === entry ? text.matchAll(/\bimport\(\s*["'](\.\.?\/[^"']+)["']\s*\)/g) : []),
+      ];
+      for (const [, path] of imports) visit(join(dirname(file), String(path)));
     };
     visit(entry);
     return files;

@@ -52,6 +52,8 @@ export interface AfterResponseDeps {
   readonly log: { warn(message: string, fields: Record<string, unknown>): void };
   /** How the API is called: node:http unless given (tests give a `fetch`). */
   readonly fetch?: ApiSend;
+  /** The registration, when sent already (`startRegistration`); otherwise it is sent here. */
+  readonly registration?: Registration | undefined;
 }
 
 /** The parts of a `fetch` response the extension reads. */
@@ -103,36 +105,53 @@ const httpSend: ApiSend = (url, init = {}) =>
 const EXTENSION_NAME = 'token-broker-after-response';
 const BASE = '2020-01-01/extension';
 
+/** The answer to `POST /register`: the extension's identifier, or why there is none. */
+export type Registration = Promise<
+  { readonly id: string } | { readonly id?: undefined; readonly problem: Record<string, unknown> }
+>;
+
 /**
- * Registers the internal extension (at init: a module's top-level await) and runs its loop in
- * the background. Returns whether it registered: false outside Lambda, or when the API refuses.
+ * Sends the registration (`POST /register`) and returns its answer to come; never rejects.
+ * Undefined without a Runtime API (not in Lambda). The entry sends it before it loads the rest of
+ * init, so that its round trip overlaps that work (issue 25).
+ */
+export const startRegistration = (
+  runtimeApi: string | undefined,
+  send: ApiSend = httpSend,
+): Registration | undefined => {
+  if (!runtimeApi) return undefined;
+  return send(`http://${runtimeApi}/${BASE}/register`, {
+    method: 'POST',
+    headers: { 'Lambda-Extension-Name': EXTENSION_NAME, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ events: ['INVOKE'] }),
+  }).then(
+    (response) => {
+      const id = response.ok ? response.headers.get('Lambda-Extension-Identifier') : null;
+      return id ? { id } : { problem: { status: response.status } };
+    },
+    (error: unknown) => ({ problem: { error: { name: (error as Error)?.name } } }),
+  );
+};
+
+/**
+ * Registers the internal extension (at init: a module's top-level await), or takes the answer
+ * of a registration sent already, and runs its loop in the background. Returns whether it
+ * registered: false outside Lambda, or when the API refuses.
  */
 export const registerAfterResponse = async (deps: AfterResponseDeps): Promise<boolean> => {
-  const { runtimeApi, log } = deps;
   const send = deps.fetch ?? httpSend;
-  if (!runtimeApi) return false;
-  let id: string | null;
-  try {
-    const response = await send(`http://${runtimeApi}/${BASE}/register`, {
-      method: 'POST',
-      headers: { 'Lambda-Extension-Name': EXTENSION_NAME, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ events: ['INVOKE'] }),
-    });
-    id = response.ok ? response.headers.get('Lambda-Extension-Identifier') : null;
-    if (!id) {
-      log.warn('Extension not registered: refresh ahead waits for the next invocation', {
-        status: response.status,
-      });
-      return false;
-    }
-  } catch (error) {
-    log.warn('Extension not registered: refresh ahead waits for the next invocation', {
-      error: { name: (error as Error)?.name },
-    });
+  const registration = deps.registration ?? startRegistration(deps.runtimeApi, send);
+  if (!registration) return false;
+  const answer = await registration;
+  if (answer.id === undefined) {
+    deps.log.warn(
+      'Extension not registered: refresh ahead waits for the next invocation',
+      answer.problem,
+    );
     return false;
   }
   deps.invocations.watched = true;
-  void loop(deps, send, id);
+  void loop(deps, send, answer.id);
   return true;
 };
 
