@@ -24,14 +24,15 @@ const common = {
 };
 
 /**
- * The broker's entry imports `lib/adapters/ssm-connections.js` only when it is needed; in the
- * bundle that import stays an import, of the file built beside it.
+ * The broker's init (functions/broker/init.ts, a chunk in chunks/) imports
+ * `lib/adapters/ssm-connections.js` only when it is needed; in the bundle that import stays an
+ * import, of the file built beside index.mjs (docs/adr/0003), one directory up from the chunk.
  */
 const besideTheBundle = {
   name: 'ssm-connections-beside-the-bundle',
   setup(build) {
     build.onResolve({ filter: /\/ssm-connections\.js$/ }, () => ({
-      path: './ssm-connections.mjs',
+      path: '../ssm-connections.mjs',
       external: true,
     }));
   },
@@ -47,10 +48,18 @@ for (const piece of only) {
 for (const piece of only) await rm(`${outdir}/${piece}`, { recursive: true, force: true });
 
 if (only.has('broker')) {
+  // index.mjs and the chunks it imports (issue 25, docs/adr/0018): a cold start parses only what
+  // serving a token from DynamoDB needs. What the broker imports dynamically (the KMS and
+  // Secrets Manager clients, the upstream client and its resilience library) is a chunk of its
+  // own in chunks/, loaded and parsed on first use only. Code that the entry shares with such a
+  // chunk is in chunks too, imported by index.mjs.
   await build({
     ...common,
-    entryPoints: ['functions/broker/index.ts'],
-    outfile: `${outdir}/broker/index.mjs`,
+    entryPoints: { index: 'functions/broker/index.ts' },
+    outdir: `${outdir}/broker`,
+    outExtension: { '.js': '.mjs' },
+    splitting: true,
+    chunkNames: 'chunks/[name]-[hash]',
     minify: true,
     plugins: [besideTheBundle],
   });

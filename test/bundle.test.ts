@@ -6,7 +6,7 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTokenClient, UnknownConnectionError } from '../client/src/index.js';
@@ -173,6 +173,82 @@ describe('Bundle: dist/broker/index.mjs loaded like Lambda loads it', () => {
     await expect(runBundle(env, [])).rejects.toThrow(
       'BROKER_CONNECTIONS: connection "production", field "baseUrl": must use https://',
     );
+  });
+});
+
+describe('Bundle: what its cold start loads (issue 25)', () => {
+  /**
+   * The files the runtime's import of index.mjs loads: it, what it imports (the entry's own
+   * dynamic import is init's: functions/broker/index.ts), and their static imports, transitively.
+   * Dynamic imports inside chunks are loaded on first use.
+   */
+  const loadedAtInit = (entry: string): Map<string, string> => {
+    const files = new Map<string, string>();
+    const visit = (file: string) => {
+      if (files.has(file)) return;
+      const text = readFileSync(file, 'utf8');
+      files.set(file, text);
+      const imports = [
+        ...text.matchAll(/\b(?:import|export)\s*(?:[^"'();]*?\bfrom\s*)?["'](\.\.?\/[^"']+)["']/g),
+        ...(file === entry ? text.matchAll(/\bimport\(\s*["'](\.\.?\/[^"']+)["']\s*\)/g) : []),
+      ];
+      for (const [, path] of imports) visit(join(dirname(file), String(path)));
+    };
+    visit(entry);
+    return files;
+  };
+
+  it('leaves out of init what only issuing, probing or encrypting needs', () => {
+    const init = [...loadedAtInit(build.bundle).values()].join('\n');
+    // The DynamoDB client serves a cold start's first token: it is there.
+    expect(init).toContain('com.amazonaws.dynamodb');
+    // Loaded on first use (lib/adapters/aws.ts), each a file of its own that init never parses.
+    expect(init).not.toContain('com.amazonaws.kms');
+    expect(init).not.toContain('com.amazonaws.secretsmanager');
+    // The upstream client's resilience library (cockatiel).
+    expect(init).not.toContain('Execution prevented because the circuit breaker is open');
+  });
+
+  it('registers its extension without the platform fetch (undici is not loaded at init)', () => {
+    // A loopback Extensions API, the bundle imported with AWS_LAMBDA_RUNTIME_API pointing at it;
+    // every fetch call is counted.
+    const script = `
+      import { createServer } from 'node:http';
+      const real = globalThis.fetch;
+      let fetches = 0;
+      globalThis.fetch = (...args) => { fetches += 1; return real(...args); };
+      let registered = 0;
+      const server = createServer((req, res) => {
+        if (req.url.endsWith('/extension/register')) {
+          registered += 1;
+          res.writeHead(200, { 'Lambda-Extension-Identifier': 'ext-1' }).end('{}');
+        } // event/next: held
+      });
+      await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+      process.env.AWS_LAMBDA_RUNTIME_API = '127.0.0.1:' + server.address().port;
+      await import(process.argv[1]);
+      console.log(JSON.stringify({ registered, fetches }));
+      process.exit(0);`;
+    const output = execFileSync(
+      process.execPath,
+      ['--input-type=module', '-e', script, `file://${build.bundle}`],
+      {
+        env: {
+          PATH: process.env.PATH ?? '',
+          AWS_REGION: 'us-east-1',
+          BROKER_TABLE_NAME: 'tokens',
+          BROKER_CONNECTIONS: JSON.stringify({
+            sandbox: { variant: 'v3', baseUrl: 'https://api.example.com', secretId: 's' },
+          }),
+          POWERTOOLS_LOG_LEVEL: 'ERROR',
+        },
+        encoding: 'utf8',
+      },
+    );
+    expect(JSON.parse(output.trim().split('\n').pop() ?? '{}')).toEqual({
+      registered: 1,
+      fetches: 0,
+    });
   });
 });
 

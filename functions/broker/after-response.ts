@@ -11,7 +11,14 @@
  * /2020-01-01/extension/event/next` with `Lambda-Extension-Identifier`, one event at a time.
  * An internal extension registers for INVOKE only; at shutdown Lambda sends the runtime
  * SIGTERM (with an extension registered), which `onShutdown` answers.
+ *
+ * The API is called over node:http, not the platform `fetch`: the first `fetch` of a process
+ * loads undici, which cost the cold start about 15 ms of init (issue 25), and node:http is loaded
+ * already (the AWS SDK's HTTP handler). Each call has a connection of its own and no timeout, as
+ * the runtime's own calls (local/lambda-env/bootstrap.ts): the `next` long poll may wait for
+ * minutes.
  */
+import { request } from 'node:http';
 
 /** Invocations whose handler has not returned yet, by request id. */
 export class Invocations {
@@ -43,48 +50,113 @@ export interface AfterResponseDeps {
   readonly idle: () => Promise<void>;
   readonly invocations: Invocations;
   readonly log: { warn(message: string, fields: Record<string, unknown>): void };
-  readonly fetch?: typeof fetch;
+  /** How the API is called: node:http unless given (tests give a `fetch`). */
+  readonly fetch?: ApiSend;
+  /** The registration, when sent already (`startRegistration`); otherwise it is sent here. */
+  readonly registration?: Registration | undefined;
 }
+
+/** The parts of a `fetch` response the extension reads. */
+interface ApiResponse {
+  readonly ok: boolean;
+  readonly status: number;
+  readonly headers: { get(name: string): string | null };
+  json(): Promise<unknown>;
+}
+
+/** A `fetch`-shaped call of the Extensions API (`fetch` itself is one). */
+export type ApiSend = (
+  url: string,
+  init?: { method?: string; headers?: Record<string, string>; body?: string },
+) => Promise<ApiResponse>;
+
+/** One request over node:http, its connection its own; the body read whole. */
+const httpSend: ApiSend = (url, init = {}) =>
+  new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      { method: init.method ?? 'GET', headers: init.headers ?? {}, agent: false },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('error', reject);
+        res.on('end', () => {
+          const status = res.statusCode ?? 0;
+          const text = Buffer.concat(chunks).toString('utf8');
+          resolve({
+            ok: status >= 200 && status < 300,
+            status,
+            headers: {
+              get: (name) => {
+                const value = res.headers[name.toLowerCase()];
+                if (value === undefined) return null;
+                return Array.isArray(value) ? value.join(', ') : value;
+              },
+            },
+            json: async () => JSON.parse(text) as unknown,
+          });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(init.body);
+  });
 
 const EXTENSION_NAME = 'token-broker-after-response';
 const BASE = '2020-01-01/extension';
 
+/** The answer to `POST /register`: the extension's identifier, or why there is none. */
+export type Registration = Promise<
+  { readonly id: string } | { readonly id?: undefined; readonly problem: Record<string, unknown> }
+>;
+
 /**
- * Registers the internal extension (at init: a module's top-level await) and runs its loop in
- * the background. Returns whether it registered: false outside Lambda, or when the API refuses.
+ * Sends the registration (`POST /register`) and returns its answer to come; never rejects.
+ * Undefined without a Runtime API (not in Lambda). The entry sends it before it loads the rest of
+ * init, so that its round trip overlaps that work (issue 25).
+ */
+export const startRegistration = (
+  runtimeApi: string | undefined,
+  send: ApiSend = httpSend,
+): Registration | undefined => {
+  if (!runtimeApi) return undefined;
+  return send(`http://${runtimeApi}/${BASE}/register`, {
+    method: 'POST',
+    headers: { 'Lambda-Extension-Name': EXTENSION_NAME, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ events: ['INVOKE'] }),
+  }).then(
+    (response) => {
+      const id = response.ok ? response.headers.get('Lambda-Extension-Identifier') : null;
+      return id ? { id } : { problem: { status: response.status } };
+    },
+    (error: unknown) => ({ problem: { error: { name: (error as Error)?.name } } }),
+  );
+};
+
+/**
+ * Registers the internal extension (at init: a module's top-level await), or takes the answer
+ * of a registration sent already, and runs its loop in the background. Returns whether it
+ * registered: false outside Lambda, or when the API refuses.
  */
 export const registerAfterResponse = async (deps: AfterResponseDeps): Promise<boolean> => {
-  const { runtimeApi, log } = deps;
-  const send = deps.fetch ?? fetch;
-  if (!runtimeApi) return false;
-  let id: string | null;
-  try {
-    const response = await send(`http://${runtimeApi}/${BASE}/register`, {
-      method: 'POST',
-      headers: { 'Lambda-Extension-Name': EXTENSION_NAME, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ events: ['INVOKE'] }),
-    });
-    id = response.ok ? response.headers.get('Lambda-Extension-Identifier') : null;
-    await response.body?.cancel();
-    if (!id) {
-      log.warn('Extension not registered: refresh ahead waits for the next invocation', {
-        status: response.status,
-      });
-      return false;
-    }
-  } catch (error) {
-    log.warn('Extension not registered: refresh ahead waits for the next invocation', {
-      error: { name: (error as Error)?.name },
-    });
+  const send = deps.fetch ?? httpSend;
+  const registration = deps.registration ?? startRegistration(deps.runtimeApi, send);
+  if (!registration) return false;
+  const answer = await registration;
+  if (answer.id === undefined) {
+    deps.log.warn(
+      'Extension not registered: refresh ahead waits for the next invocation',
+      answer.problem,
+    );
     return false;
   }
   deps.invocations.watched = true;
-  void loop(deps, send, id);
+  void loop(deps, send, answer.id);
   return true;
 };
 
 /** One event at a time: after an INVOKE, asks for the next only once its work has ended. */
-const loop = async (deps: AfterResponseDeps, send: typeof fetch, id: string): Promise<void> => {
+const loop = async (deps: AfterResponseDeps, send: ApiSend, id: string): Promise<void> => {
   let failures = 0;
   for (;;) {
     let event: { eventType?: string; requestId?: string };
@@ -95,8 +167,8 @@ const loop = async (deps: AfterResponseDeps, send: typeof fetch, id: string): Pr
       event = (await response.json()) as typeof event;
       failures = 0;
     } catch (error) {
-      // A long poll the HTTP client gave up on (fetch stops waiting for headers after 300 s of
-      // an environment left running) is asked again; an API that is gone ends the loop.
+      // A poll that failed (a connection reset; a `fetch` given in tests stops waiting for
+      // headers after 300 s) is asked again; an API that is gone ends the loop.
       failures += 1;
       if (failures >= MAX_FAILURES) {
         deps.log.warn('Extension event loop ended', { error: { name: (error as Error)?.name } });

@@ -48,28 +48,25 @@ export const createAwsBroker = (
   clients: AwsClients = {},
 ): TokenBroker => {
   // Secrets are needed only to issue a token, never to serve one from DynamoDB: the Secrets
-  // Manager client is loaded on the first issuance, keeping it out of the cold start. In the
-  // single-file bundle, esbuild turns these dynamic imports into lazily-initialised modules.
+  // Manager client is loaded on the first issuance, keeping it out of the cold start. These
+  // dynamic imports name this project's own modules (which import the SDK clients statically):
+  // in the bundle each is a chunk that a cold start neither loads nor parses (issue 25).
   const bounded = boundedClientConfig(config.awsTimeoutMs);
-  const secrets = lazySecretSource(async () => {
-    const [{ SecretsProvider }, { SecretsManagerClient }, { SecretsManagerSecretSource }] =
-      await Promise.all([
-        import('@aws-lambda-powertools/parameters/secrets'),
-        import('@aws-sdk/client-secrets-manager'),
-        import('./secrets-manager-secret-source.js'),
-      ]);
-    const provider = new SecretsProvider({
-      awsSdkV3Client: clients.secretsManager ?? new SecretsManagerClient(bounded),
-    });
-    return new SecretsManagerSecretSource(provider, config.secretMaxAgeSeconds, {
-      staleMaxSeconds: config.secretStaleMaxSeconds,
-      onStale: (secretId, reason) =>
-        logger.warn('Secrets Manager unavailable; using the last secret read', {
-          secretId,
-          reason,
-        }),
-    });
-  });
+  const secrets = lazySecretSource(async () =>
+    (await import('./secrets-manager-secret-source.js')).secretsManagerSecretSource(
+      bounded,
+      clients.secretsManager,
+      config.secretMaxAgeSeconds,
+      {
+        staleMaxSeconds: config.secretStaleMaxSeconds,
+        onStale: (secretId, reason) =>
+          logger.warn('Secrets Manager unavailable; using the last secret read', {
+            secretId,
+            reason,
+          }),
+      },
+    ),
+  );
   const { kmsKeyId } = config;
   if (!kmsKeyId) {
     logger.warn(
@@ -78,13 +75,9 @@ export const createAwsBroker = (
   }
   // Loaded on the first read or write of a token, not at cold start.
   const cipher = kmsKeyId
-    ? lazyCipher(async () => {
-        const [{ KMSClient }, { KmsTokenCipher }] = await Promise.all([
-          import('@aws-sdk/client-kms'),
-          import('./kms-token-cipher.js'),
-        ]);
-        return new KmsTokenCipher(new KMSClient(bounded), kmsKeyId);
-      })
+    ? lazyCipher(async () =>
+        (await import('./kms-token-cipher.js')).kmsTokenCipher(bounded, kmsKeyId),
+      )
     : undefined;
   // The upstream client (and its resilience library) is needed only to issue a token, or to
   // probe a reported one: one client for both, built on first use.
@@ -134,8 +127,8 @@ export const createAwsBroker = (
 
 /**
  * Builds a dependency on first use, once (concurrent first uses share the build). The modules
- * it imports dynamically stay out of the cold start: esbuild keeps them lazily initialised inside
- * the single-file bundle.
+ * it imports dynamically stay out of the cold start: in the bundle they are chunks of their own
+ * (scripts/build.mjs), loaded on first use.
  */
 const onFirstUse = <T>(load: () => Promise<T>): (() => Promise<T>) => {
   let value: Promise<T> | undefined;

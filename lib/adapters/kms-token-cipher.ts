@@ -10,7 +10,8 @@ import {
   DecryptCommand,
   GenerateDataKeyCommand,
   InvalidCiphertextException,
-  type KMSClient,
+  KMSClient,
+  type KMSClientConfig,
 } from '@aws-sdk/client-kms';
 import { type Clock, systemClock } from '../clock.js';
 import type { SealedToken, TokenCipher } from '../ports.js';
@@ -118,3 +119,10 @@ export class KmsTokenCipher implements TokenCipher {
     }
   }
 }
+
+/**
+ * The cipher on a KMS client of its own. `lib/adapters/aws.ts` imports this module on the first
+ * read or write of a token, so the KMS client is loaded then, in the bundle a chunk of its own.
+ */
+export const kmsTokenCipher = (clientConfig: KMSClientConfig, kmsKeyId: string): KmsTokenCipher =>
+  new KmsTokenCipher(new KMSClient(clientConfig), kmsKeyId);

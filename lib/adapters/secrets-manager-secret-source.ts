@@ -2,7 +2,11 @@
  * {@link SecretSource} on AWS Secrets Manager, through Powertools' SecretsProvider (which caches
  * each value for `maxAgeSeconds`). The SecretString must be JSON `{ clientId, clientSecret }`.
  */
-import type { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets';
+import { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets';
+import {
+  SecretsManagerClient,
+  type SecretsManagerClientConfig,
+} from '@aws-sdk/client-secrets-manager';
 import { type Clock, systemClock } from '../clock.js';
 import { printable, SecretUnavailableError } from '../errors.js';
 import type { ClientCredentials, SecretSource } from '../ports.js';
@@ -104,3 +108,20 @@ export const parseCredentials = (raw: unknown, secretId: string): ClientCredenti
   }
   return { clientId: record.clientId as string, clientSecret: record.clientSecret as string };
 };
+
+/**
+ * The source on a Secrets Manager client of its own (or `client`, in tests). `lib/adapters/aws.ts`
+ * imports this module on the first issuance, so the client and Powertools' provider are loaded
+ * then, in the bundle a chunk of their own.
+ */
+export const secretsManagerSecretSource = (
+  clientConfig: SecretsManagerClientConfig,
+  client: SecretsManagerClient | undefined,
+  maxAgeSeconds: number,
+  stale: StaleSecretOptions,
+): SecretsManagerSecretSource =>
+  new SecretsManagerSecretSource(
+    new SecretsProvider({ awsSdkV3Client: client ?? new SecretsManagerClient(clientConfig) }),
+    maxAgeSeconds,
+    stale,
+  );

@@ -7,7 +7,11 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Invocations, registerAfterResponse } from '../../functions/broker/after-response.js';
+import {
+  Invocations,
+  registerAfterResponse,
+  startRegistration,
+} from '../../functions/broker/after-response.js';
 
 interface FakeApi {
   readonly address: string;
@@ -108,6 +112,60 @@ describe('Function: registerAfterResponse', () => {
     expect(api.registrations).toEqual([
       { name: 'token-broker-after-response', events: ['INVOKE'] },
     ]);
+  });
+
+  it('takes the answer of a registration the entry sent already, and sends none of its own', async () => {
+    api = await fakeApi();
+    const registration = startRegistration(api.address); // the entry, before the rest of init
+    const registered = await registerAfterResponse({
+      runtimeApi: api.address,
+      registration,
+      idle: async () => {},
+      invocations: new Invocations(),
+      log,
+    });
+    expect(registered).toBe(true);
+    expect(api.registrations).toHaveLength(1);
+    await settle();
+    expect(api.nexts).toBe(1);
+  });
+
+  it('warns and registers nothing when the API refuses, or cannot be reached', async () => {
+    const refusing = createServer((_req, res) => void res.writeHead(403).end('{}'));
+    await new Promise<void>((resolve) => refusing.listen(0, '127.0.0.1', resolve));
+    const { port } = refusing.address() as AddressInfo;
+    const warnings: [string, Record<string, unknown>][] = [];
+    const invocations = new Invocations();
+    const deps = {
+      idle: async () => {},
+      invocations,
+      log: {
+        warn: (message: string, fields: Record<string, unknown>) =>
+          void warnings.push([message, fields]),
+      },
+    };
+    try {
+      expect(await registerAfterResponse({ ...deps, runtimeApi: `127.0.0.1:${port}` })).toBe(false);
+    } finally {
+      refusing.close();
+    }
+    // Nothing listens on port 9 (discard) here: the connection is refused.
+    const unreachable = startRegistration('127.0.0.1:9');
+    expect(
+      await registerAfterResponse({
+        ...deps,
+        runtimeApi: '127.0.0.1:9',
+        registration: unreachable,
+      }),
+    ).toBe(false);
+    expect(warnings).toEqual([
+      ['Extension not registered: refresh ahead waits for the next invocation', { status: 403 }],
+      [
+        'Extension not registered: refresh ahead waits for the next invocation',
+        { error: { name: 'Error' } },
+      ],
+    ]);
+    expect(invocations.watched).toBe(false);
   });
 
   it('asks for its next event only once the invocation has returned and its work has ended', async () => {

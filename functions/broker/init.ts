@@ -1,0 +1,63 @@
+/**
+ * The container's wiring, once per container (cold start), loaded by the entry (./index.ts); a
+ * bad configuration fails here, with a message naming the variable, the connection and the
+ * field.
+ */
+import { createAwsBroker, createLogger, createMetrics } from '../../lib/adapters/aws.js';
+import { loadConfig } from '../../lib/config.js';
+import { Invocations, type Registration, registerAfterResponse } from './after-response.js';
+import { createHandler } from './handler.js';
+
+/** Lambda gives the runtime 500 ms after SIGTERM with internal extensions only: kept under. */
+const SHUTDOWN_BUDGET_MS = 400;
+
+/**
+ * Wires the broker and registers the extension, whose registration the entry sent already
+ * (`runtimeApi` undefined: none). Returns the Lambda handler.
+ */
+export const init = async (
+  runtimeApi: string | undefined,
+  registration: Registration | undefined,
+): Promise<ReturnType<typeof createHandler>> => {
+  // Connections from an SSM parameter when BROKER_CONNECTIONS_PARAMETER names one (read once);
+  // its module, and the SSM client with it, is loaded only then (a file of its own in the build).
+  const env = process.env.BROKER_CONNECTIONS_PARAMETER?.trim()
+    ? await (await import('../../lib/adapters/ssm-connections.js')).withConnectionsParameter(
+        process.env,
+      )
+    : process.env;
+  const config = loadConfig(env);
+  const logger = createLogger();
+  const metrics = createMetrics();
+
+  const broker = createAwsBroker(config, logger, metrics);
+  const invocations = new Invocations();
+
+  // Work after the response (issue 17): in Lambda, an internal extension keeps the environment
+  // thawed until a refresh the invocation started has ended. Registered during init, before the
+  // runtime asks for its first invocation.
+  const registered = await registerAfterResponse({
+    runtimeApi,
+    registration,
+    idle: () => broker.idle(),
+    invocations,
+    log: logger,
+  });
+
+  // Shutdown: with an extension registered, Lambda sends the runtime SIGTERM before it ends the
+  // environment. Leases held here are given up and released, so no other container waits them out.
+  if (registered) {
+    process.once('SIGTERM', () => {
+      void broker.shutdown(broker.deadlineIn(SHUTDOWN_BUDGET_MS)).finally(() => process.exit(0));
+    });
+  }
+
+  // The function's timeout is known only at the first invocation: the settings are checked then.
+  return createHandler({
+    broker,
+    logger,
+    metrics,
+    invocations,
+    timeoutSettings: config,
+  });
+};
