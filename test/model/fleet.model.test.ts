@@ -21,12 +21,18 @@
  * `npm run model -- --runs 2000` runs more sequences; a failure prints the seed and the path
  * that replay it (`--seed <seed> --path <path>`).
  */
+import {
+  ConditionalCheckFailedException,
+  ReplicatedWriteConflictException,
+} from '@aws-sdk/client-dynamodb';
 import fc from 'fast-check';
 import { describe, it } from 'vitest';
+import { ConflictRetries } from '../../lib/adapters/dynamodb-conflicts.js';
 import type { TokenBroker } from '../../lib/broker/index.js';
+import { DEFAULT_TIMING, protocolTiming } from '../../lib/broker/timing/index.js';
 import { type Clock, Deadline } from '../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../lib/errors.js';
-import type { TokenIssuer } from '../../lib/ports.js';
+import type { TokenIssuer, TokenStore } from '../../lib/ports.js';
 import { sealCode } from '../../lib/upstream/authorization-code.js';
 import { InMemoryTokenStore } from '../support/fakes.js';
 import { fleetBroker, Upstream, wrap } from '../support/fleet-model.js';
@@ -63,7 +69,12 @@ type Command =
   /** DynamoDB's TTL runs: every item whose `ttl` is past may vanish, at any moment. */
   | { readonly kind: 'sweep' }
   /** Nobody asks for a while (a night, shortened): tokens expire and their ttl passes. */
-  | { readonly kind: 'idle'; readonly ms: number };
+  | { readonly kind: 'idle'; readonly ms: number }
+  /**
+   * For `ms`, a write to the item that overlaps another region's write to it fails with
+   * `ReplicatedWriteConflictException` (not applied), answered after its round trip.
+   */
+  | { readonly kind: 'conflicts'; readonly ms: number };
 
 const NODES = 4;
 /** The brokers' upstream timeout: a POST's answer is given up after it, and its grace. */
@@ -122,13 +133,62 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
       ms: fc.integer({ min: LIFE_S * 1_000, max: 4 * LIFE_S * 1_000 }),
     }),
   },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      kind: fc.constant('conflicts' as const),
+      ms: fc.integer({ min: 500, max: 20_000 }),
+    }),
+  },
 );
+
+/** A global table's stage: the store's round trip bounded at 150 ms (BROKER_STORE_ROUND_TRIP_MS). */
+const GLOBAL_ROUND_TRIP_MS = 150;
+const GLOBAL_TIMING = protocolTiming({
+  ...DEFAULT_TIMING,
+  stepWriteAllowanceMs: GLOBAL_ROUND_TRIP_MS,
+  maxStepWriteMs: GLOBAL_ROUND_TRIP_MS,
+});
+
+/**
+ * 1–3 regions, each with its store round trip (ms), and each container's region. One region is
+ * a table in the function's region (0, 5 or 30 ms, the default timing); two or three share a
+ * global table (up to 150 ms each: the issue's 25, 70 and 95, the bound, or any below it).
+ */
+const regionsArb = fc.integer({ min: 1, max: 3 }).chain((count) =>
+  fc.record({
+    latencies: fc.array(
+      count === 1
+        ? fc.constantFrom(0, 5, 30)
+        : fc.oneof(
+            fc.constantFrom(25, 70, 95, GLOBAL_ROUND_TRIP_MS),
+            fc.integer({ min: 0, max: GLOBAL_ROUND_TRIP_MS }),
+          ),
+      { minLength: count, maxLength: count },
+    ),
+    of: fc.array(fc.nat(count - 1), { minLength: NODES, maxLength: NODES }),
+  }),
+);
+
+/** A small seeded generator (mulberry32): the store's jitter and the adapter's backoff draws. */
+const prng = (seed: number) => {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+};
 
 const fleetArb = fc.record({
   /** Each container's memory re-check (s): mixed settings in one deployment. */
   rechecks: fc.array(fc.constantFrom(2, 5), { minLength: NODES, maxLength: NODES }),
-  /** Each container's store round trip (ms): writes land that long after they are sent. */
-  latencies: fc.array(fc.constantFrom(0, 5, 30), { minLength: NODES, maxLength: NODES }),
+  /** The regions, their store round trips, and which region each container runs in. */
+  regions: regionsArb,
+  /** Seeds the draws of each store call's jitter and of the adapter's conflict backoffs. */
+  jitterSeed: fc.integer(),
   /** Each container's wall clock offset (ms) from the timeline. */
   offsets: fc.array(fc.integer({ min: -2_000, max: 2_000 }), {
     minLength: NODES,
@@ -140,8 +200,19 @@ const fleetArb = fc.record({
 type Fleet = typeof fleetArb extends fc.Arbitrary<infer T> ? T : never;
 
 /** Runs one drawn fleet and sequence; returns the violations found (none: the property holds). */
-const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Promise<string[]> => {
+const runFleet = async ({
+  rechecks,
+  regions,
+  jitterSeed,
+  offsets,
+  commands,
+}: Fleet): Promise<string[]> => {
   const sim = new Sim(T0);
+  const random = prng(jitterSeed);
+  const timing = regions.latencies.length > 1 ? GLOBAL_TIMING : undefined;
+  /** Writes to the item, by region, from when they were sent until they were applied (or not). */
+  const writes: { region: number; sentAt: number; until: number }[] = [];
+  let conflictsUntil = Number.NEGATIVE_INFINITY;
   sim.draw = 0.3;
   const store = new InMemoryTokenStore();
   const up = new Upstream();
@@ -156,7 +227,7 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
   const lastServed: (string | undefined)[] = [];
   const forcedAt: number[] = [];
   const reported = new Set<string>();
-  const stats = { served: 0, refused: 0, codes: new Set<string>() };
+  const stats = { served: 0, refused: 0, codes: new Set<string>(), conflicts: 0 };
   const loseNext: boolean[] = [];
   const upstreamClock = sim.clock('upstream');
   const latePost: (number | undefined)[] = [];
@@ -193,30 +264,94 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
         return issued;
       },
     };
-    const latency = latencies[i] ?? 0;
-    const late = async <T>(call: () => Promise<T>): Promise<T> => {
-      if (latency > 0) await clock.sleep(latency);
-      const answer = await call();
+    const region = regions.of[i] ?? 0;
+    const latency = regions.latencies[region] ?? 0;
+    /**
+     * One call of this region's store: its round trip is the region's latency less a jitter of
+     * up to a quarter, and it is applied at a drawn point of it (answered after the rest). A
+     * write that overlaps another region's write to the item during a conflict spell is not
+     * applied, and answered with the conflict.
+     */
+    const late = async <T>(call: () => Promise<T>, write = false): Promise<T> => {
+      const roundTrip = latency - Math.floor(random() * (latency / 4));
+      const out = Math.floor(random() * roundTrip);
+      const sentAt = sim.now();
+      const mine = { region, sentAt, until: sentAt + out };
+      if (write) {
+        // Writes answered long ago race nothing any more.
+        while ((writes[0]?.until ?? sentAt) < sentAt - 1_000) writes.shift();
+        writes.push(mine);
+      }
+      if (out > 0) await clock.sleep(out);
+      const racing =
+        write &&
+        sim.now() <= conflictsUntil &&
+        writes.some((w) => w.region !== region && w.sentAt <= sim.now() && w.until >= mine.sentAt);
+      mine.until = sim.now();
+      const answer = racing ? undefined : await call();
+      if (roundTrip - out > 0) await clock.sleep(roundTrip - out);
+      if (racing) {
+        stats.conflicts += 1;
+        throw new ReplicatedWriteConflictException({
+          message: 'Replicated write conflict (not applied)',
+          $metadata: {},
+        });
+      }
       if (loseNext[i]) {
         // Applied by the store; the answer is lost on the way back.
         loseNext[i] = false;
         throw new Error('socket hang up (answer lost)');
       }
-      return answer;
+      return answer as T;
     };
+    // The in-memory store stands for the DynamoDB adapter: a conflict is retried as the adapter
+    // does (its ConflictRetries: full jitter within the call's budget, a release until its lease
+    // lapses, a token write re-read when a retry finds its condition failed), and one still
+    // conflicting when the budget runs out reaches the core as the adapter's error.
+    const conflicts = new ConflictRetries({
+      monotonic: () => clock.monotonic(),
+      sleep: (ms) => clock.sleep(ms),
+      random,
+    });
+    const refused = () =>
+      new ConditionalCheckFailedException({ message: 'refused', $metadata: {} });
+    const conditional = (
+      bound: Parameters<ConflictRetries['conditional']>[0],
+      w: () => Promise<boolean>,
+    ) =>
+      conflicts.conditional(bound, async () => {
+        if (!(await late(w, true))) throw refused();
+      });
+    const read: TokenStore['read'] = (name) => late(() => store.read(name));
     const storeSeenFrom = wrap(store, {
-      read: (name) => late(() => store.read(name)),
-      acquireLease: (name, request) => late(() => store.acquireLease(name, request)),
-      renewLease: (n, l, t) => late(() => store.renewLease(n, l, t)),
-      releaseLease: (n, l) => late(() => store.releaseLease(n, l)),
-      putToken: (record, holder) =>
-        late(async () => {
-          const ok = await store.putToken(record, holder);
-          if (ok) written.add(record.accessToken);
-          // Issued on a caller's word (a forcing minValidity, a report, or a takeover of one).
-          if (ok && record.forced) forcedAt.push(sim.now());
-          return ok;
-        }),
+      read,
+      acquireLease: (name, request) => {
+        conflicts.wrote(request);
+        return conflicts.retry({}, () => late(() => store.acquireLease(name, request), true));
+      },
+      renewLease: (n, l, t) => {
+        conflicts.wrote(t);
+        return conditional({}, () => store.renewLease(n, l, t));
+      },
+      releaseLease: (n, l) =>
+        conditional(conflicts.untilLapsed(l, {}), () => store.releaseLease(n, l)),
+      deleteIfMatches: (n, d, o) => conditional({}, () => store.deleteIfMatches(n, d, o)),
+      markReported: (n, d) => conditional({}, () => store.markReported(n, d)),
+      putToken: async (record, holder) => {
+        const wrote = await conflicts.attempt({}, async () => {
+          const ok = await late(async () => {
+            const landed = await store.putToken(record, holder);
+            if (landed) written.add(record.accessToken);
+            // Issued on a caller's word (a forcing minValidity, a report, or a takeover of one).
+            if (landed && record.forced) forcedAt.push(sim.now());
+            return landed;
+          }, true);
+          if (!ok) throw refused();
+        });
+        if (wrote !== 'refused after a conflict') return wrote;
+        const { token, lease } = await read(record.connection);
+        return token?.tokenDigest === record.tokenDigest && lease === undefined;
+      },
     });
     brokers.push(
       fleetBroker(storeSeenFrom, clock, up, {
@@ -225,6 +360,7 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
         floor: 2,
         timeout: UPSTREAM_TIMEOUT_MS,
         issuer,
+        ...(timing ? { timing } : {}),
       }),
     );
   }
@@ -315,6 +451,9 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
       case 'late-post':
         latePost[command.node] = command.ms;
         break;
+      case 'conflicts':
+        conflictsUntil = sim.now() + command.ms;
+        break;
       case 'freeze': {
         const owner = `n${command.node}`;
         if (frozenSince[command.node] !== undefined) break;
@@ -353,7 +492,7 @@ const runFleet = async ({ rechecks, latencies, offsets, commands }: Fleet): Prom
   }
   if (process.env.MODEL_TRACE) {
     process.stderr.write(
-      `stats: ${stats.served} served, ${stats.refused} refused (${[...stats.codes].join(',')}), ${up.n} issued, ${forcedAt.length} forced, ${sim.now() - T0} ms\n`,
+      `stats: ${stats.served} served, ${stats.refused} refused (${[...stats.codes].join(',')}), ${up.n} issued, ${forcedAt.length} forced, ${stats.conflicts} conflicts, ${sim.now() - T0} ms\n`,
     );
   }
   return violations;

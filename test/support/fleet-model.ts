@@ -4,6 +4,7 @@
  * wrapper to inject faults per container, and a broker (one container) wired to them.
  */
 import { TokenBroker } from '../../lib/broker/index.js';
+import type { ProtocolTiming } from '../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../lib/broker/types.js';
 import type { ConnectionConfig } from '../../lib/config.js';
 import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../../lib/ports.js';
@@ -85,6 +86,8 @@ export interface FleetBrokerOptions {
   issuer?: TokenIssuer;
   secrets?: SecretSource;
   conn?: ConnectionConfig;
+  /** The protocol's timing (a global table's stage: `stepWriteAllowanceMs` 150); the default's else. */
+  timing?: ProtocolTiming;
 }
 
 /** One container: a broker over `store`, on `clock`, issuing from `up` unless told otherwise. */
@@ -111,5 +114,6 @@ export const fleetBroker = (
     logger: captureLogger(),
     metrics: new CountingMetrics(),
     clock,
+    ...(o.timing ? { timing: o.timing } : {}),
   });
 };
