@@ -1,13 +1,17 @@
 /**
- * A model-based test of the fleet (fast-check): 3 or 4 brokers, one in-memory store and an
+ * A model-based test of the fleet (fast-check): 4 brokers, one in-memory store and an
  * upstream that revokes every earlier token on each issuance, all on one simulated timeline
- * (test/support/sim.ts). fast-check draws the fleet (each container's re-check, its store
- * round trip, its wall clock's offset) and a sequence of commands: callers' requests (some forcing a replacement),
- * warm-ups, invalidate reports, waits, store answers lost after the write landed, POSTs
- * processed late (within the grace), wall clocks stepped (NTP), containers frozen (a
+ * (test/support/sim.ts). fast-check draws the fleet (each container's re-check and wall clock
+ * offset; 1–3 regions, each container's region, and each region's store round trip: 0, 5 or
+ * 30 ms in one region, up to 150 ms on a global table of two or three, whose brokers then run a
+ * global stage's timing) and a sequence of commands: callers' requests (some forcing a
+ * replacement), warm-ups, invalidate reports, waits, store answers lost after the write landed,
+ * POSTs processed late (within the grace), wall clocks stepped (NTP), containers frozen (a
  * Lambda environment between invocations) and thawed, idle spells longer than a token's life,
- * and DynamoDB's TTL deleting every item whose `ttl` has passed. Every answer is judged the moment it is
- * given, and the invariants of docs/protocol.md are checked over the whole run:
+ * DynamoDB's TTL deleting every item whose `ttl` has passed, and spells of replicated write
+ * conflicts (a write racing another region's write to the item is not applied; the adapter's
+ * own retries handle it). Every answer is judged the moment it is given, and the invariants of
+ * docs/protocol.md are checked over the whole run:
  *
  * - I1 one issuance per lifetime: every token the upstream issued was written to the store,
  *   unless the container that asked for it was frozen meanwhile (its outcome unknown);
@@ -210,7 +214,11 @@ const runFleet = async ({
   const sim = new Sim(T0);
   const random = prng(jitterSeed);
   const timing = regions.latencies.length > 1 ? GLOBAL_TIMING : undefined;
-  /** Writes to the item, by region, from when they were sent until they were applied (or not). */
+  /**
+   * Writes to the item, by region, from when they were sent until their round trip ends (a write
+   * returns once another region has it; on the store's time: a container frozen meanwhile does
+   * not hold it up): two that overlap race.
+   */
   const writes: { region: number; sentAt: number; until: number }[] = [];
   let conflictsUntil = Number.NEGATIVE_INFINITY;
   sim.draw = 0.3;
@@ -276,7 +284,7 @@ const runFleet = async ({
       const roundTrip = latency - Math.floor(random() * (latency / 4));
       const out = Math.floor(random() * roundTrip);
       const sentAt = sim.now();
-      const mine = { region, sentAt, until: sentAt + out };
+      const mine = { region, sentAt, until: sentAt + roundTrip };
       if (write) {
         // Writes answered long ago race nothing any more.
         while ((writes[0]?.until ?? sentAt) < sentAt - 1_000) writes.shift();
@@ -287,7 +295,6 @@ const runFleet = async ({
         write &&
         sim.now() <= conflictsUntil &&
         writes.some((w) => w.region !== region && w.sentAt <= sim.now() && w.until >= mine.sentAt);
-      mine.until = sim.now();
       const answer = racing ? undefined : await call();
       if (roundTrip - out > 0) await clock.sleep(roundTrip - out);
       if (racing) {
