@@ -4,8 +4,11 @@ import type { Issue } from '../../../lib/broker/issuance/credential-rotation.js'
 import {
   COUNTDOWN_STEP_MS,
   countdownFor,
+  DEFAULT_TIMING,
   LEASE_HEARTBEAT_MS,
   LEASE_MS,
+  leaseCountdown,
+  leaseNeedsMs,
 } from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import { Deadline } from '../../../lib/clock.js';
@@ -49,6 +52,7 @@ const container = (
   }),
 ) => {
   const calls: number[] = [];
+  const metrics = new CountingMetrics();
   const issuance = new LeasedIssuance({
     store,
     clock,
@@ -58,9 +62,9 @@ const container = (
     },
     settings: { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 2_000 },
     logger: captureLogger(),
-    metrics: new CountingMetrics(),
+    metrics,
   });
-  return { issuance, memory: issuance.view, calls };
+  return { issuance, memory: issuance.view, calls, metrics };
 };
 
 const sandbox: ConnectionConfig = connection();
@@ -370,6 +374,73 @@ describe('Class: LeasedIssuance', () => {
     expect(
       await issuance.refresh(sandbox, record('current', T0 + 200_000), Deadline.in(clock, 10_000)),
     ).toBe(undefined);
+    expect(calls).toEqual([]);
+  });
+
+  // I3: a refresh takes no lease it cannot use before the caller's deadline, and needs the
+  // same time as a replacement through `obtain` (observer.ts): strictly more than its countdown,
+  // the least POST and the write after it.
+  it('I3: refuses a refresh whose countdown, POST and write do not fit before the deadline, before taking the lease', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    store.setToken(current);
+    const settings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 2_000 };
+    const least = leaseNeedsMs(leaseCountdown(true, current, undefined, settings), DEFAULT_TIMING);
+    const { issuance, calls } = container(store, clock);
+    const error = await issuance
+      .refresh(sandbox, current, Deadline.in(clock, least))
+      .then(unexpected, caught);
+    expect(error.message).toBe('Not enough time left to replace the token safely; retry shortly');
+    expect(store.calls.acquire).toBe(0);
+    expect(calls).toEqual([]);
+  });
+
+  // I2: a refresh that lost its lease during the flow cannot tell whether the new holder's
+  // request revoked the token it meant to replace: it answers with what the store holds now,
+  // never with nothing (which would leave the caller the old token).
+  it('I2: a refresh that lost its lease during the flow answers with the new holder’s token from the store', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    store.setToken(current);
+    const { issuance, calls } = container(store, clock, async (_c, options) => {
+      // Another container took the lease over and wrote its token meanwhile.
+      store.items.set('sandbox', { token: record('theirs', T0 + HOUR) });
+      await options.fence?.();
+      return {
+        accessToken: 'ours',
+        expiresIn: 3600,
+        upstreamTimestamp: undefined,
+        requestedAt: T0,
+      };
+    });
+    const served = await issuance.refresh(
+      connection({ revokesOnReissue: false }),
+      current,
+      Deadline.in(clock, 10_000),
+    );
+    expect(calls).toHaveLength(1);
+    expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'theirs' } });
+  });
+
+  // I4: each refusal of a caller's word is counted (ReplacementsRefused, on the dashboard), so
+  // that an operator sees callers asking more than the bound lets them; other refusals are not.
+  it('I4: counts a caller’s word it refuses, and no other refusal', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.setToken(record('current', T0 + 1_000_000));
+    const { issuance, calls, metrics } = container(store, clock);
+    const forced = await issuance
+      .obtain(sandbox, 1_100_000, Deadline.in(clock, 10_000), false, undefined, false)
+      .then(unexpected, caught);
+    expect(forced).toMatchObject({ code: 'FORCE_NOT_ALLOWED' });
+    expect(metrics.totals.get('ReplacementsRefused')).toBe(1);
+    const beyond = await issuance
+      .obtain(sandbox, 2 * HOUR, Deadline.in(clock, 10_000), false, undefined, false)
+      .then(unexpected, caught);
+    expect(beyond).toBeInstanceOf(MinValidityUnsatisfiableError);
+    expect(metrics.totals.get('ReplacementsRefused')).toBe(1);
     expect(calls).toEqual([]);
   });
 
