@@ -444,6 +444,47 @@ describe('Class: LeasedIssuance', () => {
     expect(calls).toEqual([]);
   });
 
+  // I2: once its POST has left, the token it replaces is revoked upstream, wherever it is held;
+  // a holder whose token write is then refused (taken over) forgets it: its memory no longer
+  // vouches for it, and nothing is served through the outage that follows
+  // (holder/state.ts: 'forget-replaced').
+  it('I2: forgets the token it replaced when its write is refused after the POST left', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    store.setToken(current);
+    const { issuance, memory } = container(store, clock, async (_c, options) => {
+      await options.fence?.();
+      // The POST has left; another container takes the lease over, and the store then fails.
+      store.items.set('sandbox', {
+        token: current,
+        lease: {
+          holder: 'other:1',
+          version: 'v-other:1',
+          expiresAt: clock.now() + LEASE_MS,
+          durationMs: LEASE_MS,
+          countdown: 0,
+        },
+      });
+      store.read = async () => {
+        throw new Error('store down');
+      };
+      return {
+        accessToken: 'ours',
+        expiresIn: 3600,
+        upstreamTimestamp: undefined,
+        requestedAt: T0,
+      };
+    });
+    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    expect(memory.entry('sandbox')?.record.accessToken).toBe('current');
+    const outcome = await issuance
+      .refresh(sandbox, current, Deadline.in(clock, 20_000))
+      .then((served) => served?.record.accessToken, caught);
+    expect(outcome).toBeInstanceOf(StoreUnavailableError);
+    expect(memory.entry('sandbox')).toBeUndefined();
+  });
+
   it('does not replace a token another container wrote after the one it meant to refresh', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
