@@ -53,6 +53,7 @@ const container = (
 ) => {
   const calls: number[] = [];
   const metrics = new CountingMetrics();
+  const logger = captureLogger();
   const issuance = new LeasedIssuance({
     store,
     clock,
@@ -61,10 +62,10 @@ const container = (
       return issue(c, deadline);
     },
     settings: { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 2_000 },
-    logger: captureLogger(),
+    logger,
     metrics,
   });
-  return { issuance, memory: issuance.view, calls, metrics };
+  return { issuance, memory: issuance.view, calls, metrics, logger };
 };
 
 const sandbox: ConnectionConfig = connection();
@@ -424,18 +425,35 @@ describe('Class: LeasedIssuance', () => {
     expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'theirs' } });
   });
 
-  // I4: each refusal of a caller's word is counted (ReplacementsRefused, on the dashboard), so
-  // that an operator sees callers asking more than the bound lets them; other refusals are not.
-  it('I4: counts a caller’s word it refuses, and no other refusal', async () => {
+  // I4: each refusal of a caller's word is counted (ReplacementsRefused, on the dashboard) and
+  // logged with who asked, what and what it can have, so that an operator finds the callers
+  // asking more than the bound lets them; other refusals are not.
+  it('I4: counts and logs a caller’s word it refuses, with the caller, and no other refusal', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     store.setToken(record('current', T0 + 1_000_000));
-    const { issuance, calls, metrics } = container(store, clock);
+    const { issuance, calls, metrics, logger } = container(store, clock);
+    const caller = 'arn:aws:iam::123456789012:role/svc';
     const forced = await issuance
-      .obtain(sandbox, 1_100_000, Deadline.in(clock, 10_000), false, undefined, false)
+      .obtain(sandbox, 1_100_500, Deadline.in(clock, 10_000), false, caller, false)
       .then(unexpected, caught);
     expect(forced).toMatchObject({ code: 'FORCE_NOT_ALLOWED' });
     expect(metrics.totals.get('ReplacementsRefused')).toBe(1);
+    expect(logger.lines.filter((line) => line.attributes[0]?.code)).toEqual([
+      {
+        level: 'info',
+        message: 'Replacement on a caller’s word refused',
+        attributes: [
+          {
+            connection: 'sandbox',
+            caller,
+            code: 'FORCE_NOT_ALLOWED',
+            minValidity: 1_101,
+            availableMinValidity: 999,
+          },
+        ],
+      },
+    ]);
     const beyond = await issuance
       .obtain(sandbox, 2 * HOUR, Deadline.in(clock, 10_000), false, undefined, false)
       .then(unexpected, caught);
@@ -915,6 +933,48 @@ describe('Class: LeasedIssuance, clocks', () => {
       .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
     expect(error.message).toBe('Timed out waiting for another container to issue the token');
+    expect(calls).toEqual([]);
+  });
+
+  // I3: a wait for the holder that ends past the caller's deadline (the container was frozen
+  // while it slept) answers with the timeout at once: no read is sent after the deadline.
+  it('I3: answers with the timeout at once, reading nothing more, when its wait for the holder overran the deadline', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.items.set('sandbox', {
+      lease: {
+        holder: 'alive:1',
+        version: 'v-alive:1',
+        expiresAt: T0 + 60_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
+    });
+    const sleep = clock.sleep.bind(clock);
+    clock.sleep = (ms: number) => sleep(ms + 5_000); // frozen past the deadline
+    const { issuance, calls } = container(store, clock);
+    const error = await issuance
+      .obtain(sandbox, 60_000, Deadline.in(clock, 2_000), false)
+      .then(unexpected, caught);
+    expect(error.message).toBe('Timed out waiting for another container to issue the token');
+    expect(store.calls.read).toBe(1);
+    expect(calls).toEqual([]);
+  });
+
+  // A store that fails while the lease is taken answers the caller STORE_UNAVAILABLE (503,
+  // retry), never an internal error; nothing is sent upstream.
+  it('answers STORE_UNAVAILABLE when the store fails while the lease is taken', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.acquireLease = async () => {
+      throw new Error('connection reset');
+    };
+    const { issuance, calls } = container(store, clock);
+    const error = await issuance
+      .obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false)
+      .then(unexpected, caught);
+    expect(error).toBeInstanceOf(StoreUnavailableError);
+    expect(error.message).toMatch(/take the lease/);
     expect(calls).toEqual([]);
   });
 
