@@ -74,6 +74,14 @@ describe('I4: how long a caller’s word waits', () => {
       1_500,
     );
     expect(waitBeforeReplacing(natural, 500, { ...settings, forcedMinAgeMs: 9_000 })).toBe(-500);
+    const early = forcingRefusal(
+      { record: natural, needMs: LIFE_MS, now: T0, knownForMs: 500, mayForce: true },
+      { ...settings, invalidateFloorMs: 2_000 },
+    );
+    expect(early).toMatchObject({ retryAfterSeconds: 2 });
+    expect(early?.message).toMatch(
+      /sooner than a caller's request may \(not in its first moments\)/,
+    );
   });
 
   it('I4: a forcing request too early is refused with when to retry (whole seconds, never early) and what it can have now', () => {

@@ -299,3 +299,51 @@ describe('Function: decide (the observer)', () => {
     );
   });
 });
+
+describe('Function: decide, at its edges', () => {
+  const fresh = token('fresh', T0 + 600_000);
+
+  // I2 and I3: an answer older than its proof may predate a replacement that revoked the token;
+  // with no time left for another read, the caller is refused, never served it.
+  it('I2, I3: refuses (store too slow) a token read longer ago than its proof when no time is left for another read', () => {
+    const late = { state: { token: fresh, lease: undefined }, sinceReadMs: 6_000 };
+    const refused = decide(observe({ ...late, leftMs: 0 }));
+    expect(refused).toMatchObject({ do: 'refuse', error: { code: 'STORE_UNAVAILABLE' } });
+    expect(refused.do === 'refuse' && refused.error.message).toBe(
+      'The token store answered too slowly; retry shortly',
+    );
+    expect(decide(observe({ ...late, leftMs: 1 })).do).toBe('reread');
+  });
+
+  // I3, and I2 for the refusal: with no time left, no lease is taken; a refusal over a suspect
+  // token says a replacement may be under way, so that it is not served as the last good one.
+  it('I3: takes no lease with no time left, and says a replacement may be under way over a suspect token', () => {
+    for (const suspect of [false, true]) {
+      const state = { token: suspect ? fresh : undefined, lease: undefined };
+      const d = decide(observe({ state, suspect, leftMs: 0 }));
+      expect(d).toMatchObject({
+        do: 'refuse',
+        error: { message: 'No time left to issue a token', refreshInProgress: suspect },
+      });
+    }
+  });
+
+  // I2 (and I1.5): a token expired less than the skew tolerance ago may still be served on a
+  // slower clock, so its replacement is counted down; one expired longer ago is served nowhere,
+  // and is replaced at once, like a first token.
+  it('I2: counts down the replacement of a token expired less than the skew tolerance ago, and of no older one', () => {
+    const countdownAfter = (expiredMsAgo: number) => {
+      const d = decide(
+        observe({ state: { token: token('old', T0 - expiredMsAgo), lease: undefined } }),
+      );
+      return d.do === 'acquire' ? d.countdown : undefined;
+    };
+    expect(countdownAfter(SKEW_TOLERANCE_MS - 1)).toBeGreaterThan(1);
+    expect(countdownAfter(SKEW_TOLERANCE_MS)).toBe(0);
+    expect(countdownAfter(10 * SKEW_TOLERANCE_MS)).toBe(0);
+    expect(decide(observe({ state: { token: undefined, lease: undefined } }))).toMatchObject({
+      do: 'acquire',
+      countdown: 0,
+    });
+  });
+});
