@@ -140,6 +140,12 @@ describe('Function: decide (the observer)', () => {
     expect(
       decide(observe({ state: { token: early, lease: undefined }, need: 60_000, settings: short })),
     ).toMatchObject({ do: 'acquire', cause: 'min-validity', forced: true });
+    // At the window's very edge (30 s left) the token is in it, as the caller bounds judge it:
+    // routine, not forced.
+    const edge = token('edge', T0 + 30_000);
+    expect(
+      decide(observe({ state: { token: edge, lease: undefined }, need: 60_000, settings: short })),
+    ).toMatchObject({ do: 'acquire', cause: 'refresh-ahead', forced: false });
   });
 
   it('takes over exactly the stale version seen, going on from its countdown, and replaces exactly the token read (I1, I2)', () => {
