@@ -329,7 +329,53 @@ describe('Function: decide, at its edges', () => {
       const d = decide(observe({ state, suspect, leftMs: 0 }));
       expect(d).toMatchObject({
         do: 'refuse',
-        error: { message: 'No time left to issue a token', refreshInProgress: suspect },
+        error: {
+          message: 'No time left to issue a token',
+          retryAfterSeconds: 1,
+          refreshInProgress: suspect,
+        },
+      });
+    }
+  });
+
+  // I3, and I2 for the refusal: without time for its countdown and POST no lease is taken; the
+  // refusal says nothing against the token held (no replacement is under way), and names what
+  // there was no time for.
+  it('I3: takes no lease without time for its countdown and POST, and says no replacement is under way', () => {
+    const first = decide(observe({ state: { token: undefined, lease: undefined }, leftMs: 1 }));
+    expect(first).toMatchObject({
+      do: 'refuse',
+      error: {
+        message: 'Not enough time left to issue a token; retry shortly',
+        retryAfterSeconds: 1,
+        refreshInProgress: false,
+      },
+    });
+    const replacement = decide(
+      observe({ state: { token: fresh, lease: undefined }, need: 700_000, leftMs: 1_000 }),
+    );
+    expect(replacement).toMatchObject({
+      do: 'refuse',
+      error: {
+        message: 'Not enough time left to replace the token safely; retry shortly',
+        refreshInProgress: false,
+      },
+    });
+  });
+
+  // I3, and I2 for the refusal: a wait for another holder that must end for the deadline says,
+  // over a suspect token, that a replacement is under way (the token may be revoked already).
+  it('I3: a wait that cannot end before the deadline is refused, saying whether a replacement may have revoked the token', () => {
+    for (const suspect of [false, true]) {
+      const state = { token: suspect ? fresh : undefined, lease: lease(0) };
+      const d = decide(observe({ state, suspect, leftMs: 50, readReserveMs: 50 }));
+      expect(d).toMatchObject({
+        do: 'refuse',
+        error: {
+          message: 'Timed out waiting for another container to issue the token',
+          retryAfterSeconds: 1,
+          refreshInProgress: suspect,
+        },
       });
     }
   });
