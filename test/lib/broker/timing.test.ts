@@ -17,6 +17,7 @@ import {
   refreshBudgetMs,
   replacementMayBeOut,
   STALE_IF_ERROR_MARGIN_MS,
+  servableUnconfirmed,
   servableUntil,
   staleIfErrorMs,
   staleMarginMs,
@@ -229,6 +230,28 @@ describe('Module: timing (bounds and estimates)', () => {
           expect(servable).toBe(
             record.expiresAt - now > needMs && untilOffset > 0 && sinceCheck < 5_000,
           );
+        },
+      ),
+    );
+  });
+
+  // I2 through a store outage (docs/adr/0017): the operator's grace lets memory serve a token
+  // past what its last read proved, but never once the token has expired.
+  it('I2: serves an unconfirmed token through an outage only inside its proof plus the grace, and never once expired', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 600_000 }),
+        fc.integer({ min: -600_000, max: 600_000 }),
+        fc.integer({ min: -600_000, max: 600_000 }),
+        (graceMs, untilIn, expiresIn) => {
+          const record = { ...token(3_600_000), expiresAt: T0 + expiresIn };
+          const entry = { record, until: T0 + untilIn };
+          const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000 };
+          const served = servableUnconfirmed(entry, T0, {
+            ...settings,
+            storeOutageGraceMs: graceMs,
+          });
+          expect(served).toBe(expiresIn > 0 && untilIn + graceMs > 0);
         },
       ),
     );
