@@ -105,6 +105,20 @@ describe('Function: step (the holder)', () => {
     });
   });
 
+  // I2.2 and I1: lease writes never overlap. A fence asked while a heartbeat's renewal is in
+  // flight waits for its answer: sent at once, the confirmation would be taken for answered by
+  // the renewal's answer, and the POST would leave on a lease write that did not cover it.
+  it('asked to fence while a renewal is in flight, waits for its answer before the confirmation (writes never overlap)', () => {
+    const renewing = counting(0, { writing: inFlight('renew', 0), answeredAt: 0 });
+    const asked = step(renewing, ev('fence-asked', 600));
+    expect(asked.commands.filter((c) => c.do === 'write-lease')).toEqual([]);
+    expect(asked.state.writing?.write).toBe('renew');
+    const landed = step(asked.state, ev('write-landed', 700));
+    expect(landed.commands).toContainEqual(
+      expect.objectContaining({ do: 'write-lease', write: 'fence', countdown: 0 }),
+    );
+  });
+
   it('counts the time the flow waited at the fence, from its ask to the confirmation sent', () => {
     const asked = step(counting(1, { answeredAt: 0 }), ev('fence-asked', 100)).state;
     const confirming = step(asked, ev('step-due', 250)).state;

@@ -255,6 +255,12 @@ describe('Module: timing (bounds and estimates)', () => {
         },
       ),
     );
+    // At the edges: expiring now, or the proof and grace ending now, is not servable.
+    const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, storeOutageGraceMs: 1_000 };
+    const record = token(3_600_000);
+    expect(servableUnconfirmed({ record, until: T0 + 10 }, record.expiresAt, settings)).toBe(false);
+    expect(servableUnconfirmed({ record, until: T0 - 1_000 }, T0, settings)).toBe(false);
+    expect(servableUnconfirmed({ record, until: T0 - 999 }, T0, settings)).toBe(true);
   });
 
   it('reads a countdown read more than 2 s before its end once more, a second before that end', () => {
