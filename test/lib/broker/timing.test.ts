@@ -9,6 +9,7 @@ import {
   DEFAULT_TIMING,
   dueForRefresh,
   leaseNeedsMs,
+  leaseTerm,
   PROOF_MARGIN_MS,
   pollWaitMs,
   type RefreshSettings,
@@ -230,6 +231,26 @@ describe('Module: timing (bounds and estimates)', () => {
           expect(servable).toBe(
             record.expiresAt - now > needMs && untilOffset > 0 && sinceCheck < 5_000,
           );
+        },
+      ),
+    );
+  });
+
+  // I1: a lease version never lasts longer than the holder counts on it: its duration, from
+  // when it was sent, at most a lease's and never past the caller's deadline.
+  it('I1: writes a lease version lasting from its send for a lease’s duration cut to the deadline, never negative', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 2 * T0 }),
+        fc.integer({ min: -10_000, max: 10_000 }),
+        (sentAt, leftMs) => {
+          const term = leaseTerm(sentAt, leftMs, DEFAULT_TIMING);
+          expect(term.durationMs).toBeGreaterThanOrEqual(0);
+          expect(term.durationMs).toBeLessThanOrEqual(Math.max(0, leftMs));
+          expect(term.durationMs).toBeLessThanOrEqual(DEFAULT_TIMING.leaseMs);
+          if (leftMs >= DEFAULT_TIMING.leaseMs)
+            expect(term.durationMs).toBe(DEFAULT_TIMING.leaseMs);
+          expect(term.expiresAt - sentAt).toBe(term.durationMs);
         },
       ),
     );
