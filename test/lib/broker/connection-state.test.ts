@@ -262,6 +262,33 @@ const table: readonly [string, Knowledge, ConnectionEvent, Knowledge][] = [
     },
   ],
   [
+    // The probe is asked at most once per interval per token (probe-verdicts.ts): a verdict on
+    // one token leaves those on others that are still reused, and one whose interval ends now goes.
+    'a probe verdict on one token: verdicts on others still reused stay; one ending now goes',
+    {
+      ...NOTHING_KNOWN,
+      verdicts: [
+        { digest: 'ends-now', verdict: { verdict: 'valid' }, until: 1_100 },
+        { digest: 'other', verdict: { verdict: 'revoked' }, until: 1_101 },
+        { digest: held.tokenDigest, verdict: { verdict: 'revoked' }, until: 9_000 },
+      ],
+    },
+    {
+      type: 'probe-settled',
+      digest: held.tokenDigest,
+      verdict: { verdict: 'valid' },
+      until: 61_100,
+      at: 1_100,
+    },
+    {
+      ...NOTHING_KNOWN,
+      verdicts: [
+        { digest: 'other', verdict: { verdict: 'revoked' }, until: 1_101 },
+        { digest: held.tokenDigest, verdict: { verdict: 'valid' }, until: 61_100 },
+      ],
+    },
+  ],
+  [
     'a probe that proved nothing: not kept, and what was said of that token before goes',
     {
       ...NOTHING_KNOWN,
