@@ -14,6 +14,7 @@ import {
   ConnectionState,
   KNOWN_PER_CONNECTION,
   type Knowledge,
+  leaseKey,
   type MemoryEntry,
   NOTHING_KNOWN,
 } from '../../../lib/broker/view/connection-state.js';
@@ -370,6 +371,26 @@ describe('Class: ConnectionView: queries write nothing', () => {
     expect(view.entry('sandbox')).toBeUndefined();
     await clock.advance(5_000);
     expect(view.knownFor('sandbox', held.tokenDigest)).toBe(5_000);
+  });
+
+  // A probe's verdict is about one token (I4: a report on a token the probe found valid is not
+  // acted on), and a lease's first sight about one version (the cut-over wait, I1's staleness):
+  // neither query answers for another.
+  it('answers a query only about the token or lease version asked for', () => {
+    const state = new ConnectionState({
+      ...NOTHING_KNOWN,
+      verdicts: [
+        { digest: other.tokenDigest, verdict: { verdict: 'revoked' }, until: 10_000 },
+        { digest: held.tokenDigest, verdict: { verdict: 'valid' }, until: 10_000 },
+      ],
+      lease: { key: leaseKey(lease), seenAt: T0, seenAtMonotonic: 0 },
+    });
+    expect(state.verdict(held.tokenDigest, 5_000)).toEqual({ verdict: 'valid' });
+    expect(state.verdict('never-probed', 5_000)).toBeUndefined();
+    expect(state.verdict(held.tokenDigest, 10_000)).toBeUndefined();
+    expect(state.leaseFirstSeen(lease)).toBe(T0);
+    expect(state.leaseFirstSeen({ ...lease, version: 'v2' })).toBeUndefined();
+    expect(new ConnectionState().leaseFirstSeen(lease)).toBeUndefined();
   });
 
   it('queries leave the state as it was', async () => {
