@@ -393,6 +393,19 @@ describe('Class: ConnectionView: queries write nothing', () => {
     expect(new ConnectionState().leaseFirstSeen(lease)).toBeUndefined();
   });
 
+  // I2 in callers' caches: memory grants the reuse of a token it vouches for; a token it no
+  // longer holds (replaced or dropped since it was served) may have been revoked, so the caller
+  // may neither reuse it nor use it stale.
+  it('I2: grants no reuse, nor any stale use, of a token memory no longer holds', () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
+    expect(view.reuse(held, 0, T0).reusableUntil).toBeGreaterThan(T0);
+    expect(view.reuse(other, 0, T0)).toEqual({ reusableUntil: T0, staleIfErrorMs: 0 });
+    view.drop('sandbox');
+    expect(view.reuse(held, 0, T0)).toEqual({ reusableUntil: T0, staleIfErrorMs: 0 });
+  });
+
   it('queries leave the state as it was', async () => {
     const clock = new ManualClock(T0);
     const view = new ConnectionView(clock, settings);
