@@ -57,6 +57,9 @@ describe('Class: ConnectionState, on a wall clock stepped back', () => {
     // Its lifetime is unchanged: both its times moved by the 5 s the wall clock lost.
     expect(entry?.record.expiresAt).toBe(T0 + 1_000);
     expect(entry?.record.issuedAt).toBe(T0 + 1_000 - 3_600_000);
+    // So did what the read proves (I2): when it was sent, and until when it vouches.
+    expect(entry?.checkedAt).toBe(T0 - 5_000);
+    expect(entry?.until).toBe(T0 + 5_000);
   });
 
   it('serves nothing from memory past the expiry the monotonic clock counts', async () => {
