@@ -19,6 +19,11 @@ import {
   NOTHING_KNOWN,
 } from '../../../lib/broker/view/connection-state.js';
 import { ConnectionView } from '../../../lib/broker/view/connection-view.js';
+import {
+  BadRequestError,
+  StoreUnavailableError,
+  UpstreamUnavailableError,
+} from '../../../lib/errors.js';
 import type { Lease } from '../../../lib/ports.js';
 import { connection, ManualClock } from '../../support/fakes.js';
 import { record, T0 } from './setup.js';
@@ -407,6 +412,76 @@ describe('Class: ConnectionView: queries write nothing', () => {
     expect(view.reuse(other, 0, T0)).toEqual({ reusableUntil: T0, staleIfErrorMs: 0 });
     view.drop('sandbox');
     expect(view.reuse(held, 0, T0)).toEqual({ reusableUntil: T0, staleIfErrorMs: 0 });
+  });
+
+  // I2: the last good token stands in only after a failure that says nothing against it: not
+  // after a wait that saw a replacement under way, nor after a token request whose outcome is
+  // unknown (either may have revoked it), nor after a failure that is not the upstream's or the
+  // store's (a caller's bad request is answered as such).
+  it('I2: serves the last good token only after a failure that says nothing against it', () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
+    const lastGood = (error: unknown) => view.lastGood('sandbox', T0 + 1_000, error);
+    expect(lastGood(new UpstreamUnavailableError('down'))).toBe(held);
+    expect(lastGood(new StoreUnavailableError('down'))).toBe(held);
+    expect(lastGood(new UpstreamUnavailableError('wait', { refreshInProgress: true }))).toBe(
+      undefined,
+    );
+    expect(lastGood(new UpstreamUnavailableError('timeout', { outcomeUnknown: true }))).toBe(
+      undefined,
+    );
+    expect(lastGood(new BadRequestError('bad'))).toBeUndefined();
+    expect(lastGood(new Error('any'))).toBeUndefined();
+    // An unknown connection has nothing to say.
+    expect(view.verdict('unknown', held.tokenDigest)).toBeUndefined();
+    expect(view.leaseFirstSeen('unknown', lease)).toBeUndefined();
+  });
+
+  // I2 through an outage: memory serves a token for a need only with more than it left (as the
+  // fast path does: served when left > need).
+  it('I2: serves through an outage only a token with more validity left than the need', () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
+    const left = held.expiresAt - T0;
+    expect(view.whileStoreDown('sandbox', T0, left - 1)).toBe(held);
+    expect(view.whileStoreDown('sandbox', T0, left)).toBeUndefined();
+  });
+
+  // I1: a lease is stale (taken over) once this container has seen the same version unchanged
+  // for its duration, on its own clock, or at first sight when its own expiry is further past
+  // than any plausible skew; not a moment before either.
+  it('I1: judges a lease stale once seen unchanged for its duration, or at first sight past the skew tolerance', async () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    const sandbox = connection();
+    const read = () => ({ sentAt: clock.now(), sentAtMonotonic: clock.monotonic() });
+    const seen = (l: Lease) =>
+      view.observe(sandbox, { token: undefined, lease: l }, read(), clock.now()).leaseStale;
+    expect(seen(lease)).toBe(false);
+    await clock.advance(lease.durationMs - 1);
+    expect(seen(lease)).toBe(false);
+    await clock.advance(1);
+    expect(seen(lease)).toBe(true);
+    const skew = view.timing.skewToleranceMs;
+    const old = (ago: number) => ({
+      ...lease,
+      version: `old-${ago}`,
+      expiresAt: clock.now() - ago,
+    });
+    expect(seen(old(skew))).toBe(false);
+    expect(seen(old(skew + 1))).toBe(true);
+  });
+
+  // I2 in callers' caches (docs/adr/0017): a token served confirmed may be used stale for a
+  // while if the broker cannot be reached; one served unconfirmed (the last good one) may not.
+  it('I2: grants stale use only of a token served confirmed', () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
+    expect(view.reuse(held, 0, T0).staleIfErrorMs).toBeGreaterThan(0);
+    expect(view.reuse(held, 0, T0, true).staleIfErrorMs).toBe(0);
   });
 
   it('queries leave the state as it was', async () => {
