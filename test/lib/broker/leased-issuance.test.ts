@@ -503,6 +503,35 @@ describe('Class: LeasedIssuance', () => {
     expect(memory.entry('sandbox')).toBeUndefined();
   });
 
+  // The item a lost race for the lease returns is a read as good as any (I1: it shows the
+  // winner's lease): the loser waits on it, and reads again only when the winner's token is due.
+  it('takes the item a lost race for the lease returned as a read: no extra read before waiting', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const theirs = {
+      holder: 'other:1',
+      version: 'v-other:1',
+      expiresAt: T0 + LEASE_MS,
+      durationMs: LEASE_MS,
+      countdown: 0,
+    };
+    const acquire = store.acquireLease.bind(store);
+    store.acquireLease = async (name, request) => {
+      store.items.set('sandbox', { lease: theirs }); // the other container won just before
+      return acquire(name, request);
+    };
+    const sleep = clock.sleep.bind(clock);
+    clock.sleep = async (ms: number) => {
+      await sleep(ms);
+      store.items.set('sandbox', { token: record('theirs', T0 + HOUR) });
+    };
+    const { issuance, calls } = container(store, clock);
+    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'theirs' } });
+    expect(calls).toEqual([]);
+    expect(store.calls.read).toBeLessThanOrEqual(2);
+  });
+
   it('does not replace a token another container wrote after the one it meant to refresh', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
