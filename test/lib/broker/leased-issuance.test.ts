@@ -555,6 +555,20 @@ describe('Class: LeasedIssuance', () => {
     expect(memory.entry('sandbox')?.record.accessToken).toBe('issued');
   });
 
+  // I2: a token that could not be written is vouched for by memory only while the confirmed
+  // lease (the 2 s POST budget and its 2 s grace) keeps every other container from replacing
+  // it, less the proof margin.
+  it('I2: keeps a token it could not write in memory only until the confirmed lease ends, less the proof margin', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.putToken = async () => {
+      throw new Error('store down');
+    };
+    const { issuance, memory } = container(store, clock, fencedIssue(clock, []));
+    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    expect(memory.entry('sandbox')?.until).toBe(T0 + 4_000 - DEFAULT_TIMING.proofMarginMs);
+  });
+
   it('falls back to memory when the store is unreadable only while no replacement elsewhere can have revoked it', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
@@ -602,6 +616,39 @@ describe('Class: LeasedIssuance', () => {
     ).resolves.toMatchObject({
       source: 'memory',
     });
+  });
+
+  // XFetch's δ is the issuance's own duration: from the flow's start to the token, less the
+  // wait at the fence for the countdown (which a replacement elsewhere would not pay).
+  it('measures an issuance from its start, the countdown it waited out excluded', async () => {
+    const clock = new ManualClock(T0);
+    await clock.advance(10_000);
+    const store = new InMemoryTokenStore();
+    const current = record('current', clock.now() + 200_000);
+    store.setToken(current);
+    const { issuance } = container(store, clock, async (_c, options) => {
+      await options.fence?.();
+      await clock.sleep(420); // the access-token request
+      return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
+    });
+    const start = clock.monotonic();
+    await issuance.refresh(sandbox, current, Deadline.in(clock, 10_000));
+    // 21 steps of 250 ms waited out at the fence: not counted.
+    expect(clock.monotonic() - start).toBe(21 * COUNTDOWN_STEP_MS + 420);
+    expect(issuance.issuanceMs('sandbox')).toBe(420);
+  });
+
+  // Served only when left > need: a token issued with exactly the validity asked for is not.
+  it('refuses a token issued with no more validity left than the caller needs', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const { issuance } = container(store, clock);
+    const error = await issuance
+      .obtain(sandbox, HOUR, Deadline.in(clock, 5_000), false)
+      .then(unexpected, caught);
+    expect(error).toBeInstanceOf(MinValidityUnsatisfiableError);
+    const served = await issuance.obtain(sandbox, HOUR - 1, Deadline.in(clock, 5_000), false);
+    expect(served.record.expiresAt - clock.now()).toBe(HOUR);
   });
 
   it('measures each issuance for XFetch, with a default before the first', async () => {
