@@ -10,11 +10,13 @@ import { describe, expect, it } from 'vitest';
 import { TokenBroker } from '../../../lib/broker/index.js';
 import {
   DEFAULT_TIMING,
+  DURATION_FIELDS,
   MAX_COUNTDOWN,
   type ProtocolTiming,
   protocolTiming,
   scaledTiming,
   TimingRelationError,
+  timingOf,
   validateTiming,
 } from '../../../lib/broker/timing/index.js';
 import { loadConfig } from '../../../lib/config.js';
@@ -257,6 +259,13 @@ describe('ProtocolTiming: the relations, validated once', () => {
       }),
     );
     expect(scaledTiming(1)).toBe(DEFAULT_TIMING);
+    // XFetch's β has no unit: a scale moves every duration and leaves it.
+    expect(scaledTiming(0.1).xfetchBeta).toBe(DEFAULT_TIMING.xfetchBeta);
+    expect(DURATION_FIELDS).not.toContain('xfetchBeta');
+    expect(DURATION_FIELDS).toHaveLength(Object.keys(DEFAULT_TIMING).length - 1);
+    // Settings that carry no timing (or none at all) run the default.
+    expect(timingOf(undefined)).toBe(DEFAULT_TIMING);
+    expect(timingOf({})).toBe(DEFAULT_TIMING);
     expect(scaledTiming(0.1)).toMatchObject({
       countdownStepMs: 25,
       proofMarginMs: 10,
