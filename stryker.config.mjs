@@ -7,22 +7,23 @@ export default {
   vitest: { configFile: 'vitest.stryker.config.ts', related: false, pool: 'forks' },
   // Each mutant runs only the tests that reached it in the dry run.
   coverageAnalysis: 'perTest',
-  // The protocol modules. The DynamoDB adapter is left out: its tests need DynamoDB servers.
+  // The protocol modules, by side (docs/protocol.md, "Design"). The DynamoDB adapter is left
+  // out: its tests need DynamoDB servers.
   mutate: [
+    'lib/broker/observer/observer.ts',
     'lib/broker/observer/caller-bounds.ts',
-    'lib/broker/timing/relations.ts',
-    'lib/broker/timing/protocol-timing.ts',
-    'lib/broker/holder/failed-flow.ts',
-    'lib/broker/holder/issue-under-lease.ts',
-    'lib/broker/fleet/leased-issuance.ts',
+    'lib/broker/holder/state.ts',
+    'lib/broker/holder/lease-writes.ts',
     'lib/broker/holder/held-lease.ts',
+    'lib/broker/holder/issue-under-lease.ts',
+    'lib/broker/holder/failed-flow.ts',
+    'lib/broker/fleet/leased-issuance.ts',
+    'lib/broker/timing/protocol-timing.ts',
+    'lib/broker/timing/relations.ts',
+    'lib/broker/timing/bounds.ts',
+    'lib/broker/timing/estimates.ts',
     'lib/broker/view/connection-state.ts',
     'lib/broker/view/connection-view.ts',
-    'lib/broker/timing/estimates.ts',
-    'lib/broker/timing/bounds.ts',
-    'lib/broker/holder/lease-writes.ts',
-    'lib/broker/holder/state.ts',
-    'lib/broker/observer/observer.ts',
   ],
   // One worker: the machine has 2 cores and is shared.
   concurrency: 1,

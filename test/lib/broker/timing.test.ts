@@ -279,7 +279,9 @@ describe('Module: timing (bounds and estimates)', () => {
     // At the edges: expiring now, or the proof and grace ending now, is not servable.
     const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, storeOutageGraceMs: 1_000 };
     const record = token(3_600_000);
-    expect(servableUnconfirmed({ record, until: T0 + 10 }, record.expiresAt, settings)).toBe(false);
+    const late = { record, until: record.expiresAt + 10 };
+    expect(servableUnconfirmed(late, record.expiresAt, settings)).toBe(false);
+    expect(servableUnconfirmed(late, record.expiresAt - 1, settings)).toBe(true);
     expect(servableUnconfirmed({ record, until: T0 - 1_000 }, T0, settings)).toBe(false);
     expect(servableUnconfirmed({ record, until: T0 - 999 }, T0, settings)).toBe(true);
   });
