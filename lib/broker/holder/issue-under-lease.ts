@@ -51,6 +51,7 @@ export const issueUnderLease = async (
     countdown: flow.countdown,
     upstreamTimeoutMs: settings.upstreamTimeoutMs,
     timing: settings.timing,
+    // Stryker disable next-line ConditionalExpression: equivalent: the clean-up skips a flow that replaces no token
     replacing: flow.replacing !== undefined,
     suspect: flow.suspect,
     bounded,

@@ -108,6 +108,7 @@ export const decide = (o: Observation): Decision => {
 
   // 5. A caller's word that only a replacement satisfies, with none under way: bounded (I4).
   const leaseLive = lease !== undefined && !o.leaseStale;
+  // Stryker disable next-line ConditionalExpression,StringLiteral: equivalent: the warm-up's need is the window, which forcesReplacement never counts as forcing
   if (servable && !leaseLive && o.need !== 'outside-window') {
     const refusal = forcingRefusal(
       { record: servable, needMs, now: o.now, knownForMs: o.knownForMs, mayForce: o.mayForce },

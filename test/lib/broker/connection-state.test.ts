@@ -14,10 +14,16 @@ import {
   ConnectionState,
   KNOWN_PER_CONNECTION,
   type Knowledge,
+  leaseKey,
   type MemoryEntry,
   NOTHING_KNOWN,
 } from '../../../lib/broker/view/connection-state.js';
 import { ConnectionView } from '../../../lib/broker/view/connection-view.js';
+import {
+  BadRequestError,
+  StoreUnavailableError,
+  UpstreamUnavailableError,
+} from '../../../lib/errors.js';
 import type { Lease } from '../../../lib/ports.js';
 import { connection, ManualClock } from '../../support/fakes.js';
 import { record, T0 } from './setup.js';
@@ -56,6 +62,9 @@ describe('Class: ConnectionState, on a wall clock stepped back', () => {
     // Its lifetime is unchanged: both its times moved by the 5 s the wall clock lost.
     expect(entry?.record.expiresAt).toBe(T0 + 1_000);
     expect(entry?.record.issuedAt).toBe(T0 + 1_000 - 3_600_000);
+    // So did what the read proves (I2): when it was sent, and until when it vouches.
+    expect(entry?.checkedAt).toBe(T0 - 5_000);
+    expect(entry?.until).toBe(T0 + 5_000);
   });
 
   it('serves nothing from memory past the expiry the monotonic clock counts', async () => {
@@ -262,6 +271,33 @@ const table: readonly [string, Knowledge, ConnectionEvent, Knowledge][] = [
     },
   ],
   [
+    // The probe is asked at most once per interval per token (probe-verdicts.ts): a verdict on
+    // one token leaves those on others that are still reused, and one whose interval ends now goes.
+    'a probe verdict on one token: verdicts on others still reused stay; one ending now goes',
+    {
+      ...NOTHING_KNOWN,
+      verdicts: [
+        { digest: 'ends-now', verdict: { verdict: 'valid' }, until: 1_100 },
+        { digest: 'other', verdict: { verdict: 'revoked' }, until: 1_101 },
+        { digest: held.tokenDigest, verdict: { verdict: 'revoked' }, until: 9_000 },
+      ],
+    },
+    {
+      type: 'probe-settled',
+      digest: held.tokenDigest,
+      verdict: { verdict: 'valid' },
+      until: 61_100,
+      at: 1_100,
+    },
+    {
+      ...NOTHING_KNOWN,
+      verdicts: [
+        { digest: 'other', verdict: { verdict: 'revoked' }, until: 1_101 },
+        { digest: held.tokenDigest, verdict: { verdict: 'valid' }, until: 61_100 },
+      ],
+    },
+  ],
+  [
     'a probe that proved nothing: not kept, and what was said of that token before goes',
     {
       ...NOTHING_KNOWN,
@@ -343,6 +379,109 @@ describe('Class: ConnectionView: queries write nothing', () => {
     expect(view.entry('sandbox')).toBeUndefined();
     await clock.advance(5_000);
     expect(view.knownFor('sandbox', held.tokenDigest)).toBe(5_000);
+  });
+
+  // A probe's verdict is about one token (I4: a report on a token the probe found valid is not
+  // acted on), and a lease's first sight about one version (the cut-over wait, I1's staleness):
+  // neither query answers for another.
+  it('answers a query only about the token or lease version asked for', () => {
+    const state = new ConnectionState({
+      ...NOTHING_KNOWN,
+      verdicts: [
+        { digest: other.tokenDigest, verdict: { verdict: 'revoked' }, until: 10_000 },
+        { digest: held.tokenDigest, verdict: { verdict: 'valid' }, until: 10_000 },
+      ],
+      lease: { key: leaseKey(lease), seenAt: T0, seenAtMonotonic: 0 },
+    });
+    expect(state.verdict(held.tokenDigest, 5_000)).toEqual({ verdict: 'valid' });
+    expect(state.verdict('never-probed', 5_000)).toBeUndefined();
+    expect(state.verdict(held.tokenDigest, 10_000)).toBeUndefined();
+    expect(state.leaseFirstSeen(lease)).toBe(T0);
+    expect(state.leaseFirstSeen({ ...lease, version: 'v2' })).toBeUndefined();
+    expect(new ConnectionState().leaseFirstSeen(lease)).toBeUndefined();
+  });
+
+  // I2 in callers' caches: memory grants the reuse of a token it vouches for; a token it no
+  // longer holds (replaced or dropped since it was served) may have been revoked, so the caller
+  // may neither reuse it nor use it stale.
+  it('I2: grants no reuse, nor any stale use, of a token memory no longer holds', () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
+    expect(view.reuse(held, 0, T0).reusableUntil).toBeGreaterThan(T0);
+    expect(view.reuse(other, 0, T0)).toEqual({ reusableUntil: T0, staleIfErrorMs: 0 });
+    view.drop('sandbox');
+    expect(view.reuse(held, 0, T0)).toEqual({ reusableUntil: T0, staleIfErrorMs: 0 });
+  });
+
+  // I2: the last good token stands in only after a failure that says nothing against it: not
+  // after a wait that saw a replacement under way, nor after a token request whose outcome is
+  // unknown (either may have revoked it), nor after a failure that is not the upstream's or the
+  // store's (a caller's bad request is answered as such).
+  it('I2: serves the last good token only after a failure that says nothing against it', () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
+    const lastGood = (error: unknown) => view.lastGood('sandbox', T0 + 1_000, error);
+    expect(lastGood(new UpstreamUnavailableError('down'))).toBe(held);
+    expect(lastGood(new StoreUnavailableError('down'))).toBe(held);
+    expect(lastGood(new UpstreamUnavailableError('wait', { refreshInProgress: true }))).toBe(
+      undefined,
+    );
+    expect(lastGood(new UpstreamUnavailableError('timeout', { outcomeUnknown: true }))).toBe(
+      undefined,
+    );
+    expect(lastGood(new BadRequestError('bad'))).toBeUndefined();
+    expect(lastGood(new Error('any'))).toBeUndefined();
+    // An unknown connection has nothing to say.
+    expect(view.verdict('unknown', held.tokenDigest)).toBeUndefined();
+    expect(view.leaseFirstSeen('unknown', lease)).toBeUndefined();
+  });
+
+  // I2 through an outage: memory serves a token for a need only with more than it left (as the
+  // fast path does: served when left > need).
+  it('I2: serves through an outage only a token with more validity left than the need', () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
+    const left = held.expiresAt - T0;
+    expect(view.whileStoreDown('sandbox', T0, left - 1)).toBe(held);
+    expect(view.whileStoreDown('sandbox', T0, left)).toBeUndefined();
+  });
+
+  // I1: a lease is stale (taken over) once this container has seen the same version unchanged
+  // for its duration, on its own clock, or at first sight when its own expiry is further past
+  // than any plausible skew; not a moment before either.
+  it('I1: judges a lease stale once seen unchanged for its duration, or at first sight past the skew tolerance', async () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    const sandbox = connection();
+    const read = () => ({ sentAt: clock.now(), sentAtMonotonic: clock.monotonic() });
+    const seen = (l: Lease) =>
+      view.observe(sandbox, { token: undefined, lease: l }, read(), clock.now()).leaseStale;
+    expect(seen(lease)).toBe(false);
+    await clock.advance(lease.durationMs - 1);
+    expect(seen(lease)).toBe(false);
+    await clock.advance(1);
+    expect(seen(lease)).toBe(true);
+    const skew = view.timing.skewToleranceMs;
+    const old = (ago: number) => ({
+      ...lease,
+      version: `old-${ago}`,
+      expiresAt: clock.now() - ago,
+    });
+    expect(seen(old(skew))).toBe(false);
+    expect(seen(old(skew + 1))).toBe(true);
+  });
+
+  // I2 in callers' caches (docs/adr/0017): a token served confirmed may be used stale for a
+  // while if the broker cannot be reached; one served unconfirmed (the last good one) may not.
+  it('I2: grants stale use only of a token served confirmed', () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
+    expect(view.reuse(held, 0, T0).staleIfErrorMs).toBeGreaterThan(0);
+    expect(view.reuse(held, 0, T0, true).staleIfErrorMs).toBe(0);
   });
 
   it('queries leave the state as it was', async () => {

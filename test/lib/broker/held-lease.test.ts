@@ -126,6 +126,22 @@ describe('Class: HeldLease (the holder’s driver)', () => {
     expect(lease.ref).toEqual({ holder: 'me:1', version: store.writes[1]?.version });
   });
 
+  // Issue 17: a lease given up because the environment shuts down stops the flow before its
+  // POST, and the flow (and its log) is told why, not that the lease was taken over.
+  it('I1: an abandoned lease refuses the fence and stops the upstream request, with the reason given', async () => {
+    const clock = new ManualClock(T0);
+    const store = leaseStore(async () => true);
+    const lease = hold(store, clock, 10_000, 6);
+    lease.abandon('Execution environment shutting down');
+    const fenced = await lease.fence().then(unexpected, caught);
+    expect(fenced).toMatchObject({
+      name: 'LeaseLost',
+      message: 'Execution environment shutting down',
+    });
+    expect(lease.signal.reason).toBe(fenced);
+    expect(store.writes.some((w) => w.countdown === 0)).toBe(false);
+  });
+
   it('I1: a countdown step that failed stops the flow too, and its version stays unanswered for the release', async () => {
     const clock = new ManualClock(T0);
     const store = leaseStore(async (n) => {

@@ -105,6 +105,41 @@ describe('Function: step (the holder)', () => {
     });
   });
 
+  // I2.2 and I1: lease writes never overlap. A fence asked while a heartbeat's renewal is in
+  // flight waits for its answer: sent at once, the confirmation would be taken for answered by
+  // the renewal's answer, and the POST would leave on a lease write that did not cover it.
+  it('asked to fence while a renewal is in flight, waits for its answer before the confirmation (writes never overlap)', () => {
+    const renewing = counting(0, { writing: inFlight('renew', 0), answeredAt: 0 });
+    const asked = step(renewing, ev('fence-asked', 600));
+    expect(asked.commands.filter((c) => c.do === 'write-lease')).toEqual([]);
+    expect(asked.state.writing?.write).toBe('renew');
+    const landed = step(asked.state, ev('write-landed', 700));
+    expect(landed.commands).toContainEqual(
+      expect.objectContaining({ do: 'write-lease', write: 'fence', countdown: 0 }),
+    );
+  });
+
+  // I1: the release and the grace's renewal name exactly the version last written; a write
+  // answered after the flow ended (its clean-up under way) still says which version is ours:
+  // one that landed is ours, one refused is not, one that failed may be (kept unanswered).
+  // Nothing more is done for it.
+  it('after the flow ended, records a late lease write’s answer and does nothing else', () => {
+    const ended = holder('failed', { writing: inFlight('renew', 0), unanswered: 'v1' });
+    const landed = step(ended, ev('write-landed'));
+    expect(landed).toEqual({
+      state: { ...ended, writing: undefined, version: 'v1', unanswered: undefined },
+      commands: [],
+    });
+    const refused = step(ended, ev('write-refused'));
+    expect(refused).toEqual({
+      state: { ...ended, writing: undefined, unanswered: undefined },
+      commands: [],
+    });
+    const failed = step(ended, ev('write-failed'));
+    expect(failed).toEqual({ state: { ...ended, writing: undefined }, commands: [] });
+    expect(step(ended, ev('heartbeat-due'))).toEqual({ state: ended, commands: [] });
+  });
+
   it('counts the time the flow waited at the fence, from its ask to the confirmation sent', () => {
     const asked = step(counting(1, { answeredAt: 0 }), ev('fence-asked', 100)).state;
     const confirming = step(asked, ev('step-due', 250)).state;

@@ -4,8 +4,11 @@ import type { Issue } from '../../../lib/broker/issuance/credential-rotation.js'
 import {
   COUNTDOWN_STEP_MS,
   countdownFor,
+  DEFAULT_TIMING,
   LEASE_HEARTBEAT_MS,
   LEASE_MS,
+  leaseCountdown,
+  leaseNeedsMs,
 } from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import { Deadline } from '../../../lib/clock.js';
@@ -49,6 +52,8 @@ const container = (
   }),
 ) => {
   const calls: number[] = [];
+  const metrics = new CountingMetrics();
+  const logger = captureLogger();
   const issuance = new LeasedIssuance({
     store,
     clock,
@@ -57,10 +62,10 @@ const container = (
       return issue(c, deadline);
     },
     settings: { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 2_000 },
-    logger: captureLogger(),
-    metrics: new CountingMetrics(),
+    logger,
+    metrics,
   });
-  return { issuance, memory: issuance.view, calls };
+  return { issuance, memory: issuance.view, calls, metrics, logger };
 };
 
 const sandbox: ConnectionConfig = connection();
@@ -373,6 +378,160 @@ describe('Class: LeasedIssuance', () => {
     expect(calls).toEqual([]);
   });
 
+  // I3: a refresh takes no lease it cannot use before the caller's deadline, and needs the
+  // same time as a replacement through `obtain` (observer.ts): strictly more than its countdown,
+  // the least POST and the write after it.
+  it('I3: refuses a refresh whose countdown, POST and write do not fit before the deadline, before taking the lease', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    store.setToken(current);
+    const settings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 2_000 };
+    const least = leaseNeedsMs(leaseCountdown(true, current, undefined, settings), DEFAULT_TIMING);
+    const { issuance, calls } = container(store, clock);
+    const error = await issuance
+      .refresh(sandbox, current, Deadline.in(clock, least))
+      .then(unexpected, caught);
+    expect(error.message).toBe('Not enough time left to replace the token safely; retry shortly');
+    expect(store.calls.acquire).toBe(0);
+    expect(calls).toEqual([]);
+  });
+
+  // I2: a refresh that lost its lease during the flow cannot tell whether the new holder's
+  // request revoked the token it meant to replace: it answers with what the store holds now,
+  // never with nothing (which would leave the caller the old token).
+  it('I2: a refresh that lost its lease during the flow answers with the new holder’s token from the store', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    store.setToken(current);
+    const { issuance, calls } = container(store, clock, async (_c, options) => {
+      // Another container took the lease over and wrote its token meanwhile.
+      store.items.set('sandbox', { token: record('theirs', T0 + HOUR) });
+      await options.fence?.();
+      return {
+        accessToken: 'ours',
+        expiresIn: 3600,
+        upstreamTimestamp: undefined,
+        requestedAt: T0,
+      };
+    });
+    const served = await issuance.refresh(
+      connection({ revokesOnReissue: false }),
+      current,
+      Deadline.in(clock, 10_000),
+    );
+    expect(calls).toHaveLength(1);
+    expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'theirs' } });
+  });
+
+  // I4: each refusal of a caller's word is counted (ReplacementsRefused, on the dashboard) and
+  // logged with who asked, what and what it can have, so that an operator finds the callers
+  // asking more than the bound lets them; other refusals are not.
+  it('I4: counts and logs a caller’s word it refuses, with the caller, and no other refusal', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.setToken(record('current', T0 + 1_000_000));
+    const { issuance, calls, metrics, logger } = container(store, clock);
+    const caller = 'arn:aws:iam::123456789012:role/svc';
+    const forced = await issuance
+      .obtain(sandbox, 1_100_500, Deadline.in(clock, 10_000), false, caller, false)
+      .then(unexpected, caught);
+    expect(forced).toMatchObject({ code: 'FORCE_NOT_ALLOWED' });
+    expect(metrics.totals.get('ReplacementsRefused')).toBe(1);
+    expect(logger.lines.filter((line) => line.attributes[0]?.code)).toEqual([
+      {
+        level: 'info',
+        message: 'Replacement on a caller’s word refused',
+        attributes: [
+          {
+            connection: 'sandbox',
+            caller,
+            code: 'FORCE_NOT_ALLOWED',
+            minValidity: 1_101,
+            availableMinValidity: 999,
+          },
+        ],
+      },
+    ]);
+    const beyond = await issuance
+      .obtain(sandbox, 2 * HOUR, Deadline.in(clock, 10_000), false, undefined, false)
+      .then(unexpected, caught);
+    expect(beyond).toBeInstanceOf(MinValidityUnsatisfiableError);
+    expect(metrics.totals.get('ReplacementsRefused')).toBe(1);
+    expect(calls).toEqual([]);
+  });
+
+  // I2: once its POST has left, the token it replaces is revoked upstream, wherever it is held;
+  // a holder whose token write is then refused (taken over) forgets it: its memory no longer
+  // vouches for it, and nothing is served through the outage that follows
+  // (holder/state.ts: 'forget-replaced').
+  it('I2: forgets the token it replaced when its write is refused after the POST left', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    store.setToken(current);
+    const { issuance, memory } = container(store, clock, async (_c, options) => {
+      await options.fence?.();
+      // The POST has left; another container takes the lease over, and the store then fails.
+      store.items.set('sandbox', {
+        token: current,
+        lease: {
+          holder: 'other:1',
+          version: 'v-other:1',
+          expiresAt: clock.now() + LEASE_MS,
+          durationMs: LEASE_MS,
+          countdown: 0,
+        },
+      });
+      store.read = async () => {
+        throw new Error('store down');
+      };
+      return {
+        accessToken: 'ours',
+        expiresIn: 3600,
+        upstreamTimestamp: undefined,
+        requestedAt: T0,
+      };
+    });
+    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    expect(memory.entry('sandbox')?.record.accessToken).toBe('current');
+    const outcome = await issuance
+      .refresh(sandbox, current, Deadline.in(clock, 20_000))
+      .then((served) => served?.record.accessToken, caught);
+    expect(outcome).toBeInstanceOf(StoreUnavailableError);
+    expect(memory.entry('sandbox')).toBeUndefined();
+  });
+
+  // The item a lost race for the lease returns is a read as good as any (I1: it shows the
+  // winner's lease): the loser waits on it, and reads again only when the winner's token is due.
+  it('takes the item a lost race for the lease returned as a read: no extra read before waiting', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const theirs = {
+      holder: 'other:1',
+      version: 'v-other:1',
+      expiresAt: T0 + LEASE_MS,
+      durationMs: LEASE_MS,
+      countdown: 0,
+    };
+    const acquire = store.acquireLease.bind(store);
+    store.acquireLease = async (name, request) => {
+      store.items.set('sandbox', { lease: theirs }); // the other container won just before
+      return acquire(name, request);
+    };
+    const sleep = clock.sleep.bind(clock);
+    clock.sleep = async (ms: number) => {
+      await sleep(ms);
+      store.items.set('sandbox', { token: record('theirs', T0 + HOUR) });
+    };
+    const { issuance, calls } = container(store, clock);
+    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'theirs' } });
+    expect(calls).toEqual([]);
+    expect(store.calls.read).toBeLessThanOrEqual(2);
+  });
+
   it('does not replace a token another container wrote after the one it meant to refresh', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
@@ -394,6 +553,20 @@ describe('Class: LeasedIssuance', () => {
     const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
     expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
     expect(memory.entry('sandbox')?.record.accessToken).toBe('issued');
+  });
+
+  // I2: a token that could not be written is vouched for by memory only while the confirmed
+  // lease (the 2 s POST budget and its 2 s grace) keeps every other container from replacing
+  // it, less the proof margin.
+  it('I2: keeps a token it could not write in memory only until the confirmed lease ends, less the proof margin', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.putToken = async () => {
+      throw new Error('store down');
+    };
+    const { issuance, memory } = container(store, clock, fencedIssue(clock, []));
+    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    expect(memory.entry('sandbox')?.until).toBe(T0 + 4_000 - DEFAULT_TIMING.proofMarginMs);
   });
 
   it('falls back to memory when the store is unreadable only while no replacement elsewhere can have revoked it', async () => {
@@ -443,6 +616,39 @@ describe('Class: LeasedIssuance', () => {
     ).resolves.toMatchObject({
       source: 'memory',
     });
+  });
+
+  // XFetch's δ is the issuance's own duration: from the flow's start to the token, less the
+  // wait at the fence for the countdown (which a replacement elsewhere would not pay).
+  it('measures an issuance from its start, the countdown it waited out excluded', async () => {
+    const clock = new ManualClock(T0);
+    await clock.advance(10_000);
+    const store = new InMemoryTokenStore();
+    const current = record('current', clock.now() + 200_000);
+    store.setToken(current);
+    const { issuance } = container(store, clock, async (_c, options) => {
+      await options.fence?.();
+      await clock.sleep(420); // the access-token request
+      return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
+    });
+    const start = clock.monotonic();
+    await issuance.refresh(sandbox, current, Deadline.in(clock, 10_000));
+    // 21 steps of 250 ms waited out at the fence: not counted.
+    expect(clock.monotonic() - start).toBe(21 * COUNTDOWN_STEP_MS + 420);
+    expect(issuance.issuanceMs('sandbox')).toBe(420);
+  });
+
+  // Served only when left > need: a token issued with exactly the validity asked for is not.
+  it('refuses a token issued with no more validity left than the caller needs', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const { issuance } = container(store, clock);
+    const error = await issuance
+      .obtain(sandbox, HOUR, Deadline.in(clock, 5_000), false)
+      .then(unexpected, caught);
+    expect(error).toBeInstanceOf(MinValidityUnsatisfiableError);
+    const served = await issuance.obtain(sandbox, HOUR - 1, Deadline.in(clock, 5_000), false);
+    expect(served.record.expiresAt - clock.now()).toBe(HOUR);
   });
 
   it('measures each issuance for XFetch, with a default before the first', async () => {
@@ -803,6 +1009,48 @@ describe('Class: LeasedIssuance, clocks', () => {
       .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
     expect(error.message).toBe('Timed out waiting for another container to issue the token');
+    expect(calls).toEqual([]);
+  });
+
+  // I3: a wait for the holder that ends past the caller's deadline (the container was frozen
+  // while it slept) answers with the timeout at once: no read is sent after the deadline.
+  it('I3: answers with the timeout at once, reading nothing more, when its wait for the holder overran the deadline', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.items.set('sandbox', {
+      lease: {
+        holder: 'alive:1',
+        version: 'v-alive:1',
+        expiresAt: T0 + 60_000,
+        durationMs: 3_000,
+        countdown: 0,
+      },
+    });
+    const sleep = clock.sleep.bind(clock);
+    clock.sleep = (ms: number) => sleep(ms + 5_000); // frozen past the deadline
+    const { issuance, calls } = container(store, clock);
+    const error = await issuance
+      .obtain(sandbox, 60_000, Deadline.in(clock, 2_000), false)
+      .then(unexpected, caught);
+    expect(error.message).toBe('Timed out waiting for another container to issue the token');
+    expect(store.calls.read).toBe(1);
+    expect(calls).toEqual([]);
+  });
+
+  // A store that fails while the lease is taken answers the caller STORE_UNAVAILABLE (503,
+  // retry), never an internal error; nothing is sent upstream.
+  it('answers STORE_UNAVAILABLE when the store fails while the lease is taken', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.acquireLease = async () => {
+      throw new Error('connection reset');
+    };
+    const { issuance, calls } = container(store, clock);
+    const error = await issuance
+      .obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false)
+      .then(unexpected, caught);
+    expect(error).toBeInstanceOf(StoreUnavailableError);
+    expect(error.message).toMatch(/take the lease/);
     expect(calls).toEqual([]);
   });
 

@@ -154,6 +154,12 @@ describe('Function: decide (the observer)', () => {
     expect(
       decide(observe({ state: { token: early, lease: undefined }, need: 60_000, settings: short })),
     ).toMatchObject({ do: 'acquire', cause: 'min-validity', forced: true });
+    // At the window's very edge (30 s left) the token is in it, as the caller bounds judge it:
+    // routine, not forced.
+    const edge = token('edge', T0 + 30_000);
+    expect(
+      decide(observe({ state: { token: edge, lease: undefined }, need: 60_000, settings: short })),
+    ).toMatchObject({ do: 'acquire', cause: 'refresh-ahead', forced: false });
   });
 
   it('takes over exactly the stale version seen, going on from its countdown, and replaces exactly the token read (I1, I2)', () => {
@@ -311,5 +317,99 @@ describe('Function: decide (the observer)', () => {
       }),
       { numRuns: 3_000 },
     );
+  });
+});
+
+describe('Function: decide, at its edges', () => {
+  const fresh = token('fresh', T0 + 600_000);
+
+  // I2 and I3: an answer older than its proof may predate a replacement that revoked the token;
+  // with no time left for another read, the caller is refused, never served it.
+  it('I2, I3: refuses (store too slow) a token read longer ago than its proof when no time is left for another read', () => {
+    const late = { state: { token: fresh, lease: undefined }, sinceReadMs: 6_000 };
+    const refused = decide(observe({ ...late, leftMs: 0 }));
+    expect(refused).toMatchObject({ do: 'refuse', error: { code: 'STORE_UNAVAILABLE' } });
+    expect(refused.do === 'refuse' && refused.error.message).toBe(
+      'The token store answered too slowly; retry shortly',
+    );
+    expect(decide(observe({ ...late, leftMs: 1 })).do).toBe('reread');
+  });
+
+  // I3, and I2 for the refusal: with no time left, no lease is taken; a refusal over a suspect
+  // token says a replacement may be under way, so that it is not served as the last good one.
+  it('I3: takes no lease with no time left, and says a replacement may be under way over a suspect token', () => {
+    for (const suspect of [false, true]) {
+      const state = { token: suspect ? fresh : undefined, lease: undefined };
+      const d = decide(observe({ state, suspect, leftMs: 0 }));
+      expect(d).toMatchObject({
+        do: 'refuse',
+        error: {
+          message: 'No time left to issue a token',
+          retryAfterSeconds: 1,
+          refreshInProgress: suspect,
+        },
+      });
+    }
+  });
+
+  // I3, and I2 for the refusal: without time for its countdown and POST no lease is taken; the
+  // refusal says nothing against the token held (no replacement is under way), and names what
+  // there was no time for.
+  it('I3: takes no lease without time for its countdown and POST, and says no replacement is under way', () => {
+    const first = decide(observe({ state: { token: undefined, lease: undefined }, leftMs: 1 }));
+    expect(first).toMatchObject({
+      do: 'refuse',
+      error: {
+        message: 'Not enough time left to issue a token; retry shortly',
+        retryAfterSeconds: 1,
+        refreshInProgress: false,
+      },
+    });
+    const replacement = decide(
+      observe({ state: { token: fresh, lease: undefined }, need: 700_000, leftMs: 1_000 }),
+    );
+    expect(replacement).toMatchObject({
+      do: 'refuse',
+      error: {
+        message: 'Not enough time left to replace the token safely; retry shortly',
+        refreshInProgress: false,
+      },
+    });
+  });
+
+  // I3, and I2 for the refusal: a wait for another holder that must end for the deadline says,
+  // over a suspect token, that a replacement is under way (the token may be revoked already).
+  it('I3: a wait that cannot end before the deadline is refused, saying whether a replacement may have revoked the token', () => {
+    for (const suspect of [false, true]) {
+      const state = { token: suspect ? fresh : undefined, lease: lease(0) };
+      const d = decide(observe({ state, suspect, leftMs: 50, readReserveMs: 50 }));
+      expect(d).toMatchObject({
+        do: 'refuse',
+        error: {
+          message: 'Timed out waiting for another container to issue the token',
+          retryAfterSeconds: 1,
+          refreshInProgress: suspect,
+        },
+      });
+    }
+  });
+
+  // I2 (and I1.5): a token expired less than the skew tolerance ago may still be served on a
+  // slower clock, so its replacement is counted down; one expired longer ago is served nowhere,
+  // and is replaced at once, like a first token.
+  it('I2: counts down the replacement of a token expired less than the skew tolerance ago, and of no older one', () => {
+    const countdownAfter = (expiredMsAgo: number) => {
+      const d = decide(
+        observe({ state: { token: token('old', T0 - expiredMsAgo), lease: undefined } }),
+      );
+      return d.do === 'acquire' ? d.countdown : undefined;
+    };
+    expect(countdownAfter(SKEW_TOLERANCE_MS - 1)).toBeGreaterThan(1);
+    expect(countdownAfter(SKEW_TOLERANCE_MS)).toBe(0);
+    expect(countdownAfter(10 * SKEW_TOLERANCE_MS)).toBe(0);
+    expect(decide(observe({ state: { token: undefined, lease: undefined } }))).toMatchObject({
+      do: 'acquire',
+      countdown: 0,
+    });
   });
 });

@@ -11,11 +11,13 @@ import { TokenBroker } from '../../../lib/broker/index.js';
 import {
   countingLeaseMs,
   DEFAULT_TIMING,
+  DURATION_FIELDS,
   MAX_COUNTDOWN,
   type ProtocolTiming,
   protocolTiming,
   scaledTiming,
   TimingRelationError,
+  timingOf,
   validateTiming,
 } from '../../../lib/broker/timing/index.js';
 import { loadConfig } from '../../../lib/config.js';
@@ -105,6 +107,149 @@ describe('ProtocolTiming: the relations, validated once', () => {
     );
   });
 
+  // Each relation of the safety argument is checked, at its very edge: the default timing with
+  // one field moved just past it fails that relation, named by its step and formula, by exactly
+  // that much; just at it, the timing is accepted. (Random overrides rarely reach an edge.)
+  it.each<[string, Partial<ProtocolTiming>, Partial<ProtocolTiming>, string, string, number]>([
+    ['I1.2', { leaseMs: 120_001 }, { leaseMs: 120_000 }, 'I1.2', 'leaseMs <= 120000', 1],
+    ['I1.3', { minPostMs: 0 }, { minPostMs: 1 }, 'I1.3', 'minPostMs >= 1', 1],
+    [
+      'I1.5',
+      { skewToleranceMs: 60_000 },
+      { skewToleranceMs: 59_999 },
+      'I1.5',
+      'skewToleranceMs < 60000',
+      1,
+    ],
+    [
+      'I2.2 step',
+      { countdownStepMs: 0 },
+      { countdownStepMs: 1, maxMemoryRecheckMs: 300, proofMarginMs: 100, reuseMarginMs: 100 },
+      'I2.2',
+      'countdownStepMs >= 1',
+      1,
+    ],
+    [
+      'I2.2 re-check',
+      { maxMemoryRecheckMs: 100_001, proofMarginMs: 101, reuseMarginMs: 101 },
+      { maxMemoryRecheckMs: 100_000 },
+      'I2.2',
+      'maxMemoryRecheckMs <= 100000',
+      1,
+    ],
+    [
+      'I2.2 countdown',
+      { countdownStepMs: 249 },
+      { countdownStepMs: 250 },
+      'I2.2',
+      'ceil((maxMemoryRecheckMs + proofMarginMs) / countdownStepMs) <= 401',
+      2,
+    ],
+    [
+      'I2.5',
+      { reuseMarginMs: 99 },
+      { reuseMarginMs: 100 },
+      'I2.5',
+      'reuseMarginMs * 1000 >= maxMemoryRecheckMs',
+      1,
+    ],
+    [
+      'I2.6',
+      { proofMarginMs: 99 },
+      { proofMarginMs: 100 },
+      'I2.6',
+      'proofMarginMs * 1000 >= maxMemoryRecheckMs',
+      1,
+    ],
+    [
+      'I3 store',
+      { storeReserveMs: 0 },
+      { storeReserveMs: 1 },
+      'I3',
+      'storeReserveMs >= 1 and readReserveMs >= 1',
+      1,
+    ],
+    [
+      'I3 read',
+      { readReserveMs: 0 },
+      { readReserveMs: 1 },
+      'I3',
+      'storeReserveMs >= 1 and readReserveMs >= 1',
+      1,
+    ],
+    [
+      'heartbeat',
+      { leaseHeartbeatMs: 1_501 },
+      { leaseHeartbeatMs: 1_500 },
+      'liveness',
+      '2 * leaseHeartbeatMs <= leaseMs',
+      2,
+    ],
+    [
+      'steps',
+      { stepWriteAllowanceMs: 751 },
+      { stepWriteAllowanceMs: 750 },
+      'liveness',
+      'countdownStepMs + stepWriteAllowanceMs <= leaseHeartbeatMs',
+      1,
+    ],
+    [
+      'step writes',
+      { maxStepWriteMs: 51 },
+      { maxStepWriteMs: 50 },
+      'liveness',
+      'maxStepWriteMs <= stepWriteAllowanceMs',
+      1,
+    ],
+    [
+      'poll base',
+      { pollBaseMs: 0 },
+      { pollBaseMs: 1 },
+      'liveness',
+      '1 <= pollBaseMs <= pollCapMs',
+      1,
+    ],
+    [
+      'poll cap',
+      { pollCapMs: 24 },
+      { pollCapMs: 25 },
+      'liveness',
+      '1 <= pollBaseMs <= pollCapMs',
+      1,
+    ],
+  ])('refuses a timing just past the edge of %s, and accepts one at it', (_n, past, at, step, relation, shortBy) => {
+    expect(() => protocolTiming(past)).toThrow(
+      expect.objectContaining({
+        name: 'TimingRelationError',
+        step,
+        relation: expect.stringMatching(new RegExp(`^${relation.replace(/[()*+.]/g, '\\$&')}`)),
+        shortBy,
+      }),
+    );
+    expect(() => protocolTiming(at)).not.toThrow();
+  });
+
+  it('refuses a field that is no duration (negative, not finite, not a number) or a β that is not > 0, naming the field', () => {
+    for (const bad of [-1, Number.POSITIVE_INFINITY, '5' as unknown as number]) {
+      expect(() => protocolTiming({ cutOverRereadMs: bad })).toThrow(
+        expect.objectContaining({ step: 'field', relation: 'cutOverRereadMs' }),
+      );
+    }
+    for (const beta of [0, -1, Number.NaN]) {
+      expect(() => protocolTiming({ xfetchBeta: beta })).toThrow(
+        expect.objectContaining({
+          step: 'field',
+          relation: 'xfetchBeta',
+          message: `ProtocolTiming.xfetchBeta must be a finite number > 0, not ${beta}`,
+        }),
+      );
+    }
+    expect(() => protocolTiming({ stepMs: 1 } as Partial<ProtocolTiming>)).toThrow(
+      expect.objectContaining({ step: 'field', relation: 'stepMs' }),
+    );
+    expect(() => scaledTiming(2)).toThrow('a timing scale must be from 0.01 to 1, not 2');
+  });
+
   it('keeps every relation at every scale from 0.01 to 1, and refuses any other scale', () => {
     fc.assert(
       fc.property(fc.double({ min: 0.01, max: 1, noNaN: true }), (f) => {
@@ -115,6 +260,13 @@ describe('ProtocolTiming: the relations, validated once', () => {
       }),
     );
     expect(scaledTiming(1)).toBe(DEFAULT_TIMING);
+    // XFetch's β has no unit: a scale moves every duration and leaves it.
+    expect(scaledTiming(0.1).xfetchBeta).toBe(DEFAULT_TIMING.xfetchBeta);
+    expect(DURATION_FIELDS).not.toContain('xfetchBeta');
+    expect(DURATION_FIELDS).toHaveLength(Object.keys(DEFAULT_TIMING).length - 1);
+    // Settings that carry no timing (or none at all) run the default.
+    expect(timingOf(undefined)).toBe(DEFAULT_TIMING);
+    expect(timingOf({})).toBe(DEFAULT_TIMING);
     expect(scaledTiming(0.1)).toMatchObject({
       countdownStepMs: 25,
       proofMarginMs: 10,

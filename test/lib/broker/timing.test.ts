@@ -9,6 +9,7 @@ import {
   DEFAULT_TIMING,
   dueForRefresh,
   leaseNeedsMs,
+  leaseTerm,
   PROOF_MARGIN_MS,
   pollWaitMs,
   type RefreshSettings,
@@ -17,6 +18,7 @@ import {
   refreshBudgetMs,
   replacementMayBeOut,
   STALE_IF_ERROR_MARGIN_MS,
+  servableUnconfirmed,
   servableUntil,
   staleIfErrorMs,
   staleMarginMs,
@@ -232,6 +234,56 @@ describe('Module: timing (bounds and estimates)', () => {
         },
       ),
     );
+  });
+
+  // I1: a lease version never lasts longer than the holder counts on it: its duration, from
+  // when it was sent, at most a lease's and never past the caller's deadline.
+  it('I1: writes a lease version lasting from its send for a lease’s duration cut to the deadline, never negative', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 2 * T0 }),
+        fc.integer({ min: -10_000, max: 10_000 }),
+        (sentAt, leftMs) => {
+          const term = leaseTerm(sentAt, leftMs, DEFAULT_TIMING);
+          expect(term.durationMs).toBeGreaterThanOrEqual(0);
+          expect(term.durationMs).toBeLessThanOrEqual(Math.max(0, leftMs));
+          expect(term.durationMs).toBeLessThanOrEqual(DEFAULT_TIMING.leaseMs);
+          if (leftMs >= DEFAULT_TIMING.leaseMs)
+            expect(term.durationMs).toBe(DEFAULT_TIMING.leaseMs);
+          expect(term.expiresAt - sentAt).toBe(term.durationMs);
+        },
+      ),
+    );
+  });
+
+  // I2 through a store outage (docs/adr/0017): the operator's grace lets memory serve a token
+  // past what its last read proved, but never once the token has expired.
+  it('I2: serves an unconfirmed token through an outage only inside its proof plus the grace, and never once expired', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 600_000 }),
+        fc.integer({ min: -600_000, max: 600_000 }),
+        fc.integer({ min: -600_000, max: 600_000 }),
+        (graceMs, untilIn, expiresIn) => {
+          const record = { ...token(3_600_000), expiresAt: T0 + expiresIn };
+          const entry = { record, until: T0 + untilIn };
+          const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000 };
+          const served = servableUnconfirmed(entry, T0, {
+            ...settings,
+            storeOutageGraceMs: graceMs,
+          });
+          expect(served).toBe(expiresIn > 0 && untilIn + graceMs > 0);
+        },
+      ),
+    );
+    // At the edges: expiring now, or the proof and grace ending now, is not servable.
+    const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, storeOutageGraceMs: 1_000 };
+    const record = token(3_600_000);
+    const late = { record, until: record.expiresAt + 10 };
+    expect(servableUnconfirmed(late, record.expiresAt, settings)).toBe(false);
+    expect(servableUnconfirmed(late, record.expiresAt - 1, settings)).toBe(true);
+    expect(servableUnconfirmed({ record, until: T0 - 1_000 }, T0, settings)).toBe(false);
+    expect(servableUnconfirmed({ record, until: T0 - 999 }, T0, settings)).toBe(true);
   });
 
   it('reads a countdown read more than 2 s before its end once more, a second before that end', () => {
