@@ -502,3 +502,47 @@ describe('Class: ConnectionView: queries write nothing', () => {
     expect(view.state('sandbox')?.knowledge).toBe(before);
   });
 });
+
+describe('ConnectionView: when a lease turns stale (I1), and when a waiter reads to find it (liveness)', () => {
+  it('counts a version’s duration from this container’s first sight of it: stale at exactly its duration, with the time left until then', async () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    const counting = { ...lease, countdown: 12, durationMs: 1_050, expiresAt: T0 + 1_050 };
+    const look = () =>
+      view.observe(
+        connection({ revokesOnReissue: true }),
+        { token: held, lease: counting },
+        { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() },
+        clock.now(),
+      );
+    expect(look()).toMatchObject({ leaseStale: false, staleInMs: 1_050 });
+    await clock.advance(800);
+    expect(look()).toMatchObject({ leaseStale: false, staleInMs: 250 });
+    await clock.advance(250);
+    expect(look()).toMatchObject({ leaseStale: true, staleInMs: 0 });
+    // A new version starts its own count.
+    const next = { ...counting, version: 'v-next', countdown: 11 };
+    const seen = view.observe(
+      connection({ revokesOnReissue: true }),
+      { token: held, lease: next },
+      { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() },
+      clock.now(),
+    );
+    expect(seen).toMatchObject({ leaseStale: false, staleInMs: 1_050 });
+  });
+
+  it('finds a version of duration 0 stale at its second sight, not at its first', () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    const zero = { ...lease, durationMs: 0, expiresAt: T0 };
+    const look = () =>
+      view.observe(
+        connection({ revokesOnReissue: true }),
+        { token: held, lease: zero },
+        { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() },
+        clock.now(),
+      );
+    expect(look().leaseStale).toBe(false);
+    expect(look().leaseStale).toBe(true);
+  });
+});

@@ -13,7 +13,8 @@ import {
   mayPost,
   step,
 } from '../../../lib/broker/holder/state.js';
-import { answered, ev, holder, inFlight, started } from './holder-fixtures.js';
+import { countingLeaseMs, DEFAULT_TIMING } from '../../../lib/broker/timing/index.js';
+import { answered, DEADLINE_AT, ev, holder, inFlight, started } from './holder-fixtures.js';
 
 const counting = (countdown: number, fields: Partial<HolderState> = {}) =>
   holder('counting', { countdown, ...fields });
@@ -153,5 +154,46 @@ describe('Function: step (the holder)', () => {
     expect(isFinal(lost)).toBe(false);
     expect(isFinal(step(lost, answered('not-sent')).state)).toBe(true);
     expect(isFinal(started())).toBe(false);
+  });
+});
+
+describe('The holder’s lease versions: how long each lasts (a counting lease while steps follow)', () => {
+  const COUNTING = countingLeaseMs(DEFAULT_TIMING);
+  const LEASE = DEFAULT_TIMING.leaseMs;
+  const durationOf = (state: HolderState, event: HolderEvent) => {
+    const write = step(state, event).commands.find((c) => c.do === 'write-lease');
+    return write?.do === 'write-lease' ? write.durationMs : undefined;
+  };
+
+  it.each<[string, HolderState, HolderEvent, number]>([
+    ['a step that leaves more to count', counting(5), ev('step-due', 300), COUNTING],
+    [
+      'the step to 1 before the flow waits at the fence (heartbeats renew it then)',
+      counting(2),
+      ev('step-due', 300),
+      LEASE,
+    ],
+    [
+      'the step to 1 once the flow waits at the fence (the confirmation follows a step later)',
+      counting(2, { fenceAskedAt: 100 }),
+      ev('step-due', 300),
+      COUNTING,
+    ],
+    [
+      'a heartbeat’s renewal at countdown 1',
+      counting(1, { answeredAt: 0 }),
+      ev('heartbeat-due', 600),
+      LEASE,
+    ],
+  ])('%s', (_title, state, event, expected) => {
+    expect(durationOf(state, event)).toBe(expected);
+  });
+
+  it('cuts a version to the caller’s deadline, and owns a countdown’s first version for a counting lease', () => {
+    const late = counting(5, { ownedUntil: DEADLINE_AT, answeredAt: DEADLINE_AT - 750 });
+    expect(durationOf(late, ev('step-due', DEADLINE_AT - 500))).toBe(500);
+    expect(started(21).ownedUntil).toBe(COUNTING);
+    expect(started(1).ownedUntil).toBe(LEASE);
+    expect(started(2).ownedUntil).toBe(COUNTING);
   });
 });
