@@ -25,6 +25,8 @@ export interface FleetSettings {
   readonly bundle: string;
   readonly runner: string;
   readonly env: Record<string, string>;
+  /** More environment for the n-th container started (a region's store endpoint). */
+  readonly envFor?: ((n: number) => Record<string, string>) | undefined;
   readonly durationMs: number;
   readonly lifetimeSeconds: number;
   readonly maxContainers: number;
@@ -93,6 +95,7 @@ class Fleet {
       return idle;
     }
     if (this.live < this.settings.maxContainers) {
+      const n = this.started + this.starting;
       this.starting += 1;
       try {
         // Always running, as this run was measured: Lambda's scaling and losses, not its freezing.
@@ -100,7 +103,7 @@ class Fleet {
           execution: 'always-running',
           runner: this.settings.runner,
           bundle: this.settings.bundle,
-          env: this.settings.env,
+          env: { ...this.settings.env, ...this.settings.envFor?.(n) },
         });
         this.started += 1;
         this.all.push(container);

@@ -8,6 +8,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { startRegionWorld, THREE_REGIONS } from '../chaos/regions.js';
 import { startStack } from '../local/stack.js';
 import { fleetChart } from './chart.js';
 import { type ClientCacheResult, measureClientCache } from './client-cache.js';
@@ -108,6 +109,38 @@ for (const mode of ['broker', 'baseline'] as const) {
     await stack.close();
   }
 }
+
+// The broker in three regions (issue 26): the same fleet, its containers in turn in one of three
+// regions, each reaching the one table through the chaos suite's region proxy (25, 70 and 95 ms
+// to every write and strong read, conflicts on racing writes), with a global stage's store bound.
+const regional = await (async () => {
+  const stack = await startStack(
+    { expiresIn: lifetimeSeconds, latencyMs: upstreamLatencyMs, revokeOnReissue: true },
+    ['sandbox'],
+  );
+  const world = await startRegionWorld({
+    target: stack.env.AWS_ENDPOINT_URL_DYNAMODB as string,
+    regions: THREE_REGIONS,
+    conflicts: true,
+  });
+  try {
+    step(`fleet: broker in three regions for ${fleetSettings.durationMs / 1000}s …`);
+    const result = await runFleet(stack, {
+      mode: 'broker',
+      bundle: paths.broker,
+      runner: paths.container,
+      env: { ...stack.env, ...brokerEnv, BROKER_STORE_ROUND_TRIP_MS: '150' },
+      envFor: (n) => ({
+        AWS_ENDPOINT_URL_DYNAMODB: world.regions[n % world.regions.length]?.url as string,
+      }),
+      ...fleetSettings,
+    });
+    return { result, conflicts: world.conflicts() };
+  } finally {
+    await world.close();
+    await stack.close();
+  }
+})();
 
 /** The broker's settings in the hot-key runs: production's, but for the window. */
 const hotKeyEnv = (windowSeconds: number) => ({
@@ -281,6 +314,39 @@ const rows: [string, string, string][] = [
     `${baseline.containersStarted} / ${baseline.containersKilled}`,
   ],
 ];
+const three = regional.result;
+const regionRows: [string, string, string][] = [
+  [
+    'issuances per token lifetime',
+    broker.issuancesPerLifetime.toFixed(2),
+    three.issuancesPerLifetime.toFixed(2),
+  ],
+  ['tokens served', String(broker.served), String(three.served)],
+  [
+    'callers that received an already-revoked token',
+    String(broker.revokedReceived),
+    String(three.revokedReceived),
+  ],
+  ['caller latency p50 (ms)', broker.latencyMs.p50.toFixed(1), three.latencyMs.p50.toFixed(1)],
+  ['caller latency p99 (ms)', broker.latencyMs.p99.toFixed(1), three.latencyMs.p99.toFixed(1)],
+  [
+    'slowest caller at a cut-over (ms)',
+    broker.cutoverChaos.slowestMs.toFixed(0),
+    three.cutoverChaos.slowestMs.toFixed(0),
+  ],
+  [
+    'refreshes after their token expired',
+    String(broker.refreshesAfterExpiry),
+    String(three.refreshesAfterExpiry),
+  ],
+  [
+    'DynamoDB requests per served token',
+    broker.dynamodbRequestsPerServedToken.toFixed(3),
+    three.dynamodbRequestsPerServedToken.toFixed(3),
+  ],
+  ['replicated write conflicts answered', '—', String(regional.conflicts)],
+  ['requests lost to killed containers', String(broker.errors), String(three.errors)],
+];
 const costRows: [string, string, string][] = [
   [
     'warm: memory hit through the handler vs one loopback GetItem',
@@ -388,6 +454,10 @@ const markdown = [
   '',
   '![Issuances and latency over time](fleet.svg)',
   '',
+  'The broker in three regions: the same fleet, its containers in turn in one of three regions reaching the one table through the chaos suite’s region proxy (25, 70 and 95 ms to every write and strong read, a conflict on racing writes), `BROKER_STORE_ROUND_TRIP_MS=150`:',
+  '',
+  table(['', 'broker, one region', 'broker, three regions'], regionRows),
+  '',
   table(['cost', 'measured', 'ratio'], costRows),
   '',
   `Hot key: ${hotKey.containers} busy containers on one item for ${hotKeySettings.durationMs / 1000}s, tokens living ${hotKeySettings.lifetimeSeconds}s, refresh window ${hotKeySettings.windowSeconds}s, memory re-check 5 s (the default), refresh ahead on demand.`,
@@ -435,11 +505,13 @@ writeFileSync(
         hotKey: hotKeySettings,
         clientCache: clientCacheSettings,
         idle: idleSettings,
+        threeRegions: { regions: THREE_REGIONS, conflicts: regional.conflicts },
         pricePerGbSecondUsd: PRICE_PER_GB_SECOND_USD,
         memoryMb: MEMORY_MB,
         architecture: ARCHITECTURE,
       },
       fleets,
+      threeRegions: regional.result,
       warm,
       cold,
       environmentCold,
