@@ -80,9 +80,11 @@ export const REGION_SCENARIOS: readonly Scenario[] = [
     settings: REGION_FLEET,
     env: regionEnv,
     goals: isolationGoals,
-    // A known gap until the countdown's lease versions lasted a counting lease (1,050 ms here)
-    // rather than LEASE_MS (3 s): the replacement landed 0.05–0.95 s before the token expired,
-    // and the other regions' callers were held up to 2.14 s (3 runs, 2026-11-25).
+    // With 3 s lease versions the others were held up to 2.14 s (3 runs); with the counting
+    // lease (1,050 ms here) 1.04, 1.05, 1.05 and 1.42 s, but 1.60 s in one fresh-clone CI run
+    // of four (2026-11-25): the goal is measured, not yet a check that passes every time.
+    knownGap:
+      'the other regions’ callers are held up to a counting lease (1,050 ms) plus a read and the takeover’s writes: 1.04–1.60 s in 4 CI runs, over the 1.5 s goal once (see chaos/README.md)',
     install: (context) => {
       const fire = trigger(context, { max: 1, cooldownMs: 0, afterMs: 5_000 });
       for (const node of context.nodes) {
@@ -125,6 +127,11 @@ export const REGION_SCENARIOS: readonly Scenario[] = [
       conflicts: true,
       warmUpsInStep: true,
     },
+    // 3 of 267 calls answered StoreUnavailableError in one fresh-clone CI run of four (86
+    // conflicts that run; 0 errors in the other three): the ≤ 1 % goal is measured, not yet a
+    // check that passes every time.
+    knownGap:
+      'under many conflicts a call may run out of the store adapter’s retry budget: 3 of 267 calls answered StoreUnavailableError in 1 CI run of 4 (86 conflicts), over the 1 % goal',
     // The conflicts are the fault (counted as fired): a run that saw none checked nothing.
     goals: (result) => [
       ...fleetGoals(result),
