@@ -297,6 +297,7 @@ export const runScenario = async (
   const nodes: ChaosNode[] = [];
   let stack: Stack | undefined;
   let world: Awaited<ReturnType<typeof startRegionWorld>> | undefined;
+  let answers: Ledger | undefined;
   try {
     stack = await startStack(
       {
@@ -319,7 +320,7 @@ export const runScenario = async (
       // And the production bound on a caller's word (a refresh window), not the test stack's 0.
       BROKER_FORCED_MIN_AGE_SECONDS: '',
       BROKER_LOCAL_TIMEOUT_MS: String(settings.lambdaTimeoutMs),
-      POWERTOOLS_LOG_LEVEL: 'INFO',
+      POWERTOOLS_LOG_LEVEL: process.env.CHAOS_LOG_LEVEL ?? 'INFO',
       POWERTOOLS_METRICS_DISABLED: 'true',
     };
     const connections = JSON.parse(baseEnv.BROKER_CONNECTIONS ?? '{}') as Record<
@@ -374,6 +375,7 @@ export const runScenario = async (
     const startedAt = Date.now();
     const endsAt = startedAt + settings.durationMs;
     const ledger = new Ledger(startedAt);
+    answers = ledger;
     const faultEvents: FaultEvent[] = [];
     let invalidations = 0;
     const running = () => !stop.signal.aborted && Date.now() < endsAt;
@@ -658,6 +660,21 @@ export const runScenario = async (
     for (const node of nodes) {
       writeFileSync(join(logDir, `container-${node.index}.log`), node.container.output());
     }
+    // Every answer, to read next to the containers' logs (times are ISO, as the logs'): which
+    // caller waited how long, where, for what.
+    writeFileSync(
+      join(logDir, 'answers.jsonl'),
+      (answers?.entries() ?? [])
+        .map((e) =>
+          JSON.stringify({
+            container: e.container,
+            sentAt: new Date(e.sentAt).toISOString(),
+            waitMs: e.receivedAt - e.sentAt,
+            outcome: e.outcome.kind === 'token' ? e.outcome.verdict : e.outcome,
+          }),
+        )
+        .join('\n'),
+    );
     await Promise.all(proxies.map((proxy) => proxy.close()));
     await world?.close();
     await stack?.close();

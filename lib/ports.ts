@@ -74,6 +74,13 @@ export interface Lease extends LeaseRef {
    */
   readonly countdown: number;
   /**
+   * How long the holder's countdown steps take, as it measured them (ms): a step's wait plus its
+   * last lease write's round trip, which on a global table is another region's. Readers aim
+   * their one read at a cut-over with it (liveness only: what a countdown proves rests on
+   * `countdown` alone). Absent when the holder announced none (an older release, a first write).
+   */
+  readonly stepMs?: number | undefined;
+  /**
    * The lease runs a replacement on a caller's word: a token issued by whoever takes it over
    * (after this holder stopped, or its request's outcome was unknown) is `forced` as well.
    */
@@ -87,6 +94,8 @@ export interface LeaseTerms {
   readonly durationMs: number;
   /** The countdown this write announces (see {@link Lease.countdown}). */
   readonly countdown: number;
+  /** The holder's measured step (see {@link Lease.stepMs}). */
+  readonly stepMs?: number | undefined;
 }
 
 /** What the shared store holds for one connection. */
@@ -140,6 +149,16 @@ export type LeaseAttempt =
  * Where tokens are shared between containers (DynamoDB in production). Every write is
  * conditional; the conditions are what makes one issuance per lifetime hold across a fleet.
  */
+/**
+ * A store call's bound, when its caller has one (the caller's deadline, monotonic). A store on a
+ * multi-Region strongly consistent table retries a replicated write conflict (not applied) until
+ * then, rather than for a budget of its own: a conflict is never a 503 while the caller's time
+ * remains (issue 26). Stores with nothing to retry ignore it.
+ */
+export interface StoreCall {
+  readonly deadline?: Deadline | undefined;
+}
+
 export interface TokenStore {
   /** The stored token (expired or not: the caller checks expiry) and the lease, if any. */
   read(connection: string): Promise<TokenState>;
@@ -149,26 +168,31 @@ export interface TokenStore {
    * item holds exactly the token the caller read (`request.replacing`). On failure, returns the
    * state that won.
    */
-  acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt>;
+  acquireLease(connection: string, request: LeaseRequest, call?: StoreCall): Promise<LeaseAttempt>;
   /**
    * Writes `record` and releases the lease in one step, only if the lease is still exactly
    * `lease` (a fencing check: a holder that lost its lease never writes). Returns whether it
    * wrote.
    */
-  putToken(record: TokenRecord, lease: LeaseRef): Promise<boolean>;
+  putToken(record: TokenRecord, lease: LeaseRef, call?: StoreCall): Promise<boolean>;
   /**
    * Writes a new version of the lease (`next`) only if the lease is still exactly `lease`, or
    * already `next` (a retry of this write that landed: applying it again changes nothing). An
    * attempt applied late, after a later write, finds another version and changes nothing. A
    * heartbeat, a step of the countdown, or the confirmation before a token request.
    */
-  renewLease(connection: string, lease: LeaseRef, next: LeaseTerms): Promise<boolean>;
+  renewLease(
+    connection: string,
+    lease: LeaseRef,
+    next: LeaseTerms,
+    call?: StoreCall,
+  ): Promise<boolean>;
   /**
    * Gives the lease up if it is still exactly `lease`, or the holder's write whose answer never
    * came (`lease.unanswered`), after a failed flow. Returns whether it did: false means another
    * holder took it over meanwhile.
    */
-  releaseLease(connection: string, lease: LeaseRef): Promise<boolean>;
+  releaseLease(connection: string, lease: LeaseRef, call?: StoreCall): Promise<boolean>;
   /**
    * Removes the token only if its digest is `tokenDigest` (compare-and-delete); a lease in
    * progress is left alone. Compares no clock: whether the token is old enough to go is the
@@ -180,13 +204,13 @@ export interface TokenStore {
     options?: {
       /** Recorded as `invalidatedAt` when the token is removed (epoch ms). */
       readonly reportedAt?: number | undefined;
-    },
+    } & StoreCall,
   ): Promise<boolean>;
   /**
    * Keeps a report about the stored token, only if its digest is `tokenDigest`, until the token
    * is replaced (`TokenState.reported`). Returns whether the token was the stored one.
    */
-  markReported(connection: string, tokenDigest: string): Promise<boolean>;
+  markReported(connection: string, tokenDigest: string, call?: StoreCall): Promise<boolean>;
 }
 
 /** Where connection credentials come from (Secrets Manager in production). */

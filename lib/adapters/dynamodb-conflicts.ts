@@ -19,8 +19,8 @@ import {
   ConditionalCheckFailedException,
   ReplicatedWriteConflictException,
 } from '@aws-sdk/client-dynamodb';
-import type { Clock, Deadline } from '../clock.js';
-import type { LeaseRef, LeaseTerms } from '../ports.js';
+import type { Clock } from '../clock.js';
+import type { LeaseRef, LeaseTerms, StoreCall } from '../ports.js';
 
 export interface ConflictRetry {
   /** First backoff's upper bound (ms); doubled per retry. */
@@ -68,14 +68,6 @@ export const retryConflicts = async <T>(
     }
   }
 };
-
-/**
- * A call's bound, when its caller passes one: a write that conflicts is retried until then (else
- * for {@link ConflictRetry.budgetMs}; a release, until its lease lapses).
- */
-export interface StoreCall {
-  readonly deadline?: Deadline | undefined;
-}
 
 type Bound = StoreCall | { readonly untilMs: number };
 

@@ -20,13 +20,16 @@ export const TTL_NAME = { '#ttl': 'ttl' };
 
 /** The attributes every write of a lease sets: a new version, its times, its countdown. */
 export const LEASE_FIELDS =
-  'leaseVersion = :version, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown';
+  'leaseVersion = :version, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown, leaseStepMs = :stepMs';
 
 export const terms = (next: LeaseTerms): Item => ({
   ':version': { S: next.version },
   ':leaseExpiresAt': { N: String(next.leaseExpiresAt) },
   ':durationMs': { N: String(next.durationMs) },
   ':countdown': { N: String(next.countdown) },
+  // Set by every write, 0 when none is announced: a value left by an earlier write would speak
+  // for a step it did not measure.
+  ':stepMs': { N: String(Math.max(0, Math.round(next.stepMs ?? 0))) },
 });
 
 /**

@@ -124,6 +124,8 @@ export const fromItem = async (
  *   (see `storedToken`), replaced by its digest, never clamped into one that is served. Every
  *   reader of this release refuses it alike, so none serves it while it is replaced.
  * - `invalidatedAt`: names a cause only; not a stamp, it is dropped.
+ * - `leaseStepMs`: when readers read at a cut-over, never what they serve. Outside
+ *   (0, MAX_ANNOUNCED_STEP_MS]: not announced (0 is how a write says so).
  */
 const isStamp = (value: number): boolean =>
   Number.isFinite(value) && value >= 0 && value <= Number.MAX_SAFE_INTEGER;
@@ -143,8 +145,14 @@ const recheckOf = (item: Item | undefined): { recheckMs?: number } => {
   return { recheckMs: recheckMs >= 0 && recheckMs <= MAX_MEMORY_RECHECK_MS ? recheckMs : 0 };
 };
 
+/** The longest countdown step a reader believes a holder announced (ms): a step and 10 s. */
+const MAX_ANNOUNCED_STEP_MS = 10_250;
+
 /** A lease's numbers, each checked (see above). */
-const leaseNumbersOf = (item: Item | undefined): Pick<Lease, 'durationMs' | 'countdown'> => {
+const leaseNumbersOf = (
+  item: Item | undefined,
+): Pick<Lease, 'durationMs' | 'countdown' | 'stepMs'> => {
+  const stepMs = Number(item?.leaseStepMs?.N ?? 0);
   // Leases written before durations were recorded lasted 3 s.
   const durationMs = Number(item?.leaseDurationMs?.N ?? LEGACY_LEASE_MS);
   // Leases written before countdowns were recorded announced nothing: 0, a request may be out.
@@ -156,6 +164,7 @@ const leaseNumbersOf = (item: Item | undefined): Pick<Lease, 'durationMs' | 'cou
         : ABSURD_LEASE_DURATION_MS,
     countdown:
       Number.isInteger(countdown) && countdown >= 0 && countdown <= MAX_COUNTDOWN ? countdown : 0,
+    ...(stepMs > 0 && stepMs <= MAX_ANNOUNCED_STEP_MS ? { stepMs } : {}),
   };
 };
 

@@ -39,12 +39,13 @@ import type {
   LeaseRef,
   LeaseRequest,
   LeaseTerms,
+  StoreCall,
   TokenCipher,
   TokenRecord,
   TokenState,
   TokenStore,
 } from '../ports.js';
-import { ConflictRetries, type ConflictRetry, type StoreCall } from './dynamodb-conflicts.js';
+import { ConflictRetries, type ConflictRetry } from './dynamodb-conflicts.js';
 import { exactly, LEASE_FIELDS, NO_TTL, TTL_NAME, terms } from './dynamodb-lease-expressions.js';
 import { fromItem, toItem, tokenKey } from './dynamodb-token-item.js';
 
@@ -55,8 +56,6 @@ export interface DynamoDBTokenStoreOptions {
   /** How replicated write conflicts (MRSC) are retried: `dynamodb-conflicts.ts`. */
   readonly conflictRetry?: Partial<ConflictRetry>;
 }
-
-export type { StoreCall } from './dynamodb-conflicts.js';
 
 export class DynamoDBTokenStore implements TokenStore {
   readonly #clock: Clock;
@@ -222,7 +221,7 @@ export class DynamoDBTokenStore implements TokenStore {
           TableName: this.tableName,
           Key: tokenKey(connection),
           UpdateExpression:
-            'REMOVE leaseHolder, leaseVersion, leaseExpiresAt, leaseDurationMs, leaseCountdown, leaseForced',
+            'REMOVE leaseHolder, leaseVersion, leaseExpiresAt, leaseDurationMs, leaseCountdown, leaseForced, leaseStepMs',
           ConditionExpression: condition,
           ExpressionAttributeValues: {
             ...held.values,

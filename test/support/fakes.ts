@@ -5,7 +5,7 @@ import type { BrokerLogger } from '../../lib/broker/index.js';
 import { type RefreshSettings, servableUntil } from '../../lib/broker/timing/index.js';
 import type { MemoryEntry } from '../../lib/broker/view/connection-state.js';
 import type { ConnectionView } from '../../lib/broker/view/connection-view.js';
-import type { Clock } from '../../lib/clock.js';
+import type { Clock, Deadline } from '../../lib/clock.js';
 import type { ConnectionConfig } from '../../lib/config.js';
 import type { BrokerMetrics, MetricName } from '../../lib/metrics.js';
 import type {
@@ -19,6 +19,7 @@ import type {
   LeaseTerms,
   SecretSource,
   StepOptions,
+  StoreCall,
   TokenIssuer,
   TokenRecord,
   TokenState,
@@ -36,6 +37,8 @@ const leaseOf = (terms: LeaseTerms) => ({
   expiresAt: terms.leaseExpiresAt,
   durationMs: terms.durationMs,
   countdown: terms.countdown,
+  // Every write sets it, as the adapter does: none announced reads as none.
+  stepMs: terms.stepMs !== undefined && terms.stepMs > 0 ? Math.round(terms.stepMs) : undefined,
 });
 
 /** The store port in memory, with the same conditions as the DynamoDB adapter. */
@@ -52,6 +55,10 @@ export class InMemoryTokenStore implements TokenStore {
     }
   >();
   calls = { read: 0, acquire: 0, renew: 0, put: 0, release: 0, delete: 0, report: 0 };
+  /** The deadline each kind of write was last called with (a conflict's retries run until it). */
+  deadlines: Partial<
+    Record<Exclude<keyof InMemoryTokenStore['calls'], 'read'>, Deadline | undefined>
+  > = {};
   failing = false;
 
   #check() {
@@ -93,8 +100,13 @@ export class InMemoryTokenStore implements TokenStore {
       ...(item?.token && item.reportedDigest === item.token.tokenDigest ? { reported: true } : {}),
     };
   }
-  async acquireLease(connection: string, request: LeaseRequest): Promise<LeaseAttempt> {
+  async acquireLease(
+    connection: string,
+    request: LeaseRequest,
+    call?: StoreCall,
+  ): Promise<LeaseAttempt> {
     this.calls.acquire += 1;
+    this.deadlines.acquire = call?.deadline;
     this.#check();
     const item = this.items.get(connection) ?? {};
     const { takeOver } = request;
@@ -119,16 +131,23 @@ export class InMemoryTokenStore implements TokenStore {
     });
     return { acquired: true };
   }
-  async putToken(record: TokenRecord, lease: LeaseRef): Promise<boolean> {
+  async putToken(record: TokenRecord, lease: LeaseRef, call?: StoreCall): Promise<boolean> {
     this.calls.put += 1;
+    this.deadlines.put = call?.deadline;
     this.#check();
     const item = this.items.get(record.connection) ?? {};
     if (!isExactly(item.lease, lease)) return false;
     this.items.set(record.connection, { token: record, ttl: ttlOf(record) });
     return true;
   }
-  async renewLease(connection: string, lease: LeaseRef, next: LeaseTerms): Promise<boolean> {
+  async renewLease(
+    connection: string,
+    lease: LeaseRef,
+    next: LeaseTerms,
+    call?: StoreCall,
+  ): Promise<boolean> {
     this.calls.renew += 1;
+    this.deadlines.renew = call?.deadline;
     this.#check();
     const item = this.items.get(connection);
     // Exactly the version last written, or the one this write sets (a retry that landed).
@@ -140,8 +159,9 @@ export class InMemoryTokenStore implements TokenStore {
     this.items.set(connection, { ...rest, lease: { ...item.lease, ...leaseOf(next) } });
     return true;
   }
-  async releaseLease(connection: string, lease: LeaseRef): Promise<boolean> {
+  async releaseLease(connection: string, lease: LeaseRef, call?: StoreCall): Promise<boolean> {
     this.calls.release += 1;
+    this.deadlines.release = call?.deadline;
     this.#check();
     const item = this.items.get(connection);
     const unanswered =
@@ -156,9 +176,10 @@ export class InMemoryTokenStore implements TokenStore {
   async deleteIfMatches(
     connection: string,
     tokenDigest: string,
-    { reportedAt = Date.now() }: { reportedAt?: number | undefined } = {},
+    { reportedAt = Date.now(), deadline }: { reportedAt?: number | undefined } & StoreCall = {},
   ): Promise<boolean> {
     this.calls.delete += 1;
+    this.deadlines.delete = deadline;
     this.#check();
     const item = this.items.get(connection);
     if (item?.token?.tokenDigest !== tokenDigest) return false;
@@ -169,8 +190,9 @@ export class InMemoryTokenStore implements TokenStore {
     });
     return true;
   }
-  async markReported(connection: string, tokenDigest: string): Promise<boolean> {
+  async markReported(connection: string, tokenDigest: string, call?: StoreCall): Promise<boolean> {
     this.calls.report += 1;
+    this.deadlines.report = call?.deadline;
     this.#check();
     const item = this.items.get(connection);
     if (item?.token?.tokenDigest !== tokenDigest) return false;

@@ -136,7 +136,10 @@ export class Reports {
     this.deps.view.forget(token);
     return this.#store(
       () =>
-        this.deps.store.deleteIfMatches(token.connection, token.tokenDigest, { reportedAt: now }),
+        this.deps.store.deleteIfMatches(token.connection, token.tokenDigest, {
+          reportedAt: now,
+          deadline,
+        }),
       deadline,
     );
   }
@@ -148,7 +151,7 @@ export class Reports {
     deadline: Deadline | undefined,
   ): Promise<InvalidateOutcome> {
     const kept = await this.#store(
-      () => this.deps.store.markReported(token.connection, token.tokenDigest),
+      () => this.deps.store.markReported(token.connection, token.tokenDigest, { deadline }),
       deadline,
     );
     if (!kept) return { invalidated: false };

@@ -96,10 +96,17 @@ export class LeasedIssuance {
     const { clock, view, settings } = this.deps;
     let known: { state: TokenState; read: ReadSent } | undefined;
     let waits = 0;
-    await awaitCutOver(this.deps, name, by, {
+    // Polls since the countdown last moved: the backoff starts again when it does, for the
+    // token then comes within a step or the POST (a waiter whose backoff had grown at countdown
+    // 1 slept 452 ms past the successor on a global table: `regions-three`, 2026-11-25).
+    let polls = { countdown: undefined as number | undefined, since: 0 };
+    const cutOverMs = await awaitCutOver(this.deps, name, by, {
       issuanceMs: this.issuanceMs(name),
       lastReadMs: view.readMs(name),
     });
+    if (cutOverMs > 0) {
+      this.deps.logger.debug('Waited for the announced cut-over', { connection: name, cutOverMs });
+    }
     for (;;) {
       // 1. Read the store, or take the state that won a lost acquisition. What a read proves
       //    counts from when it was sent.
@@ -116,6 +123,9 @@ export class LeasedIssuance {
       // Stryker disable next-line StringLiteral: equivalent: `measured` tells only 'issuance' apart
       if (fresh) view.measured(name, 'read', sinceReadMs);
       const seen = view.observe(connection, state, read, now);
+      if (state.lease?.countdown !== polls.countdown) {
+        polls = { countdown: state.lease?.countdown, since: 0 };
+      }
       // 3. Decide.
       const decision = decide({
         ...seen,
@@ -128,10 +138,19 @@ export class LeasedIssuance {
         revokesOnReissue: connection.revokesOnReissue,
         mayForce,
         knownForMs: seen.valid ? view.knownFor(name, seen.valid.tokenDigest) : 0,
-        waits,
+        waits: polls.since,
         issuanceMs: this.issuanceMs(name),
         draw: clock.random(),
         settings,
+      });
+      // Why a caller waited, read again or took the lease: DEBUG only (no credential in it).
+      this.deps.logger.debug('Store read decided', {
+        connection: name,
+        decision: decision.do,
+        ...(decision.do === 'wait' ? { waitMs: Math.round(decision.ms) } : {}),
+        countdown: state.lease?.countdown,
+        readMs: Math.round(sinceReadMs),
+        waits,
       });
       // 4. Act.
       switch (decision.do) {
@@ -161,6 +180,7 @@ export class LeasedIssuance {
             });
           }
           waits += 1;
+          polls.since += 1;
           await clock.sleep(decision.ms);
           if (by.passed()) throw waitTimedOut(decision.suspect);
       }

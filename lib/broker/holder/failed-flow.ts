@@ -9,6 +9,7 @@
  * - `hold-for-grace`: the lease is held through the grace after a POST that may still land.
  */
 import { randomUUID } from 'node:crypto';
+import type { Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import type { LeaseRef } from '../../ports.js';
 import type { HolderDeps, LeasedFlow } from './deps.js';
@@ -22,18 +23,18 @@ export const cleanUp = (
     readonly bounded: <T>(operation: Promise<T>) => Promise<T>;
   },
   connection: ConnectionConfig,
-  flow: Pick<LeasedFlow, 'replacing'>,
+  flow: Pick<LeasedFlow, 'replacing' | 'deadline'>,
 ): CleanUp => {
   const { name } = connection;
   const { store, view, clock, settings, bounded } = deps;
-  const { replacing } = flow;
+  const { replacing, deadline } = flow;
   return {
     dropReplaced: async () => {
       // Stryker disable next-line ConditionalExpression: equivalent: the holder commands it only when the flow replaces a token
       if (!replacing) return;
       view.forget(replacing);
       await bounded(
-        store.deleteIfMatches(name, replacing.tokenDigest, { reportedAt: clock.now() }),
+        store.deleteIfMatches(name, replacing.tokenDigest, { reportedAt: clock.now(), deadline }),
       ).catch(() => undefined);
     },
     forgetReplaced: () => {
@@ -43,7 +44,9 @@ export const cleanUp = (
     release: async (held, restore) => {
       const releasedAt = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
       // Stryker disable next-line ArrowFunction: equivalent: undefined and false alike mean not released
-      const released = await bounded(store.releaseLease(name, held)).catch(() => false);
+      const released = await bounded(store.releaseLease(name, held, { deadline })).catch(
+        () => false,
+      );
       if (!restore || !replacing) return;
       // Nobody could replace the token while we held the lease, and a replacement after it
       // announces a countdown that outlasts a re-check, so it counts as confirmed when we let
@@ -59,6 +62,7 @@ export const cleanUp = (
         renewForGrace(store, name, clock.now(), settings.upstreamTimeoutMs, {
           confirmedUntil,
           held,
+          deadline,
         }),
       ).catch(() => undefined);
     },
@@ -74,15 +78,25 @@ const renewForGrace = (
   {
     confirmedUntil,
     held,
-  }: { readonly confirmedUntil: number | undefined; readonly held: LeaseRef },
+    deadline,
+  }: {
+    readonly confirmedUntil: number | undefined;
+    readonly held: LeaseRef;
+    readonly deadline: Deadline;
+  },
 ): Promise<boolean> => {
   // A new version, whose duration watchers count from when they first see it: never shorter,
   // on anyone's clock, than the reservation.
   const until = Math.max(now + graceMs, confirmedUntil ?? 0);
-  return store.renewLease(connection, held, {
-    version: randomUUID(),
-    leaseExpiresAt: until,
-    durationMs: until - now,
-    countdown: 0,
-  });
+  return store.renewLease(
+    connection,
+    held,
+    {
+      version: randomUUID(),
+      leaseExpiresAt: until,
+      durationMs: until - now,
+      countdown: 0,
+    },
+    { deadline },
+  );
 };

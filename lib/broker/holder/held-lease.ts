@@ -11,9 +11,9 @@
  * a reader that saw r knows the POST leaves more than (r - 1) steps after its read was sent (I2).
  */
 import { randomUUID } from 'node:crypto';
-import type { Clock, Deadline } from '../../clock.js';
+import { type Clock, Deadline } from '../../clock.js';
 import type { LeaseRef, TokenStore } from '../../ports.js';
-import type { ProtocolTiming } from '../timing/index.js';
+import { DEFAULT_TIMING, type ProtocolTiming } from '../timing/index.js';
 import {
   type HolderCommand,
   type HolderEvent,
@@ -73,6 +73,8 @@ export class HeldLease {
   #stepping = false;
   /** The flow waiting at the fence. */
   #fence: { resolve: () => void; reject: (error: unknown) => void } | undefined;
+  /** The last answered lease write's round trip (ms): what the next step announces. */
+  #roundTripMs: number;
   /** The flow's effects, one after another, in the order commanded. */
   #effects: Promise<void> = Promise.resolve();
   #finished: ((outcome: HolderOutcome) => void) | undefined;
@@ -80,6 +82,7 @@ export class HeldLease {
   readonly outcome: Promise<HolderOutcome>;
 
   constructor(private readonly options: HeldLeaseOptions) {
+    this.#roundTripMs = Math.max(0, options.answeredAt - options.leasedAt);
     this.#state = initialState(
       {
         deadlineAt: options.deadline.at,
@@ -263,6 +266,7 @@ export class HeldLease {
     this.#dispatch('write-sent', { version, expiresAt });
     // Named with the version sent as `unanswered`: a retry of a write that landed still matches.
     const ref = { holder: this.options.lease.holder, version: this.#state.version };
+    const sentAt = clock.monotonic();
     const write = store.renewLease(
       connection,
       { ...ref, unanswered: version },
@@ -271,11 +275,23 @@ export class HeldLease {
         leaseExpiresAt: expiresAt,
         durationMs: command.durationMs,
         countdown: command.countdown,
+        // A step is its wait and then this write: readers aim their read at the cut-over with it.
+        stepMs: (this.options.timing ?? DEFAULT_TIMING).countdownStepMs + this.#roundTripMs,
+      },
+      // A conflict (not applied) is sent again until the caller's deadline, or the command's.
+      {
+        deadline:
+          command.boundMs === undefined
+            ? this.options.deadline
+            : Deadline.in(clock, command.boundMs).min(this.options.deadline),
       },
     );
     const answer = command.boundMs === undefined ? write : bounded(write, command.boundMs);
     answer.then(
-      (landed) => this.#dispatch(landed ? 'write-landed' : 'write-refused'),
+      (landed) => {
+        if (landed) this.#roundTripMs = clock.monotonic() - sentAt;
+        this.#dispatch(landed ? 'write-landed' : 'write-refused');
+      },
       () => this.#dispatch('write-failed'),
     );
   }

@@ -63,15 +63,16 @@ export const issueUnderLease = async (
       ),
       writeToken: (ref) => {
         Object.assign(writtenAt, { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() });
-        return bounded(store.putToken(record as TokenRecord, ref), flow.deadline.leftMs()).catch(
-          (error: unknown) => {
-            logger.error('Token store write failed; token kept in memory only', {
-              connection: name,
-              error: { name: (error as Error)?.name },
-            });
-            throw error;
-          },
-        );
+        return bounded(
+          store.putToken(record as TokenRecord, ref, { deadline: flow.deadline }),
+          flow.deadline.leftMs(),
+        ).catch((error: unknown) => {
+          logger.error('Token store write failed; token kept in memory only', {
+            connection: name,
+            error: { name: (error as Error)?.name },
+          });
+          throw error;
+        });
       },
     },
   });

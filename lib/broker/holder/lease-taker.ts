@@ -58,7 +58,10 @@ export class LeaseTaker {
       durationMs,
       ...terms,
     };
-    return this.deps.bounded(this.deps.store.acquireLease(name, request), by.leftMs());
+    return this.deps.bounded(
+      this.deps.store.acquireLease(name, request, { deadline: by }),
+      by.leftMs(),
+    );
   }
 
   /**
@@ -74,7 +77,10 @@ export class LeaseTaker {
         replacing: valid.tokenDigest,
       });
       if (attempt.acquired) {
-        await this.deps.bounded(this.deps.store.releaseLease(name, ours), by.leftMs());
+        await this.deps.bounded(
+          this.deps.store.releaseLease(name, ours, { deadline: by }),
+          by.leftMs(),
+        );
       }
       this.deps.logger.info('Stale lease let go', { connection: name, countdown: stale.countdown });
     } catch {

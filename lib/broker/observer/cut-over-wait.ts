@@ -3,24 +3,36 @@
  * just run out. Its successor comes one access-token request after the countdown's last step;
  * reading before then would only find the countdown ending, so the first read waits for it
  * (within the deadline): at a cut-over a busy container reads about once, not once per step.
+ *
+ * Only when that is at most one step and the POST away: what the read proved ran out up to the
+ * countdown's length in step writes (and a step) before its end, and a caller that came then
+ * would wait all of it, 1.2 s on a global table (`regions-three`, 2026-11-25). Earlier, it reads
+ * now: the countdown it finds proves the old token for as many steps more, or it waits for a
+ * successor that is that close.
  */
 import type { Clock, Deadline } from '../../clock.js';
-import { cutOverExpectedAt, readReserveMs } from '../timing/index.js';
+import {
+  cutOverExpectedAt,
+  lastStretchMs,
+  readReserveMs,
+  stepEstimateMs,
+} from '../timing/index.js';
 import type { ConnectionView } from '../view/index.js';
 
+/** @returns how long it waited (ms; 0 when it did not). */
 export const awaitCutOver = async (
   { clock, view }: { readonly clock: Clock; readonly view: ConnectionView },
   name: string,
   by: Deadline,
   measured: { readonly issuanceMs: number; readonly lastReadMs: number | undefined },
-): Promise<void> => {
+): Promise<number> => {
   const entry = view.entry(name);
-  if (!entry?.lease) return;
+  if (!entry?.lease) return 0;
   // A countdown that did not move between two reads (its holder gone or starved) announces
   // nothing to wait for.
   const { timing } = view;
   const since = view.leaseFirstSeen(name, entry.lease);
-  if (since === undefined || since < entry.checkedAt - timing.countdownStepMs) return;
+  if (since === undefined || since < entry.checkedAt - timing.countdownStepMs) return 0;
   const now = clock.now();
   const expected = cutOverExpectedAt(
     entry.checkedAt,
@@ -28,10 +40,15 @@ export const awaitCutOver = async (
     measured.issuanceMs,
     measured.lastReadMs,
     timing,
+    entry.lease.stepMs,
   );
-  if (now < entry.until || now >= expected) return;
+  if (now < entry.until || now >= expected) return 0;
+  const step = stepEstimateMs(measured.lastReadMs, timing, entry.lease.stepMs);
+  if (expected - now > step + lastStretchMs(measured.issuanceMs, step, timing)) return 0;
   // I3. Wake with time left for the read: a caller whose deadline comes first reads what the
   // store holds then (the successor, often), or is told it timed out waiting (R3).
   const wait = Math.min(expected - now, by.leftMs() - readReserveMs(measured.lastReadMs, timing));
-  if (wait > 0) await clock.sleep(wait);
+  if (wait <= 0) return 0;
+  await clock.sleep(wait);
+  return Math.round(wait);
 };

@@ -45,7 +45,7 @@ export interface Observation extends Seen {
   readonly mayForce: boolean;
   /** How long this container has known the valid token (I4), ms. */
   readonly knownForMs: number;
-  /** Waits for a holder so far in this request. */
+  /** Waits for a holder since the countdown last moved (the backoff starts again when it does). */
   readonly waits: number;
   /** The last measured issuance duration (XFetch's δ, the cut-over's round trip), ms. */
   readonly issuanceMs: number;

@@ -69,6 +69,12 @@ export const readReserveMs = (lastReadMs: number | undefined, timing: ProtocolTi
  * When a countdown read at `checkedAt` should have ended and its successor be stored (local ms):
  * each step is a lease write after the step's wait, then the POST (about half an issuance, a slow
  * one not waited for whole) and the token write. Never before the countdown's announced end.
+ *
+ * A step's length is the holder's word when it gave one (`announcedStepMs`: the step's wait and
+ * its own last write's round trip), else the step's wait and this reader's last read's round
+ * trip, as a guess at the holder's write. On a global table the two differ by region: a reader
+ * in a far region that guessed from its own read slept up to 0.6 s past a cut-over of nine steps
+ * (`regions-three`, 2026-11-25), and one whose read was a cold start's (144 ms) 1.9 s.
  */
 export const cutOverExpectedAt = (
   checkedAt: number,
@@ -76,11 +82,35 @@ export const cutOverExpectedAt = (
   issuanceMs: number,
   lastReadMs: number | undefined,
   timing: ProtocolTiming,
+  announcedStepMs?: number,
 ): number => {
-  const roundTrip = Math.min(issuanceMs / 2, timing.pollCapMs);
-  const write = Math.min(lastReadMs ?? 0, timing.maxStepWriteMs);
-  return checkedAt + countdown * (timing.countdownStepMs + write) + roundTrip + write;
+  const step = stepEstimateMs(lastReadMs, timing, announcedStepMs);
+  return checkedAt + countdown * step + lastStretchMs(issuanceMs, step, timing);
 };
+
+/**
+ * How long one countdown step takes (ms): the holder's word when it gave one, never under the
+ * step's own wait nor over it plus the longest step write the protocol allows; else the wait and
+ * this reader's last read's round trip (at most `maxStepWriteMs`).
+ */
+export const stepEstimateMs = (
+  lastReadMs: number | undefined,
+  timing: ProtocolTiming,
+  announcedStepMs?: number,
+): number =>
+  announcedStepMs === undefined
+    ? timing.countdownStepMs + Math.min(lastReadMs ?? 0, timing.maxStepWriteMs)
+    : Math.min(
+        Math.max(announcedStepMs, timing.countdownStepMs),
+        timing.countdownStepMs + timing.stepWriteAllowanceMs,
+      );
+
+/**
+ * From the countdown's last step to its successor stored (ms): the POST (about half an issuance,
+ * a slow one not waited for whole) and the token write.
+ */
+export const lastStretchMs = (issuanceMs: number, stepMs: number, timing: ProtocolTiming): number =>
+  Math.min(issuanceMs / 2, timing.pollCapMs) + (stepMs - timing.countdownStepMs);
 
 /**
  * How long to wait before reading a lease held elsewhere again, ms: full jitter below a doubling

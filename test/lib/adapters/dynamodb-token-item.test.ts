@@ -115,6 +115,23 @@ describe('Function: fromItem, the numbers of an item checked when read', () => {
     });
   });
 
+  describe('leaseStepMs (the holder’s measured step: when readers read at a cut-over, never what they serve)', () => {
+    const stepOf = async (value: string | undefined) => {
+      const raw = leased({});
+      if (value !== undefined) raw.leaseStepMs = { N: value };
+      return (await read(raw)).lease?.stepMs;
+    };
+    it('keeps a step in range', async () => {
+      expect(await stepOf('345')).toBe(345);
+      expect(await stepOf('10250')).toBe(10_250);
+    });
+    it('reads 0 (none announced), none, a negative or an absurd step as none announced', async () => {
+      for (const value of ['0', undefined, '-5', '10251', 'NaN']) {
+        expect(await stepOf(value)).toBeUndefined();
+      }
+    });
+  });
+
   describe('leaseExpiresAt (the holder’s stamp: a takeover’s condition names it)', () => {
     it('reads it as stored, far ahead or far behind', async () => {
       expect((await read(leased({ expiresAt: '99999999999999' }))).lease?.expiresAt).toBe(

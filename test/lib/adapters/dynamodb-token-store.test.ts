@@ -128,6 +128,38 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     );
   });
 
+  it('keeps the step a holder announces with each lease write, and none once a write or the release announces none', async () => {
+    await store.acquireLease('stepping', lease('h:1'));
+    expect((await store.read('stepping')).lease?.stepMs).toBeUndefined();
+    const step = { leaseExpiresAt: now + 1_000, durationMs: 1_000 };
+    const held = { holder: 'h:1', version: 'v-h:1' };
+    expect(
+      await store.renewLease('stepping', held, {
+        ...step,
+        version: 'v2',
+        countdown: 4,
+        stepMs: 345,
+      }),
+    ).toBe(true);
+    expect((await store.read('stepping')).lease).toMatchObject({ countdown: 4, stepMs: 345 });
+    // A write that announces none leaves none: not the step an earlier write measured.
+    expect(
+      await store.renewLease(
+        'stepping',
+        { ...held, version: 'v2' },
+        { ...step, version: 'v3', countdown: 3 },
+      ),
+    ).toBe(true);
+    expect((await store.read('stepping')).lease?.stepMs).toBeUndefined();
+    await store.renewLease(
+      'stepping',
+      { ...held, version: 'v3' },
+      { ...step, version: 'v4', countdown: 2, stepMs: 300 },
+    );
+    expect(await store.releaseLease('stepping', { ...held, version: 'v4' })).toBe(true);
+    expect((await rawItem('stepping'))?.leaseStepMs).toBeUndefined();
+  });
+
   it('lets a lease replace a token it could not read (sealed under another key, or tampered)', async () => {
     await store.acquireLease('unreadable', lease('a:1'));
     await store.putToken(record('tok-u', now + 3_600_000, 'unreadable'), {

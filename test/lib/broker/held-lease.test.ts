@@ -173,4 +173,39 @@ describe('Class: HeldLease (the holder’s driver)', () => {
     expect(store.refs.map((r) => r.unanswered)).toEqual(store.writes.map((w) => w.version));
     expect(lease.state.name).toBe('posting');
   });
+
+  // Issue 26: readers aim their one read at a cut-over with the holder's step; on a global
+  // table a step's write is a cross-region round trip that no reader's own read measures.
+  it('announces with each write how long its steps take: the step and its last write’s round trip', async () => {
+    const clock = new ManualClock(T0);
+    // Each write answers 40 ms after it was sent; the lease's own write took 70 ms.
+    const store = leaseStore(async () => {
+      await clock.sleep(40);
+      return true;
+    });
+    const lease = new HeldLease({
+      store,
+      clock,
+      connection: 'sandbox',
+      lease: { holder: 'me:1', version: 'v0' },
+      deadline: Deadline.in(clock, 10_000),
+      leasedAt: clock.monotonic() - 70,
+      answeredAt: clock.monotonic(),
+      countdown: 3,
+      upstreamTimeoutMs: 2_000,
+      replacing: true,
+      suspect: false,
+      bounded: (operation) => operation,
+      effects,
+    });
+    const fenced = lease.fence();
+    while (store.writes.length < 3) await clock.advance(1);
+    await fenced;
+    const step = DEFAULT_TIMING.countdownStepMs;
+    const [first, ...later] = store.writes.map((w) => w.stepMs ?? 0);
+    expect(first).toBe(step + 70);
+    // The clock moves a millisecond at a time here: a round trip reads 40 or 41 ms.
+    for (const ms of later) expect(ms - step).toBeOneOf([40, 41]);
+    expect(later).toHaveLength(2);
+  });
 });

@@ -204,6 +204,26 @@ describe('Class: LeasedIssuance', () => {
     }
   });
 
+  // Issue 26: a store on a multi-Region table retries a replicated write conflict until the
+  // deadline it is given, else for a budget of its own (2 s): a caller with more time left must
+  // not be answered 503 because a conflict outlasted the store's budget.
+  it('gives the store the caller’s deadline with every write of a refresh, to retry conflicts within', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    store.setToken(current);
+    const { issuance } = container(store, clock, fencedIssue(clock, []));
+    const by = Deadline.in(clock, 10_000);
+    expect((await issuance.refresh(sandbox, current, by))?.record.accessToken).toBe('issued');
+    expect(store.calls.acquire).toBe(1);
+    expect(store.deadlines.acquire).toBe(by);
+    expect(store.deadlines.put).toBe(by);
+    // The countdown's steps and the fence's confirmation: the caller's, or the command's own
+    // bound within it, never none.
+    expect(store.deadlines.renew).toBeDefined();
+    expect(store.deadlines.renew?.at).toBeLessThanOrEqual(by.at);
+  });
+
   it('tries for the lease once per announced cut-over: a countdown it has read stops further tries', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
@@ -314,12 +334,105 @@ describe('Class: LeasedIssuance', () => {
     const { issuance } = container(store, clock);
     const first = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
     expect(first.record.accessToken).toBe('current'); // served: 2 steps announced
-    await clock.advance(450); // past what that read proved (2 × 250 ms − 100 ms)
+    // Past what that read proved (2 × 250 ms − 100 ms), within a step and the POST (250 + 150
+    // ms) of the successor's expected time: it waits for it.
+    await clock.advance(560);
     const next = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
     expect(next.record.accessToken).toBe('successor');
     expect(store.calls.read).toBe(2);
     // Its countdown's end (3 steps) plus half an issuance (300 ms by default), no later.
     expect(clock.now()).toBe(T0 + 3 * COUNTDOWN_STEP_MS + 150);
+  });
+
+  // Issue 25's cut-over bound and issue 26's: what a read proves runs out up to a step, the
+  // margin and the countdown's step writes before its end; a caller that came then waited all
+  // of it (1.2 s on a global table). Further than a step and the POST away, it reads instead.
+  it('at a cut-over, a caller further than a step and the POST from the successor reads at once, and is served what the countdown still proves', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    const lease = { holder: 'other:1', version: 'v-other:1', expiresAt: T0 + LEASE_MS };
+    store.read = async () => {
+      store.calls.read += 1;
+      return { token: current, lease: { ...lease, durationMs: LEASE_MS, countdown: 3 } };
+    };
+    const { issuance } = container(store, clock);
+    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    // Past what the read proved (400 ms); the successor expected at T0 + 900: 450 ms away.
+    await clock.advance(450);
+    const next = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    expect(next.record.accessToken).toBe('current');
+    expect(store.calls.read).toBe(2);
+    expect(clock.now()).toBe(T0 + 450); // not held at all
+  });
+
+  it('at a cut-over, starts its backoff again when the countdown moves: the token comes within the POST of the fence', async () => {
+    const clock = new ManualClock(T0);
+    clock.draw = 0.99; // the longest jitter every time
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    const successor = record('successor', T0 + HOUR);
+    // A holder slow to be confirmed: countdown 1 for 1 s, then the fence (0), its token 450 ms on.
+    store.read = async () => {
+      store.calls.read += 1;
+      const now = clock.now();
+      if (now >= T0 + 1_450) return { token: successor, lease: undefined };
+      const countdown = now >= T0 + 1_000 ? 0 : 1;
+      return {
+        token: current,
+        lease: {
+          holder: 'other:1',
+          version: `v-${countdown}`,
+          expiresAt: T0 + LEASE_MS,
+          durationMs: LEASE_MS,
+          countdown,
+        },
+      };
+    };
+    const { issuance } = container(store, clock);
+    const got = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
+    expect(got.record.accessToken).toBe('successor');
+    // Polls at 0, 148, 445 and 940 ms (countdown 1: 150, 300, then the 500 ms cap), 1,435 (the
+    // fence: the backoff starts again at 150 ms), 1,583: the successor. Without the reset, the
+    // read after 1,435 came at 1,930.
+    expect(clock.now() - T0).toBeLessThan(1_450 + 150);
+  });
+
+  it('at a cut-over, aims its one read with the step the holder announced, not its own round trip', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 200_000);
+    const successor = record('successor', T0 + HOUR);
+    // A holder in another region: its steps take 250 ms and a 40 ms write; ours reads in 2 ms.
+    const STEP = COUNTDOWN_STEP_MS + 40;
+    const writtenAt = T0 + 8 * STEP + 150 + 40;
+    store.read = async () => {
+      store.calls.read += 1;
+      await clock.sleep(2);
+      const now = clock.now();
+      if (now >= writtenAt) return { token: successor, lease: undefined };
+      const countdown = Math.max(0, 8 - Math.floor((now - T0) / STEP));
+      return {
+        token: current,
+        lease: {
+          holder: 'other:1',
+          version: `v-${countdown}`,
+          expiresAt: T0 + LEASE_MS,
+          durationMs: LEASE_MS,
+          countdown,
+          stepMs: STEP,
+        },
+      };
+    };
+    const { issuance } = container(store, clock);
+    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
+    await clock.advance(writtenAt - T0 - 300); // within a step and the POST of the successor
+    const next = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    expect(next.record.accessToken).toBe('successor');
+    expect(store.calls.read).toBe(2);
+    // Guessing the holder's write from its own 2 ms read, it read 8 × 38 ms early, found the
+    // countdown still running, and read again.
+    expect(clock.now() - writtenAt).toBeLessThanOrEqual(4);
   });
 
   it('at a cut-over, counts a store round trip per countdown step, so its one read finds the successor', async () => {
@@ -350,7 +463,9 @@ describe('Class: LeasedIssuance', () => {
     const { issuance } = container(store, clock);
     const first = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
     expect(first.record.accessToken).toBe('current');
-    await clock.advance(5_000 - ROUND_TRIP); // past what that read proved (20 × 250 ms − 100 ms)
+    // Past what that read proved (20 × 250 ms − 100 ms), within a step and the POST of the
+    // successor's expected time.
+    await clock.advance(5_300 - ROUND_TRIP);
     const next = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
     expect(next.record.accessToken).toBe('successor');
     // One read at the cut-over, not one before the token was there and more after.
