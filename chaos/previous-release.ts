@@ -175,7 +175,6 @@ export interface BuildOptions {
   readonly cacheDir: string;
   /** Default: `gitIn(repoDir)`. */
   readonly git?: Git;
-  readonly log?: (line: string) => void;
 }
 
 /** Resolves, extracts and builds the previous release (or finds it built); see the top. */
@@ -259,10 +258,6 @@ export const buildPreviousRelease = async (options: BuildOptions): Promise<Previ
       builtAt: new Date().toISOString(),
     };
     await writeFile(markerPath, `${JSON.stringify(done, null, 2)}\n`);
-    options.log?.(
-      `chaos: built the previous release ${label} from git into ${outDir}` +
-        (drift.length > 0 ? ` (drift: ${drift.join('; ')})` : ''),
-    );
     return { ref, commit, label, bundle, fromCache: false, drift };
   } finally {
     rmSync(tree, { recursive: true, force: true });

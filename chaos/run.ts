@@ -104,7 +104,6 @@ if (selected.some((s) => s.release !== undefined)) {
       ref: previousRef,
       repoDir: process.cwd(),
       cacheDir: resolve(buildDir, 'previous'),
-      log,
     });
   } catch (error) {
     process.stderr.write(`chaos: ${error instanceof Error ? error.message : String(error)}\n`);
@@ -112,7 +111,10 @@ if (selected.some((s) => s.release !== undefined)) {
   }
   if (!worker) {
     log(
-      `chaos: the previous release is ${previous.label} (${previous.ref}), ${previous.fromCache ? 'built before' : 'built now'}: ${previous.bundle}`,
+      `chaos: the previous release is ${previous.label}` +
+        (previous.ref === previous.commit ? '' : ` (--previous ${previous.ref})`) +
+        `, ${previous.fromCache ? 'built before' : 'built from git now'}: ${previous.bundle}` +
+        (previous.drift.length > 0 ? ` (drift: ${previous.drift.join('; ')})` : ''),
     );
   }
 }
