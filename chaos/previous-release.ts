@@ -79,11 +79,17 @@ export const latestVersionTag = (tags: readonly string[]): string | undefined =>
 };
 
 /**
- * The ref to build when none is asked for: the latest version tag reachable from HEAD (the
- * release a deploy of this tree rolls from), else the pinned 0.1.0 commit.
+ * The ref to build when none is asked for: the latest version tag reachable from HEAD but not on
+ * it (the release a deploy of this tree rolls from; a tag on HEAD is this tree itself), else
+ * the pinned 0.1.0 commit.
  */
-export const defaultPreviousRef = (git: Git): string =>
-  latestVersionTag(git(['tag', '--merged', 'HEAD']).split('\n')) ?? PINNED_PREVIOUS.commit;
+export const defaultPreviousRef = (git: Git): string => {
+  const here = new Set(git(['tag', '--points-at', 'HEAD']).split('\n'));
+  const before = git(['tag', '--merged', 'HEAD'])
+    .split('\n')
+    .filter((tag) => !here.has(tag));
+  return latestVersionTag(before) ?? PINNED_PREVIOUS.commit;
+};
 
 /** The commit `ref` names, or a {@link PreviousReleaseError} that says what to do. */
 export const resolveCommit = (git: Git, ref: string): string => {

@@ -573,9 +573,9 @@ describe('Function: faultsNotFired', () => {
 describe('Function: latestVersionTag and defaultPreviousRef (the previous release)', () => {
   /** A git that knows only the given tags and commits. */
   const fakeGit =
-    (tags: string[], commits: Record<string, string> = {}): Git =>
+    (tags: string[], commits: Record<string, string> = {}, onHead: string[] = []): Git =>
     (args) => {
-      if (args[0] === 'tag') return tags.join('\n');
+      if (args[0] === 'tag') return (args[1] === '--points-at' ? onHead : tags).join('\n');
       if (args[0] === 'rev-parse') {
         const ref = String(args.at(-1)).replace(/\^\{commit\}$/, '');
         const commit = commits[ref];
@@ -592,10 +592,13 @@ describe('Function: latestVersionTag and defaultPreviousRef (the previous releas
     expect(latestVersionTag(['0.1.0', 'v0.1.1'])).toBe('v0.1.1');
   });
 
-  it('defaults to the latest version tag reachable from HEAD, else the pinned 0.1.0 commit', () => {
+  it('defaults to the latest version tag reachable from HEAD and not on it, else the pinned 0.1.0 commit', () => {
     expect(defaultPreviousRef(fakeGit(['v0.2.0', 'v0.3.0']))).toBe('v0.3.0');
     expect(defaultPreviousRef(fakeGit([]))).toBe(PINNED_PREVIOUS.commit);
     expect(defaultPreviousRef(fakeGit(['nightly']))).toBe(PINNED_PREVIOUS.commit);
+    // A tag on HEAD is this tree itself, not the release it rolls from.
+    expect(defaultPreviousRef(fakeGit(['v0.2.0', 'v0.3.0'], {}, ['v0.3.0']))).toBe('v0.2.0');
+    expect(defaultPreviousRef(fakeGit(['v0.3.0'], {}, ['v0.3.0']))).toBe(PINNED_PREVIOUS.commit);
   });
 
   it('throws a PreviousReleaseError that names the ref and how to choose another when git knows no such commit', () => {
