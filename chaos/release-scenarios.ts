@@ -54,7 +54,7 @@ export const RELEASE_SCENARIOS: readonly Scenario[] = [
     predicted:
       'issue 25: releases before the caller bounds ignore `forced` and `reportedDigest`: the previous release replaces the token on every forcing request it gets (I4)',
     knownGap:
-      'a previous release before the caller bounds (0.1.0, the default) replaces the token on every forcing minValidity it gets: during a canary from it, a forcing caller is bounded (I4) only on the new containers; nothing in this release can change the old one',
+      'a previous release before the caller bounds (0.1.0, the default) replaces the token on forcing minValidity requests and marks none `forced`, so this tree takes them for natural issuances: during a canary from it, I4 does not hold; nothing in this release can change the old one',
     release: half,
     extra: async (context, invoke) => {
       let turn = 0;
