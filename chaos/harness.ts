@@ -45,7 +45,15 @@ export interface ChaosPaths {
   readonly clockSkew: string;
   /** Container logs of each run go under here. */
   readonly logDir: string;
+  /**
+   * The previous release's bundle, built from git (`chaos/previous-release.ts`), when a selected
+   * scenario runs it.
+   */
+  readonly previous?: { readonly bundle: string; readonly label: string };
 }
+
+/** Which release a container runs: this tree's bundle, or the previous release's. */
+export type Release = 'current' | 'previous';
 
 export interface RunSettings {
   readonly containers: number;
@@ -156,6 +164,11 @@ export interface Scenario {
   readonly runs?: number;
   /** Extra environment for container `index` (e.g. the clock-skew preload). */
   env?(index: number, paths: ChaosPaths): Record<string, string>;
+  /**
+   * Which release container `index` runs (default: this tree's). A scenario that runs the
+   * previous release gets its bundle built from git (`--previous <ref>`).
+   */
+  release?(index: number): Release;
   /** Installs hooks, modes and timers; called once the fleet is up, just before the callers. */
   install?(context: ScenarioContext): void | Promise<void>;
   readonly callers?: CallerPlan;
@@ -219,7 +232,21 @@ export interface RunResult {
   readonly maxWaitOutsideFaultMs: number;
   /** With regions: each region's proxy counters (conflicts answered among them). */
   readonly regions?: readonly ({ name: string } & RegionStats)[];
+  /**
+   * With two releases in the fleet: which one each container runs (`this tree`, or the previous
+   * release's label), and when it sent an access-token POST (run-relative ms: who issued).
+   */
+  readonly releases?: readonly ContainerRelease[];
 }
+
+export interface ContainerRelease {
+  readonly container: number;
+  readonly release: string;
+  readonly accessTokenPostsMs: readonly number[];
+}
+
+/** How a run names this tree's bundle. */
+export const THIS_TREE = 'this tree';
 
 const digestOf = (token: string) => createHash('sha256').update(token).digest('base64url');
 
@@ -270,6 +297,15 @@ const invokeOnce = async (
     if (timeout.aborted) return { kind: 'none', reason: 'no answer' };
     return { kind: 'none', reason: `connection: ${(error as Error).name}` };
   }
+};
+
+/** The bundle container `index` runs. */
+const bundleOf = (scenario: Scenario, index: number, paths: ChaosPaths): string => {
+  if (scenario.release?.(index) !== 'previous') return paths.bundle;
+  if (!paths.previous) {
+    throw new Error(`${scenario.name} runs the previous release, and none was built`);
+  }
+  return paths.previous.bundle;
 };
 
 const sleepUnless = (ms: number, stop: AbortSignal) =>
@@ -360,7 +396,7 @@ export const runScenario = async (
         execution: settings.execution,
         runner: paths.runner,
         bootstrap: paths.bootstrap,
-        bundle: paths.bundle,
+        bundle: bundleOf(scenario, index, paths),
         env,
         timeoutMs: settings.lambdaTimeoutMs,
         // One caller per container, and the warm-ups: one environment, and more while others
@@ -509,6 +545,19 @@ export const runScenario = async (
       );
     };
 
+    // With two releases: who sends each access-token POST (the simulator only counts them).
+    const posts = nodes.map(() => [] as number[]);
+    if (scenario.release) {
+      for (const node of nodes) {
+        node.upstream.setHooks({
+          onRequest: (request) => {
+            if ((request.path.split('?')[0] ?? '').endsWith('/oauth/access-token')) {
+              posts[node.index]?.push(Date.now() - startedAt);
+            }
+          },
+        });
+      }
+    }
     await scenario.install?.(context);
 
     const caller = async (index: number) => {
@@ -638,6 +687,18 @@ export const runScenario = async (
           .map((e) => e.receivedAt - e.sentAt),
       ),
       ...(world ? { regions: regionLinks.map((r) => ({ name: r.name, ...r.stats() })) } : {}),
+      ...(scenario.release
+        ? {
+            releases: nodes.map((n) => ({
+              container: n.index,
+              release:
+                scenario.release?.(n.index) === 'previous'
+                  ? (paths.previous?.label ?? 'previous')
+                  : THIS_TREE,
+              accessTokenPostsMs: posts[n.index] ?? [],
+            })),
+          }
+        : {}),
     };
     return result;
   } finally {

@@ -1,9 +1,11 @@
 /**
- * `npm run chaos [-- <scenario>… ] [-- --runs N] [-- --lanes N]`: runs the fault scenarios
+ * `npm run chaos [-- <scenario>… ] [-- --runs N] [-- --lanes N] [-- --previous <ref>]`: runs the fault scenarios
  * against the bundle built into .chaos/dist, in two lanes by default (chaos/lanes.ts: the busy
  * fleets one after the other, the mostly idle ones beside them, each lane a process of its own),
  * prints the table and writes chaos/results/<scenario>.json (plus chaos/results/table.md when
- * every scenario ran).
+ * every scenario ran). A scenario that runs the previous release (`two-releases`) gets its bundle
+ * built from git first (`chaos/previous-release.ts`: `--previous <ref>` or CHAOS_PREVIOUS_REF,
+ * default the latest version tag, else 0.1.0), cached in `<buildDir>/previous/`.
  *
  * With `--check` (what CI runs) it fails (exit 3) when a guarantee was violated: a token served
  * that the upstream had revoked before the request was sent, an answer whose `maxAgeMs` let its
@@ -26,6 +28,7 @@ import {
   type Scenario,
 } from './harness.js';
 import { estimateMs, planLanes, runsOf } from './lanes.js';
+import { buildPreviousRelease, type PreviousRelease } from './previous-release.js';
 import { faultsNotFired, type ScenarioSummary, table } from './report.js';
 import { SCENARIOS, scenarioNamed } from './scenarios.js';
 
@@ -39,6 +42,8 @@ let check = false;
  * idle ones beside it), `--lanes 1` for one after the other, `--lanes 3` for the idle ones in two.
  */
 let lanes = 2;
+/** The previous release (`two-releases`): a tag or commit; default the latest version tag. */
+let previousRef: string | undefined = process.env.CHAOS_PREVIOUS_REF || undefined;
 /** Internal: this process is one lane of a parallel run. */
 let worker = false;
 const names: string[] = [];
@@ -54,6 +59,11 @@ for (let i = 0; i < rest.length; i += 1) {
     i += 1;
   } else if (arg.startsWith('--lanes=')) {
     lanes = Number(arg.slice('--lanes='.length));
+  } else if (arg === '--previous') {
+    previousRef = rest[i + 1];
+    i += 1;
+  } else if (arg.startsWith('--previous=')) {
+    previousRef = arg.slice('--previous='.length);
   } else if (arg === '--worker') {
     worker = true;
   } else if (arg === '--check') {
@@ -82,12 +92,40 @@ if (unknown.length > 0) {
 }
 const selected = names.length > 0 ? SCENARIOS.filter((s) => names.includes(s.name)) : SCENARIOS;
 
+if (previousRef !== undefined && previousRef.trim() === '') {
+  process.stderr.write('--previous needs a git ref (a tag or a commit)\n');
+  process.exit(2);
+}
+// Built once, before the lanes start (a lane finds it in the cache); only when a scenario runs it.
+let previous: PreviousRelease | undefined;
+if (selected.some((s) => s.release !== undefined)) {
+  try {
+    previous = await buildPreviousRelease({
+      ref: previousRef,
+      repoDir: process.cwd(),
+      cacheDir: resolve(buildDir, 'previous'),
+    });
+  } catch (error) {
+    process.stderr.write(`chaos: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(2);
+  }
+  if (!worker) {
+    log(
+      `chaos: the previous release is ${previous.label}` +
+        (previous.ref === previous.commit ? '' : ` (--previous ${previous.ref})`) +
+        `, ${previous.fromCache ? 'built before' : 'built from git now'}: ${previous.bundle}` +
+        (previous.drift.length > 0 ? ` (drift: ${previous.drift.join('; ')})` : ''),
+    );
+  }
+}
+
 const paths: ChaosPaths = {
   bundle: resolve(buildDir, 'dist/broker/index.mjs'),
   runner: resolve(buildDir, 'dist/local/container.mjs'),
   bootstrap: resolve(buildDir, 'dist/local/lambda-env/bootstrap.mjs'),
   clockSkew: resolve(buildDir, 'clock-skew.mjs'),
   logDir: resolve(buildDir, 'logs'),
+  ...(previous ? { previous: { bundle: previous.bundle, label: previous.label } } : {}),
 };
 mkdirSync(resultsDir, { recursive: true });
 
@@ -97,6 +135,28 @@ if (!worker)
     `chaos: ${selected.length} scenario(s) × ${runs ?? 'default'} run(s), ${containers} containers, ${durationMs / 1000} s each, ` +
       `tokens live ${lifetimeSeconds} s, Lambda timeout ${lambdaTimeoutMs / 1000} s, ${cpus().length} cores`,
   );
+
+/** With two releases: each release's containers, what they served and the POSTs they sent. */
+const byRelease = (result: RunResult): string[] => {
+  const groups = new Map<string, number[]>();
+  for (const { container, release } of result.releases ?? []) {
+    groups.set(release, [...(groups.get(release) ?? []), container]);
+  }
+  return [...groups].map(([release, containers]) => {
+    const pick = (key: 'served' | 'revoked' | 'unanswered' | 'errors') =>
+      containers.reduce((n, c) => n + (result.tally.byContainer[String(c)]?.[key] ?? 0), 0);
+    const posts = (result.releases ?? [])
+      .filter((r) => r.release === release)
+      .flatMap((r) => r.accessTokenPostsMs)
+      .sort((a, b) => a - b)
+      .map((ms) => `${(ms / 1000).toFixed(1)} s`);
+    return (
+      `${release} (containers ${containers.join(', ')}): ${pick('served')} served, ` +
+      `${pick('revoked')} revoked, ${pick('unanswered')} unanswered, ${pick('errors')} errors; ` +
+      `access-token POSTs at ${posts.join(', ') || 'none'}`
+    );
+  });
+};
 
 /** Runs one scenario `runsOf` times in this process; its summary. */
 const runOne = async (scenario: Scenario): Promise<ScenarioSummary> => {
@@ -115,6 +175,7 @@ const runOne = async (scenario: Scenario): Promise<ScenarioSummary> => {
           `${result.reuse.pastRevocation} reuse grants past revocation of ${result.reuse.grants} ` +
           `(${((Date.now() - started) / 1000).toFixed(1)} s)`,
       );
+      for (const line of byRelease(result)) log(`    ${line}`);
     } catch (error) {
       harnessError = error instanceof Error ? error.message : String(error);
       log(`  ${scenario.name} #${run}: HARNESS ERROR ${harnessError}`);
@@ -180,6 +241,7 @@ const runLane = (lane: readonly Scenario[]) =>
         resultsDir,
         '--worker',
         ...(runs === undefined ? [] : ['--runs', String(runs)]),
+        ...(previous ? ['--previous', previous.commit] : []),
         ...lane.map((s) => s.name),
       ],
       { stdio: 'inherit', serialization: 'advanced' },

@@ -7,6 +7,7 @@
 import type { Scenario, ScenarioContext } from './harness.js';
 import type { ProxiedRequest, ProxiedResponse } from './proxy.js';
 import { REGION_SCENARIOS } from './region-scenarios.js';
+import { RELEASE_SCENARIOS } from './release-scenarios.js';
 
 /** Longer than the 3 s lease (so it lapses), shorter than the 8 s Lambda timeout. */
 const PAUSE_MS = 5_000;
@@ -658,6 +659,8 @@ export const SCENARIOS: readonly Scenario[] = [
   },
   // Issue 26: three regions on one multi-Region strongly consistent table.
   ...REGION_SCENARIOS,
+  // Issue 25: the previous release and this one in one fleet.
+  ...RELEASE_SCENARIOS,
 ];
 
 export const scenarioNamed = (name: string): Scenario | undefined =>

@@ -9,8 +9,19 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { RunResult, Scenario } from '../chaos/harness.js';
 import { estimateMs, isBusy, planLanes } from '../chaos/lanes.js';
 import { classify, duplicateIssuances, Ledger, tallyReuse } from '../chaos/ledger.js';
+import {
+  buildNeeds,
+  checkInstalled,
+  defaultPreviousRef,
+  type Git,
+  latestVersionTag,
+  PINNED_PREVIOUS,
+  PreviousReleaseError,
+  resolveCommit,
+} from '../chaos/previous-release.js';
 import { type FaultProxy, startFaultProxy } from '../chaos/proxy.js';
 import { CONFLICT_TYPE, type RegionWorld, startRegionWorld } from '../chaos/regions.js';
+import { replacementsBeyondI4 } from '../chaos/release-scenarios.js';
 import { faultsNotFired } from '../chaos/report.js';
 import { SCENARIOS } from '../chaos/scenarios.js';
 import { generateClient, type Simulator, startSimulator } from '../local/simulator.js';
@@ -556,5 +567,96 @@ describe('Function: faultsNotFired', () => {
     expect(faultsNotFired(summaries, (name) => name !== 'control')).toEqual([
       'pause-during-post #2: its fault never fired',
     ]);
+  });
+});
+
+describe('Function: latestVersionTag and defaultPreviousRef (the previous release)', () => {
+  /** A git that knows only the given tags and commits. */
+  const fakeGit =
+    (tags: string[], commits: Record<string, string> = {}, onHead: string[] = []): Git =>
+    (args) => {
+      if (args[0] === 'tag') return (args[1] === '--points-at' ? onHead : tags).join('\n');
+      if (args[0] === 'rev-parse') {
+        const ref = String(args.at(-1)).replace(/\^\{commit\}$/, '');
+        const commit = commits[ref];
+        if (commit === undefined) throw new Error('exit 1');
+        return commit;
+      }
+      throw new Error(`unexpected git ${args.join(' ')}`);
+    };
+
+  it('picks the highest version tag by number, not by text; pre-releases and other tags aside', () => {
+    expect(latestVersionTag(['v0.9.0', 'v0.10.0', '0.2.1', 'v1.0.0-rc.1', 'nightly', ''])).toBe(
+      'v0.10.0',
+    );
+    expect(latestVersionTag(['0.1.0', 'v0.1.1'])).toBe('v0.1.1');
+  });
+
+  it('defaults to the latest version tag reachable from HEAD and not on it, else the pinned 0.1.0 commit', () => {
+    expect(defaultPreviousRef(fakeGit(['v0.2.0', 'v0.3.0']))).toBe('v0.3.0');
+    expect(defaultPreviousRef(fakeGit([]))).toBe(PINNED_PREVIOUS.commit);
+    expect(defaultPreviousRef(fakeGit(['nightly']))).toBe(PINNED_PREVIOUS.commit);
+    // A tag on HEAD is this tree itself, not the release it rolls from.
+    expect(defaultPreviousRef(fakeGit(['v0.2.0', 'v0.3.0'], {}, ['v0.3.0']))).toBe('v0.2.0');
+    expect(defaultPreviousRef(fakeGit(['v0.3.0'], {}, ['v0.3.0']))).toBe(PINNED_PREVIOUS.commit);
+  });
+
+  it('throws a PreviousReleaseError that names the ref and how to choose another when git knows no such commit', () => {
+    const git = fakeGit([], { 'v0.3.0': 'c'.repeat(40) });
+    expect(resolveCommit(git, 'v0.3.0')).toBe('c'.repeat(40));
+    for (const ref of ['v9.9.9', '', '--all']) {
+      let error: unknown;
+      try {
+        resolveCommit(git, ref);
+      } catch (e) {
+        error = e;
+      }
+      expect(error).toBeInstanceOf(PreviousReleaseError);
+      expect((error as Error).message).toContain(`'${ref}'`);
+      expect((error as Error).message).toContain('--previous <ref>');
+      expect((error as Error).message).toContain('git fetch --unshallow');
+    }
+  });
+});
+
+describe('Function: checkInstalled (the previous release builds offline)', () => {
+  const needs = buildNeeds({
+    dependencies: { zod: '4.6.7', cockatiel: '4.0.0' },
+    devDependencies: { esbuild: '0.28.2', vitest: '5.1.1' },
+  });
+
+  it('needs the old tree’s runtime packages and esbuild, not its other dev tools', () => {
+    expect(needs).toEqual({ zod: '4.6.7', cockatiel: '4.0.0', esbuild: '0.28.2' });
+  });
+
+  it('reports a version that differs as drift, and builds', () => {
+    const installed = (name: string) => (name === 'zod' ? '4.7.0' : needs[name]);
+    expect(checkInstalled(needs, installed, '0.1.0 (a5f1bf2)')).toEqual([
+      'zod: 4.6.7 pinned, 4.7.0 installed',
+    ]);
+    expect(checkInstalled(needs, (name) => needs[name], 'x')).toEqual([]);
+  });
+
+  it('refuses, naming the packages, when one is not installed: nothing is downloaded', () => {
+    const installed = (name: string) => (name === 'cockatiel' ? undefined : needs[name]);
+    expect(() => checkInstalled(needs, installed, '0.1.0 (a5f1bf2)')).toThrow(
+      /0\.1\.0 \(a5f1bf2\) needs cockatiel@4\.0\.0, not installed/,
+    );
+  });
+});
+
+describe('Function: replacementsBeyondI4', () => {
+  it('allows one replacement per refresh window, and one right after each natural issuance', () => {
+    // Cold start, a forced replacement 3 s later, the natural refresh 12 s after that.
+    expect(replacementsBeyondI4([400, 3_400, 15_400], 9_000)).toBe(0);
+    // The refresh, then one replacement at once: allowed after a natural issuance.
+    expect(replacementsBeyondI4([400, 11_000, 12_000], 9_000)).toBe(0);
+  });
+
+  it('counts each replacement of a replacement within a window', () => {
+    // The mixed fleet with 0.1.0: every forcing request to an old container replaced the token.
+    expect(replacementsBeyondI4([400, 4_800, 11_400, 18_100], 9_000)).toBe(2);
+    expect(replacementsBeyondI4([], 9_000)).toBe(0);
+    expect(replacementsBeyondI4([1, 2], 9_000)).toBe(0);
   });
 });
