@@ -93,8 +93,27 @@ export interface HotKeyResult {
   readonly billing: Billing;
 }
 
-const ITEM_READS_PER_SECOND = 3_000;
+/** DynamoDB's strongly consistent reads per second from one item. */
+export const ITEM_READS_PER_SECOND = 3_000;
 const SAMPLE_MS = 100;
+
+/** The broker's settings in the hot-key runs: production's, but for the window. */
+export const hotKeyEnv = (windowSeconds: number) => ({
+  BROKER_REFRESH_WINDOW_SECONDS: String(windowSeconds),
+  BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '1',
+  POWERTOOLS_LOG_LEVEL: 'WARN',
+});
+
+/**
+ * The hot key, in production's proportions: the default 5 s memory re-check (a window of at
+ * least 20 s keeps it whole), no kills, no warm-up (refresh ahead on demand), busy containers.
+ */
+export const hotKeySettingsFor = (quick: boolean, durationMs = quick ? 20_000 : 60_000) => ({
+  containers: 4,
+  durationMs,
+  lifetimeSeconds: 40,
+  windowSeconds: 20,
+});
 
 export const measureHotKey = async (
   stack: Stack,
@@ -245,4 +264,93 @@ export const measureHotKey = async (
   } finally {
     await Promise.all(containers.map((c) => c.close()));
   }
+};
+
+export interface ColdStartSettings {
+  readonly bundle: string;
+  readonly runner: string;
+  readonly bootstrap: string;
+  /** The broker's settings (the stack's own are added to them). */
+  readonly env: Record<string, string>;
+  readonly containers: number;
+  readonly rounds: number;
+  /** Each container's first request comes uniformly within this many ms of the round's start. */
+  readonly spreadMs: number;
+  readonly lifetimeSeconds: number;
+  readonly upstreamLatencyMs: number;
+}
+
+export interface ColdStartResult {
+  readonly containers: number;
+  readonly rounds: number;
+  readonly spreadMs: number;
+  /** Reads of the item per container, from its first request to its first token (mean). */
+  readonly readsPerColdStart: number;
+  /** The same, in the round that read most. */
+  readonly readsPerColdStartMax: number;
+  /** How long the first requests took (ms). */
+  readonly firstTokenMs: { readonly p50: number; readonly max: number };
+  /** Requests answered with an error. */
+  readonly errors: number;
+}
+
+/**
+ * A fleet's cold start, repeated: each round is a fresh item and fresh containers (started and
+ * invoked once for their status, which reads the item, before the round), whose first requests
+ * come within `spreadMs` of each other; the item's reads are counted until every one of them
+ * has its token. 0 ms is every container racing for the missing token at once (the worst case
+ * per container); a second is the issue's "1,000 containers starting within one second".
+ */
+export const measureColdStarts = async (
+  startStack: (lifetimeSeconds: number, upstreamLatencyMs: number) => Promise<Stack>,
+  settings: ColdStartSettings,
+): Promise<ColdStartResult> => {
+  const perRound: number[] = [];
+  const firstTokenMs: number[] = [];
+  let errors = 0;
+  for (let round = 0; round < settings.rounds; round += 1) {
+    const stack = await startStack(settings.lifetimeSeconds, settings.upstreamLatencyMs);
+    const containers: LambdaContainer[] = [];
+    try {
+      for (let i = 0; i < settings.containers; i += 1) {
+        const container = await startLambdaContainer({
+          execution: 'always-running',
+          runner: settings.runner,
+          bootstrap: settings.bootstrap,
+          bundle: settings.bundle,
+          env: { ...stack.env, ...settings.env },
+          maxEnvironments: 2,
+          outputTail: 4096,
+        });
+        containers.push(container);
+        const status = await container.invoke({ action: 'status' });
+        if (!status.ok) throw new Error(`status: ${status.errorType}\n${container.output()}`);
+      }
+      const before = stack.dynamodb.reads();
+      await Promise.all(
+        containers.map(async (container) => {
+          await sleep(Math.random() * settings.spreadMs);
+          const at = performance.now();
+          const outcome = await container
+            .invoke({ action: 'getToken', connection: 'sandbox' })
+            .catch(() => ({ ok: false as const }));
+          firstTokenMs.push(performance.now() - at);
+          if (!outcome.ok) errors += 1;
+        }),
+      );
+      perRound.push((stack.dynamodb.reads() - before) / settings.containers);
+    } finally {
+      await Promise.all(containers.map((c) => c.close()));
+      await stack.close();
+    }
+  }
+  return {
+    containers: settings.containers,
+    rounds: settings.rounds,
+    spreadMs: settings.spreadMs,
+    readsPerColdStart: perRound.reduce((a, b) => a + b, 0) / Math.max(1, perRound.length),
+    readsPerColdStartMax: Math.max(0, ...perRound),
+    firstTokenMs: { p50: percentile(firstTokenMs, 50), max: percentile(firstTokenMs, 100) },
+    errors,
+  };
 };

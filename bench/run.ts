@@ -30,7 +30,7 @@ import {
   runIdleFleets,
 } from './execution-model.js';
 import { type FleetResult, runFleet } from './fleet.js';
-import { type HotKeyResult, measureHotKey } from './hot-key.js';
+import { type HotKeyResult, hotKeyEnv, hotKeySettingsFor, measureHotKey } from './hot-key.js';
 
 const [buildDir = '.bench', resultsDir = 'bench/results'] = process.argv.slice(2);
 // Absolute: an execution environment's runtime runs in its bundle's directory, as Lambda's does.
@@ -142,21 +142,8 @@ const regional = await (async () => {
   }
 })();
 
-/** The broker's settings in the hot-key runs: production's, but for the window. */
-const hotKeyEnv = (windowSeconds: number) => ({
-  BROKER_REFRESH_WINDOW_SECONDS: String(windowSeconds),
-  BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '1',
-  POWERTOOLS_LOG_LEVEL: 'WARN',
-});
-
-// The hot key, in production's proportions: the default 5 s memory re-check (a window of at
-// least 20 s keeps it whole), no kills, no warm-up (refresh ahead on demand), busy containers.
-const hotKeySettings = {
-  containers: 4,
-  durationMs: quick ? 20_000 : 60_000,
-  lifetimeSeconds: 40,
-  windowSeconds: 20,
-};
+// The hot key, in production's proportions (`bench/hot-key.ts`).
+const hotKeySettings = hotKeySettingsFor(quick);
 let hotKey: HotKeyResult;
 {
   const stack = await startStack(

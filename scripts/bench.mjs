@@ -1,4 +1,5 @@
 // `npm run bench`: builds the broker and the benchmark's own bundles into .bench/, then runs it.
+// `npm run bench -- hot-key [options]`: the hot key alone (bench/hot-key-run.ts).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { build } from 'esbuild';
@@ -10,8 +11,14 @@ execFileSync(process.execPath, ['scripts/build.mjs'], {
   stdio: 'inherit',
   env: { ...process.env, BUILD_OUTDIR: `${out}/dist` },
 });
+const [part, ...options] = process.argv.slice(2);
 await build({
-  entryPoints: ['bench/run.ts', 'bench/baseline.ts', 'bench/cold-runner.ts'],
+  entryPoints: [
+    'bench/run.ts',
+    'bench/baseline.ts',
+    'bench/cold-runner.ts',
+    'bench/hot-key-run.ts',
+  ],
   outdir: out,
   outExtension: { '.js': '.mjs' },
   bundle: true,
@@ -45,4 +52,10 @@ await build({
   },
   logLevel: 'warning',
 });
+if (part === 'hot-key') {
+  execFileSync(process.execPath, [`${out}/hot-key-run.mjs`, ...options, out, 'bench/results'], {
+    stdio: 'inherit',
+  });
+  process.exit(0);
+}
 execFileSync(process.execPath, [`${out}/run.mjs`, out, 'bench/results'], { stdio: 'inherit' });

@@ -8,7 +8,7 @@
  *         ├─ valid, lease stale (a countdown nobody advances) ───────────────────────▸ let go
  *         ├─ a caller's word too soon, or a lifetime too short ──────────────────────▸ refuse
  *         ├─ no valid token (or a suspect one), no live lease, time for a countdown ─▸ acquire
- *         └─ a live lease elsewhere ─▸ wait (jitter; woken with a read's time left) ─▸ read
+ *         └─ a live lease elsewhere ─▸ wait (for its token; woken with a read's time left) ─▸ read
  *
  * Invariants (docs/protocol.md): I1 one issuance per lifetime (acquire only without a live
  * lease, replacing exactly the token read); I2 no revoked token served (serve only inside the
@@ -25,6 +25,7 @@ import { causeOf, type IssuanceCause, isCallersWord } from '../issuance/index.js
 import { leaseCountdown, leaseNeedsMs, pollWaitMs, timingOf, windowMs } from '../timing/index.js';
 import type { Seen } from '../view/index.js';
 import { type CallerBoundSettings, forcingRefusal } from './caller-bounds.js';
+import { issuanceWaitMs } from './issuance-wait.js';
 
 /** Validity a caller needs, in ms, or "not inside its refresh window" (the warm-up's need). */
 export type Need = number | 'outside-window';
@@ -162,17 +163,25 @@ export const decide = (o: Observation): Decision => {
   //    wake with time left for the read (I3; review finding R3).
   const readBy = o.leftMs - o.readReserveMs;
   if (readBy <= 0) return refuse(waitTimedOut(o.suspect));
-  const wait = pollWaitMs(
-    {
-      countdown: lease.countdown,
-      sinceReadMs: o.sinceReadMs,
-      replacing: valid !== undefined,
-      issuanceMs: o.issuanceMs,
-      waits: o.waits,
-      draw: o.draw,
-    },
-    timingOf(o.settings),
-  );
+  //    With no valid token (the fleet's first, or one that expired), it reads again when the
+  //    holder's token is expected (`issuance-wait.ts`); with one being replaced, it polls.
+  const wait =
+    valid === undefined
+      ? issuanceWaitMs(
+          { lease, now: o.now, issuanceMs: o.issuanceMs, waits: o.waits, draw: o.draw },
+          timingOf(o.settings),
+        )
+      : pollWaitMs(
+          {
+            countdown: lease.countdown,
+            sinceReadMs: o.sinceReadMs,
+            replacing: true,
+            issuanceMs: o.issuanceMs,
+            waits: o.waits,
+            draw: o.draw,
+          },
+          timingOf(o.settings),
+        );
   // A holder that stopped (frozen, its region cut off) is found at the read after its version
   // has stood for its duration: that read is not left to the jitter (liveness only).
   const untilStale = o.staleInMs === undefined ? wait : Math.max(1, o.staleInMs + 1);

@@ -280,18 +280,25 @@ export class ConnectionView {
    * container need not wait out a lease nobody renews. A version new here is recorded (an
    * event), and is not stale.
    */
-  /** In how long `lease` is stale here (I1: its version unchanged for its duration): <= 0 once it is. */
+  /**
+   * In how long `lease` is stale here (I1: its version unchanged for its duration, or its own
+   * expiry further past than the skew allowed): <= 0 once it is.
+   */
   #staleInMs(name: string, lease: Lease, now: number): number {
-    if (lease.expiresAt + this.timing.skewToleranceMs < now) return 0;
+    const pastSkew = lease.expiresAt + this.timing.skewToleranceMs - now;
+    if (pastSkew < 0) return 0;
+    // Stale by its expiry a millisecond after `pastSkew` (the rule above is strict): a waiter
+    // reads again then, not a poll later (liveness only; never 0, so never stale sooner).
+    const byExpiry = pastSkew + 1;
     const seenFor = this.#states.get(name)?.leaseSeenFor(lease, this.clock.monotonic());
-    if (seenFor !== undefined) return lease.durationMs - seenFor;
+    if (seenFor !== undefined) return Math.min(lease.durationMs - seenFor, byExpiry);
     this.apply(name, {
       type: 'lease-seen',
       lease,
       at: { wall: now, monotonic: this.clock.monotonic() },
     });
     // A duration of 0 is stale at the second sight, not at the first.
-    return Math.max(1, lease.durationMs);
+    return Math.max(1, Math.min(lease.durationMs, byExpiry));
   }
 
   /** Now, on both clocks. */

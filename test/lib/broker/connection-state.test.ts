@@ -531,6 +531,26 @@ describe('ConnectionView: when a lease turns stale (I1), and when a waiter reads
     expect(seen).toMatchObject({ leaseStale: false, staleInMs: 1_050 });
   });
 
+  it('tells a waiter when a version turns stale by its own expiry (past the skew tolerance), when that comes before its duration runs here', async () => {
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    // A long version (an unknown outcome's grace) that expired 9,950 ms ago on its holder's
+    // clock: stale at first sight 50 ms from now, long before 10 s seen unchanged here.
+    const grace = { ...lease, countdown: 0, durationMs: 10_000, expiresAt: T0 - 9_950 };
+    const look = () =>
+      view.observe(
+        connection({ revokesOnReissue: true }),
+        { token: undefined, lease: grace },
+        { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() },
+        clock.now(),
+      );
+    expect(look()).toMatchObject({ leaseStale: false, staleInMs: 51 });
+    await clock.advance(50);
+    expect(look()).toMatchObject({ leaseStale: false, staleInMs: 1 });
+    await clock.advance(1);
+    expect(look()).toMatchObject({ leaseStale: true, staleInMs: 0 });
+  });
+
   it('finds a version of duration 0 stale at its second sight, not at its first', () => {
     const clock = new ManualClock(T0);
     const view = new ConnectionView(clock, settings);

@@ -620,6 +620,62 @@ describe('Class: LeasedIssuance', () => {
 
   // The item a lost race for the lease returns is a read as good as any (I1: it shows the
   // winner's lease): the loser waits on it, and reads again only when the winner's token is due.
+  it('at the fleet’s cold start, a container that finds the holder’s lease reads once more, when its token is due, not in a backoff', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    // The holder elsewhere took the lease on the empty item 40 ms ago; its token is written at
+    // T0 + 230 (an issuance under the default estimate of 300 ms from its lease).
+    const takenAt = T0 - 40;
+    const lease = {
+      holder: 'other:1',
+      version: 'v-other:1',
+      expiresAt: takenAt + LEASE_MS,
+      durationMs: LEASE_MS,
+      countdown: 0,
+    };
+    const writtenAt = T0 + 230;
+    store.read = async () => {
+      store.calls.read += 1;
+      return clock.now() >= writtenAt
+        ? { token: record('first', T0 + HOUR), lease: undefined }
+        : { token: undefined, lease };
+    };
+    const { issuance, calls } = container(store, clock);
+    clock.draw = 0.5;
+    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    expect(served.record.accessToken).toBe('first');
+    expect(calls).toEqual([]);
+    // The read that found the lease, and one when the token is due: the lease's send plus an
+    // issuance (300 ms), plus this container's jitter (half of a quarter issuance).
+    expect(store.calls.read).toBe(2);
+    expect(clock.now()).toBe(takenAt + 300 + 37.5);
+  });
+
+  it('at the fleet’s cold start, a token later than expected is read again in growing steps, not every few milliseconds', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const lease = {
+      holder: 'other:1',
+      version: 'v-other:1',
+      expiresAt: T0 + LEASE_MS,
+      durationMs: LEASE_MS,
+      countdown: 0,
+    };
+    const writtenAt = T0 + 1_500; // a slow upstream: five times the estimate
+    store.read = async () => {
+      store.calls.read += 1;
+      return clock.now() >= writtenAt
+        ? { token: record('first', T0 + HOUR), lease: undefined }
+        : { token: undefined, lease };
+    };
+    const { issuance } = container(store, clock);
+    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    expect(served.record.accessToken).toBe('first');
+    // At 0 and 300 ms, then steps of 75, 150, 250, 250 … ms (draw 0): 8 reads, not 1,500.
+    expect(store.calls.read).toBe(8);
+    expect(clock.now() - writtenAt).toBeLessThan(250);
+  });
+
   it('takes the item a lost race for the lease returned as a read: no extra read before waiting', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();

@@ -84,6 +84,32 @@ describe('Function: decide (the observer)', () => {
     expect(unwatched.do === 'wait' && unwatched.ms).toBeGreaterThan(2_000);
   });
 
+  it('waits for a token it does not have until the holder’s token is due, from when the holder sent the lease version read, plus its own jitter (a cold start reads about twice; liveness)', () => {
+    // The version read was sent 100 ms ago (its expiry less its duration, on the holder's
+    // clock); an issuance takes 300 ms; the jitter is up to a quarter of it.
+    const cold = (draw: number, sentAgo = 100) =>
+      decide(
+        observe({
+          state: { token: undefined, lease: lease(0, { expiresAt: T0 - sentAgo + 3_000 }) },
+          draw,
+        }),
+      );
+    expect(cold(0)).toMatchObject({ do: 'wait', ms: 200 });
+    expect(cold(0.5)).toMatchObject({ do: 'wait', ms: 237.5 });
+    // A version from a clock far ahead or behind moves the read by no more than an issuance.
+    expect(cold(0, -60_000)).toMatchObject({ do: 'wait', ms: 300 });
+    expect(cold(0, 60_000)).toMatchObject({ do: 'wait', ms: 1 });
+    // A countdown announced on an expired token: its steps come first.
+    const counting = observe({
+      state: { token: undefined, lease: lease(4, { expiresAt: T0 + 3_000 }) },
+      draw: 0,
+    });
+    expect(decide(counting)).toMatchObject({ do: 'wait', ms: 4 * 250 + 300 });
+    // A token being replaced (valid, or suspect at the cut-over) is polled as before.
+    const replacing = observe({ state: { token: fresh, lease: lease(1) }, suspect: true, draw: 0 });
+    expect(decide(replacing)).toMatchObject({ do: 'wait', ms: 1 });
+  });
+
   it.each<[string, Observation, Decision['do']]>([
     [
       'serves a valid token with no lease, read in time',

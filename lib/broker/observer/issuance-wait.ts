@@ -1,0 +1,46 @@
+/**
+ * The observer's wait for a token it does not have (the fleet's first, or one that expired)
+ * while another container holds the lease: every container that finds the item empty is in
+ * this wait at once, so it is where a fleet's cold start reads the item. It reads again when the
+ * holder's token is expected, not in a backoff from a few milliseconds: a fleet that starts at
+ * once reads the item about twice per container (the read that found it empty, the one that
+ * finds the token), not five or six times.
+ *
+ * When the token is expected comes from the lease read: each version's `expiresAt` less its
+ * `durationMs` is when its holder sent it (on the holder's clock); after it, the countdown it
+ * announces and one issuance (this container's last measured, else the default). A per-container
+ * jitter of a quarter issuance on the late side spreads the reads. Liveness only: a wait is
+ * never past the read reserve before the deadline, nor past the lease's staleness (`decide`);
+ * I1–I4 do not rest on it, and a clock elsewhere set wrong only moves the read (never earlier
+ * than the jitter, never later than one issuance and the countdown).
+ */
+import type { Lease } from '../../ports.js';
+import type { ProtocolTiming } from '../timing/index.js';
+
+export const issuanceWaitMs = (
+  input: {
+    readonly lease: Lease;
+    /** Wall clock when the read that saw `lease` was answered. */
+    readonly now: number;
+    /** The last measured issuance duration (countdown excluded), ms. */
+    readonly issuanceMs: number;
+    /** Waits for a holder so far in this request. */
+    readonly waits: number;
+    /** Uniform in [0, 1): the jitter. */
+    readonly draw: number;
+  },
+  timing: ProtocolTiming,
+): number => {
+  const { lease, now, issuanceMs, waits, draw } = input;
+  const spread = Math.max(timing.pollBaseMs, issuanceMs / 4);
+  if (waits > 0) {
+    // Later than expected (a slow upstream, a loaded holder): read again in a growing step,
+    // from half an issuance, half of it jitter.
+    const ceiling = Math.min(timing.pollCapMs, spread * 2 ** waits);
+    return Math.max(1, ceiling * (0.5 + draw / 2));
+  }
+  const sentAt = lease.expiresAt - lease.durationMs;
+  const age = Math.min(Math.max(0, now - sentAt), issuanceMs);
+  const expected = lease.countdown * timing.countdownStepMs + issuanceMs - age;
+  return Math.max(1, expected + draw * spread);
+};
