@@ -347,23 +347,29 @@ describe('Class: LeasedIssuance', () => {
   // Issue 25's cut-over bound and issue 26's: what a read proves runs out up to a step, the
   // margin and the countdown's step writes before its end; a caller that came then waited all
   // of it (1.2 s on a global table). Further than a step and the POST away, it reads instead.
-  it('at a cut-over, a caller further than a step and the POST from the successor reads at once, and is served what the countdown still proves', async () => {
+  it('at a cut-over, a caller further than two steps and the POST from the successor reads at once, and is served what the countdown still proves', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const current = record('current', T0 + 200_000);
+    // A holder in a far region: its steps take 300 ms (250 and a 50 ms write, the most the
+    // default timing's `stepWriteAllowanceMs` lets a reader believe).
     const lease = { holder: 'other:1', version: 'v-other:1', expiresAt: T0 + LEASE_MS };
     store.read = async () => {
       store.calls.read += 1;
-      return { token: current, lease: { ...lease, durationMs: LEASE_MS, countdown: 3 } };
+      return {
+        token: current,
+        lease: { ...lease, durationMs: LEASE_MS, countdown: 8, stepMs: 300 },
+      };
     };
     const { issuance } = container(store, clock);
     await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
-    // Past what the read proved (400 ms); the successor expected at T0 + 900: 450 ms away.
-    await clock.advance(450);
+    // Past what the read proved (7 × 250 − 100 ms); the successor expected at T0 + 8 × 300 +
+    // 150 + 50 = T0 + 2,600: 900 ms away, more than two steps and the POST (800 ms).
+    await clock.advance(1_700);
     const next = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
     expect(next.record.accessToken).toBe('current');
     expect(store.calls.read).toBe(2);
-    expect(clock.now()).toBe(T0 + 450); // not held at all
+    expect(clock.now()).toBe(T0 + 1_700); // not held at all
   });
 
   it('at a cut-over, starts its backoff again when the countdown moves: the token comes within the POST of the fence', async () => {
