@@ -1,8 +1,12 @@
 // `npm run bench`: builds the broker and the benchmark's own bundles into .bench/, then runs it.
+// `npm run bench -- cold [NAME=path/to/index.mjs …]`: the cold-start measures alone, this
+// branch's build next to the named ones (bench/cold-ab.ts).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { build } from 'esbuild';
 
+const [mode, ...compared] = process.argv.slice(2);
+if (mode !== undefined && mode !== 'cold') throw new Error(`Unknown mode '${mode}': cold`);
 const out = '.bench';
 mkdirSync(out, { recursive: true });
 mkdirSync('bench/results', { recursive: true });
@@ -11,7 +15,7 @@ execFileSync(process.execPath, ['scripts/build.mjs'], {
   env: { ...process.env, BUILD_OUTDIR: `${out}/dist` },
 });
 await build({
-  entryPoints: ['bench/run.ts', 'bench/baseline.ts', 'bench/cold-runner.ts'],
+  entryPoints: ['bench/run.ts', 'bench/baseline.ts', 'bench/cold-runner.ts', 'bench/cold-ab.ts'],
   outdir: out,
   outExtension: { '.js': '.mjs' },
   bundle: true,
@@ -45,4 +49,8 @@ await build({
   },
   logLevel: 'warning',
 });
-execFileSync(process.execPath, [`${out}/run.mjs`, out, 'bench/results'], { stdio: 'inherit' });
+if (mode === 'cold') {
+  execFileSync(process.execPath, [`${out}/cold-ab.mjs`, out, ...compared], { stdio: 'inherit' });
+} else {
+  execFileSync(process.execPath, [`${out}/run.mjs`, out, 'bench/results'], { stdio: 'inherit' });
+}
