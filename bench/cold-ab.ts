@@ -60,7 +60,8 @@ try {
   const issued = stack.simulator.stats().issuances;
   for (let r = 0; r < runs; r += 1) {
     const samples = new Map<string, number[]>();
-    const add = (key: string, value: number) => samples.set(key, [...(samples.get(key) ?? []), value]);
+    const add = (key: string, value: number) =>
+      samples.set(key, [...(samples.get(key) ?? []), value]);
     for (let i = 0; i < (chosen.has('process') ? rounds : 0); i += 1) {
       for (const b of builds) {
         const { totalMs } = await coldOnce(runner, b.bundle, event, stack.env);

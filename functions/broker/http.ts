@@ -79,7 +79,7 @@ export const createHttpHandler = (
   };
 
   const getToken = async (event: HttpEvent, context: Context): Promise<HttpResult> => {
-    const { minValidity } = parseHttpRequest('getToken', event);
+    const { minValidity } = await parseHttpRequest('getToken', event);
     const connection = connectionFor(event);
     const deadline = deadlineOf(broker, context);
     const served = await broker.getToken(connection.name, {
@@ -99,7 +99,7 @@ export const createHttpHandler = (
 
   const invalidate = async (event: HttpEvent, context: Context): Promise<HttpResult> => {
     const connection = connectionFor(event);
-    const { accessToken } = parseHttpRequest('invalidate', event);
+    const { accessToken } = await parseHttpRequest('invalidate', event);
     return json(
       200,
       await broker.invalidate(
@@ -117,7 +117,7 @@ export const createHttpHandler = (
         method: 'GET',
         path: '/health',
         handler: async (event: HttpEvent) => {
-          parseHttpRequest('health', event);
+          await parseHttpRequest('health', event);
           return json(200, { status: 'ok', connections: [...broker.connectionNames()] });
         },
       },
@@ -126,7 +126,7 @@ export const createHttpHandler = (
         method: 'GET',
         path: '/status',
         handler: async (event: HttpEvent) => {
-          parseHttpRequest('status', event);
+          await parseHttpRequest('status', event);
           return json(200, { connections: await broker.status() });
         },
       },
@@ -134,7 +134,7 @@ export const createHttpHandler = (
         method: 'GET',
         path: '/ready',
         handler: async (event: HttpEvent, context: Context) => {
-          parseHttpRequest('ready', event);
+          await parseHttpRequest('ready', event);
           const report = await broker.ready(deadlineOf(broker, context));
           // 503 while any connection is not ready: a deploy pipeline or probe can gate on it.
           return json(report.ready ? 200 : 503, report);
@@ -144,7 +144,7 @@ export const createHttpHandler = (
         method: 'POST',
         path: '/warm',
         handler: async (event: HttpEvent, context: Context) => {
-          parseHttpRequest('warmUp', event);
+          await parseHttpRequest('warmUp', event);
           return json(200, await broker.warmUp(deadlineOf(broker, context), callerOf(event)));
         },
       },
