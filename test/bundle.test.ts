@@ -218,7 +218,7 @@ describe('Bundle: what its cold start loads (issue 25)', () => {
     return files;
   };
 
-  it('leaves out of init what only issuing, probing or encrypting needs', () => {
+  it('leaves out of init what only issuing, probing, encrypting, refusing or HTTP needs', () => {
     const init = [...loadedAtInit(build.bundle).values()].join('\n');
     // The DynamoDB client serves a cold start's first token: it is there.
     expect(init).toContain('com.amazonaws.dynamodb');
@@ -230,6 +230,9 @@ describe('Bundle: what its cold start loads (issue 25)', () => {
     // The schema library: a valid configuration and a valid request are checked without it
     // (lib/config/build.ts, functions/broker/requests.ts); it is loaded to judge the others.
     expect(init).not.toContain('$ZodType');
+    // The HTTP side (functions/broker/http.ts, middy's router and body parser): loaded on the
+    // first HTTP request, which the first test of this file sends after a scheduled event.
+    expect(init).not.toContain('Invalid or malformed JSON was provided');
   });
 
   it('registers its extension without the platform fetch (undici is not loaded at init)', () => {

@@ -14,21 +14,19 @@ import middy from '@middy/core';
 import httpHeaderNormalizer from '@middy/http-header-normalizer';
 import httpJsonBodyParser from '@middy/http-json-body-parser';
 import httpRouterHandler from '@middy/http-router';
-import type {
-  APIGatewayProxyEventV2WithIAMAuthorizer,
-  APIGatewayProxyStructuredResultV2,
-  Context,
-} from 'aws-lambda';
+import type { APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import type { TokenBroker } from '../../lib/broker/index.js';
 import { allowsCaller, mayForce } from '../../lib/callers.js';
 import { BadRequestError, CallerNotAllowedError, RouteNotFoundError } from '../../lib/errors.js';
 import type { BrokerMetrics } from '../../lib/metrics.js';
 import { answerFailure, errorBody } from './errors.js';
+import type { HttpEvent } from './http-event.js';
 import { parseHttpRequest } from './requests.js';
 import { cacheControl, deadlineOf, logServed, tokenResponse } from './shared.js';
 import type { TimeoutGate } from './timeout-gate.js';
 
-export type HttpEvent = APIGatewayProxyEventV2WithIAMAuthorizer;
+export { type HttpEvent, isHttpEvent } from './http-event.js';
+
 type HttpResult = APIGatewayProxyStructuredResultV2;
 
 /** Requests larger than this are not ours: an invalidate body is one token. */
@@ -43,18 +41,6 @@ const json = (
   headers: { 'content-type': 'application/json', 'cache-control': 'no-store', ...headers },
   body: JSON.stringify(body),
 });
-
-export const isHttpEvent = (event: unknown): event is HttpEvent => {
-  const candidate = event as Partial<HttpEvent> | null;
-  return (
-    typeof candidate === 'object' &&
-    candidate !== null &&
-    candidate.version === '2.0' &&
-    typeof candidate.requestContext?.http?.method === 'string' &&
-    // Without a path there is no route to match: an unrecognised event (400), not a crash.
-    typeof candidate.requestContext.http.path === 'string'
-  );
-};
 
 export const createHttpHandler = (
   broker: TokenBroker,
