@@ -93,8 +93,11 @@ export const measureWarm = async (
 
 const run = promisify(execFile);
 
-// Asynchronous on purpose: this process serves dynalite and the simulator to the child.
-const coldOnce = async (
+/**
+ * One cold start in a fresh process (`cold-runner`): import, then the first invocation.
+ * Asynchronous on purpose: this process serves dynalite and the simulator to the child.
+ */
+export const coldOnce = async (
   runner: string,
   bundle: string,
   event: unknown,
@@ -184,14 +187,14 @@ export interface EnvironmentColdCost {
   readonly noExtensionRatio: number;
 }
 
-interface EnvironmentColdSample {
+export interface EnvironmentColdSample {
   readonly initMs: number;
   readonly durationMs: number;
   readonly extensions: number;
 }
 
 /** One environment started for one invocation, then shut down. */
-const coldInEnvironment = async (
+export const coldInEnvironment = async (
   bootstrap: string,
   bundle: string,
   event: unknown,

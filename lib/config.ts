@@ -1,20 +1,16 @@
 /**
  * The broker's configuration: one loader, {@link loadConfig}, run once at cold start. Each part
  * of it is read in a module of its own under `config/`: the connections (`BROKER_CONNECTIONS`)
- * and the single-valued variables.
+ * and the single-valued variables; `config/build.ts` reads them in order. The cold start calls
+ * `loadConfigAtInit` (`config/at-init.ts`), which gives the same answers without loading the
+ * schema library for a valid configuration (issue 25).
  */
 
-import {
-  MAX_TIMING_SCALE,
-  MIN_TIMING_SCALE,
-  type ProtocolTiming,
-  protocolTiming,
-  scaledTiming,
-} from './broker/timing/index.js';
-import { type ConnectionConfig, parseConnections } from './config/connections.js';
-import { timingScaleProblem, unknownVariables, windowProblem } from './config/settings-check.js';
-import { decimal, type Env, integer, kmsKeyId, oneOf } from './config/variables.js';
-import { ConfigError } from './errors.js';
+import type { ProtocolTiming } from './broker/timing/index.js';
+import { buildConfig } from './config/build.js';
+import { parseConnections } from './config/connection-schema.js';
+import type { ConnectionConfig } from './config/connections.js';
+import type { Env } from './config/variables.js';
 
 export type { ConnectionConfig, Variant } from './config/connections.js';
 export type { Env } from './config/variables.js';
@@ -75,8 +71,6 @@ export interface BrokerConfig {
   readonly timing: ProtocolTiming;
 }
 
-const TABLE_NAME = /^[A-Za-z0-9_.-]{3,255}$/;
-
 /**
  * Reads and validates the broker's configuration from the environment, once, at cold start.
  *
@@ -85,84 +79,4 @@ const TABLE_NAME = /^[A-Za-z0-9_.-]{3,255}$/;
  *   the one it most likely misspells), or two settings that contradict each other
  *   (`config/settings-check.ts`, shared with `npm run validate`).
  */
-export const loadConfig = (env: Env): BrokerConfig => {
-  const unknown = unknownVariables(env);
-  if (unknown.length > 0) throw new ConfigError(unknown.join('; '));
-  const tableName = env.BROKER_TABLE_NAME?.trim();
-  if (!tableName) throw new ConfigError('BROKER_TABLE_NAME is required');
-  if (!TABLE_NAME.test(tableName)) {
-    throw new ConfigError('BROKER_TABLE_NAME is not a valid DynamoDB table name');
-  }
-  const connections = parseConnections(env.BROKER_CONNECTIONS);
-  const day = 86_400;
-  const maxTokenLifetimeSeconds = integer(
-    env,
-    'BROKER_MAX_TOKEN_LIFETIME_SECONDS',
-    30 * day,
-    60,
-    365 * day,
-  );
-  const refreshWindowSeconds = integer(env, 'BROKER_REFRESH_WINDOW_SECONDS', 600, 0, day);
-  const defaultMinValiditySeconds = integer(env, 'BROKER_DEFAULT_MIN_VALIDITY_SECONDS', 60, 0, day);
-  if (refreshWindowSeconds >= maxTokenLifetimeSeconds) {
-    // A window as long as the lifetime would re-issue on every warm-up, forever.
-    throw new ConfigError(
-      'BROKER_REFRESH_WINDOW_SECONDS must be shorter than BROKER_MAX_TOKEN_LIFETIME_SECONDS',
-    );
-  }
-  const window = windowProblem({ refreshWindowSeconds, defaultMinValiditySeconds });
-  if (window) throw new ConfigError(window);
-  const scale = decimal(env, 'BROKER_TIMING_SCALE', 1, MIN_TIMING_SCALE, MAX_TIMING_SCALE);
-  const scaleProblem = timingScaleProblem(scale, env);
-  if (scaleProblem) throw new ConfigError(scaleProblem);
-  // The store's round-trip bound (`ProtocolTiming.stepWriteAllowanceMs`): the default suits a
-  // table in the function's region; a global table's stages set 150 (serverless.yml).
-  const storeRoundTripMs = env.BROKER_STORE_ROUND_TRIP_MS?.trim()
-    ? integer(env, 'BROKER_STORE_ROUND_TRIP_MS', 0, 5, 500)
-    : undefined;
-  const timing =
-    storeRoundTripMs === undefined
-      ? scaledTiming(scale)
-      : withStoreRoundTrip(scaledTiming(scale), storeRoundTripMs);
-  // At most 100 s at the default timing: the 100 ms margin between a reader's proof and a POST
-  // then covers a 0.1 % rate difference between two containers' clocks (docs/protocol.md,
-  // assumptions); a scaled timing scales the cap with the margin.
-  const maxRecheckSeconds = Math.floor(timing.maxMemoryRecheckMs / 1000);
-  return Object.freeze({
-    tableName,
-    connections,
-    defaultMinValiditySeconds,
-    refreshWindowSeconds,
-    memoryRecheckSeconds: integer(
-      env,
-      'BROKER_MEMORY_RECHECK_SECONDS',
-      Math.min(5, maxRecheckSeconds),
-      0,
-      maxRecheckSeconds,
-    ),
-    maxTokenLifetimeSeconds,
-    upstreamTimeoutMs: integer(env, 'BROKER_UPSTREAM_TIMEOUT_MS', 5000, 100, 60_000),
-    awsTimeoutMs: integer(env, 'BROKER_AWS_TIMEOUT_MS', 1000, 50, 30_000),
-    invalidateMinAgeSeconds: integer(env, 'BROKER_INVALIDATE_MIN_AGE_SECONDS', 2, 0, 3600),
-    forcedMinAgeSeconds: env.BROKER_FORCED_MIN_AGE_SECONDS?.trim()
-      ? integer(env, 'BROKER_FORCED_MIN_AGE_SECONDS', 0, 0, day)
-      : undefined,
-    storeOutageGraceSeconds: integer(env, 'BROKER_STORE_OUTAGE_GRACE_SECONDS', 0, 0, day),
-    secretMaxAgeSeconds: integer(env, 'BROKER_SECRET_MAX_AGE_SECONDS', 300, 0, day),
-    secretStaleMaxSeconds: integer(env, 'BROKER_SECRET_STALE_MAX_SECONDS', 3600, 0, 7 * day),
-    kmsKeyId: kmsKeyId(env.BROKER_KMS_KEY_ID),
-    refreshAhead: oneOf(env, 'BROKER_REFRESH_AHEAD', ['background', 'off'], 'background'),
-    timing,
-  });
-};
-
-/** `timing` with the store's round-trip bound `ms`, or a `ConfigError` naming the relation it breaks. */
-const withStoreRoundTrip = (timing: ProtocolTiming, ms: number): ProtocolTiming => {
-  try {
-    return protocolTiming({ ...timing, stepWriteAllowanceMs: ms, maxStepWriteMs: ms });
-  } catch (error) {
-    throw new ConfigError(
-      `BROKER_STORE_ROUND_TRIP_MS (${ms}) does not fit the protocol's timing: ${(error as Error).message}`,
-    );
-  }
-};
+export const loadConfig = (env: Env): BrokerConfig => buildConfig(env, parseConnections);

@@ -1,9 +1,15 @@
 // `npm run bench`: builds the broker and the benchmark's own bundles into .bench/, then runs it.
 // `npm run bench -- hot-key [options]`: the hot key alone (bench/hot-key-run.ts).
+// `npm run bench -- cold [NAME=path/to/index.mjs …]`: the cold-start measures alone, this
+// branch's build next to the named ones (bench/cold-ab.ts).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { build } from 'esbuild';
 
+const [part, ...options] = process.argv.slice(2);
+if (part !== undefined && part !== 'cold' && part !== 'hot-key') {
+  throw new Error(`Unknown part '${part}': hot-key or cold`);
+}
 const out = '.bench';
 mkdirSync(out, { recursive: true });
 mkdirSync('bench/results', { recursive: true });
@@ -11,13 +17,13 @@ execFileSync(process.execPath, ['scripts/build.mjs'], {
   stdio: 'inherit',
   env: { ...process.env, BUILD_OUTDIR: `${out}/dist` },
 });
-const [part, ...options] = process.argv.slice(2);
 await build({
   entryPoints: [
     'bench/run.ts',
     'bench/baseline.ts',
     'bench/cold-runner.ts',
     'bench/hot-key-run.ts',
+    'bench/cold-ab.ts',
   ],
   outdir: out,
   outExtension: { '.js': '.mjs' },
@@ -56,6 +62,8 @@ if (part === 'hot-key') {
   execFileSync(process.execPath, [`${out}/hot-key-run.mjs`, ...options, out, 'bench/results'], {
     stdio: 'inherit',
   });
-  process.exit(0);
+} else if (part === 'cold') {
+  execFileSync(process.execPath, [`${out}/cold-ab.mjs`, out, ...options], { stdio: 'inherit' });
+} else {
+  execFileSync(process.execPath, [`${out}/run.mjs`, out, 'bench/results'], { stdio: 'inherit' });
 }
-execFileSync(process.execPath, [`${out}/run.mjs`, out, 'bench/results'], { stdio: 'inherit' });

@@ -40,6 +40,8 @@ const besideTheBundle = {
 
 // BUILD_OUTDIR lets tests build a private copy without racing the one in dist/.
 const outdir = process.env.BUILD_OUTDIR ?? 'dist';
+// BUILD_MINIFY=0: the broker unminified, for reading a CPU profile of its init by module.
+const minify = process.env.BUILD_MINIFY !== '0';
 const pieces = ['broker', 'local', 'client'];
 const only = new Set(process.argv.length > 2 ? process.argv.slice(2) : pieces);
 for (const piece of only) {
@@ -60,7 +62,7 @@ if (only.has('broker')) {
     outExtension: { '.js': '.mjs' },
     splitting: true,
     chunkNames: 'chunks/[name]-[hash]',
-    minify: true,
+    minify,
     plugins: [besideTheBundle],
   });
   // Read only with BROKER_CONNECTIONS_PARAMETER: a file of its own beside index.mjs, so that no

@@ -57,7 +57,12 @@ const selfSignedCertificate = (dir: string) => {
 
 const runBundle = (env: Record<string, string>, events: unknown[]) =>
   new Promise<{
-    results: { ok: boolean; result?: Record<string, unknown>; errorType?: string }[];
+    results: {
+      ok: boolean;
+      result?: Record<string, unknown>;
+      errorType?: string;
+      errorMessage?: string;
+    }[];
     output: string;
   }>((done, fail) => {
     const eventsFile = join(outdir, `events-${Date.now()}.json`);
@@ -107,8 +112,12 @@ describe('Bundle: dist/broker/index.mjs loaded like Lambda loads it', () => {
       { action: 'getToken', connection: 'legacy', minValidity: 3600 },
       { action: 'getToken', connection: 'nope' },
       { unexpected: true },
+      // Refused by the schema, a chunk of its own loaded then (issue 25): its message as before.
+      { action: 'getToken', connection: 'sandbox', minvalidity: 60 },
+      { action: 'getToken', connection: 'sandbox', minValidity: -1 },
     ]);
-    const [warm, httpV3, httpLegacy, invokeV3, invokeLegacy, unknown, bad] = results;
+    const [warm, httpV3, httpLegacy, invokeV3, invokeLegacy, unknown, bad, typo, negative] =
+      results;
     expect(warm?.result).toMatchObject({ issued: 2, failed: 0 });
     const v3Body = JSON.parse(String(httpV3?.result?.body));
     const legacyBody = JSON.parse(String(httpLegacy?.result?.body));
@@ -119,6 +128,17 @@ describe('Bundle: dist/broker/index.mjs loaded like Lambda loads it', () => {
     expect(invokeLegacy?.result?.accessToken).toBe(legacyBody.accessToken);
     expect(unknown).toMatchObject({ ok: false, errorType: 'UnknownConnectionError' });
     expect(bad).toMatchObject({ ok: false, errorType: 'BadRequestError' });
+    expect(typo).toMatchObject({
+      ok: false,
+      errorType: 'BadRequestError',
+      errorMessage: 'Invalid direct invoke: unknown field "minvalidity"',
+    });
+    expect(negative).toMatchObject({
+      ok: false,
+      errorType: 'BadRequestError',
+      errorMessage:
+        'Invalid direct invoke: "minValidity": must be a whole number of seconds from 0 to 1000000000',
+    });
     expect(stack.simulator.stats().issuances).toBe(2);
 
     const secrets = stack.credentials();
@@ -198,7 +218,7 @@ describe('Bundle: what its cold start loads (issue 25)', () => {
     return files;
   };
 
-  it('leaves out of init what only issuing, probing or encrypting needs', () => {
+  it('leaves out of init what only issuing, probing, encrypting, refusing or HTTP needs', () => {
     const init = [...loadedAtInit(build.bundle).values()].join('\n');
     // The DynamoDB client serves a cold start's first token: it is there.
     expect(init).toContain('com.amazonaws.dynamodb');
@@ -207,6 +227,12 @@ describe('Bundle: what its cold start loads (issue 25)', () => {
     expect(init).not.toContain('com.amazonaws.secretsmanager');
     // The upstream client's resilience library (cockatiel).
     expect(init).not.toContain('Execution prevented because the circuit breaker is open');
+    // The schema library: a valid configuration and a valid request are checked without it
+    // (lib/config/build.ts, functions/broker/requests.ts); it is loaded to judge the others.
+    expect(init).not.toContain('$ZodType');
+    // The HTTP side (functions/broker/http.ts, middy's router and body parser): loaded on the
+    // first HTTP request, which the first test of this file sends after a scheduled event.
+    expect(init).not.toContain('Invalid or malformed JSON was provided');
   });
 
   it('registers its extension without the platform fetch (undici is not loaded at init)', () => {

@@ -12,7 +12,8 @@ import { BadRequestError } from '../../lib/errors.js';
 import { type BrokerMetrics, noMetrics } from '../../lib/metrics.js';
 import type { Invocations } from './after-response.js';
 import { logRefusal } from './errors.js';
-import { createHttpHandler, isHttpEvent } from './http.js';
+import type { createHttpHandler } from './http.js';
+import { isHttpEvent } from './http-event.js';
 import { createInvokeHandler, isInvokeEvent } from './invoke.js';
 import { createScheduleHandler, isScheduledEvent } from './schedule.js';
 import { timeoutGate } from './timeout-gate.js';
@@ -39,7 +40,15 @@ export const createHandler = ({
   timeoutSettings,
 }: HandlerDeps) => {
   const gate = timeoutGate(timeoutSettings);
-  const http = createHttpHandler(broker, logger, metrics ?? noMetrics, gate);
+  // The HTTP side (its router and middlewares, `http.ts`) is loaded on the first HTTP request:
+  // in the bundle it is a chunk, which a cold start answering a direct invoke never loads.
+  let http: Promise<ReturnType<typeof createHttpHandler>> | undefined;
+  const httpHandler = () => {
+    http ??= import('./http.js').then(({ createHttpHandler }) =>
+      createHttpHandler(broker, logger, metrics ?? noMetrics, gate),
+    );
+    return http;
+  };
   const invoke = createInvokeHandler(broker, logger, metrics ?? noMetrics, gate);
   const schedule = createScheduleHandler(broker, logger, gate);
 
@@ -54,7 +63,7 @@ export const createHandler = ({
         onError: (request) => invocations?.finished(request.context.awsRequestId),
       })
       .handler(async (event: unknown, context: Context) => {
-        if (isHttpEvent(event)) return http(event, context);
+        if (isHttpEvent(event)) return (await httpHandler())(event, context);
         if (isScheduledEvent(event)) return schedule(event, context);
         if (isInvokeEvent(event)) return invoke(event, context);
         const error = new BadRequestError(

@@ -14,21 +14,19 @@ import middy from '@middy/core';
 import httpHeaderNormalizer from '@middy/http-header-normalizer';
 import httpJsonBodyParser from '@middy/http-json-body-parser';
 import httpRouterHandler from '@middy/http-router';
-import type {
-  APIGatewayProxyEventV2WithIAMAuthorizer,
-  APIGatewayProxyStructuredResultV2,
-  Context,
-} from 'aws-lambda';
+import type { APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import type { TokenBroker } from '../../lib/broker/index.js';
 import { allowsCaller, mayForce } from '../../lib/callers.js';
 import { BadRequestError, CallerNotAllowedError, RouteNotFoundError } from '../../lib/errors.js';
 import type { BrokerMetrics } from '../../lib/metrics.js';
 import { answerFailure, errorBody } from './errors.js';
+import type { HttpEvent } from './http-event.js';
 import { parseHttpRequest } from './requests.js';
 import { cacheControl, deadlineOf, logServed, tokenResponse } from './shared.js';
 import type { TimeoutGate } from './timeout-gate.js';
 
-export type HttpEvent = APIGatewayProxyEventV2WithIAMAuthorizer;
+export { type HttpEvent, isHttpEvent } from './http-event.js';
+
 type HttpResult = APIGatewayProxyStructuredResultV2;
 
 /** Requests larger than this are not ours: an invalidate body is one token. */
@@ -43,18 +41,6 @@ const json = (
   headers: { 'content-type': 'application/json', 'cache-control': 'no-store', ...headers },
   body: JSON.stringify(body),
 });
-
-export const isHttpEvent = (event: unknown): event is HttpEvent => {
-  const candidate = event as Partial<HttpEvent> | null;
-  return (
-    typeof candidate === 'object' &&
-    candidate !== null &&
-    candidate.version === '2.0' &&
-    typeof candidate.requestContext?.http?.method === 'string' &&
-    // Without a path there is no route to match: an unrecognised event (400), not a crash.
-    typeof candidate.requestContext.http.path === 'string'
-  );
-};
 
 export const createHttpHandler = (
   broker: TokenBroker,
@@ -79,7 +65,7 @@ export const createHttpHandler = (
   };
 
   const getToken = async (event: HttpEvent, context: Context): Promise<HttpResult> => {
-    const { minValidity } = parseHttpRequest('getToken', event);
+    const { minValidity } = await parseHttpRequest('getToken', event);
     const connection = connectionFor(event);
     const deadline = deadlineOf(broker, context);
     const served = await broker.getToken(connection.name, {
@@ -99,7 +85,7 @@ export const createHttpHandler = (
 
   const invalidate = async (event: HttpEvent, context: Context): Promise<HttpResult> => {
     const connection = connectionFor(event);
-    const { accessToken } = parseHttpRequest('invalidate', event);
+    const { accessToken } = await parseHttpRequest('invalidate', event);
     return json(
       200,
       await broker.invalidate(
@@ -117,7 +103,7 @@ export const createHttpHandler = (
         method: 'GET',
         path: '/health',
         handler: async (event: HttpEvent) => {
-          parseHttpRequest('health', event);
+          await parseHttpRequest('health', event);
           return json(200, { status: 'ok', connections: [...broker.connectionNames()] });
         },
       },
@@ -126,7 +112,7 @@ export const createHttpHandler = (
         method: 'GET',
         path: '/status',
         handler: async (event: HttpEvent) => {
-          parseHttpRequest('status', event);
+          await parseHttpRequest('status', event);
           return json(200, { connections: await broker.status() });
         },
       },
@@ -134,7 +120,7 @@ export const createHttpHandler = (
         method: 'GET',
         path: '/ready',
         handler: async (event: HttpEvent, context: Context) => {
-          parseHttpRequest('ready', event);
+          await parseHttpRequest('ready', event);
           const report = await broker.ready(deadlineOf(broker, context));
           // 503 while any connection is not ready: a deploy pipeline or probe can gate on it.
           return json(report.ready ? 200 : 503, report);
@@ -144,7 +130,7 @@ export const createHttpHandler = (
         method: 'POST',
         path: '/warm',
         handler: async (event: HttpEvent, context: Context) => {
-          parseHttpRequest('warmUp', event);
+          await parseHttpRequest('warmUp', event);
           return json(200, await broker.warmUp(deadlineOf(broker, context), callerOf(event)));
         },
       },

@@ -4,7 +4,7 @@
  * field.
  */
 import { createAwsBroker, createLogger, createMetrics } from '../../lib/adapters/aws.js';
-import { loadConfig } from '../../lib/config.js';
+import { loadConfigAtInit } from '../../lib/config/at-init.js';
 import { Invocations, type Registration, registerAfterResponse } from './after-response.js';
 import { createHandler } from './handler.js';
 
@@ -26,7 +26,8 @@ export const init = async (
         process.env,
       )
     : process.env;
-  const config = loadConfig(env);
+  // loadConfig's answer; the schema library is loaded only for a configuration it must judge.
+  const config = await loadConfigAtInit(env);
   const logger = createLogger();
   const metrics = createMetrics();
 

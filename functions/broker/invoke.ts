@@ -30,7 +30,7 @@ export const createInvokeHandler =
   async (event: unknown, context: Context) => {
     try {
       gate(context);
-      const request = parseInvokeRequest(event);
+      const request = await parseInvokeRequest(event);
       if (request.action === 'status') return { connections: await broker.status() };
       const deadline = deadlineOf(broker, context);
       if (request.action === 'warmUp') return broker.warmUp(deadline, DIRECT_INVOKE);

@@ -3,10 +3,12 @@
  * request (route + path + query + body) turned into the same request object first. A typo such
  * as `minvalidity` is refused by either door with 400 `BAD_REQUEST` naming the field, never
  * ignored. The client (client/src/index.ts) applies the same limits before it sends.
+ *
+ * A valid request is recognised in plain code ({@link plainRequest}); anything else goes to the
+ * zod schema (`request-schema.ts`, loaded then), which judges it and whose issue the refusal
+ * names. So a cold start's first request loads no schema library (issue 25).
  */
-import * as z from 'zod/mini';
 import { BadRequestError, printable } from '../../lib/errors.js';
-import '../../lib/schema.js';
 
 export const REQUEST_LIMITS = {
   connectionLength: 200,
@@ -22,42 +24,84 @@ const RULES: Readonly<Record<string, string>> = {
   accessToken: `must be a string of 1 to ${REQUEST_LIMITS.accessTokenLength} characters`,
 };
 
-const connection = z.string().check(z.minLength(1), z.maxLength(REQUEST_LIMITS.connectionLength));
-
-const requestSchema = z.discriminatedUnion('action', [
-  z.strictObject({
-    action: z.literal('getToken'),
-    connection,
-    minValidity: z.optional(
-      z.number().check(z.int(), z.minimum(0), z.maximum(REQUEST_LIMITS.maxMinValidity)),
-    ),
-  }),
-  z.strictObject({
-    action: z.literal('invalidate'),
-    connection,
-    accessToken: z.string().check(z.minLength(1), z.maxLength(REQUEST_LIMITS.accessTokenLength)),
-  }),
-  // Operator actions (the CLI): metadata only, and the warm-up on demand.
-  z.strictObject({ action: z.literal('status') }),
-  z.strictObject({ action: z.literal('warmUp') }),
-  z.strictObject({ action: z.literal('ready') }),
-]);
-
-export type BrokerRequest = z.infer<typeof requestSchema>;
+/** What a caller may ask (`request-schema.ts` holds the schema to the same shapes). */
+export type BrokerRequest =
+  | { action: 'getToken'; connection: string; minValidity?: number | undefined }
+  | { action: 'invalidate'; connection: string; accessToken: string }
+  | { action: 'status' }
+  | { action: 'warmUp' }
+  | { action: 'ready' };
 export type Action = BrokerRequest['action'];
+
+const isLength = (value: unknown, max: number): value is string =>
+  typeof value === 'string' && value.length >= 1 && value.length <= max;
+
+/** Exactly these keys (`action` among them), none missing. */
+const hasKeys = (value: object, required: readonly string[], optional: readonly string[] = []) => {
+  const keys = Object.keys(value);
+  return (
+    required.every((key) => keys.includes(key)) &&
+    keys.every((key) => required.includes(key) || optional.includes(key))
+  );
+};
+
+/**
+ * The request `candidate` is, when the schema would accept it as it stands: the same object
+ * comes out. Undefined when it is not plainly valid: the schema judges it then.
+ * `test/functions/request-check.test.ts` holds the two to the same answers.
+ */
+export const plainRequest = (candidate: unknown): BrokerRequest | undefined => {
+  if (typeof candidate !== 'object' || candidate === null || Array.isArray(candidate)) {
+    return undefined;
+  }
+  const fields = candidate as Record<string, unknown>;
+  const { action, connection } = fields;
+  switch (action) {
+    case 'getToken': {
+      if (!hasKeys(candidate, ['action', 'connection'], ['minValidity'])) return undefined;
+      if (!isLength(connection, REQUEST_LIMITS.connectionLength)) return undefined;
+      if (!('minValidity' in fields)) return { action, connection };
+      const { minValidity } = fields;
+      if (
+        typeof minValidity !== 'number' ||
+        !Number.isSafeInteger(minValidity) ||
+        minValidity < 0 ||
+        minValidity > REQUEST_LIMITS.maxMinValidity
+      ) {
+        return undefined;
+      }
+      return { action, connection, minValidity };
+    }
+    case 'invalidate': {
+      const { accessToken } = fields;
+      if (!hasKeys(candidate, ['action', 'connection', 'accessToken'])) return undefined;
+      if (!isLength(connection, REQUEST_LIMITS.connectionLength)) return undefined;
+      if (!isLength(accessToken, REQUEST_LIMITS.accessTokenLength)) return undefined;
+      return { action, connection, accessToken };
+    }
+    case 'status':
+    case 'warmUp':
+    case 'ready':
+      return hasKeys(candidate, ['action']) ? { action } : undefined;
+    default:
+      return undefined;
+  }
+};
 
 /** Where a field came from, for the message: `"x"` (invoke), `query parameter "x"`, … */
 type Place = (field: string) => string;
 
-const check = (
+const check = async (
   candidate: unknown,
   prefix: string,
   place: Place,
   unknown: Place = place,
-): BrokerRequest => {
-  const result = requestSchema.safeParse(candidate);
-  if (result.success) return result.data;
-  const issue = result.error.issues[0];
+): Promise<BrokerRequest> => {
+  const plain = plainRequest(candidate);
+  if (plain !== undefined) return plain;
+  const result = (await import('./request-schema.js')).judgeRequest(candidate);
+  if ('data' in result) return result.data;
+  const { issue } = result;
   if (issue?.code === 'unrecognized_keys') {
     throw new BadRequestError(`${prefix}: unknown ${unknown(printable(String(issue.keys[0])))}`);
   }
@@ -69,7 +113,7 @@ const check = (
 };
 
 /** A direct invoke event, e.g. `{ "action": "getToken", "connection": "…" }`. */
-export const parseInvokeRequest = (event: unknown): BrokerRequest =>
+export const parseInvokeRequest = (event: unknown): Promise<BrokerRequest> =>
   check(
     event,
     'Invalid direct invoke',
@@ -127,15 +171,15 @@ const checkNoBody = (event: HttpRequestParts, prefix: string) => {
  * An HTTP request as the same request object a direct invoke sends, checked the same way.
  * `health` has no request object: only its query is checked.
  */
-export function parseHttpRequest(action: 'health', event: HttpRequestParts): undefined;
+export function parseHttpRequest(action: 'health', event: HttpRequestParts): Promise<undefined>;
 export function parseHttpRequest<A extends Action>(
   action: A,
   event: HttpRequestParts,
-): Extract<BrokerRequest, { action: A }>;
-export function parseHttpRequest(
+): Promise<Extract<BrokerRequest, { action: A }>>;
+export async function parseHttpRequest(
   action: Action | 'health',
   event: HttpRequestParts,
-): BrokerRequest | undefined {
+): Promise<BrokerRequest | undefined> {
   const prefix = 'Invalid request';
   const query = event.queryStringParameters ?? {};
   const allowedQuery = QUERY[action] ?? [];

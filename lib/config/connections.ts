@@ -1,12 +1,15 @@
 /**
  * `BROKER_CONNECTIONS`: the upstream accounts the broker issues for, a JSON object of
  * connection name → settings, each checked field by field.
+ *
+ * This module has no schema library in it (issue 25): a cold start checks a valid
+ * configuration with {@link plainFields}, plain code that answers only for values it is sure
+ * of; anything else (an invalid value, or one it is unsure of) is checked again by the zod
+ * schema (`connection-schema.ts`, loaded then), whose messages name the connection and the field.
  */
-import * as z from 'zod/mini';
 import { ConfigError } from '../errors.js';
-import '../schema.js';
 import type { SigningConfig } from '../upstream/signing.js';
-import { baseUrlSchema } from './base-url.js';
+import { normaliseBaseUrl } from './base-url.js';
 import { unknownField } from './field-typos.js';
 import { type ProbeConfig, parseProbe } from './probe-field.js';
 import { FieldProblem, parseSigning } from './signing-field.js';
@@ -58,35 +61,101 @@ export interface ConnectionConfig {
 
 const VARIABLE = 'BROKER_CONNECTIONS';
 const CONNECTION_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
-const FIELD_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
+export const FIELD_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
 
-const nonEmpty = (message: string) => z.string().check(z.trim(), z.minLength(1, message));
+/** The fields a connection takes (`connection-schema.ts` holds its schema to them). */
+export const CONNECTION_FIELDS = [
+  'variant',
+  'baseUrl',
+  'secretId',
+  'callers',
+  'forceCallers',
+  'codeField',
+  'revokesOnReissue',
+  'signing',
+  'probe',
+] as const;
 
-const connectionSchema = z.strictObject({
-  variant: z.enum(['v3', 'legacy']),
-  baseUrl: baseUrlSchema,
-  secretId: nonEmpty('must be a non-empty Secrets Manager id or ARN'),
-  callers: z.optional(
-    z
-      .array(nonEmpty('must be a non-empty IAM ARN pattern'))
-      .check(
-        z.minLength(
-          1,
-          'must list at least one IAM ARN pattern (omit the field to allow every caller)',
-        ),
-      ),
-  ),
-  // Empty is meaningful here: nobody may force.
-  forceCallers: z.optional(z.array(nonEmpty('must be a non-empty IAM ARN pattern'))),
-  codeField: z.optional(z.string().check(z.regex(FIELD_NAME, 'must be a plain JSON field name'))),
-  revokesOnReissue: z.optional(z.boolean()),
-  // Checked by `parseSigning` and `parseProbe`, which name the exact sub-field and problem.
-  signing: z.optional(z.unknown()),
-  probe: z.optional(z.unknown()),
-});
+/** A connection's fields once checked (trimmed and normalised); `signing` and `probe` as given. */
+export interface ConnectionFields {
+  readonly variant: Variant;
+  readonly baseUrl: string;
+  readonly secretId: string;
+  readonly callers?: string[] | undefined;
+  readonly forceCallers?: string[] | undefined;
+  readonly codeField?: string | undefined;
+  readonly revokesOnReissue?: boolean | undefined;
+  readonly signing?: unknown;
+  readonly probe?: unknown;
+}
 
-/** The fields a connection takes, for the message about one it does not. */
-const CONNECTION_FIELDS = Object.keys(connectionSchema.shape);
+/**
+ * Checks one connection's fields (its keys are known fields already): the checked fields, or
+ * the first problem with its path under the connection.
+ */
+export type FieldCheck = (
+  value: unknown,
+) =>
+  | { readonly data: ConnectionFields }
+  | { readonly problem: { readonly path: readonly PropertyKey[]; readonly message: string } };
+
+/** {@link plainFields} could not tell: the schema must judge (`loadConfigAtInit`). */
+export class UnsureOfFields extends Error {}
+
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/** A trimmed, non-empty string, or undefined. */
+const trimmed = (value: unknown): string | undefined => {
+  if (typeof value !== 'string') return undefined;
+  const text = value.trim();
+  return text === '' ? undefined : text;
+};
+
+/** A list of trimmed, non-empty strings, or undefined. */
+const trimmedList = (value: unknown): string[] | undefined => {
+  if (!Array.isArray(value)) return undefined;
+  const list = value.map(trimmed);
+  return list.every((item) => item !== undefined) ? (list as string[]) : undefined;
+};
+
+/**
+ * The schema's checks (`connection-schema.ts`) in plain code, for values they accept: the same
+ * fields come out. Anything else throws {@link UnsureOfFields}: the schema then judges, and names
+ * the problem. `test/lib/config-plain-fields.test.ts` holds the two to the same answers.
+ */
+export const plainFields: FieldCheck = (value) => {
+  const unsure = () => {
+    throw new UnsureOfFields();
+  };
+  if (!isRecord(value)) return unsure();
+  const { variant, baseUrl, callers, forceCallers, codeField, revokesOnReissue } = value;
+  if (variant !== 'v3' && variant !== 'legacy') return unsure();
+  if (typeof baseUrl !== 'string') return unsure();
+  const url = normaliseBaseUrl(baseUrl);
+  if (!('url' in url)) return unsure();
+  const secretId = trimmed(value.secretId);
+  if (secretId === undefined) return unsure();
+  const callerList = callers === undefined ? undefined : trimmedList(callers);
+  if (callers !== undefined && (callerList === undefined || callerList.length === 0)) {
+    return unsure();
+  }
+  const forceList = forceCallers === undefined ? undefined : trimmedList(forceCallers);
+  if (forceCallers !== undefined && forceList === undefined) return unsure();
+  if (codeField !== undefined && (typeof codeField !== 'string' || !FIELD_NAME.test(codeField))) {
+    return unsure();
+  }
+  if (revokesOnReissue !== undefined && typeof revokesOnReissue !== 'boolean') return unsure();
+  const data: Record<string, unknown> = { variant, baseUrl: url.url, secretId };
+  // The schema leaves out an absent field (and one given as undefined, as JSON never does).
+  if (callerList !== undefined) data.callers = callerList;
+  if (forceList !== undefined) data.forceCallers = forceList;
+  if (codeField !== undefined) data.codeField = codeField;
+  if (revokesOnReissue !== undefined) data.revokesOnReissue = revokesOnReissue;
+  if ('signing' in value) data.signing = value.signing;
+  if ('probe' in value) data.probe = value.probe;
+  return { data: data as unknown as ConnectionFields };
+};
 
 const describePath = (path: readonly PropertyKey[]): string => {
   const [connection, field, ...rest] = path.map(String);
@@ -96,7 +165,7 @@ const describePath = (path: readonly PropertyKey[]): string => {
 };
 
 /** One connection's settings, checked and frozen. */
-const parseConnection = (name: string, value: unknown): ConnectionConfig => {
+const parseConnection = (name: string, value: unknown, check: FieldCheck): ConnectionConfig => {
   if (!CONNECTION_NAME.test(name)) {
     throw new ConfigError(
       `${VARIABLE}: connection "${name.slice(0, 80)}": the name must be 1-64 characters of letters, digits, '.', '_' or '-'`,
@@ -104,11 +173,10 @@ const parseConnection = (name: string, value: unknown): ConnectionConfig => {
   }
   const typo = unknownField(value, CONNECTION_FIELDS);
   if (typo !== undefined) throw new ConfigError(`${VARIABLE}: connection "${name}", ${typo}`);
-  const result = connectionSchema.safeParse(value);
-  if (!result.success) {
-    const issue = result.error.issues[0];
-    const where = describePath([name, ...(issue?.path ?? [])]);
-    throw new ConfigError(`${VARIABLE}: ${where}${issue?.message ?? 'invalid'}`);
+  const result = check(value);
+  if ('problem' in result) {
+    const where = describePath([name, ...result.problem.path]);
+    throw new ConfigError(`${VARIABLE}: ${where}${result.problem.message}`);
   }
   const { variant, baseUrl, secretId, callers, forceCallers, codeField, revokesOnReissue } =
     result.data;
@@ -148,11 +216,16 @@ const parseConnection = (name: string, value: unknown): ConnectionConfig => {
 };
 
 /**
- * Reads `BROKER_CONNECTIONS`.
+ * Reads `BROKER_CONNECTIONS`, each connection's fields checked by `check`
+ * (`connection-schema.ts`'s `parseConnections` checks them with the schema).
  *
  * @throws {ConfigError} naming the connection and the field whose value is missing or malformed.
+ * @throws {UnsureOfFields} from {@link plainFields}.
  */
-export const parseConnections = (raw: string | undefined): Map<string, ConnectionConfig> => {
+export const parseConnectionsWith = (
+  raw: string | undefined,
+  check: FieldCheck,
+): Map<string, ConnectionConfig> => {
   if (raw === undefined || raw.trim() === '') {
     throw new ConfigError(`${VARIABLE} is required: a JSON object of connection name → settings`);
   }
@@ -171,6 +244,6 @@ export const parseConnections = (raw: string | undefined): Map<string, Connectio
     throw new ConfigError(`${VARIABLE} must configure at least one connection`);
   }
   const connections = new Map<string, ConnectionConfig>();
-  for (const [name, value] of entries) connections.set(name, parseConnection(name, value));
+  for (const [name, value] of entries) connections.set(name, parseConnection(name, value, check));
   return connections;
 };
