@@ -94,10 +94,19 @@ export class DynamoDBTokenStore implements TokenStore {
     const lease = takeOver ? exactly(takeOver, ':stale') : undefined;
     this.#conflicts.wrote(request);
     try {
-      // A conflict was not applied: the same take is sent again, and if another region's write
-      // won meanwhile, its condition fails and the state that won is read below.
-      await this.#conflicts.retry(call, () =>
-        this.client.send(
+      // A conflict was not applied: what the item holds is read before the take is sent again.
+      // Another region's lease there means the take lost, with no further write (six containers
+      // racing for a fleet's first lease otherwise kept conflicting with each other, and with
+      // the winner's own writes, for 3-4 s); this take's own lease there means an earlier
+      // attempt landed, its answer lost (sent again, its condition would fail, and the lease
+      // stand, unheld, until it lapsed).
+      const decided = await this.#conflicts.retry(call, async (conflictsBefore) => {
+        if (conflictsBefore > 0) {
+          const state = await this.read(connection);
+          const verdict = afterConflict(request, state);
+          if (verdict) return verdict;
+        }
+        await this.client.send(
           new UpdateItemCommand({
             TableName: this.tableName,
             Key: tokenKey(connection),
@@ -131,9 +140,10 @@ export class DynamoDBTokenStore implements TokenStore {
             },
             ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
           }),
-        ),
-      );
-      return { acquired: true };
+        );
+        return undefined;
+      });
+      return decided ?? { acquired: true };
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException)) throw error;
       // DynamoDB returns the winning item (ReturnValuesOnConditionCheckFailure); dynalite
@@ -284,3 +294,20 @@ export class DynamoDBTokenStore implements TokenStore {
     );
   }
 }
+
+/**
+ * What a read after a conflicting take says of it, if anything: taken (its own lease is there:
+ * an earlier attempt landed), or lost (another lease is there, or the one to take over has gone).
+ * Undefined: the take may still land, and is sent again.
+ */
+const afterConflict = (request: LeaseRequest, state: TokenState): LeaseAttempt | undefined => {
+  const { lease } = state;
+  if (lease?.holder === request.holder && lease.version === request.version) {
+    return { acquired: true };
+  }
+  const { takeOver } = request;
+  const free = takeOver
+    ? lease?.holder === takeOver.holder && lease.version === takeOver.version
+    : lease === undefined;
+  return free ? undefined : { acquired: false, state };
+};

@@ -265,6 +265,27 @@ describe('Class: DynamoDBTokenStore, replicated write conflicts (dynalite behind
     });
   });
 
+  it('answers a take that conflicted from a read, when another’s lease is there: no further write', async () => {
+    expect(await store.acquireLease('raced', lease('a:1'))).toEqual({ acquired: true });
+    writes = [];
+    conflicts(2); // the SDK's two attempts
+    expect(await store.acquireLease('raced', lease('b:1'))).toMatchObject({
+      acquired: false,
+      state: { lease: { holder: 'a:1' } },
+    });
+    expect(writes).toHaveLength(2);
+  });
+
+  it('takes the lease when a conflict followed an attempt that landed (its answer lost): its own lease, read, is a take', async () => {
+    plan = ['lose answer', 'conflict'];
+    expect(await store.acquireLease('take-landed', lease('c:1'))).toEqual({ acquired: true });
+    expect(writes).toHaveLength(2);
+    expect((await store.read('take-landed')).lease).toMatchObject({
+      holder: 'c:1',
+      version: 'v-c:1',
+    });
+  });
+
   it('reports a token write as written when its answer was lost, its SDK retry conflicted and the store’s retry found the lease gone', async () => {
     expect(await store.acquireLease('landed', lease('a:1'))).toEqual({ acquired: true });
     writes = [];
