@@ -55,19 +55,24 @@ const errorsOf = (result: RunResult): number =>
 /** Three regions with conflicts: at most the lifetimes elapsed plus one issuance, ≤ 1 % errors. */
 export const fleetGoals = (result: RunResult): string[] => {
   const lifetimes = result.durationMs / (result.settings.lifetimeSeconds * 1000);
-  const errors = errorsOf(result);
   return [
     ...(result.issuances > Math.floor(lifetimes) + 1
       ? [
           `${result.issuances} issuances in ${lifetimes.toFixed(2)} lifetimes (at most ${Math.floor(lifetimes) + 1})`,
         ]
       : []),
-    ...(errors > 0.01 * result.tally.requests
-      ? [
-          `${errors} of ${result.tally.requests} calls answered with an error or not at all (over 1 %)`,
-        ]
-      : []),
+    ...errorGoals(result),
   ];
+};
+
+/** At most 1 % of calls answered with an error or not at all. */
+const errorGoals = (result: RunResult): string[] => {
+  const errors = errorsOf(result);
+  return errors > 0.01 * result.tally.requests
+    ? [
+        `${errors} of ${result.tally.requests} calls answered with an error or not at all (over 1 %)`,
+      ]
+    : [];
 };
 
 /** A region isolated: the others held at most 1.5 s, every refresh before its token expired. */
@@ -86,10 +91,30 @@ export const REGION_SCENARIOS: readonly Scenario[] = [
   {
     name: 'regions-three',
     injects:
-      'no fault but time: three regions (25, 70, 95 ms to every write and strong read) whose clocks differ (0, +2 s, -1.5 s), two frozen containers each, a warm-up per region every 4 s, request-started refreshes; no conflicts',
+      'no fault: three regions (25, 70, 95 ms to every write and strong read), two frozen containers each, a warm-up per region every 4 s, request-started refreshes; no conflicts',
+    settings: REGION_FLEET,
+    env: regionEnv,
+    goals: fleetGoals,
+  },
+  {
+    name: 'regions-skewed',
+    injects:
+      'as regions-three, but the regions’ clocks differ: the first’s right, the second’s 2 s ahead, the third’s 1.5 s behind',
     settings: REGION_FLEET,
     env: skewedRegionEnv,
-    goals: fleetGoals,
+    // Not the count of regions-three: a region whose clock runs 2 s ahead sees the 9 s window
+    // open 2 s early and refreshes then, as the skew allowed (10 s) lets it, so a fourth
+    // issuance may land inside 45 s (at 44.9 s in one run of 2026-11-25: 1.3, 12.9, 28.9, 44.9
+    // s). What skew must not cause is two issuances for one refresh.
+    goals: (result) => [
+      ...(result.duplicateIssuances > 0
+        ? [`${result.duplicateIssuances} issuances less than half a lifetime after the one before`]
+        : []),
+      ...errorGoals(result),
+      ...(result.refreshesAfterExpiry > 0
+        ? [`${result.refreshesAfterExpiry} refreshes after the token they replaced had expired`]
+        : []),
+    ],
   },
   {
     name: 'regions-isolated-holder',

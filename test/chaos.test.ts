@@ -522,6 +522,7 @@ describe('Function: planLanes', () => {
       'holder-stopped-past-lease',
       'post-in-socket-at-freeze',
       'regions-three',
+      'regions-skewed',
       'regions-isolated-holder',
       'regions-conflicts',
     ]);
