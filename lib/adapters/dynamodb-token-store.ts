@@ -300,7 +300,7 @@ export class DynamoDBTokenStore implements TokenStore {
  * an earlier attempt landed), or lost (another lease is there, or the one to take over has gone).
  * Undefined: the take may still land, and is sent again.
  */
-const afterConflict = (request: LeaseRequest, state: TokenState): LeaseAttempt | undefined => {
+export const afterConflict = (request: LeaseRequest, state: TokenState): LeaseAttempt | undefined => {
   const { lease } = state;
   if (lease?.holder === request.holder && lease.version === request.version) {
     return { acquired: true };
