@@ -18,9 +18,13 @@ import { type Item, LEGACY_VERSION } from './dynamodb-token-item.js';
 export const NO_TTL = 'REMOVE #ttl';
 export const TTL_NAME = { '#ttl': 'ttl' };
 
-/** The attributes every write of a lease sets: a new version, its times, its countdown. */
+/**
+ * The attributes every write of a lease sets: a new version, its times, its countdown, its step.
+ * The step names the expiry it was written with (`leaseStepAt`): a release that knows neither
+ * (0.1.0) keeps both when it writes a lease of its own, and readers then announce none.
+ */
 export const LEASE_FIELDS =
-  'leaseVersion = :version, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown, leaseStepMs = :stepMs';
+  'leaseVersion = :version, leaseExpiresAt = :leaseExpiresAt, leaseDurationMs = :durationMs, leaseCountdown = :countdown, leaseStepMs = :stepMs, leaseStepAt = :leaseExpiresAt';
 
 export const terms = (next: LeaseTerms): Item => ({
   ':version': { S: next.version },

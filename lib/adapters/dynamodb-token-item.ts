@@ -125,7 +125,8 @@ export const fromItem = async (
  *   reader of this release refuses it alike, so none serves it while it is replaced.
  * - `invalidatedAt`: names a cause only; not a stamp, it is dropped.
  * - `leaseStepMs`: when readers read at a cut-over, never what they serve. Outside
- *   (0, MAX_ANNOUNCED_STEP_MS]: not announced (0 is how a write says so).
+ *   (0, MAX_ANNOUNCED_STEP_MS], or with a `leaseStepAt` that is not the lease's expiry (an older
+ *   release wrote the lease over ours): not announced (0 is how a write says so).
  */
 const isStamp = (value: number): boolean =>
   Number.isFinite(value) && value >= 0 && value <= Number.MAX_SAFE_INTEGER;
@@ -152,7 +153,12 @@ const MAX_ANNOUNCED_STEP_MS = 10_250;
 const leaseNumbersOf = (
   item: Item | undefined,
 ): Pick<Lease, 'durationMs' | 'countdown' | 'stepMs'> => {
-  const stepMs = Number(item?.leaseStepMs?.N ?? 0);
+  // Only the write that set this expiry announced it (see LEASE_FIELDS): an older release's
+  // lease write over ours keeps our step.
+  const stepMs =
+    item?.leaseStepAt?.N !== undefined && item.leaseStepAt.N === item.leaseExpiresAt?.N
+      ? Number(item.leaseStepMs?.N ?? 0)
+      : 0;
   // Leases written before durations were recorded lasted 3 s.
   const durationMs = Number(item?.leaseDurationMs?.N ?? LEGACY_LEASE_MS);
   // Leases written before countdowns were recorded announced nothing: 0, a request may be out.

@@ -21,6 +21,8 @@
  * | leaseDurationMs | N    | how long this lease version lasts on anyone's clock           |
  * | leaseCountdown  | N    | lease writes left before the holder's token request           |
  * | leaseForced     | BOOL | the lease replaces the token on a caller's word               |
+ * | leaseStepMs     | N    | the holder's measured countdown step (0: none announced)      |
+ * | leaseStepAt     | N    | the leaseExpiresAt written with leaseStepMs (else: none)      |
  * | recheckMs       | N    | the writer's memory re-check (ms): readers take the shorter   |
  * | forced          | BOOL | issued at a caller's word (see TokenRecord.forced); else absent |
  * | reportedDigest  | S    | digest of a token reported too young to go: replaced later    |
@@ -231,7 +233,7 @@ export class DynamoDBTokenStore implements TokenStore {
           TableName: this.tableName,
           Key: tokenKey(connection),
           UpdateExpression:
-            'REMOVE leaseHolder, leaseVersion, leaseExpiresAt, leaseDurationMs, leaseCountdown, leaseForced, leaseStepMs',
+            'REMOVE leaseHolder, leaseVersion, leaseExpiresAt, leaseDurationMs, leaseCountdown, leaseForced, leaseStepMs, leaseStepAt',
           ConditionExpression: condition,
           ExpressionAttributeValues: {
             ...held.values,
@@ -300,7 +302,10 @@ export class DynamoDBTokenStore implements TokenStore {
  * an earlier attempt landed), or lost (another lease is there, or the one to take over has gone).
  * Undefined: the take may still land, and is sent again.
  */
-const afterConflict = (request: LeaseRequest, state: TokenState): LeaseAttempt | undefined => {
+export const afterConflict = (
+  request: LeaseRequest,
+  state: TokenState,
+): LeaseAttempt | undefined => {
   const { lease } = state;
   if (lease?.holder === request.holder && lease.version === request.version) {
     return { acquired: true };

@@ -32,6 +32,7 @@ import {
 import fc from 'fast-check';
 import { describe, it } from 'vitest';
 import { ConflictRetries } from '../../lib/adapters/dynamodb-conflicts.js';
+import { afterConflict } from '../../lib/adapters/dynamodb-token-store.js';
 import type { TokenBroker } from '../../lib/broker/index.js';
 import { DEFAULT_TIMING, protocolTiming } from '../../lib/broker/timing/index.js';
 import { type Clock, Deadline } from '../../lib/clock.js';
@@ -332,20 +333,29 @@ const runFleet = async ({
     const read: TokenStore['read'] = (name) => late(() => store.read(name));
     const storeSeenFrom = wrap(store, {
       read,
-      acquireLease: (name, request) => {
+      // As the adapter: conflicts retried until the caller's deadline (the budget without one),
+      // and a take that conflicted judged from a read before it is sent again.
+      acquireLease: (name, request, call = {}) => {
         conflicts.wrote(request);
-        return conflicts.retry({}, () => late(() => store.acquireLease(name, request), true));
+        return conflicts.retry(call, async (before) => {
+          if (before > 0) {
+            const verdict = afterConflict(request, await read(name));
+            if (verdict) return verdict;
+          }
+          return late(() => store.acquireLease(name, request), true);
+        });
       },
-      renewLease: (n, l, t) => {
+      renewLease: (n, l, t, call = {}) => {
         conflicts.wrote(t);
-        return conditional({}, () => store.renewLease(n, l, t));
+        return conditional(call, () => store.renewLease(n, l, t));
       },
-      releaseLease: (n, l) =>
-        conditional(conflicts.untilLapsed(l, {}), () => store.releaseLease(n, l)),
-      deleteIfMatches: (n, d, o) => conditional({}, () => store.deleteIfMatches(n, d, o)),
-      markReported: (n, d) => conditional({}, () => store.markReported(n, d)),
-      putToken: async (record, holder) => {
-        const wrote = await conflicts.attempt({}, async () => {
+      releaseLease: (n, l, call = {}) =>
+        conditional(conflicts.untilLapsed(l, call), () => store.releaseLease(n, l)),
+      deleteIfMatches: (n, d, o) =>
+        conditional({ deadline: o?.deadline }, () => store.deleteIfMatches(n, d, o)),
+      markReported: (n, d, call = {}) => conditional(call, () => store.markReported(n, d)),
+      putToken: async (record, holder, call = {}) => {
+        const wrote = await conflicts.attempt(call, async () => {
           const ok = await late(async () => {
             const landed = await store.putToken(record, holder);
             if (landed) written.add(record.accessToken);

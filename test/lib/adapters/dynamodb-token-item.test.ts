@@ -119,6 +119,8 @@ describe('Function: fromItem, the numbers of an item checked when read', () => {
     const stepOf = async (value: string | undefined) => {
       const raw = leased({});
       if (value !== undefined) raw.leaseStepMs = { N: value };
+      // Written with this lease's expiry (see LEASE_FIELDS).
+      if (raw.leaseExpiresAt) raw.leaseStepAt = raw.leaseExpiresAt;
       return (await read(raw)).lease?.stepMs;
     };
     it('keeps a step in range', async () => {

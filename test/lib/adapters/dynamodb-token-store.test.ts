@@ -160,6 +160,20 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     expect((await rawItem('stepping'))?.leaseStepMs).toBeUndefined();
   });
 
+  it('reads no announced step on a lease an older release wrote over ours (it keeps the attribute it does not know)', async () => {
+    // Review s30: 0.1.0 sets neither leaseVersion nor leaseStepMs, and its release removes
+    // neither: its takeover, or its next lease after its release, carries our holder's step.
+    await store.acquireLease('stale-step', lease('h:1'));
+    await store.renewLease(
+      'stale-step',
+      { holder: 'h:1', version: 'v-h:1' },
+      { leaseExpiresAt: now + 1_000, durationMs: 1_000, version: 'v2', countdown: 4, stepMs: 300 },
+    );
+    await legacyLease('stale-step', 'old:1', now + 3_000);
+    expect((await store.read('stale-step')).lease).toMatchObject({ holder: 'old:1' });
+    expect((await store.read('stale-step')).lease?.stepMs).toBeUndefined();
+  });
+
   it('lets a lease replace a token it could not read (sealed under another key, or tampered)', async () => {
     await store.acquireLease('unreadable', lease('a:1'));
     await store.putToken(record('tok-u', now + 3_600_000, 'unreadable'), {
