@@ -20,6 +20,7 @@ import {
   type Need,
   notEnoughTime,
   readStore,
+  StoreReachability,
   storeFailure,
   waitTimedOut,
 } from '../observer/index.js';
@@ -45,6 +46,8 @@ export type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view'> & {
 export class LeasedIssuance {
   readonly #holder: HolderDeps;
   readonly #leases: LeaseTaker;
+  /** Whether the store answered the last read (a short wait for the next one if not). */
+  readonly #reachability = new StoreReachability();
   private readonly deps: HolderDeps;
 
   constructor(deps: LeasedIssuanceDeps) {
@@ -113,7 +116,12 @@ export class LeasedIssuance {
       const read = known?.read ?? { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
       const state =
         known?.state ??
-        (await readStore(this.deps, name, bypassMemory ? undefined : need, by.leftMs()));
+        (await readStore(
+          { ...this.deps, reachability: this.#reachability },
+          name,
+          bypassMemory ? undefined : need,
+          by.leftMs(),
+        ));
       const fresh = known === undefined;
       known = undefined;
       if ('source' in state) return state; // the store is down; memory had a usable token

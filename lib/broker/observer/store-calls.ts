@@ -22,8 +22,39 @@ export const storeFailure = (what: keyof typeof MESSAGES, cause?: unknown): Stor
   new StoreUnavailableError(MESSAGES[what], cause === undefined ? {} : { cause });
 
 /**
- * Reads the store within `waitMs`; when it is down, falls back to a token in memory that meets
- * `need` (none when `need` is undefined: the warm-up never falls back).
+ * The shortest wait for a read after the last one failed (ms): a cross-region strong read takes
+ * 25–150 ms, a few times that on a loaded host.
+ */
+export const UNREACHABLE_READ_MS = 500;
+
+/**
+ * Whether the store answered this container's last read. After one that did not (a region cut
+ * off from its replicas, a table down), a read is given a short wait, four of the last measured
+ * reads and at least {@link UNREACHABLE_READ_MS}, rather than the caller's whole deadline: a
+ * store that still does not answer is told fast (the isolated region's callers waited the SDK's
+ * 2 s request timeout each, 14 a run in `regions-isolated-holder`, and a client with several
+ * brokers fails over sooner), and one that answers clears it. Liveness only: a read cut short is
+ * a failed read, and what memory may serve then is what it proved before (I2).
+ */
+export class StoreReachability {
+  #unanswered = false;
+
+  /** How long the next read may wait, out of `waitMs`. */
+  waitMs(waitMs: number, lastReadMs: number | undefined): number {
+    if (!this.#unanswered) return waitMs;
+    return Math.min(waitMs, Math.max(UNREACHABLE_READ_MS, 4 * (lastReadMs ?? 0)));
+  }
+
+  /** Notes how the last read went. */
+  answered(answered: boolean): void {
+    this.#unanswered = !answered;
+  }
+}
+
+/**
+ * Reads the store within `waitMs` (less, after a read that failed: {@link StoreReachability});
+ * when it is down, falls back to a token in memory that meets `need` (none when `need` is
+ * undefined: the warm-up never falls back).
  */
 export const readStore = async (
   deps: {
@@ -32,14 +63,20 @@ export const readStore = async (
     readonly clock: Clock;
     readonly logger: BrokerLogger;
     readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
+    readonly reachability?: StoreReachability | undefined;
   },
   name: string,
   need: Need | undefined,
   waitMs: number,
 ): Promise<TokenState | ServedToken> => {
+  const { reachability } = deps;
   try {
-    return await deps.bounded(deps.store.read(name), waitMs);
+    const wait = reachability ? reachability.waitMs(waitMs, deps.view.readMs(name)) : waitMs;
+    const state = await deps.bounded(deps.store.read(name), wait);
+    reachability?.answered(true);
+    return state;
   } catch (error) {
+    reachability?.answered(false);
     const needMs = need === 'outside-window' ? Number.POSITIVE_INFINITY : need;
     const held =
       needMs === undefined ? undefined : deps.view.whileStoreDown(name, deps.clock.now(), needMs);

@@ -479,6 +479,45 @@ describe('Class: LeasedIssuance', () => {
     expect(clock.now() - writtenAt).toBeLessThanOrEqual(2 * ROUND_TRIP);
   });
 
+  // Issue 26: an isolated region's callers get a fast, clear error. Each waited the whole store
+  // call (the SDK's 2 s) in regions-isolated-holder; after one read that failed, the next is
+  // given a short wait, and a read that answers gives back the caller's whole deadline.
+  it('after a read the store did not answer, gives the next one a short wait, and the whole deadline again once one answers', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    store.setToken(record('current', T0 + 200_000));
+    let down = true;
+    const read = store.read.bind(store);
+    store.read = (name) => (down ? new Promise(() => undefined) : read(name));
+    const { issuance } = container(store, clock);
+    const ask = async () => {
+      const started = clock.monotonic();
+      const outcome = issuance
+        .obtain(sandbox, 60_000, Deadline.in(clock, 3_000), false)
+        .then((served) => served.record.accessToken, caught);
+      let settled = false;
+      void outcome.then(() => {
+        settled = true;
+      });
+      while (!settled) await clock.advance(10);
+      return { outcome: await outcome, tookMs: clock.monotonic() - started };
+    };
+    const first = await ask();
+    expect(first.outcome).toBeInstanceOf(StoreUnavailableError);
+    expect(first.tookMs).toBeGreaterThanOrEqual(2_900);
+    const second = await ask();
+    expect(second.outcome).toBeInstanceOf(StoreUnavailableError);
+    expect(second.tookMs).toBeLessThanOrEqual(510);
+    down = false;
+    expect((await ask()).outcome).toBe('current');
+    down = true;
+    // A later outage, past what memory proved: its first read waits the whole deadline again.
+    clock.step(6_000);
+    const fourth = await ask();
+    expect(fourth.outcome).toBeInstanceOf(StoreUnavailableError);
+    expect(fourth.tookMs).toBeGreaterThanOrEqual(2_900);
+  });
+
   it('gives up a refresh at once when the lease went elsewhere', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
