@@ -70,6 +70,16 @@ const container = (
 
 const sandbox: ConnectionConfig = connection();
 
+/** Another container's lease at `countdown`, a version per step, its step announced if given. */
+const countingLease = (countdown: number, stepMs?: number) => ({
+  holder: 'other:1',
+  version: `v-${countdown}`,
+  expiresAt: T0 + LEASE_MS,
+  durationMs: LEASE_MS,
+  countdown,
+  ...(stepMs === undefined ? {} : { stepMs }),
+});
+
 /** Records the countdown of every lease renewal `store` accepts a call for. */
 const recordCountdowns = (store: InMemoryTokenStore): number[] => {
   const written: number[] = [];
@@ -383,17 +393,7 @@ describe('Class: LeasedIssuance', () => {
       store.calls.read += 1;
       const now = clock.now();
       if (now >= T0 + 1_450) return { token: successor, lease: undefined };
-      const countdown = now >= T0 + 1_000 ? 0 : 1;
-      return {
-        token: current,
-        lease: {
-          holder: 'other:1',
-          version: `v-${countdown}`,
-          expiresAt: T0 + LEASE_MS,
-          durationMs: LEASE_MS,
-          countdown,
-        },
-      };
+      return { token: current, lease: countingLease(now >= T0 + 1_000 ? 0 : 1) };
     };
     const { issuance } = container(store, clock);
     const got = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
@@ -418,17 +418,7 @@ describe('Class: LeasedIssuance', () => {
       const now = clock.now();
       if (now >= writtenAt) return { token: successor, lease: undefined };
       const countdown = Math.max(0, 8 - Math.floor((now - T0) / STEP));
-      return {
-        token: current,
-        lease: {
-          holder: 'other:1',
-          version: `v-${countdown}`,
-          expiresAt: T0 + LEASE_MS,
-          durationMs: LEASE_MS,
-          countdown,
-          stepMs: STEP,
-        },
-      };
+      return { token: current, lease: countingLease(countdown, STEP) };
     };
     const { issuance } = container(store, clock);
     await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
