@@ -478,7 +478,9 @@ describe('Class: LeasedIssuance', () => {
     store.setToken(record('current', T0 + 200_000));
     let down = true;
     const read = store.read.bind(store);
-    store.read = (name) => (down ? new Promise(() => undefined) : read(name));
+    // Answers take 200 ms when the store is up: the measured read the short wait is four of.
+    store.read = (name) =>
+      down ? new Promise(() => undefined) : clock.sleep(200).then(() => read(name));
     const { issuance } = container(store, clock);
     const ask = async () => {
       const started = clock.monotonic();
@@ -497,6 +499,8 @@ describe('Class: LeasedIssuance', () => {
     expect(first.tookMs).toBeGreaterThanOrEqual(2_900);
     const second = await ask();
     expect(second.outcome).toBeInstanceOf(StoreUnavailableError);
+    // No read measured yet: the floor, 500 ms.
+    expect(second.tookMs).toBeGreaterThanOrEqual(500);
     expect(second.tookMs).toBeLessThanOrEqual(510);
     down = false;
     expect((await ask()).outcome).toBe('current');
@@ -506,6 +510,12 @@ describe('Class: LeasedIssuance', () => {
     const fourth = await ask();
     expect(fourth.outcome).toBeInstanceOf(StoreUnavailableError);
     expect(fourth.tookMs).toBeGreaterThanOrEqual(2_900);
+    // Then four of the last measured read (200 ms, measured up to 210: this clock moves 10 ms
+    // at a time here), above the floor.
+    const fifth = await ask();
+    expect(fifth.outcome).toBeInstanceOf(StoreUnavailableError);
+    expect(fifth.tookMs).toBeGreaterThanOrEqual(800);
+    expect(fifth.tookMs).toBeLessThanOrEqual(860);
   });
 
   it('gives up a refresh at once when the lease went elsewhere', async () => {
