@@ -31,6 +31,7 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { trackedSleep } from './tracked-sleep.js';
 
 export type LinkMode =
   | { readonly kind: 'pass' }
@@ -197,14 +198,7 @@ export const startFaultProxy = async (options: ProxyOptions): Promise<FaultProxy
   // Keep-alive towards the target, as an SDK client would have.
   const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 
-  const sleep = (ms: number) =>
-    new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        timers.delete(timer);
-        resolve();
-      }, ms);
-      timers.add(timer);
-    });
+  const sleep = trackedSleep(timers);
 
   const reset = (socket: Socket | null) => {
     if (socket && !socket.destroyed) socket.resetAndDestroy();

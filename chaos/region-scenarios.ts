@@ -9,7 +9,7 @@
  */
 import type { ChaosPaths, RunResult, RunSettings, Scenario } from './harness.js';
 import { THREE_REGIONS } from './regions.js';
-import { countdownOf, dynamodbWrite, trigger } from './scenarios.js';
+import { onCountdownStep } from './scenarios.js';
 
 /**
  * 20 s tokens and the 9 s window as in the rest of the suite, a warm-up every 4 s per region
@@ -124,36 +124,26 @@ export const REGION_SCENARIOS: readonly Scenario[] = [
     goals: isolationGoals,
     // With 3 s lease versions the others were held up to 2.14 s (3 runs); with the counting
     // lease 1.04–1.60 s over four CI runs. What held them longest was no isolation but the
-    // cut-over after it, read from afar: with the step the holder announces, 0.67–0.81 s in four
-    // runs (2026-11-25), a check again.
-    install: (context) => {
-      const fire = trigger(context, { max: 1, cooldownMs: 0, afterMs: 5_000 });
-      for (const node of context.nodes) {
-        node.dynamodb.setHooks({
-          onRequest: (request) => {
-            if (dynamodbWrite(request) !== 'heartbeat' || countdownOf(request) < 3 || !fire()) {
-              return;
-            }
-            const region = context.regions[node.region];
-            if (!region) return;
-            context.inject(
-              `region ${region.name} isolated ${ISOLATION_MS} ms at countdown step ${countdownOf(request)}`,
-              node.index,
-            );
-            region.isolate('hang');
-            const from = context.elapsed();
-            for (const other of context.nodes) {
-              if (other.region === node.region)
-                context.faulted(other.index, from, from + ISOLATION_MS);
-            }
-            context.later(ISOLATION_MS, () => {
-              region.heal();
-              context.inject(`region ${region.name} healed`, node.index);
-            });
-          },
+    // cut-over after it, read from afar: with the step the holder announces, 0.67–0.99 s in nine
+    // runs (2026-11-25, three CI runs among them), a check again.
+    install: (context) =>
+      onCountdownStep(context, (node, countdown) => {
+        const region = context.regions[node.region];
+        if (!region) return;
+        context.inject(
+          `region ${region.name} isolated ${ISOLATION_MS} ms at countdown step ${countdown}`,
+          node.index,
+        );
+        region.isolate('hang');
+        const from = context.elapsed();
+        for (const other of context.nodes) {
+          if (other.region === node.region) context.faulted(other.index, from, from + ISOLATION_MS);
+        }
+        context.later(ISOLATION_MS, () => {
+          region.heal();
+          context.inject(`region ${region.name} healed`, node.index);
         });
-      }
-    },
+      }),
   },
   {
     name: 'regions-conflicts',

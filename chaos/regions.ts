@@ -30,6 +30,7 @@ import {
   type RequestFault,
   startFaultProxy,
 } from './proxy.js';
+import { trackedSleep } from './tracked-sleep.js';
 
 export interface RegionSpec {
   readonly name: string;
@@ -142,14 +143,7 @@ export const startRegionWorld = async (options: RegionWorldOptions): Promise<Reg
   /** Writes held at a proxy (in flight, not yet applied), per item: their regions. */
   const inFlight = new Map<string, Map<number, string>>();
   let sequence = 0;
-  const sleep = (ms: number) =>
-    new Promise<void>((resolve) => {
-      const timer = setTimeout(() => {
-        timers.delete(timer);
-        resolve();
-      }, ms);
-      timers.add(timer);
-    });
+  const sleep = trackedSleep(timers);
 
   const regions: RegionLink[] = [];
   for (const spec of options.regions) {

@@ -169,6 +169,26 @@ export const countdownOf = (request: ProxiedRequest): number => {
 };
 
 /**
+ * Runs `act` once, 5 s into the run or later, on the container whose lease holder sends a
+ * countdown step with 3 or more left (a refresh well under way): the moment the holder-stop and
+ * isolated-region scenarios strike at.
+ */
+export const onCountdownStep = (
+  context: ScenarioContext,
+  act: (node: ScenarioContext['nodes'][number], countdown: number) => void,
+): void => {
+  const fire = trigger(context, { max: 1, cooldownMs: 0, afterMs: 5_000 });
+  for (const node of context.nodes) {
+    node.dynamodb.setHooks({
+      onRequest: (request) => {
+        if (dynamodbWrite(request) !== 'heartbeat' || countdownOf(request) < 3 || !fire()) return;
+        act(node, countdownOf(request));
+      },
+    });
+  }
+};
+
+/**
  * What a DynamoDB write of the broker is for, read from its body: `take` (acquire the lease),
  * `confirm` (the fence before the access-token POST: a renewal longer than the 3 s lease),
  * `heartbeat` (a 3 s renewal), `release`, `drop-token` (compare-and-delete), `put` (the token,
@@ -622,23 +642,11 @@ export const SCENARIOS: readonly Scenario[] = [
     name: 'holder-stopped-past-lease',
     injects: `the lease holder SIGSTOPped ${HOLDER_STOP_MS / 1000} s at a countdown step (over 10 leases long): Lambda's function timeout (8 s) resets its environment meanwhile, as Lambda does`,
     settings: { ...IDLE_FLEET, warmUpEveryMs: 7_000, durationMs: 60_000 },
-    install: (context) => {
-      const fire = trigger(context, { max: 1, cooldownMs: 0, afterMs: 5_000 });
-      for (const node of context.nodes) {
-        node.dynamodb.setHooks({
-          onRequest: (request) => {
-            if (dynamodbWrite(request) !== 'heartbeat' || countdownOf(request) < 3 || !fire()) {
-              return;
-            }
-            context.inject(
-              `SIGSTOP ${HOLDER_STOP_MS} ms at countdown step ${countdownOf(request)}`,
-              node.index,
-            );
-            context.pause(node.index, HOLDER_STOP_MS);
-          },
-        });
-      }
-    },
+    install: (context) =>
+      onCountdownStep(context, (node, countdown) => {
+        context.inject(`SIGSTOP ${HOLDER_STOP_MS} ms at countdown step ${countdown}`, node.index);
+        context.pause(node.index, HOLDER_STOP_MS);
+      }),
   },
   {
     name: 'post-in-socket-at-freeze',

@@ -5,6 +5,7 @@
 import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { build } from 'esbuild';
+import { NODE_ESM } from './esbuild-node.mjs';
 
 const [part, ...options] = process.argv.slice(2);
 if (part !== undefined && part !== 'cold' && part !== 'hot-key') {
@@ -27,15 +28,9 @@ await build({
   ],
   outdir: out,
   outExtension: { '.js': '.mjs' },
-  bundle: true,
-  platform: 'node',
-  target: 'node24',
-  format: 'esm',
+  ...NODE_ESM,
   // The reference bundles are built exactly like the broker's: minified ESM with the same banner.
   minify: true,
-  banner: {
-    js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
-  },
   external: ['dynalite'],
   logLevel: 'warning',
 });
@@ -45,17 +40,11 @@ await build({
   entryPoints: ['bench/bare-getitem.ts'],
   outdir: out,
   outExtension: { '.js': '.mjs' },
-  bundle: true,
-  platform: 'node',
-  target: 'node24',
-  format: 'esm',
+  ...NODE_ESM,
   splitting: true,
   chunkNames: 'bare-chunks/[name]-[hash]',
   minify: true,
   legalComments: 'none',
-  banner: {
-    js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
-  },
   logLevel: 'warning',
 });
 if (part === 'hot-key') {

@@ -5,19 +5,10 @@ import { execFileSync } from 'node:child_process';
 import { rm } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { build } from 'esbuild';
-
-// An ESM bundle that inlines CommonJS code (the AWS SDK) calls `require` for Node built-ins;
-// ESM has no `require`, so one is made from import.meta.url.
-const banner = {
-  js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
-};
+import { NODE_ESM } from './esbuild-node.mjs';
 
 const common = {
-  bundle: true,
-  platform: 'node',
-  target: 'node24',
-  format: 'esm',
-  banner,
+  ...NODE_ESM,
   sourcemap: 'linked',
   legalComments: 'none',
   logLevel: 'warning',

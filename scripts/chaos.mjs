@@ -3,6 +3,7 @@
 import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { build } from 'esbuild';
+import { NODE_ESM } from './esbuild-node.mjs';
 
 const out = '.chaos';
 mkdirSync(out, { recursive: true });
@@ -15,13 +16,7 @@ await build({
   entryPoints: ['chaos/run.ts', 'chaos/clock-skew.ts'],
   outdir: out,
   outExtension: { '.js': '.mjs' },
-  bundle: true,
-  platform: 'node',
-  target: 'node24',
-  format: 'esm',
-  banner: {
-    js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
-  },
+  ...NODE_ESM,
   external: ['dynalite'],
   logLevel: 'warning',
 });
