@@ -14,6 +14,7 @@ const UNIT = [
   'test/functions/**/*.test.ts',
   'test/model/**/*.test.ts',
   'test/architecture/**/*.test.ts',
+  'test/build/**/*.test.ts',
   'test/client-cache.test.ts',
   'test/client-failover.test.ts',
   'test/stage-check.test.ts',

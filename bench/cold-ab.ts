@@ -37,10 +37,23 @@ const chosen = new Set((process.env.COLD_MEASURES ?? 'process,environment,outsid
 
 const run = promisify(execFile);
 const outsideOnce = async (bundle: string, event: unknown, env: Record<string, string>) => {
-  const { stdout } = await run(process.execPath, [outside, bundle, JSON.stringify(event)], {
-    env: { PATH: process.env.PATH ?? '', ...env },
-    encoding: 'utf8',
-  });
+  const profile = process.env.COLD_PROFILE_DIR
+    ? [
+        '--cpu-prof',
+        '--cpu-prof-interval',
+        '100',
+        '--cpu-prof-dir',
+        resolve(process.env.COLD_PROFILE_DIR),
+      ]
+    : [];
+  const { stdout } = await run(
+    process.execPath,
+    [...profile, outside, bundle, JSON.stringify(event)],
+    {
+      env: { PATH: process.env.PATH ?? '', ...env },
+      encoding: 'utf8',
+    },
+  );
   return JSON.parse(stdout.trim().split('\n').pop() ?? '{}') as { wallMs: number; cpuMs: number };
 };
 

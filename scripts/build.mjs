@@ -54,7 +54,7 @@ if (only.has('broker')) {
     splitting: true,
     chunkNames: 'chunks/[name]-[hash]',
     minify,
-    plugins: [besideTheBundle],
+    plugins: [...NODE_ESM.plugins, besideTheBundle],
   });
   // Read only with BROKER_CONNECTIONS_PARAMETER: a file of its own beside index.mjs, so that no
   // other cold start parses the SSM client (about 200 KiB).

@@ -2,6 +2,45 @@
 // benchmark's and the chaos suite's): one ESM file for Node 24. An ESM bundle that inlines
 // CommonJS code (the AWS SDK) calls `require` for Node built-ins; ESM has no `require`, so the
 // banner makes one from import.meta.url.
+import { builtinModules } from 'node:module';
+
+// node:http without its ESM facade (issue 25). An ESM `import` of a built-in (middy's util takes
+// STATUS_CODES that way, the AWS SDK's HTTP handler `import()`s it) builds the module's facade,
+// which reads every export, and node:http's lazy exports (WebSocket and its kin) load undici:
+// about 20 ms of a cold start's init on Node 24, found with a CPU profile of the cold start
+// (`COLD_PROFILE_DIR`, docs/benchmarks.md). Here such an import gets a module that takes the
+// built-in with `process.getBuiltinModule` and exports its plain members and the accessors known
+// to be cheap, as a `require` gives them; an import of a lazy member (WebSocket) fails the build.
+// `test/build/builtins-without-facade.test.ts` checks both.
+const FACADE_FREE = new Set(['http']);
+const CHEAP_ACCESSORS = new Set(['maxHeaderSize', 'globalAgent']);
+export const builtinsWithoutFacade = {
+  name: 'builtins-without-facade',
+  setup(build) {
+    build.onResolve({ filter: /^(node:)?[a-z_]+$/ }, (args) => {
+      const name = args.path.replace(/^node:/, '');
+      if (!FACADE_FREE.has(name) || args.kind === 'require-call') return undefined;
+      if (!builtinModules.includes(name)) return undefined;
+      return { path: `node:${name}`, namespace: 'builtin-without-facade' };
+    });
+    build.onLoad({ filter: /.*/, namespace: 'builtin-without-facade' }, async (args) => {
+      const module = process.getBuiltinModule(args.path);
+      const names = Object.keys(module).filter((name) => {
+        const accessor = Object.getOwnPropertyDescriptor(module, name)?.get !== undefined;
+        return /^[A-Za-z_$][\w$]*$/.test(name) && (!accessor || CHEAP_ACCESSORS.has(name));
+      });
+      return {
+        contents: [
+          `const m = process.getBuiltinModule(${JSON.stringify(args.path)});`,
+          'export default m;',
+          `export const { ${names.join(', ')} } = m;`,
+        ].join('\n'),
+        loader: 'js',
+      };
+    });
+  },
+};
+
 export const NODE_ESM = {
   bundle: true,
   platform: 'node',
@@ -10,4 +49,5 @@ export const NODE_ESM = {
   banner: {
     js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
   },
+  plugins: [builtinsWithoutFacade],
 };

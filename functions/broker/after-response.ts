@@ -14,9 +14,10 @@
  *
  * The API is called over node:http, not the platform `fetch`: the first `fetch` of a process
  * loads undici, which cost the cold start about 15 ms of init (issue 25), and node:http is loaded
- * already (the AWS SDK's HTTP handler). Each call has a connection of its own and no timeout, as
- * the runtime's own calls (local/lambda-env/bootstrap.ts): the `next` long poll may wait for
- * minutes.
+ * already (the AWS SDK's HTTP handler). In the bundle this import takes node:http without its ESM
+ * facade, which would load undici all the same (scripts/esbuild-node.mjs). Each call has a
+ * connection of its own and no timeout, as the runtime's own calls
+ * (local/lambda-env/bootstrap.ts): the `next` long poll may wait for minutes.
  */
 import { request } from 'node:http';
 

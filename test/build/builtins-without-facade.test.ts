@@ -1,0 +1,63 @@
+/**
+ * The esbuild plugin that takes node:http without its ESM facade (scripts/esbuild-node.mjs,
+ * issue 25): an ESM import of node:http, static or dynamic, becomes `process.getBuiltinModule`,
+ * what it exports works, a `require` is left alone, and an import of a lazy member (one that
+ * loads undici) fails the build.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { build } from 'esbuild';
+import { afterAll, describe, expect, it } from 'vitest';
+// @ts-expect-error: a plain .mjs build script, without types
+import { NODE_ESM } from '../../scripts/esbuild-node.mjs';
+
+const dir = mkdtempSync(join(tmpdir(), 'builtins-without-facade-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const bundle = async (name: string, source: string) => {
+  const entry = join(dir, `${name}.mjs`);
+  writeFileSync(entry, source);
+  const outfile = join(dir, `${name}.out.mjs`);
+  await build({ ...NODE_ESM, entryPoints: [entry], outfile, logLevel: 'silent' });
+  return outfile;
+};
+
+describe('node:http in an ESM bundle', () => {
+  it('is taken without its facade, so undici stays unloaded, and serves what is imported', async () => {
+    const outfile = await bundle(
+      'plain',
+      `import { STATUS_CODES, request } from 'node:http';
+       import * as http from 'http';
+       const dynamic = await import('node:http');
+       const undici = process.moduleLoadList.some((name) => name.includes('undici'));
+       console.log(JSON.stringify({
+         ok: STATUS_CODES[200], request: typeof request, agent: typeof http.globalAgent,
+         same: dynamic.request === request, undici,
+       }));`,
+    );
+    const output = execFileSync(process.execPath, [outfile], { encoding: 'utf8' });
+    expect(JSON.parse(output)).toEqual({
+      ok: 'OK',
+      request: 'function',
+      agent: 'object',
+      same: true,
+      undici: false,
+    });
+  });
+
+  it('fails the build on an import of a lazy member, which would load undici', async () => {
+    await expect(
+      bundle('lazy', `import { WebSocket } from 'node:http'; console.log(WebSocket);`),
+    ).rejects.toThrow(/No matching export .* "WebSocket"/);
+  });
+
+  it('leaves a require alone', async () => {
+    const outfile = await bundle(
+      'required',
+      `const http = require('node:http'); console.log(typeof http.WebSocket);`,
+    );
+    expect(execFileSync(process.execPath, [outfile], { encoding: 'utf8' }).trim()).toBe('function');
+  });
+});
