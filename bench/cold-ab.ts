@@ -3,14 +3,17 @@
  * [A=path/to/index.mjs …]` builds this branch's broker (B) and runs, `runs` times, three
  * measures of 15 rounds each, every round one cold start of each broker build and one of the
  * bare GetItem bundle, in turn (a shared machine's drift hits all alike):
- * - in one process (`cold-runner`: import, then the first invocation), as `measureCold`;
+ * - in one process (`cold-runner`: import, then the first invocation), as `measureCold`, and
+ *   its import (init) alone;
  * - in an emulated execution environment with the extension registering, as
  *   `measureColdInEnvironment`;
  * - outside the bench's harness: a plain `node` process (`cold-outside.mjs`, not bundled)
  *   timing import to the first token, wall and CPU.
  * Each run's figure is a build's median over the bare bundle's median; the line per build gives
  * the median of the runs' ratios, then the runs'. Environment: COLD_RUNS (3), COLD_ROUNDS (15),
- * COLD_MEASURES (`process,environment,outside`: which to run).
+ * COLD_MEASURES (`process,environment,outside`: which to run). COLD_PROFILE_DIR=<dir>: each
+ * outside cold start also writes a V8 CPU profile there (`--cpu-prof`, 100 µs samples; with
+ * BUILD_MINIFY=0 its functions keep their names), to find where init spends its time.
  */
 import { execFile } from 'node:child_process';
 import { resolve } from 'node:path';
@@ -57,8 +60,14 @@ const outsideOnce = async (bundle: string, event: unknown, env: Record<string, s
   return JSON.parse(stdout.trim().split('\n').pop() ?? '{}') as { wallMs: number; cpuMs: number };
 };
 
-type Measure = 'process' | 'environment' | 'outside wall' | 'outside cpu';
-const measures: Measure[] = ['process', 'environment', 'outside wall', 'outside cpu'];
+type Measure = 'process' | 'process init' | 'environment' | 'outside wall' | 'outside cpu';
+const measures: Measure[] = [
+  'process',
+  'process init',
+  'environment',
+  'outside wall',
+  'outside cpu',
+];
 const median = (values: number[]) => percentile(values, 50);
 const event = { action: 'getToken', connection: 'sandbox' };
 const bareEvent = { connection: 'sandbox' };
@@ -77,11 +86,13 @@ try {
       samples.set(key, [...(samples.get(key) ?? []), value]);
     for (let i = 0; i < (chosen.has('process') ? rounds : 0); i += 1) {
       for (const b of builds) {
-        const { totalMs } = await coldOnce(runner, b.bundle, event, stack.env);
+        const { totalMs, initMs } = await coldOnce(runner, b.bundle, event, stack.env);
         add(`${b.name} process`, totalMs);
+        add(`${b.name} process init`, initMs);
       }
-      const { totalMs } = await coldOnce(runner, bare, bareEvent, stack.env);
+      const { totalMs, initMs } = await coldOnce(runner, bare, bareEvent, stack.env);
       add('bare process', totalMs);
+      add('bare process init', initMs);
     }
     for (let i = 0; i < (chosen.has('environment') ? rounds : 0); i += 1) {
       for (const b of builds) {
