@@ -4,15 +4,16 @@
 // banner makes one from import.meta.url.
 import { builtinModules } from 'node:module';
 
-// node:http without its ESM facade (issue 25). An ESM `import` of a built-in (middy's util takes
-// STATUS_CODES that way, the AWS SDK's HTTP handler `import()`s it) builds the module's facade,
-// which reads every export, and node:http's lazy exports (WebSocket and its kin) load undici:
-// about 20 ms of a cold start's init on Node 24, found with a CPU profile of the cold start
-// (`COLD_PROFILE_DIR`, docs/benchmarks.md). Here such an import gets a module that takes the
+// node:http and node:timers without their ESM facades (issue 25). An ESM `import` of a built-in
+// (middy's util takes STATUS_CODES that way, middy's core setTimeout, the AWS SDK's HTTP handler
+// `import()`s node:http) builds the module's facade, which reads every export, lazy ones too:
+// node:http's WebSocket and its kin load undici, about 20 ms of a cold start's init on Node 24,
+// and node:timers' `promises` loads timers/promises, about 1 ms; both found with CPU profiles of
+// the cold start (`COLD_PROFILE_DIR`, docs/benchmarks.md). Here such an import gets a module that takes the
 // built-in with `process.getBuiltinModule` and exports its plain members and the accessors known
 // to be cheap, as a `require` gives them; an import of a lazy member (WebSocket) fails the build.
 // `test/build/builtins-without-facade.test.ts` checks both.
-const FACADE_FREE = new Set(['http']);
+const FACADE_FREE = new Set(['http', 'timers']);
 const CHEAP_ACCESSORS = new Set(['maxHeaderSize', 'globalAgent']);
 export const builtinsWithoutFacade = {
   name: 'builtins-without-facade',

@@ -1,5 +1,5 @@
 /**
- * The esbuild plugin that takes node:http without its ESM facade (scripts/esbuild-node.mjs,
+ * The esbuild plugin that takes node:http and node:timers without their ESM facades (scripts/esbuild-node.mjs,
  * issue 25): an ESM import of node:http, static or dynamic, becomes `process.getBuiltinModule`,
  * what it exports works, a `require` is left alone, and an import of a lazy member (one that
  * loads undici) fails the build.
@@ -24,17 +24,19 @@ const bundle = async (name: string, source: string) => {
   return outfile;
 };
 
-describe('node:http in an ESM bundle', () => {
+describe('node:http and node:timers in an ESM bundle', () => {
   it('is taken without its facade, so undici stays unloaded, and serves what is imported', async () => {
     const outfile = await bundle(
       'plain',
       `import { STATUS_CODES, request } from 'node:http';
        import * as http from 'http';
+       import { setTimeout as later } from 'node:timers';
        const dynamic = await import('node:http');
        const undici = process.moduleLoadList.some((name) => name.includes('undici'));
+       const timersPromises = process.moduleLoadList.some((name) => name.includes('timers/promises'));
        console.log(JSON.stringify({
          ok: STATUS_CODES[200], request: typeof request, agent: typeof http.globalAgent,
-         same: dynamic.request === request, undici,
+         same: dynamic.request === request, undici, later: typeof later, timersPromises,
        }));`,
     );
     const output = execFileSync(process.execPath, [outfile], { encoding: 'utf8' });
@@ -44,6 +46,8 @@ describe('node:http in an ESM bundle', () => {
       agent: 'object',
       same: true,
       undici: false,
+      later: 'function',
+      timersPromises: false,
     });
   });
 
