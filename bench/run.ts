@@ -43,17 +43,22 @@ const paths = {
   bootstrap: resolve(buildDir, 'dist/local/lambda-env/bootstrap.mjs'),
 };
 
-/** Bytes a cold start loads: the entry and the chunks it imports statically, transitively. */
-const initBytes = (entry: string, seen = new Set<string>()): number => {
+/**
+ * Bytes a cold start loads: the entry, what it imports (its own dynamic import is init's:
+ * functions/broker/index.ts), and their static imports, transitively. Dynamic imports inside
+ * chunks are loaded on first use, not counted.
+ */
+const initBytes = (entry: string, seen = new Set<string>(), top = true): number => {
   if (seen.has(entry)) return 0;
   seen.add(entry);
   const text = readFileSync(entry, 'utf8');
   let bytes = Buffer.byteLength(text);
-  for (const [, path] of text.matchAll(
-    /\b(?:import|export)\s*(?:[^"'();]*?\bfrom\s*)?["'](\.\.?\/[^"']+)["']/g,
-  )) {
-    bytes += initBytes(join(dirname(entry), String(path)), seen);
-  }
+  const imports = [
+    ...text.matchAll(/\b(?:import|export)\s*(?:[^"'();]*?\bfrom\s*)?["'](\.\.?\/[^"']+)["']/g),
+    ...(top ? text.matchAll(/\bimport\(\s*["'](\.\.?\/[^"']+)["']\s*\)/g) : []),
+  ];
+  for (const [, path] of imports)
+    bytes += initBytes(join(dirname(entry), String(path)), seen, false);
   return bytes;
 };
 
@@ -256,7 +261,8 @@ let environmentCold: EnvironmentColdCost;
         broker: paths.broker,
         bare: paths.bare,
         brokerBytes: initBytes(paths.broker),
-        bareBytes: initBytes(paths.bare),
+        // The bare bundle's own dynamic imports are the SDK's, loaded on first use.
+        bareBytes: initBytes(paths.bare, new Set(), false),
       },
       quick ? 5 : 15,
     );
@@ -343,7 +349,7 @@ const costRows: [string, string, string][] = [
   [
     'cold: import + first token from DynamoDB vs bare GetItem bundle (median)',
     `${cold.brokerMedianMs.toFixed(1)} ms vs ${cold.bareMedianMs.toFixed(1)} ms`,
-    `${cold.ratio.toFixed(2)}× (target ≤ 1.3×)`,
+    `${cold.ratio.toFixed(2)}× (target ≤ 1.15×, issue 25)`,
   ],
   [
     'cold: with the source map loaded (--enable-source-maps, as deployed) vs without (median)',
