@@ -9,7 +9,7 @@ import { builtinModules } from 'node:module';
 // `import()`s node:http) builds the module's facade, which reads every export, lazy ones too:
 // node:http's WebSocket and its kin load undici, about 20 ms of a cold start's init on Node 24,
 // and node:timers' `promises` loads timers/promises, about 1 ms; both found with CPU profiles of
-// the cold start (`COLD_PROFILE_DIR`, docs/benchmarks.md). Here such an import gets a module that takes the
+// the cold start (`COLD_PROFILE_DIR`, docs/benchmarks.md; docs/adr/0025). Here such an import gets a module that takes the
 // built-in with `process.getBuiltinModule` and exports its plain members and the accessors known
 // to be cheap, as a `require` gives them; an import of a lazy member (WebSocket) fails the build.
 // `test/build/builtins-without-facade.test.ts` checks both.
