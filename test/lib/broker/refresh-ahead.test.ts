@@ -428,7 +428,7 @@ describe('Refresh ahead of expiry: what the cut-over costs readers', () => {
   // The late refresh of the three-region bench (2026-11-26): a holder killed at countdown 3 of 4
   // late in the window; the readers let its lease go and a new holder counted 4 afresh, and the
   // successor came 528 ms after the token expired.
-  it('a stale lease left mid-countdown on a token inside its window is taken over and its countdown goes on from the value seen, not let go and counted afresh (I1, I2)', async () => {
+  it('a stale lease left mid-countdown on a token inside its window is taken over by a caller the token does not satisfy, and its countdown goes on from the value seen, not let go and counted afresh (I1, I2)', async () => {
     const sim = new Sim(T0);
     const store = new InMemoryTokenStore();
     const up = new Upstream();
@@ -454,7 +454,8 @@ describe('Refresh ahead of expiry: what the cut-over costs readers', () => {
     const stale = store.items.get('sandbox')?.lease;
     expect(stale?.countdown).toBe(11);
 
-    // C serves a caller every 100 ms: every lease it writes, and when the successor is issued.
+    // C serves a caller every 100 ms who needs 25 s, more than the token has left (as the
+    // warm-up needs the window): every lease it writes, and when the successor is issued.
     const leases: { countdown: number; takeOver: string | undefined }[] = [];
     let releases = 0;
     const cStore = wrap(store, {
@@ -470,7 +471,7 @@ describe('Refresh ahead of expiry: what the cut-over costs readers', () => {
     const c = simBroker(cStore, sim.clock('C'), up);
     const start = sim.now();
     while (sim.now() < start + 10_000) {
-      const served = await simAsk(sim, c, up, { step: 5 });
+      const served = await simAsk(sim, c, up, { step: 5, minValiditySeconds: 25 });
       expect(served.revoked).toBe(false);
       await sim.advance(100);
     }
