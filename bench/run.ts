@@ -8,7 +8,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { startRegionWorld, THREE_REGIONS } from '../chaos/regions.js';
+import { THREE_REGIONS } from '../chaos/regions.js';
 import { startStack } from '../local/stack.js';
 import { fleetChart } from './chart.js';
 import { type ClientCacheResult, measureClientCache } from './client-cache.js';
@@ -30,6 +30,14 @@ import {
   runIdleFleets,
 } from './execution-model.js';
 import { type FleetResult, runFleet } from './fleet.js';
+import {
+  brokerEnv,
+  fleetSettings,
+  lifetimeSeconds,
+  quick,
+  runRegionalFleet,
+  upstreamLatencyMs,
+} from './fleet-regions.js';
 import { type HotKeyResult, hotKeyEnv, hotKeySettingsFor, measureHotKey } from './hot-key.js';
 
 const [buildDir = '.bench', resultsDir = 'bench/results'] = process.argv.slice(2);
@@ -62,29 +70,6 @@ const initBytes = (entry: string, seen = new Set<string>(), top = true): number 
   return bytes;
 };
 
-const quick = process.env.BENCH_QUICK === '1';
-const lifetimeSeconds = 10;
-const fleetSettings = {
-  durationMs: quick ? 8_000 : 30_000,
-  lifetimeSeconds,
-  maxContainers: 6,
-  callers: 12,
-  thinkMs: 40,
-  killEveryMs: 2_500,
-  scheduleEveryMs: 1_000,
-  bucketMs: 1_000,
-};
-// Compressed time: a 10 s token, refreshed in its last 3 s, served with at least 1 s left.
-// (The cut-over is announced a re-check ahead: with a 3 s window, the re-check is 750 ms and
-// the cut-over lands with about 1.5 s left, above the 1 s every caller needs.)
-const brokerEnv = {
-  BROKER_REFRESH_WINDOW_SECONDS: '3',
-  BROKER_DEFAULT_MIN_VALIDITY_SECONDS: '1',
-  BROKER_MEMORY_RECHECK_SECONDS: '1',
-  POWERTOOLS_LOG_LEVEL: process.env.BENCH_LOG_DIR ? 'INFO' : 'WARN',
-};
-const upstreamLatencyMs = 100;
-
 const log = (line = '') => process.stdout.write(`${line}\n`);
 const began = performance.now();
 /** A progress line, with the seconds since the start (the whole bench should stay under 12 minutes). */
@@ -115,37 +100,9 @@ for (const mode of ['broker', 'baseline'] as const) {
   }
 }
 
-// The broker in three regions (issue 26): the same fleet, its containers in turn in one of three
-// regions, each reaching the one table through the chaos suite's region proxy (25, 70 and 95 ms
-// to every write and strong read, conflicts on racing writes), with a global stage's store bound.
-const regional = await (async () => {
-  const stack = await startStack(
-    { expiresIn: lifetimeSeconds, latencyMs: upstreamLatencyMs, revokeOnReissue: true },
-    ['sandbox'],
-  );
-  const world = await startRegionWorld({
-    target: stack.env.AWS_ENDPOINT_URL_DYNAMODB as string,
-    regions: THREE_REGIONS,
-    conflicts: true,
-  });
-  try {
-    step(`fleet: broker in three regions for ${fleetSettings.durationMs / 1000}s …`);
-    const result = await runFleet(stack, {
-      mode: 'broker',
-      bundle: paths.broker,
-      runner: paths.container,
-      env: { ...stack.env, ...brokerEnv, BROKER_STORE_ROUND_TRIP_MS: '150' },
-      envFor: (n) => ({
-        AWS_ENDPOINT_URL_DYNAMODB: world.regions[n % world.regions.length]?.url as string,
-      }),
-      ...fleetSettings,
-    });
-    return { result, conflicts: world.conflicts() };
-  } finally {
-    await world.close();
-    await stack.close();
-  }
-})();
+// The broker in three regions (issue 26; `bench/fleet-regions.ts`).
+step(`fleet: broker in three regions for ${fleetSettings.durationMs / 1000}s …`);
+const regional = await runRegionalFleet(paths);
 
 // The hot key, in production's proportions (`bench/hot-key.ts`).
 const hotKeySettings = hotKeySettingsFor(quick);

@@ -1,5 +1,7 @@
 // `npm run bench`: builds the broker and the benchmark's own bundles into .bench/, then runs it.
 // `npm run bench -- hot-key [options]`: the hot key alone (bench/hot-key-run.ts).
+// `npm run bench -- fleet-regions [--runs N]`: the broker in three regions alone
+// (bench/fleet-regions-run.ts; BENCH_LOG_DIR and BENCH_LOG_LEVEL=DEBUG keep each container's log).
 // `npm run bench -- cold [NAME=path/to/index.mjs …]`: the cold-start measures alone, this
 // branch's build next to the named ones (bench/cold-ab.ts).
 import { execFileSync } from 'node:child_process';
@@ -8,8 +10,8 @@ import { build } from 'esbuild';
 import { NODE_ESM } from './esbuild-node.mjs';
 
 const [part, ...options] = process.argv.slice(2);
-if (part !== undefined && part !== 'cold' && part !== 'hot-key') {
-  throw new Error(`Unknown part '${part}': hot-key or cold`);
+if (part !== undefined && !['cold', 'hot-key', 'fleet-regions'].includes(part)) {
+  throw new Error(`Unknown part '${part}': hot-key, cold or fleet-regions`);
 }
 const out = '.bench';
 mkdirSync(out, { recursive: true });
@@ -25,6 +27,7 @@ await build({
     'bench/cold-runner.ts',
     'bench/hot-key-run.ts',
     'bench/cold-ab.ts',
+    'bench/fleet-regions-run.ts',
   ],
   outdir: out,
   outExtension: { '.js': '.mjs' },
@@ -50,6 +53,10 @@ await build({
 });
 if (part === 'hot-key') {
   execFileSync(process.execPath, [`${out}/hot-key-run.mjs`, ...options, out, 'bench/results'], {
+    stdio: 'inherit',
+  });
+} else if (part === 'fleet-regions') {
+  execFileSync(process.execPath, [`${out}/fleet-regions-run.mjs`, ...options, out], {
     stdio: 'inherit',
   });
 } else if (part === 'cold') {

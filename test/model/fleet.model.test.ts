@@ -7,7 +7,8 @@
  * global stage's timing) and a sequence of commands: callers' requests (some forcing a
  * replacement), warm-ups, invalidate reports, waits, store answers lost after the write landed,
  * POSTs processed late (within the grace), wall clocks stepped (NTP), containers frozen (a
- * Lambda environment between invocations) and thawed, idle spells longer than a token's life,
+ * Lambda environment between invocations) and thawed, containers stopped while the others are
+ * asked (a holder stopped mid-countdown, found stale and taken over), idle spells longer than a token's life,
  * DynamoDB's TTL deleting every item whose `ttl` has passed, and spells of replicated write
  * conflicts (a write racing another region's write to the item is not applied; the adapter's
  * own retries handle it). Every answer is judged the moment it is given, and the invariants of
@@ -63,6 +64,11 @@ type Command =
   | { readonly kind: 'wait'; readonly ms: number }
   | { readonly kind: 'step'; readonly node: number; readonly ms: number }
   | { readonly kind: 'freeze'; readonly node: number; readonly ms: number }
+  /**
+   * The container stops for `ms` (frozen, or its process killed and its lease left) while the
+   * others go on being asked: a holder stopped mid-countdown is found stale and taken over.
+   */
+  | { readonly kind: 'stop'; readonly node: number; readonly ms: number }
   /** The container's next store write lands, and its answer is lost (an SDK error). */
   | { readonly kind: 'lose'; readonly node: number }
   /**
@@ -119,6 +125,14 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
       kind: fc.constant('freeze' as const),
       node,
       ms: fc.integer({ min: 100, max: 6_000 }),
+    }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      kind: fc.constant('stop' as const),
+      node,
+      ms: fc.integer({ min: 500, max: 4_000 }),
     }),
   },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('lose' as const), node }) },
@@ -471,6 +485,23 @@ const runFleet = async ({
       case 'conflicts':
         conflictsUntil = sim.now() + command.ms;
         break;
+      case 'stop': {
+        const owner = `n${command.node}`;
+        if (frozenSince[command.node] !== undefined) break;
+        frozenSince[command.node] = sim.now();
+        sim.frozen.add(owner);
+        const from = sim.now();
+        // Thawed by a timer of the model's own, while the commands after this one run.
+        void sim
+          .clock('model')
+          .sleep(command.ms)
+          .then(() => {
+            sim.frozen.delete(owner);
+            frozenSince[command.node] = undefined;
+            disturbed.push({ node: command.node, from, to: sim.now() });
+          });
+        break;
+      }
       case 'freeze': {
         const owner = `n${command.node}`;
         if (frozenSince[command.node] !== undefined) break;

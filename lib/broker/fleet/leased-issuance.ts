@@ -213,7 +213,9 @@ export class LeasedIssuance {
     const { clock, view, settings } = this.deps;
     // A countdown announced at our last read is left to its holder. Whether that holder died
     // only a read can tell (the same version seen again after its duration): that read comes
-    // when the countdown has run out on our clock (`obtain`), which lets a dead one go.
+    // when the countdown has run out on our clock (`obtain`), which lets a dead one go (or, for
+    // a caller the token does not satisfy inside its window, takes it over and goes on from its
+    // countdown).
     const entry = view.entry(name);
     if (entry?.lease && entry.record.tokenDigest === current.tokenDigest) return undefined;
     const countdown = leaseCountdown(connection.revokesOnReissue, current, undefined, settings);

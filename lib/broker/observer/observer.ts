@@ -5,9 +5,9 @@
  *
  *   read ─┬─ valid, no lease or a countdown still running, read in time ────────────▸ serve
  *         ├─ valid, answer older than its proof ─────────────────────────────────────▸ reread
- *         ├─ valid, lease stale (a countdown nobody advances) ───────────────────────▸ let go
+ *         ├─ valid, lease stale (a countdown nobody advances), no need to replace it ▸ let go
  *         ├─ a caller's word too soon, or a lifetime too short ──────────────────────▸ refuse
- *         ├─ no valid token (or a suspect one), no live lease, time for a countdown ─▸ acquire
+ *         ├─ no valid token (or a suspect or short one), no live lease, time for it ─▸ acquire
  *         └─ a live lease elsewhere ─▸ wait (for its token; woken with a read's time left) ─▸ read
  *
  * Invariants (docs/protocol.md): I1 one issuance per lifetime (acquire only without a live
@@ -89,9 +89,24 @@ export const decide = (o: Observation): Decision => {
   const needMs = o.need === 'outside-window' ? (valid ? windowMs(valid, o.settings) : 0) : o.need;
 
   // 2. A countdown nobody advances (its holder died before the cut-over): readers would re-read
-  //    at each of its ends. It is taken over and let go, so that they are back to one read per
-  //    re-check; a later replacement counts down afresh from the top.
-  if (servable && lease && o.leaseStale) return { do: 'let-go', stale: lease, record: servable };
+  //    at each of its ends. A caller the token does not satisfy (the warm-up, or a need longer
+  //    than it has left), on a token inside its window, would let it go and then take the lease
+  //    itself: it takes the version over in step 6 instead and goes on from its countdown (a
+  //    let-go and a fresh countdown cost two writes, a read and the steps already counted: a
+  //    refresh of the three-region bench landed 528 ms after its token expired, 2026-11-26).
+  //    Otherwise, or without time for the rest of that countdown (I3), it is taken over and let
+  //    go, so that readers are back to one read per re-check, and a caller the token satisfies
+  //    is served at once; a later replacement counts down afresh from the top.
+  const takeOverDue =
+    servable !== undefined &&
+    lease !== undefined &&
+    o.leaseStale &&
+    o.revokesOnReissue &&
+    servable.expiresAt - o.now <= windowMs(servable, o.settings) &&
+    servable.expiresAt - o.now <= needMs &&
+    leaseNeedsMs(lease.countdown, timingOf(o.settings)) < o.leftMs;
+  if (servable && lease && o.leaseStale && !takeOverDue)
+    return { do: 'let-go', stale: lease, record: servable };
 
   // 3. Fast path: a token that meets the need, served inside what the read proves (I2). An
   //    answer older than its proof may predate a replacement that has since revoked it.

@@ -237,6 +237,46 @@ describe('Function: decide (the observer)', () => {
     });
   });
 
+  it('takes over a stale lease on a token inside its window for a caller the token does not satisfy, going on from the countdown seen, instead of letting it go and counting down afresh (I1, I2; the late refresh of the three-region bench, 2026-11-26)', () => {
+    // 30 s left of a 60 s window: the replacement is due. Its holder stopped at countdown 3.
+    const due = token('due', T0 + 30_000);
+    const stale = lease(3);
+    const taken = { do: 'acquire', takeOver: stale, countdown: 3, replacing: due.tokenDigest };
+    // The warm-up (its need is the window) takes it over, and so does a caller needing 31 s.
+    expect(
+      decide(
+        observe({
+          state: { token: due, lease: stale },
+          leaseStale: true,
+          need: 'outside-window',
+        }),
+      ),
+    ).toMatchObject({ ...taken, suspect: false, cause: 'takeover' });
+    expect(
+      decide(observe({ state: { token: due, lease: stale }, leaseStale: true, need: 31_000 })),
+    ).toMatchObject(taken);
+    // A caller the token satisfies lets it go and is served at once, as before.
+    expect(
+      decide(observe({ state: { token: due, lease: stale }, leaseStale: true, need: 1_000 })),
+    ).toMatchObject({ do: 'let-go' });
+    // Without time for the rest of that countdown and the POST, it is let go as before (I3).
+    const short = leaseNeedsMs(3, DEFAULT_TIMING);
+    expect(
+      decide(
+        observe({
+          state: { token: due, lease: stale },
+          leaseStale: true,
+          need: 'outside-window',
+          leftMs: short,
+        }),
+      ),
+    ).toMatchObject({ do: 'let-go' });
+    // Outside its window (a caller's replacement whose holder stopped), it is let go as before.
+    expect(
+      decide(observe({ state: { token: fresh, lease: stale }, leaseStale: true, need: 700_000 })),
+    ).toMatchObject({ do: 'let-go' });
+  });
+
   const arbitrary = {
     token: fc.option(
       fc.record({

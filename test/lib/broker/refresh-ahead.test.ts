@@ -425,6 +425,68 @@ describe('Refresh ahead of expiry: what the cut-over costs readers', () => {
     expect(maxWait, 'longest caller wait (ms)').toBeLessThanOrEqual(500);
   });
 
+  // The late refresh of the three-region bench (2026-11-26): a holder killed at countdown 3 of 4
+  // late in the window; the readers let its lease go and a new holder counted 4 afresh, and the
+  // successor came 528 ms after the token expired.
+  it('a stale lease left mid-countdown on a token inside its window is taken over by a caller the token does not satisfy, and its countdown goes on from the value seen, not let go and counted afresh (I1, I2)', async () => {
+    const sim = new Sim(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const old = seed(store, up, T0 - 1_180_000, 1_200_000); // 20 s left of the 60 s window
+    // H takes the lease (countdown 21) and stops at countdown 11: its steps and release stall.
+    let partitioned = false;
+    const cut = async () => {
+      partitioned = true;
+      throw new Error('DynamoDB request timed out');
+    };
+    const hStore = wrap(store, {
+      read: (n) => (partitioned ? cut() : store.read(n)),
+      renewLease: (n, l, t) =>
+        t.countdown <= 10 || partitioned ? cut() : store.renewLease(n, l, t),
+      releaseLease: (n, l) => (partitioned ? cut() : store.releaseLease(n, l)),
+    });
+    const clockH = sim.clock('H');
+    const h = issuance(hStore, clockH, (c, o) =>
+      issueWith(issuerFor(up, clockH), c, {} as never, o),
+    );
+    const stopped = await sim.run(h.obtain(sandbox, 55_000, Deadline.in(clockH, 9_500), false));
+    expect(stopped.error).toBeDefined();
+    const stale = store.items.get('sandbox')?.lease;
+    expect(stale?.countdown).toBe(11);
+
+    // C serves a caller every 100 ms who needs 25 s, more than the token has left (as the
+    // warm-up needs the window): every lease it writes, and when the successor is issued.
+    const leases: { countdown: number; takeOver: string | undefined }[] = [];
+    let releases = 0;
+    const cStore = wrap(store, {
+      acquireLease: (n, r) => {
+        leases.push({ countdown: r.countdown, takeOver: r.takeOver?.version });
+        return store.acquireLease(n, r);
+      },
+      releaseLease: (n, l) => {
+        releases += 1;
+        return store.releaseLease(n, l);
+      },
+    });
+    const c = simBroker(cStore, sim.clock('C'), up);
+    const start = sim.now();
+    while (sim.now() < start + 10_000) {
+      const served = await simAsk(sim, c, up, { step: 5, minValiditySeconds: 25 });
+      expect(served.revoked).toBe(false);
+      await sim.advance(100);
+    }
+    // One successor (I1), under one lease that took H's version over and went on from 11; no
+    // let-go (a release), no countdown of 21 afresh.
+    expect(up.n).toBe(2);
+    expect(leases).toEqual([{ countdown: 11, takeOver: stale?.version }]);
+    expect(releases).toBe(0);
+    // Issued a counting lease (850 ms) and 11 steps after C first saw that version, give or take
+    // its reads: well before the token expired, and before 21 steps could have run.
+    const issued = up.issuedAt.at(-1) ?? 0;
+    expect(issued - start).toBeLessThan(850 + 11 * 250 + 1_000);
+    expect(issued).toBeLessThan(old.expiresAt);
+  });
+
   // Found as F7 by the review of the countdown (ffc31f6): callers slept past the countdown.
   it('a caller at a cut-over waits less than a second for the successor, even in a container that once measured a slow issuance', async () => {
     const sim = new Sim(T0);
