@@ -6,10 +6,10 @@
  * BROKER_MEMORY_RECHECK_SECONDS), which docs/protocol.md allows.
  */
 import { describe, expect, it } from 'vitest';
+import { Deadline } from '../../../lib/clock.js';
 import { InMemoryTokenStore } from '../../support/fakes.js';
 import { fleetBroker, seed, Upstream, wrap } from '../../support/fleet-model.js';
 import { Sim } from '../../support/sim.js';
-import { Deadline } from '../../../lib/clock.js';
 
 const T0 = 1_795_262_400_000;
 
