@@ -139,11 +139,11 @@ export const proofMs = (
   settings: RefreshSettings,
 ): number => {
   const timing = timingOf(settings);
-  return lease
-    ? announcedMs(lease, timing)
-    : // Any replacement counts down at least this reader's re-check (see `recheckMs`).
-      stepsToCover(recheckMs(record, settings), timing) * timing.countdownStepMs -
-        timing.proofMarginMs;
+  // Any replacement counts down at least this reader's re-check (see `recheckMs`).
+  const unleased =
+    stepsToCover(recheckMs(record, settings), timing) * timing.countdownStepMs -
+    timing.proofMarginMs;
+  return lease ? Math.min(announcedMs(lease, timing), unleased) : unleased;
 };
 
 /** I2. `proofMs` from a read (or write) sent at `sentAt`: until when the token may be served. */
