@@ -20,7 +20,7 @@
  * quarter issuance on the late side spreads the reads. Liveness only: a wait is never past the
  * read reserve before the deadline, nor past the lease's staleness (`decide`); I1–I4 do not rest
  * on it, and a clock elsewhere set wrong only moves the read (never earlier than the round
- * trips and the jitter, never later than two issuances and the countdown).
+ * trips and the jitter, never later than the countdown, two issuances and a quarter issuance).
  */
 import type { Lease } from '../../ports.js';
 import type { ProtocolTiming } from '../timing/index.js';

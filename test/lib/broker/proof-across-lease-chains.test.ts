@@ -1,7 +1,8 @@
 /**
- * Review s31 (adversarial): a read of a long countdown proves (k - 1) steps, uncapped by the
- * reader's re-check, and memory serves inside it while the store is unreadable
- * (`whileStoreDown`). After a let-go, a holder with a shorter re-check counts down afresh from a
+ * I2 across lease chains (found by an adversarial review, 2026-11-26; failed before
+ * `proofMs` capped a lease's proof at the reader's re-check): a read of a long countdown proved
+ * (k - 1) steps, uncapped by the reader's re-check, and memory served inside it while the store
+ * was unreadable (`whileStoreDown`). After a let-go, a holder with a shorter re-check counts down afresh from a
  * shorter N: its POST leaves before that proof runs out. Mixed settings (a rolling change of
  * BROKER_MEMORY_RECHECK_SECONDS), which docs/protocol.md allows.
  */
@@ -13,8 +14,8 @@ import { Sim } from '../../support/sim.js';
 
 const T0 = 1_795_262_400_000;
 
-describe('review: proofs across a let-go and a fresh, shorter countdown', () => {
-  it('I2: a reader that saw a dead 100 s holder’s countdown serves the token from memory after a 5 s holder’s POST revoked it', async () => {
+describe('I2: proofs across a let-go and a fresh, shorter countdown', () => {
+  it('I2: a reader that saw a dead 100 s holder’s countdown does not serve the token from memory after a 5 s holder’s POST revoked it', async () => {
     const sim = new Sim(T0);
     const store = new InMemoryTokenStore();
     const up = new Upstream();
