@@ -57,4 +57,21 @@ describe('I2: a token kept in memory only (its write failed)', () => {
         : 'ok',
     ).toBe('ok');
   });
+
+  it('ADR 0017: a token whose write failed is granted no stale use (its confirmed lease is taken over, at countdown 0, once it runs out)', async () => {
+    const sim = new Sim(T0);
+    const store = new InMemoryTokenStore();
+    const up = new Upstream();
+    const hStore = wrap(store, {
+      putToken: async () => {
+        throw new Error('DynamoDB request timed out');
+      },
+    });
+    const h = fleetBroker(hStore, sim.clock('H'), up, { timeout: 1_000 });
+    const first = await sim.run(h.getToken('sandbox', { deadline: h.deadlineIn(3_000) }));
+    expect(first.value?.record.accessToken).toBe('tok-1');
+    expect(first.value?.reusableUntil).toBeGreaterThan(sim.now());
+    // The broker knows its replacement comes within seconds: 0, as for an announced one.
+    expect(first.value?.staleIfErrorMs).toBe(0);
+  });
 });
