@@ -549,6 +549,8 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
   // stale-if-error); and the connections told of a stale token in the outage under way.
   const lastGot = new Map<string, Cached>();
   const staleSaid = new Set<string>();
+  // When the request of the answer last remembered per connection was sent (monotonic).
+  const lastSent = new Map<string, number>();
   const inflight = new Map<string, Flight>();
   // Reported tokens by `connection\0digest`; and per connection, how many reports were made
   // (and reported tokens seen), so that an answer to an older request is not cached.
@@ -782,6 +784,11 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
    */
   const remember = (connection: string, token: AccessToken, sent: Instant) => {
     staleSaid.delete(connection);
+    // An answer to a request sent before the last one remembered is older news (two flights of
+    // one connection, another minValidity): the later one may carry its token's successor, which
+    // revoked it. Its caller has it; it is neither reused nor used stale.
+    if (sent.monotonic < (lastSent.get(connection) ?? Number.NEGATIVE_INFINITY)) return;
+    lastSent.set(connection, sent.monotonic);
     if (token.maxAgeMs > 0) {
       cache.set(connection, { token, sent });
     } else {

@@ -77,6 +77,13 @@ export interface HolderState {
   readonly waitedMs: number;
   /** The stored expiry the confirmation wrote: no other container takes the lease before it. */
   readonly confirmedUntil: number | undefined;
+  /**
+   * The same confirmation's term on this container's monotonic clock (its send plus its
+   * duration): no other container finds it stale before then. What memory may vouch for a token
+   * whose write failed counts to here, never to `confirmedUntil` (a wall clock stepped back
+   * after the confirmation would stretch that). I2.
+   */
+  readonly confirmedUntilMonotonic: number | undefined;
   /** Why the lease was lost. */
   readonly reason: string | undefined;
   /** The flow is over and cleaned up: nothing more happens. */

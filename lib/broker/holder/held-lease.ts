@@ -114,6 +114,11 @@ export class HeldLease {
     return this.#state.confirmedUntil;
   }
 
+  /** The confirmation's term on the monotonic clock (see `HolderState.confirmedUntilMonotonic`). */
+  get confirmedUntilMonotonic(): number | undefined {
+    return this.#state.confirmedUntilMonotonic;
+  }
+
   /** How long the flow waited for the countdown to end, in all (not part of an issuance). */
   get waitedMs(): number {
     return this.#state.waitedMs;

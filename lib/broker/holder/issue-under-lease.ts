@@ -130,7 +130,12 @@ export const issueUnderLease = async (
   if (outcome === 'written-in-memory') {
     // The token is valid: serve it rather than fail the caller, and keep it in memory only
     // while the confirmed lease keeps everyone else from replacing it.
-    untilAtMost = (lease.confirmedUntil ?? writtenAt.sentAt) - timingOf(settings).proofMarginMs;
+    // Counted on the monotonic clock from the token write's send: the confirmation's stored
+    // expiry is a wall-clock instant, and a wall clock stepped back during the POST would let
+    // memory outlast the lease that others take over (and issue under) at its duration. I2.
+    const confirmedForMs =
+      (lease.confirmedUntilMonotonic ?? writtenAt.sentAtMonotonic) - writtenAt.sentAtMonotonic;
+    untilAtMost = writtenAt.sentAt + confirmedForMs - timingOf(settings).proofMarginMs;
   }
   view.confirmed(written, writtenAt, untilAtMost);
   if (written.expiresAt - clock.now() <= flow.needMs) throw unsatisfiable(written, flow.needMs);

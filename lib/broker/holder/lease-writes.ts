@@ -70,7 +70,12 @@ export const landed = (state: HolderState, at: number): Result => {
     writing: undefined,
     version: state.unanswered ?? state.version,
     unanswered: undefined,
-    ...(write.write === 'fence' ? { confirmedUntil: write.expiresAt } : {}),
+    ...(write.write === 'fence'
+      ? {
+          confirmedUntil: write.expiresAt,
+          confirmedUntilMonotonic: write.sentAt + write.durationMs,
+        }
+      : {}),
   };
   if (state.name !== 'counting') {
     // The flow waited at the fence for this confirmation's answer: it is refused now.

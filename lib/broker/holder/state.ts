@@ -53,6 +53,7 @@ export const initialState = (
   fenceAskedAt: undefined,
   waitedMs: 0,
   confirmedUntil: undefined,
+  confirmedUntilMonotonic: undefined,
   reason: undefined,
   finished: false,
 });

@@ -199,7 +199,8 @@ export const staleMarginMs = (record: TokenTimes, timing: ProtocolTiming): numbe
  * A trade against I2, bounded by the grant (docs/adr/0017). How long (ms) after `reusableUntil`
  * a caller that cannot reach the broker at all may still use `entry`'s token (the answer's
  * `stale-if-error`): up to its expiry less `staleMarginMs`. None for a token this container
- * knows is about to be replaced (a lease announced on it) or was reported, nor for an answer not
+ * knows is about to be replaced (a lease announced on it, or held in memory only: its write
+ * failed) or was reported, nor for an answer not
  * to be reused at all (`reusableUntil` not after `now`: its proof is spent, so nothing more is
  * known of it). Past `reusableUntil`, a replacement elsewhere may revoke the token; a caller
  * that cannot reach the broker cannot learn of it either way, and without this it would have no
@@ -210,12 +211,13 @@ export const staleIfErrorMs = (
     readonly record: TokenTimes;
     readonly lease?: Lease | undefined;
     readonly reported?: boolean | undefined;
+    readonly unstored?: boolean | undefined;
   },
   reusableUntil: number,
   now: number,
   timing: ProtocolTiming,
 ): number =>
-  entry.lease || entry.reported || reusableUntil <= now
+  entry.lease || entry.reported || entry.unstored || reusableUntil <= now
     ? 0
     : Math.max(0, entry.record.expiresAt - staleMarginMs(entry.record, timing) - reusableUntil);
 

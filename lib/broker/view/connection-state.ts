@@ -38,6 +38,11 @@ export interface MemoryEntry {
   readonly lease?: Lease | undefined;
   /** A caller reported the token as rejected too early to replace it: replaced once it may be. */
   readonly reported?: boolean | undefined;
+  /**
+   * Held in memory only (its write after the POST failed): the confirmed lease is taken over at
+   * countdown 0 once it runs out, and the token replaced. No stale use is granted (ADR 0017).
+   */
+  readonly unstored?: boolean | undefined;
 }
 
 /** One instant on both of this container's clocks. */

@@ -130,6 +130,7 @@ export class ConnectionView {
       checkedAt: at.sentAt,
       checkedAtMonotonic: at.sentAtMonotonic,
       until: Math.min(at.sentAt + proofMs(record, undefined, this.settings), untilAtMost),
+      ...(untilAtMost < Number.POSITIVE_INFINITY ? { unstored: true } : {}),
     });
   }
 
