@@ -1,5 +1,7 @@
 /**
- * Adversarial review 2 (2026-11-26): paths that hand out a token without a fresh read.
+ * A token kept in memory only (its write after the POST failed), found by an adversarial review
+ * of the paths that hand out a token without a fresh read (2026-11-26); both tests failed before
+ * their fixes: memory's bound counted on the wall clock, and the token was granted stale use.
  */
 import { describe, expect, it } from 'vitest';
 import type { TokenIssuer } from '../../../lib/ports.js';
