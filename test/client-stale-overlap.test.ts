@@ -150,6 +150,7 @@ describe('Client: overlapping requests and the stale grant (review 3)', () => {
     await flush();
     sent[0]?.answer(body('at_old'));
     await one;
+    await vi.advanceTimersByTimeAsync(1);
     const two = client.getToken('sandbox', { forceRefresh: true });
     await flush();
     sent[1]?.answer(body('at_new'));
