@@ -460,6 +460,12 @@ interface Reported {
 /** How many reported tokens a client remembers at most; the oldest is forgotten first. */
 const MAX_REPORTED = 64;
 
+/**
+ * How many tokens per connection a client remembers the last answer of, to order overlapping
+ * answers; a connection replaces its token about once per refresh window.
+ */
+const MAX_ANSWERED = 8;
+
 const digestOf = (accessToken: string) =>
   createHash('sha256').update(accessToken).digest('base64url');
 
@@ -551,6 +557,9 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
   const staleSaid = new Set<string>();
   // When the request of the answer last remembered per connection was sent (monotonic).
   const lastSent = new Map<string, number>();
+  // Per connection, the last few tokens answered (by digest) and when each last came back
+  // (monotonic): an answer to a request sent before another token came back is of no known order.
+  const answered = new Map<string, Map<string, number>>();
   const inflight = new Map<string, Flight>();
   // Reported tokens by `connection\0digest`; and per connection, how many reports were made
   // (and reported tokens seen), so that an answer to an older request is not cached.
@@ -784,6 +793,18 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
    */
   const remember = (connection: string, token: AccessToken, sent: Instant) => {
     staleSaid.delete(connection);
+    // Another token came back after this request was sent: which of the two is newer cannot be
+    // told from the sends (a broker may answer an earlier request with the successor, having
+    // waited for it or been asked after a fail-over, and a later one with the token it replaced,
+    // read before the cut-over). The older revoked, neither is used stale (review 3).
+    const digest = digestOf(token.accessToken);
+    const seen = answered.get(connection) ?? new Map<string, number>();
+    const rival = [...seen].some(([other, at]) => other !== digest && at >= sent.monotonic);
+    seen.delete(digest);
+    seen.set(digest, monotonic());
+    if (seen.size > MAX_ANSWERED) seen.delete(seen.keys().next().value as string);
+    answered.set(connection, seen);
+    if (rival) lastGot.delete(connection);
     // An answer to a request sent before the last one remembered is older news (two flights of
     // one connection, another minValidity): the later one may carry its token's successor, which
     // revoked it. Its caller has it; it is neither reused nor used stale.
@@ -796,7 +817,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       cache.delete(connection);
     }
     // An answer without a stale-if-error (a replacement announced, say) ends the older one's too.
-    if (token.staleIfErrorSeconds > 0) lastGot.set(connection, { token, sent });
+    if (token.staleIfErrorSeconds > 0 && !rival) lastGot.set(connection, { token, sent });
     else lastGot.delete(connection);
   };
 

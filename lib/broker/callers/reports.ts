@@ -60,7 +60,11 @@ export class Reports {
     const reportedBy = caller ?? UNNAMED_TRIGGER;
     const now = clock.now();
     const entry = view.entry(name);
-    const held = entry?.record.tokenDigest === digest ? entry : undefined;
+    // Held only while memory still proves it: past that, another region may have replaced it
+    // under a lease this container never saw, and a `valid` verdict would be reused for a
+    // revoked token (review 3).
+    const current = entry?.record.tokenDigest === digest ? entry : undefined;
+    const held = current && view.fromMemory(name, now, 0) !== undefined ? current : undefined;
     // The token as this container holds it, else as the store does (its `forced` mark decides
     // how long it is kept): a report about any other token changes nothing, and is not probed.
     const { token, lease } = held
@@ -79,7 +83,7 @@ export class Reports {
         lease,
         now,
         reportedBy,
-        !!held || probed?.verdict === 'revoked',
+        !!current || probed?.verdict === 'revoked',
       );
     }
     if (token && probed?.verdict === 'valid') {
