@@ -1,5 +1,6 @@
 /**
- * Adversarial review 3 (2026-11-26): a probe's `valid` verdict reused for a token that this
+ * Found by an adversarial review (2026-11-26; failed before `Reports` took a token from memory
+ * only while memory proves it): a probe's `valid` verdict reused for a token that this
  * container still holds in memory after its proof ran out, while another container (another
  * region) replaced it: the container's memory knows no lease, so the verdict is reused, and the
  * report of the revoked token is answered `verified: "valid"`. The client then forgets its
