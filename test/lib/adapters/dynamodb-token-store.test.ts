@@ -6,6 +6,7 @@ import { systemClock } from '../../../lib/clock.js';
 import type { Lease, LeaseRequest, TokenRecord } from '../../../lib/ports.js';
 import { applyEnv, type Stack, startStack } from '../../../local/stack.js';
 import { fleetBroker, Upstream } from '../../support/fleet-model.js';
+import { sweepExpired } from '../../support/ttl-sweep.js';
 import { deadline } from '../broker/setup.js';
 
 const record = (accessToken: string, expiresAt: number, connection: string): TokenRecord => ({
@@ -196,6 +197,27 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     ).toEqual({
       acquired: true,
     });
+  });
+
+  // Review 4 (a known gap of the 0.1.0 rollout, docs/operations.md): 0.1.0's lease writes leave
+  // the item's `ttl` as it was (ADR 0014 came after it). A token this release wrote and that
+  // expired past its TTL margin (a fleet idle overnight), replaced under a 0.1.0 lease: TTL may
+  // delete the item, lease and all, and this release then takes a fresh lease on nothing, with no
+  // countdown, while the 0.1.0 holder's POST may still leave (I1, I2). This test pins the gap.
+  it('I1 (0.1.0 rollout gap): TTL deletes an item under a 0.1.0 lease, and a fresh lease is granted beside it', async () => {
+    const connection = 'ttl-mixed';
+    expect(await store.acquireLease(connection, lease('new:1'))).toEqual({ acquired: true });
+    // Expired an hour ago: its ttl (a minute past the expiry) is past too.
+    const expired = record('tok-old', now - 3_600_000, connection);
+    expect(await store.putToken(expired, { holder: 'new:1', version: 'v-new:1' })).toBe(true);
+    // 0.1.0 replaces it: SET leaseHolder, leaseExpiresAt, … and nothing about ttl.
+    await legacyLease(connection, 'old:1', now + 3_000);
+    expect((await store.read(connection)).lease?.holder).toBe('old:1');
+    expect((await rawItem(connection))?.ttl).toBeDefined();
+    await sweepExpired(client, stack.tableName, Math.floor(now / 1000));
+    // The 0.1.0 holder's lease went with the item: this release sees nothing and takes a lease.
+    expect(await rawItem(connection)).toBeUndefined();
+    expect(await store.acquireLease(connection, lease('new:2'))).toEqual({ acquired: true });
   });
 
   // Found in issue 24: recheckOf trusted any non-negative recheckMs.
