@@ -86,8 +86,12 @@ const renewForGrace = (
   },
 ): Promise<boolean> => {
   // A new version, whose duration watchers count from when they first see it: never shorter,
-  // on anyone's clock, than the reservation.
-  const until = Math.max(now + graceMs, confirmedUntil ?? 0);
+  // on anyone's clock, than the reservation. Its expiry differs from the confirmation's too
+  // (1 ms past it at least): the previous release (0.1.0) tells writes apart by holder and
+  // expiry alone, and would count this shorter duration from its first sight of the
+  // confirmation, taking the lease over while the POST may still land (review 4:
+  // test/lib/broker/grace-renewal-older-release.test.ts).
+  const until = Math.max(now + graceMs, (confirmedUntil ?? 0) + 1);
   return store.renewLease(
     connection,
     held,
