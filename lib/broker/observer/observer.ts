@@ -22,7 +22,14 @@ import {
 } from '../../errors.js';
 import type { Lease, TokenRecord, TokenState } from '../../ports.js';
 import { causeOf, type IssuanceCause, isCallersWord } from '../issuance/index.js';
-import { leaseCountdown, leaseNeedsMs, pollWaitMs, timingOf, windowMs } from '../timing/index.js';
+import {
+  leaseCountdown,
+  leaseNeedsMs,
+  pollWaitMs,
+  replacementMayBeOut,
+  timingOf,
+  windowMs,
+} from '../timing/index.js';
 import type { Seen } from '../view/index.js';
 import { type CallerBoundSettings, forcingRefusal } from './caller-bounds.js';
 import { issuanceWaitMs } from './issuance-wait.js';
@@ -147,6 +154,18 @@ export const decide = (o: Observation): Decision => {
     const timing = timingOf(o.settings);
     const recent = stored && stored.expiresAt + timing.skewToleranceMs > o.now ? stored : undefined;
     const countdown = leaseCountdown(o.revokesOnReissue, recent, lease, o.settings);
+    // A recent token under a lease that counted down (its successor's POST may be out) is
+    // suspect here too, though expired on this clock: a slower one may still serve it. So a
+    // flow that ends without a token drops it rather than leave it servable there (I2;
+    // review 4: test/lib/broker/suspect-recent-token.test.ts).
+    const mayBeRevoked =
+      valid === undefined &&
+      token !== undefined &&
+      recent === token &&
+      o.revokesOnReissue &&
+      replacementMayBeOut(lease, timing)
+        ? token
+        : undefined;
     if (leaseNeedsMs(countdown, timing) >= o.leftMs) return refuse(notEnoughTime(countdown));
     const warmUp = o.need === 'outside-window';
     // A token inside its window is due: its replacement is routine whatever the need was.
@@ -167,8 +186,8 @@ export const decide = (o: Observation): Decision => {
       // a token written by another container since may be served elsewhere already, and
       // nothing announced its replacement (I2).
       replacing: stored?.tokenDigest,
-      replacingValid: valid,
-      suspect: o.suspect,
+      replacingValid: valid ?? mayBeRevoked,
+      suspect: o.suspect || mayBeRevoked !== undefined,
       needMs,
       cause,
       // A lease taken over from a caller's replacement finishes it: its token is one too (I4).
