@@ -39,6 +39,10 @@ beforeAll(async () => {
         ...connection,
         forceCallers: ['arn:aws:sts::123456789012:assumed-role/platform-ops/*'],
       },
+      fenced: {
+        ...connection,
+        forceCallers: ['arn:aws:sts::123456789012:assumed-role/platform-ops/*'],
+      },
     }),
     BROKER_INVALIDATE_MIN_AGE_SECONDS: '0',
     // The production default: a forced token is not replaced on a caller's word for a window.
@@ -125,5 +129,30 @@ describe('Edge: a caller’s word is bounded', () => {
     // That token was issued on a caller's word a moment ago: kept for its window.
     expect(report.json.invalidated).toBe(false);
     expect(report.json.deferredSeconds).toBeGreaterThan(590);
+  });
+
+  // Review 5: Lambda's Invoke API takes any payload. A caller with `lambda:InvokeFunction` only
+  // (no Function URL, no IAM identity) sends the event a Function URL would have built, naming
+  // an operator's ARN: the handler reads it as an HTTP request by that operator.
+  it('refuses forcing to a direct invoke that claims an IAM identity in a hand-made HTTP event', async () => {
+    const before = (await http('GET', '/tokens/fenced', SERVICE)).json.accessToken as string;
+    await aSecond();
+    const forged = {
+      version: '2.0',
+      rawPath: '/tokens/fenced',
+      rawQueryString: `minValidity=${FORCING}`,
+      queryStringParameters: { minValidity: String(FORCING) },
+      pathParameters: { connection: 'fenced' },
+      headers: {},
+      requestContext: {
+        http: { method: 'GET', path: '/tokens/fenced' },
+        authorizer: { iam: { userArn: OPERATOR } },
+      },
+    };
+    const outcome = await invokeHandler(handler, forged);
+    // The contract: a direct invoke forces only where every caller may (docs/contract.md).
+    expect(outcome.ok && httpResponse(outcome).status).toBe(403);
+    const after = (await http('GET', '/tokens/fenced', SERVICE)).json.accessToken as string;
+    expect(after).toBe(before);
   });
 });
