@@ -242,4 +242,37 @@ describe('Function: registerAfterResponse, its poll failing', () => {
     expect(polls).toBe(5);
     expect(warnings).toEqual(['Extension event loop ended']);
   });
+  // Review 5: the Extensions API answers `event/next` with 403 or 500 ("non-recoverable state;
+  // the extension should exit promptly"); such an answer carries no event and is no poll that
+  // worked: asked again at once, without end, it is a busy loop against the Runtime API.
+  it('takes an error answer to a poll as a failed poll, and stops once the API keeps refusing', async () => {
+    const invocations = new Invocations();
+    let polls = 0;
+    const warnings: string[] = [];
+    const send = (async (url: string) => {
+      if (String(url).endsWith('/register')) {
+        return new Response('{}', { status: 200, headers: { 'Lambda-Extension-Identifier': 'e' } });
+      }
+      polls += 1;
+      // A bound for the loop on main, which never ends: the test ends after it.
+      if (polls > 1_000) return Response.json({ eventType: 'SHUTDOWN' });
+      return Response.json(
+        {
+          errorMessage: 'State transition from Ready to Invoking failed',
+          errorType: 'Extension.Crash',
+        },
+        { status: 500 },
+      );
+    }) as typeof fetch;
+    await registerAfterResponse({
+      runtimeApi: '127.0.0.1:9',
+      idle: async () => {},
+      invocations,
+      log: { warn: (message) => void warnings.push(message) },
+      fetch: send,
+    });
+    for (let i = 0; i < 50 && warnings.length === 0 && polls <= 1_000; i += 1) await settle(50);
+    expect(polls).toBe(3);
+    expect(warnings).toEqual(['Extension event loop ended']);
+  });
 });
