@@ -165,6 +165,9 @@ const loop = async (deps: AfterResponseDeps, send: ApiSend, id: string): Promise
       const response = await send(`http://${deps.runtimeApi}/${BASE}/event/next`, {
         headers: { 'Lambda-Extension-Identifier': id },
       });
+      // 403 or 500 (a non-recoverable state) carries no event: a failed poll, not one to repeat
+      // at once.
+      if (!response.ok) throw new ExtensionApiError(response.status);
       event = (await response.json()) as typeof event;
       failures = 0;
     } catch (error) {
@@ -186,6 +189,14 @@ const loop = async (deps: AfterResponseDeps, send: ApiSend, id: string): Promise
     }
   }
 };
+
+/** An error answer of the Extensions API to a poll. */
+class ExtensionApiError extends Error {
+  override readonly name = 'ExtensionApiError';
+  constructor(readonly status: number) {
+    super(`Extensions API answered HTTP ${status}`);
+  }
+}
 
 /** Consecutive failed polls after which the Extensions API is taken to be gone. */
 const MAX_FAILURES = 3;
