@@ -292,6 +292,24 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
     expect(response.json.error.code).toBe('BAD_REQUEST');
   });
 
+  // Review 5: the contract takes a token of up to 8192 characters on both doors; its JSON body
+  // is 17 bytes more, which the body limit refused over HTTP while direct invoke answered it.
+  it('invalidate takes over HTTP a report of the longest token the contract allows', async () => {
+    const accessToken = 'x'.repeat(8192);
+    const body = JSON.stringify({ accessToken });
+    const response = await http(handler, 'POST', '/tokens/sandbox/invalidate', {
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
+    expect(response).toMatchObject({ status: 200, json: { invalidated: false } });
+    const invoked = await invokeHandler(handler, {
+      action: 'invalidate',
+      connection: 'sandbox',
+      accessToken,
+    });
+    expect(invoked).toMatchObject({ ok: true, result: { invalidated: false } });
+  });
+
   it('GET /health answers without touching the upstream', async () => {
     const before = stack.simulator.requests().length;
     const response = await http(handler, 'GET', '/health');
