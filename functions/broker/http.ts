@@ -29,8 +29,11 @@ export { type HttpEvent, isHttpEvent } from './http-event.js';
 
 type HttpResult = APIGatewayProxyStructuredResultV2;
 
-/** Requests larger than this are not ours: an invalidate body is one token. */
-export const MAX_BODY_BYTES = 8 * 1024;
+/**
+ * Requests larger than this are not ours: an invalidate body is one token, of up to
+ * `REQUEST_LIMITS.accessTokenLength` characters, and its JSON around it.
+ */
+export const MAX_BODY_BYTES = 16 * 1024;
 
 const json = (
   statusCode: number,

@@ -281,7 +281,12 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
     ['empty accessToken', 'application/json', '{"accessToken":""}'],
     ['a JSON array', 'application/json', '[1,2]'],
     ['a text body', 'text/plain', 'accessToken=x'],
-    ['a body over 8 KiB', 'application/json', JSON.stringify({ accessToken: 'x'.repeat(9000) })],
+    [
+      'a token over 8192 characters',
+      'application/json',
+      JSON.stringify({ accessToken: 'x'.repeat(9000) }),
+    ],
+    ['a body over 16 KiB', 'application/json', JSON.stringify({ accessToken: 'x'.repeat(17_000) })],
     ['a __proto__ key', 'application/json', '{"__proto__":{"x":1},"accessToken":"y"}'],
   ])('invalidate answers 400 for %s', async (_label, contentType, body) => {
     const response = await http(handler, 'POST', '/tokens/sandbox/invalidate', {
