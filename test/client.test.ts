@@ -967,6 +967,20 @@ describe('CLI: token-broker', () => {
     );
   });
 
+  // Review 5: `invalidate <connection> <token>` (the token where --token belongs) is a usage
+  // error; its message quoted the token on stderr, which a CI log keeps.
+  it('refuses an unexpected argument without printing it when it may be a token', async () => {
+    const token = `eyJhbGciOiJIUzI1NiJ9.${'a'.repeat(60)}.sig`;
+    const misplaced = await cli('invalidate', 'sandbox', token, ...target());
+    expect(misplaced.code).toBe(2);
+    expect(misplaced.stderr).toContain('Unexpected argument');
+    expect(misplaced.stderr).not.toContain('eyJhbGciOi');
+    // A short word is still named.
+    expect((await cli('status', 'x', 'extra', ...target())).stderr).toContain(
+      "Unexpected argument 'extra'",
+    );
+  });
+
   it('invalidate prints the broker’s deferredSeconds, as text and as JSON', async () => {
     const deferring = await recordingServer(() => ({
       status: 200,
