@@ -257,6 +257,17 @@ const clientFor = (values: Values): TokenClient => {
   );
 };
 
+/**
+ * An argument past the connection. A long one is not quoted: `invalidate <connection> <token>`
+ * puts the token there, and stderr is often a CI log.
+ */
+const unexpectedArgument = (argument: string) =>
+  new UsageError(
+    argument.length <= 32
+      ? `Unexpected argument '${argument}'`
+      : `Unexpected argument (${argument.length} characters, not shown; a token goes to --token -, on stdin)`,
+  );
+
 /** `--token -`: stdin; no --token: TOKEN_BROKER_ACCESS_TOKEN; else the value itself. */
 const tokenToInvalidate = async (option: string | undefined): Promise<string> => {
   let token = option;
@@ -298,7 +309,7 @@ const run = async (argv: string[]): Promise<number> => {
   if (!command) throw new UsageError('A command is required');
   // Before anything else about it: 'tokens demo-v3' is an unknown command, not a misplaced name.
   if (!Object.hasOwn(COMMAND_OPTIONS, command)) throw unknownCommand(command);
-  if (rest.length > 0) throw new UsageError(`Unexpected argument '${rest[0]}'`);
+  if (rest.length > 0) throw unexpectedArgument(rest[0] ?? '');
   const needsConnection = command === 'token' || command === 'invalidate';
   if (needsConnection && !connection) throw new UsageError(`'${command}' needs a connection name`);
   if (!needsConnection && connection) throw new UsageError(`'${command}' takes no connection`);
