@@ -1,10 +1,13 @@
 /**
- * Adversarial review 3 (2026-11-26): the client's stale-if-error grant when two requests of one
- * connection overlap. The order in which they were sent says nothing of which token is newer: a
- * broker may answer a request sent earlier with the successor (it waited for the cut-over, or
- * the request failed over to another region's broker after a timeout), and one sent later with
- * the token it replaced (read before the cut-over, delivered after). The client had been given
- * the successor: it must not hand out, stale, the token the successor revoked.
+ * The client's stale-if-error grant when answers for one connection arrive out of order, found
+ * by adversarial reviews (2026-11-26; each test failed before its fix). Two requests of one
+ * connection with different `minValidity` are two flights:
+ * - an older answer arriving after a newer one must not make the client hand out, stale, a token
+ *   it has already seen replaced (the newer answer carried its successor);
+ * - and the order in which they were sent says nothing of which token is newer: a broker may
+ *   answer a request sent earlier with the successor (it waited for the cut-over, or the request
+ *   failed over to another region's broker after a timeout), and one sent later with the token
+ *   it replaced (read before the cut-over, delivered after).
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
@@ -157,5 +160,39 @@ describe('Client: overlapping requests and the stale grant (review 3)', () => {
     await two;
     const stale = await inOutage(client, [{ sent, transport }]);
     expect(stale).toMatchObject({ accessToken: 'at_new', stale: true });
+  });
+});
+
+describe('Client: an older answer arriving after a newer one', () => {
+  beforeEach(() => {
+    vi.useFakeTimers().setSystemTime(T0);
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('I2 (stale grant): never hands out stale a token that a later-sent answer replaced', async () => {
+    const { sent, transport } = scripted();
+    const client = createTokenClient({ transport, onWarning: () => undefined });
+    // Sent first: the broker's container answers from memory with the old token.
+    const older = client.getToken('sandbox');
+    await flush();
+    await vi.advanceTimersByTimeAsync(10);
+    // Sent second (another minValidity: another flight), answered first with the successor.
+    const newer = client.getToken('sandbox', { minValidity: 120 });
+    await flush();
+    expect(sent).toHaveLength(2);
+    sent[1]?.answer(body('at_new'));
+    expect((await newer).accessToken).toBe('at_new');
+    sent[0]?.answer(body('at_old'));
+    expect((await older).accessToken).toBe('at_old');
+
+    // Past the reuse time, the broker cannot be reached: the last token, stale.
+    await vi.advanceTimersByTimeAsync(6_000);
+    const call = client.getToken('sandbox').then((t) => t, caught);
+    await flush();
+    sent.at(-1)?.fail(down());
+    const stale = await call;
+    expect((stale as { accessToken?: string }).accessToken).not.toBe('at_old');
   });
 });
