@@ -1,7 +1,8 @@
 // What every esbuild bundle of this project shares (the broker's, the local runtime's, the
 // benchmark's and the chaos suite's): one ESM file for Node 24. An ESM bundle that inlines
 // CommonJS code (the AWS SDK) calls `require` for Node built-ins; ESM has no `require`, so the
-// banner makes one from import.meta.url.
+// banner makes one from import.meta.url, taking node:module with `process.getBuiltinModule`
+// (an ESM import of it would build its facade too, in every chunk's first line).
 import { builtinModules } from 'node:module';
 
 // node:http and node:timers without their ESM facades (issue 25). An ESM `import` of a built-in
@@ -22,7 +23,13 @@ export const builtinsWithoutFacade = {
       const name = args.path.replace(/^node:/, '');
       if (!FACADE_FREE.has(name) || args.kind === 'require-call') return undefined;
       if (!builtinModules.includes(name)) return undefined;
-      return { path: `node:${name}`, namespace: 'builtin-without-facade' };
+      // One module per importer: shared by none, so it never becomes a chunk of its own.
+      return {
+        path: `node:${name}`,
+        namespace: 'builtin-without-facade',
+        pluginData: args.importer,
+        suffix: `?${args.importer}`,
+      };
     });
     build.onLoad({ filter: /.*/, namespace: 'builtin-without-facade' }, async (args) => {
       const module = process.getBuiltinModule(args.path);
@@ -48,7 +55,7 @@ export const NODE_ESM = {
   target: 'node24',
   format: 'esm',
   banner: {
-    js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
+    js: "const require = process.getBuiltinModule('node:module').createRequire(import.meta.url);",
   },
   plugins: [builtinsWithoutFacade],
 };
