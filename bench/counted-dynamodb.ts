@@ -16,19 +16,23 @@ import {
   type AmazonDynamoDBLocal,
   startAmazonDynamoDBLocal,
 } from '../local/amazon-dynamodb-local.js';
-import { isRead, type LocalDynamoDB } from '../local/dynamodb-local.js';
+import { isRead, itemReadCounter, type LocalDynamoDB } from '../local/dynamodb-local.js';
 
 /** A counting proxy in front of a DynamoDB endpoint: its `reads()` are dynalite's. */
 export const countedDynamoDB = async (target: string): Promise<LocalDynamoDB> => {
   let requests = 0;
   let reads = 0;
+  const items = itemReadCounter();
   const proxy = await startFaultProxy({
     target,
     label: 'dynamodb',
     hooks: {
-      onRequest: ({ headers }) => {
+      onRequest: ({ headers, body }) => {
         requests += 1;
-        if (isRead(headers['x-amz-target'])) reads += 1;
+        if (isRead(headers['x-amz-target'])) {
+          reads += 1;
+          items.count(headers['x-amz-target'], body.toString('utf8'));
+        }
       },
     },
   });
@@ -36,6 +40,7 @@ export const countedDynamoDB = async (target: string): Promise<LocalDynamoDB> =>
     url: proxy.url,
     requests: () => requests,
     reads: () => reads,
+    readsByItem: items.readsByItem,
     close: () => proxy.close(),
   };
 };

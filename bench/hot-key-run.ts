@@ -131,7 +131,7 @@ for (const { store, busy, coldStarts } of runs) {
   if (busy) {
     for (const [phase, p] of Object.entries(busy.phases)) {
       log(
-        `${phase.padEnd(8)} ${p.readsPerContainerSecond.toFixed(2)} reads per busy container-second, ${p.writesPerSecond.toFixed(2)} writes/s, ${p.seconds.toFixed(1)} s`,
+        `${phase.padEnd(8)} ${p.busiestItemReadsPerContainerSecond.toFixed(2)} reads per busy container-second on the busiest item (${p.readsPerContainerSecond.toFixed(2)} on all ${p.itemsRead}), ${p.writesPerSecond.toFixed(2)} writes/s, ${p.seconds.toFixed(1)} s`,
       );
     }
     log(

@@ -53,6 +53,13 @@ export interface HotKeyPhase {
   readonly seconds: number;
   /** DynamoDB reads per container per second in this phase (they grow with the fleet). */
   readonly readsPerContainerSecond: number;
+  /**
+   * The same, on the busiest item alone: the hot key. With read copies (docs/adr/0024) the
+   * reads spread over the main item and its copies; with none it is every read.
+   */
+  readonly busiestItemReadsPerContainerSecond: number;
+  /** Items read in this phase (1 + the copies read). */
+  readonly itemsRead: number;
   /** DynamoDB writes per second on the item in this phase (the lease holder's: they do not). */
   readonly writesPerSecond: number;
 }
@@ -146,7 +153,12 @@ export const measureHotKey = async (
     const start = Date.now();
     const end = start + settings.durationMs;
     const issuedBefore = stack.simulator.issuanceTimes().length;
-    const samples: { at: number; requests: number; reads: number }[] = [];
+    const samples: {
+      at: number;
+      requests: number;
+      reads: number;
+      byItem: ReadonlyMap<string, number>;
+    }[] = [];
     const calls: { at: number; took: number }[] = [];
     let errors = 0;
     let invalidServed = 0;
@@ -172,6 +184,7 @@ export const measureHotKey = async (
         at: Date.now(),
         requests: stack.dynamodb.requests(),
         reads: stack.dynamodb.reads(),
+        byItem: stack.dynamodb.readsByItem(),
       });
       await sleep(SAMPLE_MS);
     }
@@ -190,10 +203,10 @@ export const measureHotKey = async (
       return current + lifetimeMs - at <= windowMs ? 'inside' : 'outside';
     };
     const totals = {
-      cold: { ms: 0, reads: 0, writes: 0 },
-      outside: { ms: 0, reads: 0, writes: 0 },
-      inside: { ms: 0, reads: 0, writes: 0 },
-      cutover: { ms: 0, reads: 0, writes: 0 },
+      cold: { ms: 0, reads: 0, writes: 0, byItem: new Map<string, number>() },
+      outside: { ms: 0, reads: 0, writes: 0, byItem: new Map<string, number>() },
+      inside: { ms: 0, reads: 0, writes: 0, byItem: new Map<string, number>() },
+      cutover: { ms: 0, reads: 0, writes: 0, byItem: new Map<string, number>() },
     };
     for (let i = 1; i < samples.length; i += 1) {
       const [before, after] = [samples[i - 1], samples[i]];
@@ -203,10 +216,18 @@ export const measureHotKey = async (
       const reads = after.reads - before.reads;
       phase.reads += reads;
       phase.writes += after.requests - before.requests - reads;
+      for (const [item, count] of after.byItem) {
+        const added = count - (before.byItem.get(item) ?? 0);
+        if (added > 0) phase.byItem.set(item, (phase.byItem.get(item) ?? 0) + added);
+      }
     }
-    const rate = ({ ms, reads, writes }: (typeof totals)['outside']): HotKeyPhase => ({
+    const perContainerSecond = (ms: number, reads: number) =>
+      ms === 0 ? 0 : reads / (ms / 1000) / settings.containers;
+    const rate = ({ ms, reads, writes, byItem }: (typeof totals)['outside']): HotKeyPhase => ({
       seconds: ms / 1000,
-      readsPerContainerSecond: ms === 0 ? 0 : reads / (ms / 1000) / settings.containers,
+      readsPerContainerSecond: perContainerSecond(ms, reads),
+      busiestItemReadsPerContainerSecond: perContainerSecond(ms, Math.max(0, ...byItem.values())),
+      itemsRead: byItem.size,
       writesPerSecond: ms === 0 ? 0 : writes / (ms / 1000),
     });
     const phases = {
@@ -214,7 +235,10 @@ export const measureHotKey = async (
       inside: rate(totals.inside),
       cutover: rate(totals.cutover),
     };
-    const busiest = Math.max(...Object.values(phases).map((p) => p.readsPerContainerSecond));
+    // The item's capacity is per item: the busiest item in the busiest phase saturates first.
+    const busiest = Math.max(
+      ...Object.values(phases).map((p) => p.busiestItemReadsPerContainerSecond),
+    );
     // The first issuance is the cold start, not a cut-over.
     const atCutover = waitsAtCutOver(calls, issuances, { beforeMs: 1_000, afterMs: 200 });
     const atCutoverChaos = waitsAtCutOver(calls, issuances, CHAOS_CUT_OVER);

@@ -16,6 +16,12 @@ export interface LocalDynamoDB {
   requests(): number;
   /** Of those, the reads (GetItem, BatchGetItem, Query, Scan). */
   reads(): number;
+  /**
+   * The GetItem reads so far by the item's key (`pk`): the hot key is one item's load
+   * (DynamoDB serves 3,000 strongly consistent reads per second per item), so a table whose
+   * readers spread over several items is judged by its busiest.
+   */
+  readsByItem(): ReadonlyMap<string, number>;
   close(): Promise<void>;
 }
 
@@ -28,6 +34,29 @@ const READS = new Set(['GetItem', 'BatchGetItem', 'Query', 'Scan']);
 export const isRead = (target: string | string[] | undefined): boolean =>
   READS.has(String(target ?? '').split('.')[1] ?? '');
 
+/** The `pk` a GetItem request's JSON body names, if it is one. */
+export const getItemKey = (target: unknown, body: string): string | undefined => {
+  if (String(target ?? '').split('.')[1] !== 'GetItem') return undefined;
+  try {
+    const key = (JSON.parse(body) as { Key?: { pk?: { S?: unknown } } }).Key?.pk?.S;
+    return typeof key === 'string' ? key : undefined;
+  } catch {
+    return undefined;
+  }
+};
+
+/** Counts GetItem reads by item, for {@link LocalDynamoDB.readsByItem}. */
+export const itemReadCounter = () => {
+  const byItem = new Map<string, number>();
+  return {
+    count(target: unknown, body: string): void {
+      const key = getItemKey(target, body);
+      if (key !== undefined) byItem.set(key, (byItem.get(key) ?? 0) + 1);
+    },
+    readsByItem: (): ReadonlyMap<string, number> => new Map(byItem),
+  };
+};
+
 /** How long `close()` lets the requests dynalite has taken finish before it cuts them off. */
 const DRAIN_MS = 2_000;
 
@@ -38,13 +67,21 @@ export const startDynalite = async ({
   const server = dynalite({ createTableMs: 0, deleteTableMs: 0, updateTableMs: 0 });
   let requests = 0;
   let reads = 0;
+  const items = itemReadCounter();
   // Requests whose handler is still running. dynalite goes on with a request after its client
   // has gone, and throws from a database callback if the database was closed under it, which
   // ends the whole process (a chaos run closes it right after cutting its containers off).
   const running = new Set<ServerResponse>();
   server.on('request', (request: IncomingMessage, response: ServerResponse) => {
     requests += 1;
-    if (isRead(request.headers['x-amz-target'])) reads += 1;
+    const target = request.headers['x-amz-target'];
+    if (isRead(target)) {
+      reads += 1;
+      // A second reader of the body (dynalite reads it too): both get every chunk.
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => items.count(target, Buffer.concat(chunks).toString('utf8')));
+    }
     running.add(response);
     // dynalite also throws when a client goes before its body has arrived ("aborted"): that
     // request is over, and its handler never runs.
@@ -65,7 +102,13 @@ export const startDynalite = async ({
     while (busy() && Date.now() < until) await sleep(5);
     await bound.close();
   };
-  return { url: bound.url, requests: () => requests, reads: () => reads, close };
+  return {
+    url: bound.url,
+    requests: () => requests,
+    reads: () => reads,
+    readsByItem: items.readsByItem,
+    close,
+  };
 };
 
 /** Creates the broker's table as infra/ declares it (key `pk`), if it does not exist. */

@@ -88,6 +88,9 @@ describe('Counting the item’s reads: dynalite and DynamoDB Local behind the be
       const [onDynalite, onLocal] = [await traffic(dynalite), await traffic(counted)];
       expect([dynalite.reads(), dynalite.requests()]).toEqual([3, 6]);
       expect([counted.reads(), counted.requests()]).toEqual([3, 6]);
+      // The hot key is one item's reads: both count the GetItems by the item's key.
+      expect(Object.fromEntries(dynalite.readsByItem())).toEqual({ 'token#sandbox': 2 });
+      expect(Object.fromEntries(counted.readsByItem())).toEqual({ 'token#sandbox': 2 });
       // Why the bench runs on both: on dynalite the adapter reads what the failed write lost to.
       expect(onDynalite).toBeUndefined();
       expect(onLocal).toMatchObject({ v: { N: '1' } });
