@@ -98,6 +98,13 @@ export interface LeaseTerms {
   readonly stepMs?: number | undefined;
 }
 
+/**
+ * A token as its replacement knows it: the whole record, or all of it but the value when this
+ * container cannot read it (`TokenState.unreadable`). Dropping or replacing one needs only its
+ * digest.
+ */
+export type ReplacedToken = Omit<TokenRecord, 'accessToken'>;
+
 /** What the shared store holds for one connection. */
 export interface TokenState {
   readonly token: TokenRecord | undefined;
@@ -118,7 +125,7 @@ export interface TokenState {
    * its replacement is announced like any other (a countdown), and a lease may replace it by
    * its digest.
    */
-  readonly unreadable?: Omit<TokenRecord, 'accessToken'> | undefined;
+  readonly unreadable?: ReplacedToken | undefined;
 }
 
 /** Who asks for the lease, with its first version, which stale lease it replaces and which token. */

@@ -4,7 +4,7 @@
  */
 import type { Clock, Deadline } from '../../clock.js';
 import type { BrokerMetrics } from '../../metrics.js';
-import type { LeaseRef, TokenRecord, TokenStore } from '../../ports.js';
+import type { LeaseRef, ReplacedToken, TokenStore } from '../../ports.js';
 import type { IssuanceCause, Issue, Trigger } from '../issuance/index.js';
 import type { CallerBoundSettings } from '../observer/index.js';
 import type { BrokerLogger } from '../types.js';
@@ -37,8 +37,11 @@ export interface LeasedFlow {
   /** Validity (ms) the caller needs from the new token. */
   readonly needMs: number;
   readonly deadline: Deadline;
-  /** The valid token this run replaces, if any: dropped if the POST is lost. */
-  readonly replacing: TokenRecord | undefined;
+  /**
+   * The valid token this run replaces, if any: dropped if the POST is lost. Or a suspect one,
+   * perhaps unreadable here (a key this container lacks): its value is never needed.
+   */
+  readonly replacing: ReplacedToken | undefined;
   /** `replacing` may already be revoked (a POST under the lease taken over may be out). */
   readonly suspect: boolean;
   /** Monotonic instant at which the lease write was sent: lease time counts from here. */

@@ -52,8 +52,9 @@ export const cleanUp = (
       // announces a countdown that outlasts a re-check, so it counts as confirmed when we let
       // go; only if the release proves we still held it: a holder paused past its lease may find
       // that another took over and revoked that token meanwhile.
-      if (view.entry(name)?.record.tokenDigest === replacing.tokenDigest) {
-        if (released) view.confirmed(replacing, releasedAt);
+      const kept = view.entry(name)?.record;
+      if (kept?.tokenDigest === replacing.tokenDigest) {
+        if (released) view.confirmed(kept, releasedAt);
         else view.drop(name);
       }
     },

@@ -20,7 +20,7 @@ import {
   StoreUnavailableError,
   UpstreamUnavailableError,
 } from '../../errors.js';
-import type { Lease, TokenRecord, TokenState } from '../../ports.js';
+import type { Lease, ReplacedToken, TokenRecord, TokenState } from '../../ports.js';
 import { causeOf, type IssuanceCause, isCallersWord } from '../issuance/index.js';
 import {
   leaseCountdown,
@@ -74,8 +74,11 @@ export type Decision =
       readonly takeOver: Lease | undefined;
       /** The digest of the token read (the lease replaces exactly it), if any. */
       readonly replacing: string | undefined;
-      /** The valid token the new one replaces (dropped if the POST's outcome is unknown). */
-      readonly replacingValid: TokenRecord | undefined;
+      /**
+       * The valid token the new one replaces (dropped if the POST's outcome is unknown), or a
+       * suspect one (below), which may be one this container cannot read (a key it lacks).
+       */
+      readonly replacingValid: ReplacedToken | undefined;
       /**
        * That token may already be revoked (the lease taken over had counted down: its POST may
        * be out). Whoever takes it over and gives up drops it before letting the lease go.
@@ -155,16 +158,16 @@ export const decide = (o: Observation): Decision => {
     const recent = stored && stored.expiresAt + timing.skewToleranceMs > o.now ? stored : undefined;
     const countdown = leaseCountdown(o.revokesOnReissue, recent, lease, o.settings);
     // A recent token under a lease that counted down (its successor's POST may be out) is
-    // suspect here too, though expired on this clock: a slower one may still serve it. So a
-    // flow that ends without a token drops it rather than leave it servable there (I2;
-    // review 4: test/lib/broker/suspect-recent-token.test.ts).
+    // suspect here too, though expired on this clock, or unreadable here: a slower clock, or a
+    // container with the key, may still serve it. So a flow that ends without a token drops
+    // it rather than leave it servable there (I2; review 4:
+    // test/lib/broker/suspect-recent-token.test.ts).
     const mayBeRevoked =
       valid === undefined &&
-      token !== undefined &&
-      recent === token &&
+      recent !== undefined &&
       o.revokesOnReissue &&
       replacementMayBeOut(lease, timing)
-        ? token
+        ? recent
         : undefined;
     if (leaseNeedsMs(countdown, timing) >= o.leftMs) return refuse(notEnoughTime(countdown));
     const warmUp = o.need === 'outside-window';

@@ -145,7 +145,7 @@ export class ConnectionView {
   }
 
   /** Drops the entry of `record`'s connection only if it still holds that token. */
-  forget(record: TokenRecord): void {
+  forget(record: Pick<TokenRecord, 'connection' | 'tokenDigest'>): void {
     this.apply(record.connection, { type: 'token-dropped', digest: record.tokenDigest });
   }
 
