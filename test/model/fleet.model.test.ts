@@ -72,11 +72,23 @@ type Command =
   /** The container's next store write lands, and its answer is lost (an SDK error). */
   | { readonly kind: 'lose'; readonly node: number }
   /**
+   * The container's next store write is not applied and fails (throttled, a 500 after the
+   * SDK's retries): a token write that fails leaves the token in its holder's memory only.
+   */
+  | { readonly kind: 'refuse'; readonly node: number }
+  /**
    * The container's next access-token POST reaches the upstream but its answer never comes
    * (outcome unknown, after the timeout); the upstream processes it `ms` after it was sent,
    * within the grace the protocol assumes (the upstream timeout: it cannot be fenced).
    */
   | { readonly kind: 'late-post'; readonly node: number; readonly ms: number }
+  /**
+   * The container's wall clock steps by `ms` while its next access-token POST is out (an NTP
+   * correction): between the lease's confirmation and the answer, where a step between
+   * commands never lands. Its monotonic clock does not move (review 2's finding: a memory-only
+   * token vouched for on the wall clock).
+   */
+  | { readonly kind: 'step-in-post'; readonly node: number; readonly ms: number }
   /** DynamoDB's TTL runs: every item whose `ttl` is past may vanish, at any moment. */
   | { readonly kind: 'sweep' }
   /** Nobody asks for a while (a night, shortened): tokens expire and their ttl passes. */
@@ -86,6 +98,13 @@ type Command =
    * `ReplicatedWriteConflictException` (not applied), answered after its round trip.
    */
   | { readonly kind: 'conflicts'; readonly ms: number };
+
+/** A write the model refused (`refuse`): not applied, failed as a 500 after the SDK's retries. */
+class ModelRefusedWrite extends Error {
+  constructor() {
+    super('InternalServerError (not applied, after the SDK retries)');
+  }
+}
 
 const NODES = 4;
 /** The brokers' upstream timeout: a POST's answer is given up after it, and its grace. */
@@ -122,6 +141,14 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
   {
     weight: 1,
     arbitrary: fc.record({
+      kind: fc.constant('step-in-post' as const),
+      node,
+      ms: fc.integer({ min: -3_000, max: 3_000 }),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
       kind: fc.constant('freeze' as const),
       node,
       ms: fc.integer({ min: 100, max: 6_000 }),
@@ -136,6 +163,7 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
     }),
   },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('lose' as const), node }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('refuse' as const), node }) },
   {
     weight: 1,
     arbitrary: fc.record({
@@ -252,10 +280,14 @@ const runFleet = async ({
   const reported = new Set<string>();
   const stats = { served: 0, refused: 0, codes: new Set<string>(), conflicts: 0 };
   const loseNext: boolean[] = [];
+  const refuseNext: boolean[] = [];
   const upstreamClock = sim.clock('upstream');
   const latePost: (number | undefined)[] = [];
+  const stepInPost: (number | undefined)[] = [];
   /** Tokens issued by a POST whose answer never came: never stored, by design (I1). */
   const unknownOutcome = new Set<string>();
+  /** Tokens whose write the model refused (`refuse`): kept in their holder's memory only. */
+  const unwritable = new Set<string>();
   const pending: Promise<unknown>[] = [];
   for (let i = 0; i < NODES; i += 1) {
     const clock = sim.clock(`n${i}`, offsets[i] ?? 0);
@@ -264,6 +296,11 @@ const runFleet = async ({
       authorize: async () => sealCode('code'),
       requestToken: async (_connection, _credentials, _code, options) => {
         options.signal?.throwIfAborted();
+        const stepMs = stepInPost[i];
+        if (stepMs !== undefined) {
+          stepInPost[i] = undefined;
+          sim.step(`n${i}`, stepMs);
+        }
         const lateMs = latePost[i];
         if (lateMs !== undefined) {
           latePost[i] = undefined;
@@ -310,7 +347,9 @@ const runFleet = async ({
         write &&
         sim.now() <= conflictsUntil &&
         writes.some((w) => w.region !== region && w.sentAt <= sim.now() && w.until >= mine.sentAt);
-      const answer = racing ? undefined : await call();
+      const refused = write && !racing && refuseNext[i] === true;
+      if (refused) refuseNext[i] = false;
+      const answer = racing || refused ? undefined : await call();
       if (roundTrip - out > 0) await clock.sleep(roundTrip - out);
       if (racing) {
         stats.conflicts += 1;
@@ -318,6 +357,9 @@ const runFleet = async ({
           message: 'Replicated write conflict (not applied)',
           $metadata: {},
         });
+      }
+      if (refused) {
+        throw new ModelRefusedWrite();
       }
       if (loseNext[i]) {
         // Applied by the store; the answer is lost on the way back.
@@ -369,6 +411,7 @@ const runFleet = async ({
         conditional({ deadline: o?.deadline }, () => store.deleteIfMatches(n, d, o)),
       markReported: (n, d, call = {}) => conditional(call, () => store.markReported(n, d)),
       putToken: async (record, holder, call = {}) => {
+        // A token write refused by the model (`refuse`) leaves its token in memory only.
         const wrote = await conflicts.attempt(call, async () => {
           const ok = await late(async () => {
             const landed = await store.putToken(record, holder);
@@ -376,7 +419,10 @@ const runFleet = async ({
             // Issued on a caller's word (a forcing minValidity, a report, or a takeover of one).
             if (landed && record.forced) forcedAt.push(sim.now());
             return landed;
-          }, true);
+          }, true).catch((error: unknown) => {
+            if (error instanceof ModelRefusedWrite) unwritable.add(record.accessToken);
+            throw error;
+          });
           if (!ok) throw refused();
         });
         if (wrote !== 'refused after a conflict') return wrote;
@@ -476,8 +522,14 @@ const runFleet = async ({
         // Deadlines are judged on the monotonic clock (ADR 0012): a step exempts nobody from I3.
         sim.step(`n${command.node}`, command.ms);
         break;
+      case 'step-in-post':
+        stepInPost[command.node] = command.ms;
+        break;
       case 'lose':
         loseNext[command.node] = true;
+        break;
+      case 'refuse':
+        refuseNext[command.node] = true;
         break;
       case 'late-post':
         latePost[command.node] = command.ms;
@@ -521,11 +573,12 @@ const runFleet = async ({
   await sim.run(Promise.allSettled(pending), 120_000, 50);
   for (const broker of brokers) await sim.run(broker.idle(), 60_000, 50);
 
-  // I1: every issued token reached the store, unless its container was frozen meanwhile or
-  // its request's outcome was unknown (counted as issued: the grace held its lease).
+  // I1: every issued token reached the store, unless its container was frozen meanwhile, its
+  // request's outcome was unknown (counted as issued: the grace held its lease), or its write
+  // was refused (kept in memory only, under the lease's confirmation).
   for (const [token, n] of issuedBy) {
     const frozen = disturbed.some((d) => d.node === n && d.to !== Number.POSITIVE_INFINITY);
-    if (!written.has(token) && !frozen && !unknownOutcome.has(token))
+    if (!written.has(token) && !frozen && !unknownOutcome.has(token) && !unwritable.has(token))
       violations.push(`I1: ${token} (asked by n${n}) was issued but never stored`);
   }
   // I4: replacements on a caller's word at most one per window, plus one after each natural
