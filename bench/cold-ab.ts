@@ -9,9 +9,16 @@
  *   `measureColdInEnvironment`;
  * - outside the bench's harness: a plain `node` process (`cold-outside.mjs`, not bundled)
  *   timing import to the first token, wall and CPU.
+ * - on request only (`instructions` in COLD_MEASURES): the same outside cold start under
+ *   valgrind's callgrind, counting the CPU instructions it runs in user space, millions. About
+ *   60 times slower, but the count hardly moves with the machine's load (±1 % between runs where
+ *   wall time moves ±5 %): it tells apart two builds a few hundred microseconds apart on a shared
+ *   machine. It misses what is not an instruction of the process (file reads, cache misses),
+ *   so it ranks changes; the times above are the figures.
  * Each run's figure is a build's median over the bare bundle's median; the line per build gives
  * the median of the runs' ratios, then the runs'. Environment: COLD_RUNS (3), COLD_ROUNDS (15),
- * COLD_MEASURES (`process,environment,outside`: which to run). COLD_PROFILE_DIR=<dir>: each
+ * COLD_MEASURES (`process,environment,outside`: which to run; `instructions` too, if valgrind is
+ * installed). COLD_PROFILE_DIR=<dir>: each
  * outside cold start also writes a V8 CPU profile there (`--cpu-prof`, 100 µs samples; with
  * BUILD_MINIFY=0 its functions keep their names), to find where init spends its time.
  */
@@ -39,7 +46,12 @@ const rounds = Number(process.env.COLD_ROUNDS ?? 15);
 const chosen = new Set((process.env.COLD_MEASURES ?? 'process,environment,outside').split(','));
 
 const run = promisify(execFile);
-const outsideOnce = async (bundle: string, event: unknown, env: Record<string, string>) => {
+const outsideOnce = async (
+  bundle: string,
+  event: unknown,
+  env: Record<string, string>,
+  { counted = false } = {},
+) => {
   const profile = process.env.COLD_PROFILE_DIR
     ? [
         '--cpu-prof',
@@ -49,25 +61,42 @@ const outsideOnce = async (bundle: string, event: unknown, env: Record<string, s
         resolve(process.env.COLD_PROFILE_DIR),
       ]
     : [];
-  const { stdout } = await run(
-    process.execPath,
-    [...profile, outside, bundle, JSON.stringify(event)],
+  const command = counted
+    ? ['valgrind', '--tool=callgrind', '--callgrind-out-file=/dev/null', process.execPath]
+    : [process.execPath];
+  const { stdout, stderr } = await run(
+    command[0] ?? process.execPath,
+    [...command.slice(1), ...profile, outside, bundle, JSON.stringify(event)],
     {
       env: { PATH: process.env.PATH ?? '', ...env },
       encoding: 'utf8',
     },
   );
-  return JSON.parse(stdout.trim().split('\n').pop() ?? '{}') as { wallMs: number; cpuMs: number };
+  const result = JSON.parse(stdout.trim().split('\n').pop() ?? '{}') as {
+    wallMs: number;
+    cpuMs: number;
+  };
+  // callgrind's summary on stderr: "==pid== I   refs:      655,371,512".
+  const refs = /I\s+refs:\s+([\d,]+)/.exec(stderr)?.[1]?.replaceAll(',', '');
+  return { ...result, instructions: refs === undefined ? Number.NaN : Number(refs) / 1e6 };
 };
 
-type Measure = 'process' | 'process init' | 'environment' | 'outside wall' | 'outside cpu';
+type Measure =
+  | 'process'
+  | 'process init'
+  | 'environment'
+  | 'outside wall'
+  | 'outside cpu'
+  | 'instructions';
 const measures: Measure[] = [
   'process',
   'process init',
   'environment',
   'outside wall',
   'outside cpu',
+  'instructions',
 ];
+const UNIT: Partial<Record<Measure, string>> = { instructions: 'millions of instructions' };
 const median = (values: number[]) => percentile(values, 50);
 const event = { action: 'getToken', connection: 'sandbox' };
 const bareEvent = { connection: 'sandbox' };
@@ -110,6 +139,14 @@ try {
         add(`${b.name} outside cpu`, o.cpuMs);
       }
     }
+    for (let i = 0; i < (chosen.has('instructions') ? rounds : 0); i += 1) {
+      for (const b of [...builds, { name: 'bare', bundle: bare }]) {
+        const o = await outsideOnce(b.bundle, b.name === 'bare' ? bareEvent : event, stack.env, {
+          counted: true,
+        });
+        add(`${b.name} instructions`, o.instructions);
+      }
+    }
     for (const m of measures.filter((m) => chosen.has(m.split(' ')[0] ?? ''))) {
       const reference = median(samples.get(`bare ${m}`) ?? []);
       times.set(`bare ${m}`, [...(times.get(`bare ${m}`) ?? []), reference]);
@@ -129,11 +166,12 @@ try {
 }
 const fixed = (values: number[], digits: number) => values.map((v) => v.toFixed(digits)).join(', ');
 for (const m of measures.filter((m) => chosen.has(m.split(' ')[0] ?? ''))) {
-  log(`${m} (ms, median of ${rounds}; bare: ${fixed(times.get(`bare ${m}`) ?? [], 1)})`);
+  const unit = UNIT[m] ?? 'ms';
+  log(`${m} (${unit}, median of ${rounds}; bare: ${fixed(times.get(`bare ${m}`) ?? [], 1)})`);
   for (const b of builds) {
     const list = ratios.get(`${b.name} ${m}`) ?? [];
     log(
-      `  ${b.name.padEnd(8)} ${median(list).toFixed(2)}× (${fixed(list, 2)})  ms: ${fixed(times.get(`${b.name} ${m}`) ?? [], 1)}`,
+      `  ${b.name.padEnd(8)} ${median(list).toFixed(2)}× (${fixed(list, 2)})  ${unit === 'ms' ? 'ms' : 'M'}: ${fixed(times.get(`${b.name} ${m}`) ?? [], 1)}`,
     );
   }
 }
