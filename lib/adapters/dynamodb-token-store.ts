@@ -140,53 +140,55 @@ export class DynamoDBTokenStore implements TokenStore {
     // attempt landed, its answer lost (sent again, its condition would fail, and the lease
     // stand, unheld, until it lapsed). Either way the main item's image goes to its copies
     // before the answer.
-    const decided = await this.#conflicts.retry(call, async (conflictsBefore) => {
-      if (conflictsBefore > 0) {
-        const main = await this.#readMain(connection);
-        const verdict = afterConflict(request, await fromItem(main, this.cipher));
-        if (verdict) return { verdict, main };
-      }
-      try {
-        const main = await this.#update(connection, {
-          set: ['leaseHolder = :holder', 'leaseForced = :forced', LEASE_FIELDS],
-          remove: ['#ttl'],
-          // Timeline of the race this prevents:
-          //   t0  A and B both read a token about to expire, no lease
-          //   t1  A takes the lease (condition holds), runs the flow
-          //   t2  B tries: a lease exists → fails, B waits for A's token
-          //   t3  A writes its token and the lease goes with it (putToken)
-          //   t4  a late C tries: no lease, but the item no longer holds the token C read →
-          //       fails, C serves A's token. Without the token clause C would issue again.
-          // A holder that dies leaves its lease: a waiter that saw that same version unchanged
-          // for its duration, on the waiter's own clock, takes over exactly that version. No
-          // clock of another container is compared with ours, so a skewed clock takes nothing
-          // early; and if the holder wrote meanwhile, the version differs and this fails.
-          // A takeover lands only on exactly that version: never on a lease that has gone, since
-          // a reader may have read the token with no lease since, and been told it is safe for
-          // a whole countdown (I2; review finding R1).
-          condition: `${lease ? lease.condition : 'attribute_not_exists(leaseHolder)'} AND ${
-            replacing === undefined
-              ? 'attribute_not_exists(tokenDigest)'
-              : 'tokenDigest = :replacing'
-          }`,
-          names: TTL_NAME,
-          values: {
-            ...terms(request),
-            ':holder': { S: request.holder },
-            ':forced': { BOOL: request.forced === true },
-            ...(replacing === undefined ? {} : { ':replacing': { S: replacing } }),
-            ...lease?.values,
-          },
-        });
-        return { verdict: { acquired: true } as const, main };
-      } catch (error) {
-        if (error instanceof ConditionalCheckFailedException) refusal = { item: error.Item };
-        throw error;
-      }
-    }).catch((error: unknown) => {
-      if (!(error instanceof ConditionalCheckFailedException)) throw error;
-      return undefined;
-    });
+    const decided = await this.#conflicts
+      .retry(call, async (conflictsBefore) => {
+        if (conflictsBefore > 0) {
+          const main = await this.#readMain(connection);
+          const verdict = afterConflict(request, await fromItem(main, this.cipher));
+          if (verdict) return { verdict, main };
+        }
+        try {
+          const main = await this.#update(connection, {
+            set: ['leaseHolder = :holder', 'leaseForced = :forced', LEASE_FIELDS],
+            remove: ['#ttl'],
+            // Timeline of the race this prevents:
+            //   t0  A and B both read a token about to expire, no lease
+            //   t1  A takes the lease (condition holds), runs the flow
+            //   t2  B tries: a lease exists → fails, B waits for A's token
+            //   t3  A writes its token and the lease goes with it (putToken)
+            //   t4  a late C tries: no lease, but the item no longer holds the token C read →
+            //       fails, C serves A's token. Without the token clause C would issue again.
+            // A holder that dies leaves its lease: a waiter that saw that same version unchanged
+            // for its duration, on the waiter's own clock, takes over exactly that version. No
+            // clock of another container is compared with ours, so a skewed clock takes nothing
+            // early; and if the holder wrote meanwhile, the version differs and this fails.
+            // A takeover lands only on exactly that version: never on a lease that has gone, since
+            // a reader may have read the token with no lease since, and been told it is safe for
+            // a whole countdown (I2; review finding R1).
+            condition: `${lease ? lease.condition : 'attribute_not_exists(leaseHolder)'} AND ${
+              replacing === undefined
+                ? 'attribute_not_exists(tokenDigest)'
+                : 'tokenDigest = :replacing'
+            }`,
+            names: TTL_NAME,
+            values: {
+              ...terms(request),
+              ':holder': { S: request.holder },
+              ':forced': { BOOL: request.forced === true },
+              ...(replacing === undefined ? {} : { ':replacing': { S: replacing } }),
+              ...lease?.values,
+            },
+          });
+          return { verdict: { acquired: true } as const, main };
+        } catch (error) {
+          if (error instanceof ConditionalCheckFailedException) refusal = { item: error.Item };
+          throw error;
+        }
+      })
+      .catch((error: unknown) => {
+        if (!(error instanceof ConditionalCheckFailedException)) throw error;
+        return undefined;
+      });
     if (decided) {
       await this.#keepCopies(connection, decided.main, call);
       return decided.verdict;
