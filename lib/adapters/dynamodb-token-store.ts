@@ -27,6 +27,13 @@
  * | forced          | BOOL | issued at a caller's word (see TokenRecord.forced); else absent |
  * | reportedDigest  | S    | digest of a token reported too young to go: replaced later    |
  * | invalidatedAt   | N    | epoch ms at which an invalidate report removed the token      |
+ * | seq, epoch      | N    | where the item's image stands, for its read copies            |
+ * | copies          | N    | how many read copies the item has (absent: none)              |
+ * | copiesRetiring  | N    | while copies are reduced: how many writers still keep         |
+ *
+ * Read copies, items `copy#<i>#token#<connection>` (ADR 0024, `dynamodb-token-copies.ts`): every
+ * write of the main item is answered only once each copy holds its image or a later one, and
+ * reads go to a copy once this container knows the item has some.
  */
 import {
   ConditionalCheckFailedException,
