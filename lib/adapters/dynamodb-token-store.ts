@@ -82,6 +82,11 @@ export { tokenKey } from './dynamodb-token-item.js';
 interface MainWrite {
   readonly set?: readonly string[];
   readonly remove?: readonly string[];
+  /**
+   * The REMOVE clause first, as these writes were before the sequence (a release, a dropped
+   * token): the chaos suite tells writes apart by how their expression starts.
+   */
+  readonly removeFirst?: boolean;
   readonly condition: string;
   readonly names?: Readonly<Record<string, string>>;
   readonly values?: Item;
@@ -279,6 +284,7 @@ export class DynamoDBTokenStore implements TokenStore {
       connection,
       this.#conflicts.untilLapsed(lease, call),
       {
+        removeFirst: true,
         remove: [
           'leaseHolder',
           'leaseVersion',
@@ -316,6 +322,7 @@ export class DynamoDBTokenStore implements TokenStore {
         // The report's time stays until the next token is written (putToken replaces the
         // item): the next issuance's cause.
         set: ['invalidatedAt = :reportedAt'],
+        removeFirst: true,
         remove: [
           'accessToken',
           'tokenCiphertext',
@@ -431,13 +438,16 @@ export class DynamoDBTokenStore implements TokenStore {
    */
   async #update(connection: string, write: MainWrite): Promise<Item | undefined> {
     const remove = write.remove ?? [];
+    const clauses = [
+      `SET ${[...(write.set ?? []), SEQUENCE_SET].join(', ')}`,
+      ...(remove.length > 0 ? [`REMOVE ${remove.join(', ')}`] : []),
+    ];
+    if (write.removeFirst) clauses.reverse();
     const { Attributes } = await this.client.send(
       new UpdateItemCommand({
         TableName: this.tableName,
         Key: tokenKey(connection),
-        UpdateExpression: `SET ${[...(write.set ?? []), SEQUENCE_SET].join(', ')}${
-          remove.length > 0 ? ` REMOVE ${remove.join(', ')}` : ''
-        } ${SEQUENCE_ADD}`,
+        UpdateExpression: `${clauses.join(' ')} ${SEQUENCE_ADD}`,
         ConditionExpression: write.condition,
         ...(write.names ? { ExpressionAttributeNames: { ...write.names } } : {}),
         ExpressionAttributeValues: { ...write.values, ...sequenceValues(this.#clock.now()) },
