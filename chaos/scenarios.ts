@@ -4,6 +4,7 @@
  * trigger fires on the first matching event once armed, at most `max` times per run and not
  * again within `cooldownMs`, so that one fault hits one issuance at a time.
  */
+import { COPIES_SCENARIOS } from './copies-scenarios.js';
 import type { Scenario, ScenarioContext } from './harness.js';
 import type { ProxiedRequest, ProxiedResponse } from './proxy.js';
 import { REGION_SCENARIOS } from './region-scenarios.js';
@@ -676,6 +677,8 @@ export const SCENARIOS: readonly Scenario[] = [
   ...REGION_SCENARIOS,
   // Issue 25: the previous release and this one in one fleet.
   ...RELEASE_SCENARIOS,
+  // Issue 25's hot key: read copies of the token item, writers stopped before their copies.
+  ...COPIES_SCENARIOS,
 ];
 
 export const scenarioNamed = (name: string): Scenario | undefined =>
