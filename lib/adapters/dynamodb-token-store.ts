@@ -514,7 +514,7 @@ export class DynamoDBTokenStore implements TokenStore {
   /**
    * Puts `main` (an image of the main item) on every copy its writers keep, in parallel: a copy
    * that holds it or a later image already refuses it, which is as good. Answers once all
-   * hold it; a copy that cannot be written (within the call's bound) throws
+   * hold it; a copy that cannot be written, or is not by the call's bound, throws
    * {@link CopiesUnwrittenError}: the write's outcome is unknown to the caller.
    */
   async #keepCopies(connection: string, main: Item | undefined, bound: Bound): Promise<void> {
@@ -539,7 +539,20 @@ export class DynamoDBTokenStore implements TokenStore {
         // Refused: the copy holds a later image already.
         .then(() => undefined),
     );
-    const failed = (await Promise.allSettled(puts)).find((put) => put.status === 'rejected');
+    const settled = Promise.allSettled(puts);
+    // The caller's bound: past it, the write's outcome is unknown to the caller (the puts go
+    // on, and a late one never overwrites a later image).
+    const leftMs =
+      'untilMs' in bound ? bound.untilMs - this.#clock.monotonic() : bound.deadline?.leftMs();
+    let cancel: (() => void) | undefined;
+    const late = new Promise<'late'>((resolve) => {
+      if (leftMs !== undefined)
+        cancel = this.#clock.after(Math.max(0, leftMs), () => resolve('late'));
+    });
+    const outcome = await Promise.race([settled, late]);
+    cancel?.();
+    if (outcome === 'late') throw new CopiesUnwrittenError(connection, { cause: 'deadline' });
+    const failed = outcome.find((put) => put.status === 'rejected');
     if (failed) throw new CopiesUnwrittenError(connection, { cause: failed.reason });
   }
 }

@@ -23,7 +23,7 @@ import {
   tokenKey,
 } from '../../../lib/adapters/dynamodb-token-store.js';
 import { tokenDigest } from '../../../lib/broker/index.js';
-import { systemClock } from '../../../lib/clock.js';
+import { Deadline, systemClock } from '../../../lib/clock.js';
 import type { LeaseRef, LeaseRequest, TokenRecord } from '../../../lib/ports.js';
 import { startAmazonDynamoDBLocal } from '../../../local/amazon-dynamodb-local.js';
 import { ensureTable, localDynamoDBClient, startDynalite } from '../../../local/dynamodb-local.js';
@@ -379,6 +379,22 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
       store.putToken(record('unwritable-1', 'unwritable'), ref('a:1', 'v2')),
     ).rejects.toBeInstanceOf(CopiesUnwrittenError);
     backend.failPuts(undefined);
+  });
+
+  it('a copy not written by the call’s deadline makes the write an unknown outcome too', async () => {
+    const store = container();
+    await store.setCopies('slow-copy', 2);
+    await store.acquireLease('slow-copy', lease('a:1', { countdown: 3 }));
+    backend.delayPuts('copy#1#', 400);
+    await expect(
+      store.renewLease('slow-copy', ref('a:1'), terms('v2', 2), {
+        deadline: Deadline.in(systemClock, 150),
+      }),
+    ).rejects.toBeInstanceOf(CopiesUnwrittenError);
+    expect((await raw(tokenKey('slow-copy')))?.leaseVersion).toEqual({ S: 'v2' });
+    // Without a deadline it waits for the slow copy, and answers.
+    expect(await store.renewLease('slow-copy', ref('a:1'), terms('v2', 2))).toBe(true);
+    await copiesHoldMain('slow-copy', 2);
   });
 
   it('sets copies 3 → 0 → 3: readers follow the item, 0 is answered once every copy says 0, and writes with none touch no copy', async () => {
