@@ -21,6 +21,7 @@ const UNIT = [
   'test/bench-costs.test.ts',
   'test/bench-counted-dynamodb.test.ts',
   'test/chaos.test.ts',
+  'test/copies-command.test.ts',
   'test/local-dynalite.test.ts',
   'test/local-secrets-file.test.ts',
 ];

@@ -129,6 +129,8 @@ export interface ScenarioContext {
   readonly nodes: readonly ChaosNode[];
   /** The regions' proxies (empty without regions): isolate one, read its counters. */
   readonly regions: readonly RegionLink[];
+  /** The fleet's table, reached directly (no container's link): an operator's action on it. */
+  readonly table: { readonly url: string; readonly name: string };
   readonly startedAt: number;
   readonly endsAt: number;
   /** Milliseconds since the run started. */
@@ -435,6 +437,7 @@ export const runScenario = async (
       settings,
       nodes,
       regions: regionLinks,
+      table: { url: stack.dynamodb.url, name: stack.tableName },
       startedAt,
       endsAt,
       elapsed: () => Date.now() - startedAt,

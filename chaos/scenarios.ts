@@ -4,6 +4,7 @@
  * trigger fires on the first matching event once armed, at most `max` times per run and not
  * again within `cooldownMs`, so that one fault hits one issuance at a time.
  */
+import { COPIES_SCENARIOS } from './copies-scenarios.js';
 import type { Scenario, ScenarioContext } from './harness.js';
 import type { ProxiedRequest, ProxiedResponse } from './proxy.js';
 import { REGION_SCENARIOS } from './region-scenarios.js';
@@ -192,7 +193,9 @@ export const onCountdownStep = (
  * What a DynamoDB write of the broker is for, read from its body: `take` (acquire the lease),
  * `confirm` (the fence before the access-token POST: a renewal longer than the 3 s lease),
  * `heartbeat` (a 3 s renewal), `release`, `drop-token` (compare-and-delete), `put` (the token,
- * which releases the lease), or `other` (reads).
+ * which releases the lease: a `PutItem` of the main item before read copies, an `UpdateItem`
+ * setting the token's attributes by placeholder since), `copy` (an image put on a read copy,
+ * ADR 0024), or `other` (reads, the operator's count of copies).
  */
 export type DynamodbWrite =
   | 'take'
@@ -201,22 +204,27 @@ export type DynamodbWrite =
   | 'release'
   | 'drop-token'
   | 'put'
+  | 'copy'
   | 'other';
 
 export const dynamodbWrite = (request: ProxiedRequest): DynamodbWrite => {
   const operation = dynamodbOperation(request);
-  if (operation === 'PutItem') return 'put';
-  if (operation !== 'UpdateItem') return 'other';
+  if (operation !== 'UpdateItem' && operation !== 'PutItem') return 'other';
   let body: {
     UpdateExpression?: string;
     ExpressionAttributeValues?: Record<string, { N?: string }>;
+    Item?: { pk?: { S?: string } };
   };
   try {
     body = JSON.parse(request.body.toString('utf8'));
   } catch {
     return 'other';
   }
+  if (operation === 'PutItem') {
+    return body.Item?.pk?.S?.startsWith('copy#') ? 'copy' : 'put';
+  }
   const expression = body.UpdateExpression ?? '';
+  if (expression.startsWith('SET #a0 = :a0')) return 'put';
   if (expression.startsWith('SET leaseHolder')) return 'take';
   if (expression.startsWith('SET leaseVersion')) {
     const durationMs = Number(body.ExpressionAttributeValues?.[':durationMs']?.N);
@@ -263,7 +271,7 @@ const RETRIES_WITHIN_MS = 3_000;
 const loseDynamodbAnswers = (shots: readonly AnswerShot[]) => (context: ScenarioContext) => {
   const fired = shots.map(() => false);
   const repeats: { node: number; body: Buffer; fault: AnswerShot['fault']; until: number }[] = [];
-  /** Run time at which dynalite first accepted a token PutItem. */
+  /** Run time at which dynalite first accepted a token write. */
   let storedAt: number | undefined;
   const inPhase = (phase: AnswerShot['phase'], now: number) =>
     phase === 'cold-start'
@@ -397,14 +405,14 @@ export const SCENARIOS: readonly Scenario[] = [
   {
     name: 'pause-before-write',
     settings: LONGER,
-    injects: `holder SIGSTOPped ${PAUSE_MS / 1000} s when its token PutItem reaches DynamoDB (the write lands after the pause)`,
+    injects: `holder SIGSTOPped ${PAUSE_MS / 1000} s when its token write reaches DynamoDB (the write lands after the pause)`,
     install: (context) => {
       const fire = trigger(context, { max: 2, cooldownMs: 8_000 });
       for (const node of context.nodes) {
         node.dynamodb.setHooks({
           onRequest: async (request) => {
-            if (dynamodbOperation(request) !== 'PutItem' || !fire()) return;
-            context.inject(`SIGSTOP ${PAUSE_MS} ms at the token PutItem`, node.index);
+            if (dynamodbWrite(request) !== 'put' || !fire()) return;
+            context.inject(`SIGSTOP ${PAUSE_MS} ms at the token write`, node.index);
             context.pause(node.index, PAUSE_MS);
             await context.sleep(PAUSE_MS);
           },
@@ -526,7 +534,7 @@ export const SCENARIOS: readonly Scenario[] = [
     name: 'dynamodb-answer-lost-put',
     settings: DYNAMODB_ANSWER_LOST,
     injects:
-      'the token PutItem applied by DynamoDB (releasing the lease with it), its answer lost on the holder\u2019s link. Cold start: reset (the SDK retry answered: its condition fails). Refresh: no answer',
+      'the token write applied by DynamoDB (releasing the lease with it), its answer lost on the holder\u2019s link. Cold start: reset (the SDK retry answered: its condition fails). Refresh: no answer',
     install: loseDynamodbAnswers([
       { write: 'put', fault: 'reset', attempts: 'first', phase: 'cold-start' },
       { write: 'put', fault: 'drop', attempts: 'first', phase: 'refresh' },
@@ -669,6 +677,8 @@ export const SCENARIOS: readonly Scenario[] = [
   ...REGION_SCENARIOS,
   // Issue 25: the previous release and this one in one fleet.
   ...RELEASE_SCENARIOS,
+  // Issue 25's hot key: read copies of the token item, writers stopped before their copies.
+  ...COPIES_SCENARIOS,
 ];
 
 export const scenarioNamed = (name: string): Scenario | undefined =>

@@ -19,11 +19,14 @@ import {
   PreviousReleaseError,
   resolveCommit,
 } from '../chaos/previous-release.js';
-import { type FaultProxy, startFaultProxy } from '../chaos/proxy.js';
+import { type FaultProxy, type ProxiedRequest, startFaultProxy } from '../chaos/proxy.js';
 import { CONFLICT_TYPE, type RegionWorld, startRegionWorld } from '../chaos/regions.js';
 import { replacementsBeyondI4 } from '../chaos/release-scenarios.js';
 import { faultsNotFired } from '../chaos/report.js';
-import { SCENARIOS } from '../chaos/scenarios.js';
+import { dynamodbWrite, SCENARIOS } from '../chaos/scenarios.js';
+import { DynamoDBTokenStore } from '../lib/adapters/dynamodb-token-store.js';
+import { tokenDigest } from '../lib/broker/index.js';
+import { ensureTable, localDynamoDBClient, startDynalite } from '../local/dynamodb-local.js';
 import { generateClient, type Simulator, startSimulator } from '../local/simulator.js';
 
 describe('Function: startFaultProxy', () => {
@@ -322,6 +325,95 @@ describe('Function: startRegionWorld (MRSC regions in front of one table)', () =
     expect((await send(url, 'UpdateItem', write('a'))).status).toBe(200);
     expect(region?.stats()).toMatchObject({ isolated: 2 });
     expect(hits).toEqual(['DynamoDB_20120810.GetItem', 'DynamoDB_20120810.UpdateItem']);
+  });
+});
+
+describe('Function: dynamodbWrite (what the scenarios aim at)', () => {
+  it('tells apart every write the store adapter sends, copies included, and an older release’s token PutItem', async () => {
+    const dynalite = await startDynalite();
+    const seen: ProxiedRequest[] = [];
+    const proxy = await startFaultProxy({
+      target: dynalite.url,
+      hooks: { onRequest: (request) => void seen.push(request) },
+    });
+    const client = localDynamoDBClient(proxy.url);
+    await ensureTable(client, 'writes');
+    const store = new DynamoDBTokenStore(client, 'writes');
+    const kinds = async (act: () => Promise<unknown>) => {
+      seen.length = 0;
+      await act();
+      return seen.map(dynamodbWrite);
+    };
+    const now = Date.now();
+    const terms = (version: string, durationMs: number) => ({
+      version,
+      leaseExpiresAt: now + durationMs,
+      durationMs,
+      countdown: 1,
+    });
+    const token = {
+      connection: 'c',
+      accessToken: 't',
+      tokenDigest: tokenDigest('t'),
+      issuedAt: now,
+      expiresAt: now + 60_000,
+    };
+    try {
+      expect(
+        await kinds(() =>
+          store.acquireLease('c', {
+            holder: 'h',
+            replacing: undefined,
+            ...terms('v1', 3_000),
+          }),
+        ),
+      ).toEqual(['take']);
+      expect(
+        await kinds(() =>
+          store.renewLease('c', { holder: 'h', version: 'v1' }, terms('v2', 3_000)),
+        ),
+      ).toEqual(['heartbeat']);
+      expect(
+        await kinds(() =>
+          store.renewLease('c', { holder: 'h', version: 'v2' }, terms('v3', 8_000)),
+        ),
+      ).toEqual(['confirm']);
+      expect(await kinds(() => store.putToken(token, { holder: 'h', version: 'v3' }))).toEqual([
+        'put',
+      ]);
+      expect(await kinds(() => store.setCopies('c', 2))).toEqual([
+        'other',
+        'other',
+        'copy',
+        'copy',
+      ]);
+      expect(await kinds(() => store.deleteIfMatches('c', token.tokenDigest))).toEqual([
+        'drop-token',
+        'copy',
+        'copy',
+      ]);
+      await store.acquireLease('c', { holder: 'h2', replacing: undefined, ...terms('w1', 3_000) });
+      expect(await kinds(() => store.releaseLease('c', { holder: 'h2', version: 'w1' }))).toEqual([
+        'release',
+        'copy',
+        'copy',
+      ]);
+      // An older release writes the token whole.
+      const body = Buffer.from(
+        JSON.stringify({ TableName: 'writes', Item: { pk: { S: 'token#c' } } }),
+      );
+      expect(
+        dynamodbWrite({
+          ...(seen[0] as ProxiedRequest),
+          headers: { 'x-amz-target': 'DynamoDB_20120810.PutItem' },
+          body,
+        }),
+      ).toBe('put');
+    } finally {
+      client.destroy();
+      await proxy.close();
+      await dynalite.close();
+    }
   });
 });
 

@@ -69,7 +69,7 @@ export const retryConflicts = async <T>(
   }
 };
 
-type Bound = StoreCall | { readonly untilMs: number };
+export type Bound = StoreCall | { readonly untilMs: number };
 
 /** The store's conflict retries: its writes, bounded by each call, and its leases' lapses. */
 export class ConflictRetries {

@@ -34,6 +34,60 @@ export const toItem = async (
 });
 
 /**
+ * Every attribute of the item this release knows, but its key and the copies' bookkeeping
+ * (`seq`, `epoch`, `copies`, `copiesRetiring`: `dynamodb-token-copies.ts`). The token write
+ * removes every one it does not set, as the `PutItem` it was before copies replaced the whole
+ * item (and kept none of the bookkeeping, which it now must).
+ */
+export const ITEM_ATTRIBUTES = [
+  'connection',
+  'accessToken',
+  'tokenCiphertext',
+  'tokenDataKey',
+  'tokenDigest',
+  'issuedAt',
+  'expiresAt',
+  'ttl',
+  'forced',
+  'recheckMs',
+  'leaseHolder',
+  'leaseVersion',
+  'leaseExpiresAt',
+  'leaseDurationMs',
+  'leaseCountdown',
+  'leaseForced',
+  'leaseStepMs',
+  'leaseStepAt',
+  'reportedDigest',
+  'invalidatedAt',
+] as const;
+
+/**
+ * The token write as an update of the item: `SET` every attribute of `item` (from
+ * {@link toItem}) but its key, `REMOVE` every other attribute {@link ITEM_ATTRIBUTES} names.
+ * Names go through placeholders (`#a0`…): `connection` and `ttl` are reserved words.
+ */
+export const replacingWrite = (
+  item: Item,
+): { set: string[]; remove: string[]; names: Record<string, string>; values: Item } => {
+  const names: Record<string, string> = {};
+  const values: Item = {};
+  const set: string[] = [];
+  const remove: string[] = [];
+  ITEM_ATTRIBUTES.forEach((attribute, index) => {
+    names[`#a${index}`] = attribute;
+    const value = item[attribute];
+    if (value === undefined) {
+      remove.push(`#a${index}`);
+    } else {
+      values[`:a${index}`] = value;
+      set.push(`#a${index} = :a${index}`);
+    }
+  });
+  return { set, remove, names, values };
+};
+
+/**
  * The `ttl` of an item holding `record` (epoch seconds): DynamoDB may delete the item any time
  * after it. Clean-up only, never a guarantee (a table may have no TTL at all), so it is set where
  * a deletion can do no harm: `TTL_MARGIN_SECONDS` past the token's expiry, when no container's

@@ -27,6 +27,13 @@
  * | forced          | BOOL | issued at a caller's word (see TokenRecord.forced); else absent |
  * | reportedDigest  | S    | digest of a token reported too young to go: replaced later    |
  * | invalidatedAt   | N    | epoch ms at which an invalidate report removed the token      |
+ * | seq, epoch      | N    | where the item's image stands, for its read copies            |
+ * | copies          | N    | how many read copies the item has (absent: none)              |
+ * | copiesRetiring  | N    | while copies are reduced: how many writers still keep         |
+ *
+ * Read copies, items `copy#<i>#token#<connection>` (ADR 0024, `dynamodb-token-copies.ts`): every
+ * write of the main item is answered only once each copy holds its image or a later one, and
+ * reads go to a copy once this container knows the item has some.
  */
 import {
   ConditionalCheckFailedException,
@@ -47,11 +54,48 @@ import type {
   TokenState,
   TokenStore,
 } from '../ports.js';
-import { ConflictRetries, type ConflictRetry } from './dynamodb-conflicts.js';
-import { exactly, LEASE_FIELDS, NO_TTL, TTL_NAME, terms } from './dynamodb-lease-expressions.js';
-import { fromItem, toItem, tokenKey } from './dynamodb-token-item.js';
+import { type Bound, ConflictRetries, type ConflictRetry } from './dynamodb-conflicts.js';
+import { exactly, LEASE_FIELDS, TTL_NAME, terms } from './dynamodb-lease-expressions.js';
+import {
+  COPY_CONDITION,
+  CopiesUnwrittenError,
+  copiesOf,
+  copiesToKeep,
+  copyImage,
+  copyKey,
+  KnownCopies,
+  MAX_COPIES,
+  orderOf,
+  SEQUENCE_ADD,
+  SEQUENCE_SET,
+  sequenceValues,
+} from './dynamodb-token-copies.js';
+import { fromItem, type Item, replacingWrite, toItem, tokenKey } from './dynamodb-token-item.js';
 
+export { copyKey, MAX_COPIES } from './dynamodb-token-copies.js';
 export { tokenKey } from './dynamodb-token-item.js';
+
+/**
+ * One write of the main item: what it sets and removes, under which condition. Every write adds
+ * the sequence (`seq`, `epoch`) and asks for the new image, or the old one when refused.
+ */
+interface MainWrite {
+  readonly set?: readonly string[];
+  readonly remove?: readonly string[];
+  /**
+   * The REMOVE clause first, as these writes were before the sequence (a release, a dropped
+   * token): the chaos suite tells writes apart by how their expression starts.
+   */
+  readonly removeFirst?: boolean;
+  readonly condition: string;
+  readonly names?: Readonly<Record<string, string>>;
+  readonly values?: Item;
+}
+
+/** The refusal of a conditional write, with the item that refused it when DynamoDB sent it. */
+interface Refusal {
+  readonly item: Item | undefined;
+}
 
 export interface DynamoDBTokenStoreOptions {
   readonly clock?: Clock;
@@ -62,6 +106,8 @@ export interface DynamoDBTokenStoreOptions {
 export class DynamoDBTokenStore implements TokenStore {
   readonly #clock: Clock;
   readonly #conflicts: ConflictRetries;
+  /** How many copies each connection's item has, as far as this container has seen. */
+  readonly #known = new KnownCopies();
 
   constructor(
     private readonly client: DynamoDBClient,
@@ -75,16 +121,19 @@ export class DynamoDBTokenStore implements TokenStore {
   }
 
   async read(connection: string): Promise<TokenState> {
-    const { Item } = await this.client.send(
-      // Strongly consistent: right after an invalidate or a new issuance elsewhere, an eventually
-      // consistent read could hand back the token that was just dropped or the lease just freed.
-      new GetItemCommand({
-        TableName: this.tableName,
-        Key: tokenKey(connection),
-        ConsistentRead: true,
-      }),
-    );
-    return fromItem(Item, this.cipher);
+    // With copies (ADR 0024), one picked at random: it holds every write answered before this
+    // read was sent, as the main item does. A copy that cannot answer (missing, past the copies
+    // its image says there are, or older than an image seen here) sends the read to the main item.
+    const copies = this.#known.copies(connection);
+    if (copies > 0) {
+      const index = Math.min(copies - 1, Math.floor(this.#clock.random() * copies));
+      const image = await this.#get(copyKey(connection, index));
+      if (image && this.#known.answers(connection, index, image)) {
+        this.#known.copy(connection, image);
+        return fromItem(image, this.cipher);
+      }
+    }
+    return fromItem(await this.#readMain(connection), this.cipher);
   }
 
   async acquireLease(
@@ -95,24 +144,25 @@ export class DynamoDBTokenStore implements TokenStore {
     const { takeOver, replacing } = request;
     const lease = takeOver ? exactly(takeOver, ':stale') : undefined;
     this.#conflicts.wrote(request);
-    try {
-      // A conflict was not applied: what the item holds is read before the take is sent again.
-      // Another region's lease there means the take lost, with no further write (six containers
-      // racing for a fleet's first lease otherwise kept conflicting with each other, and with
-      // the winner's own writes, for 3-4 s); this take's own lease there means an earlier
-      // attempt landed, its answer lost (sent again, its condition would fail, and the lease
-      // stand, unheld, until it lapsed).
-      const decided = await this.#conflicts.retry(call, async (conflictsBefore) => {
+    let refusal: Refusal | undefined;
+    // A conflict was not applied: what the item holds is read before the take is sent again.
+    // Another region's lease there means the take lost, with no further write (six containers
+    // racing for a fleet's first lease otherwise kept conflicting with each other, and with
+    // the winner's own writes, for 3-4 s); this take's own lease there means an earlier
+    // attempt landed, its answer lost (sent again, its condition would fail, and the lease
+    // stand, unheld, until it lapsed). Either way the main item's image goes to its copies
+    // before the answer.
+    const decided = await this.#conflicts
+      .retry(call, async (conflictsBefore) => {
         if (conflictsBefore > 0) {
-          const state = await this.read(connection);
-          const verdict = afterConflict(request, state);
-          if (verdict) return verdict;
+          const main = await this.#readMain(connection);
+          const verdict = afterConflict(request, await fromItem(main, this.cipher));
+          if (verdict) return { verdict, main };
         }
-        await this.client.send(
-          new UpdateItemCommand({
-            TableName: this.tableName,
-            Key: tokenKey(connection),
-            UpdateExpression: `SET leaseHolder = :holder, leaseForced = :forced, ${LEASE_FIELDS} ${NO_TTL}`,
+        try {
+          const main = await this.#update(connection, {
+            set: ['leaseHolder = :holder', 'leaseForced = :forced', LEASE_FIELDS],
+            remove: ['#ttl'],
             // Timeline of the race this prevents:
             //   t0  A and B both read a token about to expire, no lease
             //   t1  A takes the lease (condition holds), runs the flow
@@ -127,64 +177,71 @@ export class DynamoDBTokenStore implements TokenStore {
             // A takeover lands only on exactly that version: never on a lease that has gone, since
             // a reader may have read the token with no lease since, and been told it is safe for
             // a whole countdown (I2; review finding R1).
-            ConditionExpression: `${lease ? lease.condition : 'attribute_not_exists(leaseHolder)'} AND ${
+            condition: `${lease ? lease.condition : 'attribute_not_exists(leaseHolder)'} AND ${
               replacing === undefined
                 ? 'attribute_not_exists(tokenDigest)'
                 : 'tokenDigest = :replacing'
             }`,
-            ExpressionAttributeNames: TTL_NAME,
-            ExpressionAttributeValues: {
+            names: TTL_NAME,
+            values: {
               ...terms(request),
               ':holder': { S: request.holder },
               ':forced': { BOOL: request.forced === true },
               ...(replacing === undefined ? {} : { ':replacing': { S: replacing } }),
               ...lease?.values,
             },
-            ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-          }),
-        );
+          });
+          return { verdict: { acquired: true } as const, main };
+        } catch (error) {
+          if (error instanceof ConditionalCheckFailedException) refusal = { item: error.Item };
+          throw error;
+        }
+      })
+      .catch((error: unknown) => {
+        if (!(error instanceof ConditionalCheckFailedException)) throw error;
         return undefined;
       });
-      return decided ?? { acquired: true };
-    } catch (error) {
-      if (!(error instanceof ConditionalCheckFailedException)) throw error;
-      // DynamoDB returns the winning item (ReturnValuesOnConditionCheckFailure); dynalite
-      // does not, and then the state that won is read here, so the port means the same on both.
-      return {
-        acquired: false,
-        state: error.Item ? await fromItem(error.Item, this.cipher) : await this.read(connection),
-      };
+    if (decided) {
+      await this.#keepCopies(connection, decided.main, call);
+      return decided.verdict;
     }
+    // DynamoDB returns the winning item (ReturnValuesOnConditionCheckFailure); dynalite
+    // does not, and then the state that won is read here, so the port means the same on both.
+    const main = await this.#heal(connection, refusal, call, true);
+    return { acquired: false, state: await fromItem(main, this.cipher) };
   }
 
   async putToken(record: TokenRecord, lease: LeaseRef, call: StoreCall = {}): Promise<boolean> {
     const held = exactly(lease, ':held');
     // Sealed once: a retry after a conflict sends the same item.
-    const item = await toItem(record, this.cipher);
-    const wrote = await this.#conflicts.attempt(call, async () =>
-      this.client.send(
-        new PutItemCommand({
-          TableName: this.tableName,
-          // The whole item is replaced: the lease attributes are not in it, so this releases
-          // the lease in the same write.
-          Item: item,
-          // Only the lease holder writes, under the very lease version it last wrote: the
-          // fencing check on the far side. Timeline of the fault it stops (a holder paused
-          // past its lease):
-          //   t0  A holds the lease, gets an authorization code, and pauses (GC, CPU starved)
-          //   t1  A's lease runs out; B takes it over, issues token B, writes it (no lease left)
-          //   t2  A resumes; its write must fail whatever the item holds now, or the fleet
-          //       would serve A's token, or lose B's. So no lease, or another version, is a no.
-          ConditionExpression: held.condition,
-          ExpressionAttributeValues: held.values,
-        }),
-      ),
+    const token = replacingWrite(await toItem(record, this.cipher));
+    const { outcome, main } = await this.#conditional(
+      record.connection,
+      call,
+      {
+        // The whole item is replaced, as a PutItem would (its bookkeeping for the copies
+        // aside): the lease attributes are removed, so this releases the lease in the same
+        // write.
+        set: token.set,
+        remove: token.remove,
+        // Only the lease holder writes, under the very lease version it last wrote: the
+        // fencing check on the far side. Timeline of the fault it stops (a holder paused
+        // past its lease):
+        //   t0  A holds the lease, gets an authorization code, and pauses (GC, CPU starved)
+        //   t1  A's lease runs out; B takes it over, issues token B, writes it (no lease left)
+        //   t2  A resumes; its write must fail whatever the item holds now, or the fleet
+        //       would serve A's token, or lose B's. So no lease, or another version, is a no.
+        condition: held.condition,
+        names: token.names,
+        values: { ...token.values, ...held.values },
+      },
+      true,
     );
-    if (wrote !== 'refused after a conflict') return wrote;
-    // A retry after a conflict found the lease gone: re-read, for an earlier attempt of this
-    // very write may have landed (an SDK attempt whose answer was lost), and released it.
-    const { token, lease: now } = await this.read(record.connection);
-    return token?.tokenDigest === record.tokenDigest && now === undefined;
+    if (outcome !== 'refused after a conflict') return outcome;
+    // A retry after a conflict found the lease gone: an earlier attempt of this very write may
+    // have landed (an SDK attempt whose answer was lost), and released it.
+    const { token: stored, lease: now } = await fromItem(main, this.cipher);
+    return stored?.tokenDigest === record.tokenDigest && now === undefined;
   }
 
   async renewLease(
@@ -197,24 +254,20 @@ export class DynamoDBTokenStore implements TokenStore {
     this.#conflicts.wrote(next);
     // A conflict was not applied: sent again until it lands or is refused. A refusal after a
     // conflict needs no re-read: the condition accepts this very write having landed.
-    return this.#conflicts.conditional(call, async () =>
-      this.client.send(
-        new UpdateItemCommand({
-          TableName: this.tableName,
-          Key: tokenKey(connection),
-          UpdateExpression: `SET ${LEASE_FIELDS} ${NO_TTL}`,
-          // Exactly the version last written, or the one this write sets (an SDK retry of an
-          // attempt that landed, whose answer was lost: applying it again changes nothing). An
-          // attempt applied late, after a later write, finds another version: a reader trusting
-          // a countdown never sees it go back up. The holder is named in both branches: a lease
-          // an older release took over keeps the version attribute it found (its writes set
-          // none), and a late retry must not land on that holder's lease.
-          ConditionExpression: `(${held.condition}) OR (leaseHolder = :heldHolder AND leaseVersion = :version)`,
-          ExpressionAttributeNames: TTL_NAME,
-          ExpressionAttributeValues: { ...terms(next), ...held.values },
-        }),
-      ),
-    );
+    const { outcome } = await this.#conditional(connection, call, {
+      set: [LEASE_FIELDS],
+      remove: ['#ttl'],
+      // Exactly the version last written, or the one this write sets (an SDK retry of an
+      // attempt that landed, whose answer was lost: applying it again changes nothing). An
+      // attempt applied late, after a later write, finds another version: a reader trusting
+      // a countdown never sees it go back up. The holder is named in both branches: a lease
+      // an older release took over keeps the version attribute it found (its writes set
+      // none), and a late retry must not land on that holder's lease.
+      condition: `(${held.condition}) OR (leaseHolder = :heldHolder AND leaseVersion = :version)`,
+      names: TTL_NAME,
+      values: { ...terms(next), ...held.values },
+    });
+    return outcome === true;
   }
 
   async releaseLease(connection: string, lease: LeaseRef, call: StoreCall = {}): Promise<boolean> {
@@ -227,21 +280,29 @@ export class DynamoDBTokenStore implements TokenStore {
       : held.condition;
     // A release that conflicts is retried until it lands or its lease lapses: left in place, it
     // would hold every other container for its duration.
-    return this.#conflicts.conditional(this.#conflicts.untilLapsed(lease, call), async () =>
-      this.client.send(
-        new UpdateItemCommand({
-          TableName: this.tableName,
-          Key: tokenKey(connection),
-          UpdateExpression:
-            'REMOVE leaseHolder, leaseVersion, leaseExpiresAt, leaseDurationMs, leaseCountdown, leaseForced, leaseStepMs, leaseStepAt',
-          ConditionExpression: condition,
-          ExpressionAttributeValues: {
-            ...held.values,
-            ...(lease.unanswered ? { ':unanswered': { S: lease.unanswered } } : {}),
-          },
-        }),
-      ),
+    const { outcome } = await this.#conditional(
+      connection,
+      this.#conflicts.untilLapsed(lease, call),
+      {
+        removeFirst: true,
+        remove: [
+          'leaseHolder',
+          'leaseVersion',
+          'leaseExpiresAt',
+          'leaseDurationMs',
+          'leaseCountdown',
+          'leaseForced',
+          'leaseStepMs',
+          'leaseStepAt',
+        ],
+        condition,
+        values: {
+          ...held.values,
+          ...(lease.unanswered ? { ':unanswered': { S: lease.unanswered } } : {}),
+        },
+      },
     );
+    return outcome === true;
   }
 
   async deleteIfMatches(
@@ -252,29 +313,40 @@ export class DynamoDBTokenStore implements TokenStore {
       deadline,
     }: { readonly reportedAt?: number | undefined } & StoreCall = {},
   ): Promise<boolean> {
-    return this.#conflicts.conditional({ deadline }, async () =>
-      this.client.send(
-        new UpdateItemCommand({
-          TableName: this.tableName,
-          Key: tokenKey(connection),
-          // Only the token goes; a lease in progress stays, so the refresh it guards is not
-          // started a second time by someone else.
-          // The report's time stays until the next token is written (putToken replaces the
-          // item): the next issuance's cause.
-          UpdateExpression:
-            'REMOVE accessToken, tokenCiphertext, tokenDataKey, tokenDigest, issuedAt, expiresAt, #ttl, forced, recheckMs, reportedDigest SET invalidatedAt = :reportedAt',
-          // Compare-and-delete: a late report about an older token must not drop a newer one.
-          // No age is compared here: the reporter's clock against the writer's stamp would let
-          // a clock running ahead drop young tokens (the floor is judged by the broker core).
-          ConditionExpression: 'tokenDigest = :digest',
-          ExpressionAttributeNames: { '#ttl': 'ttl' },
-          ExpressionAttributeValues: {
-            ':digest': { S: tokenDigest },
-            ':reportedAt': { N: String(reportedAt) },
-          },
-        }),
-      ),
+    const { outcome } = await this.#conditional(
+      connection,
+      { deadline },
+      {
+        // Only the token goes; a lease in progress stays, so the refresh it guards is not
+        // started a second time by someone else.
+        // The report's time stays until the next token is written (putToken replaces the
+        // item): the next issuance's cause.
+        set: ['invalidatedAt = :reportedAt'],
+        removeFirst: true,
+        remove: [
+          'accessToken',
+          'tokenCiphertext',
+          'tokenDataKey',
+          'tokenDigest',
+          'issuedAt',
+          'expiresAt',
+          '#ttl',
+          'forced',
+          'recheckMs',
+          'reportedDigest',
+        ],
+        // Compare-and-delete: a late report about an older token must not drop a newer one.
+        // No age is compared here: the reporter's clock against the writer's stamp would let
+        // a clock running ahead drop young tokens (the floor is judged by the broker core).
+        condition: 'tokenDigest = :digest',
+        names: TTL_NAME,
+        values: {
+          ':digest': { S: tokenDigest },
+          ':reportedAt': { N: String(reportedAt) },
+        },
+      },
     );
+    return outcome === true;
   }
 
   async markReported(
@@ -282,20 +354,213 @@ export class DynamoDBTokenStore implements TokenStore {
     tokenDigest: string,
     call: StoreCall = {},
   ): Promise<boolean> {
-    return this.#conflicts.conditional(call, async () =>
-      this.client.send(
-        new UpdateItemCommand({
-          TableName: this.tableName,
-          Key: tokenKey(connection),
-          // Kept until the next token is written (putToken replaces the whole item).
-          UpdateExpression: 'SET reportedDigest = :digest',
-          ConditionExpression: 'tokenDigest = :digest',
-          ExpressionAttributeValues: { ':digest': { S: tokenDigest } },
-        }),
-      ),
+    const { outcome } = await this.#conditional(connection, call, {
+      // Kept until the next token is written (putToken replaces the whole item).
+      set: ['reportedDigest = :digest'],
+      condition: 'tokenDigest = :digest',
+      values: { ':digest': { S: tokenDigest } },
+    });
+    return outcome === true;
+  }
+
+  /**
+   * The operator's action (ADR 0024): sets how many read copies the connection's item has,
+   * `copies` in [0, MAX_COPIES], and answers once every copy a reader may read holds an image
+   * saying so. Fewer copies than before (0 too) take two writes of the main item: the first
+   * has writers keep the old copies as well (`copiesRetiring`) until this action has put its
+   * image on every one of them, so that none a reader still reads falls behind; the second
+   * lets them go. Refused when another change of the count came between its read and its
+   * write (run it again).
+   *
+   * @returns the count before, and the one set.
+   */
+  async setCopies(
+    connection: string,
+    copies: number,
+    call: StoreCall = {},
+  ): Promise<{ readonly previous: number; readonly copies: number }> {
+    if (!Number.isInteger(copies) || copies < 0 || copies > MAX_COPIES) {
+      throw new RangeError(`copies must be a whole number from 0 to ${MAX_COPIES}`);
+    }
+    const before = await this.#readMain(connection);
+    const previous = copiesOf(before);
+    const kept = Math.max(copiesToKeep(before), copies);
+    const unchanged = (attribute: 'copies' | 'copiesRetiring', name: string) =>
+      before?.[attribute]?.N === undefined
+        ? { condition: `attribute_not_exists(${attribute})`, values: {} }
+        : { condition: `${attribute} = ${name}`, values: { [name]: { N: before[attribute].N } } };
+    const wasCopies = unchanged('copies', ':wasCopies');
+    const wasRetiring = unchanged('copiesRetiring', ':wasRetiring');
+    const set = await this.#conditional(connection, call, {
+      set: ['copies = :copies', ...(kept > copies ? ['copiesRetiring = :kept'] : [])],
+      remove: kept > copies ? [] : ['copiesRetiring'],
+      condition: `${wasCopies.condition} AND ${wasRetiring.condition}`,
+      values: {
+        ':copies': { N: String(copies) },
+        ...(kept > copies ? { ':kept': { N: String(kept) } } : {}),
+        ...wasCopies.values,
+        ...wasRetiring.values,
+      },
+    });
+    if (set.outcome !== true) throw changedMeanwhile(connection);
+    if (kept > copies) {
+      // Every copy from `copies` on now says it is no longer read: writers may let it go.
+      const retired = await this.#conditional(connection, call, {
+        remove: ['copiesRetiring'],
+        condition: 'copies = :copies AND copiesRetiring = :kept',
+        values: { ':copies': { N: String(copies) }, ':kept': { N: String(kept) } },
+      });
+      if (retired.outcome !== true) throw changedMeanwhile(connection);
+    }
+    return { previous, copies };
+  }
+
+  /** Reads the main item (strongly consistent), and learns its copies. */
+  async #readMain(connection: string): Promise<Item | undefined> {
+    const main = await this.#get(tokenKey(connection));
+    this.#known.main(connection, main);
+    return main;
+  }
+
+  // Strongly consistent: right after an invalidate or a new issuance elsewhere, an eventually
+  // consistent read could hand back the token that was just dropped or the lease just freed.
+  async #get(key: Item): Promise<Item | undefined> {
+    const { Item } = await this.client.send(
+      new GetItemCommand({ TableName: this.tableName, Key: key, ConsistentRead: true }),
     );
+    return Item;
+  }
+
+  /**
+   * Sends one write of the main item, with the sequence the copies are ordered by, and answers
+   * its new image (learned). A refusal is thrown as the SDK's `ConditionalCheckFailedException`,
+   * with the item that refused it on DynamoDB.
+   */
+  async #update(connection: string, write: MainWrite): Promise<Item | undefined> {
+    const remove = write.remove ?? [];
+    const clauses = [
+      `SET ${[...(write.set ?? []), SEQUENCE_SET].join(', ')}`,
+      ...(remove.length > 0 ? [`REMOVE ${remove.join(', ')}`] : []),
+    ];
+    if (write.removeFirst) clauses.reverse();
+    const { Attributes } = await this.client.send(
+      new UpdateItemCommand({
+        TableName: this.tableName,
+        Key: tokenKey(connection),
+        UpdateExpression: `${clauses.join(' ')} ${SEQUENCE_ADD}`,
+        ConditionExpression: write.condition,
+        ...(write.names ? { ExpressionAttributeNames: { ...write.names } } : {}),
+        ExpressionAttributeValues: { ...write.values, ...sequenceValues(this.#clock.now()) },
+        ReturnValues: 'ALL_NEW',
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+      }),
+    );
+    this.#known.main(connection, Attributes);
+    return Attributes;
+  }
+
+  /**
+   * A conditional write of the main item, conflicts retried within `bound`, answered once the
+   * copies hold its image (written) or the image that refused it (refused). `judgesRetry`: a
+   * refusal after a conflict answers with the main item's image, read on dynalite (which
+   * returns none) even with no copies known.
+   */
+  async #conditional(
+    connection: string,
+    bound: Bound,
+    write: MainWrite,
+    judgesRetry = false,
+  ): Promise<{ outcome: boolean | 'refused after a conflict'; main: Item | undefined }> {
+    let main: Item | undefined;
+    let refusal: Refusal | undefined;
+    const outcome = await this.#conflicts.attempt(bound, async () => {
+      try {
+        main = await this.#update(connection, write);
+      } catch (error) {
+        if (error instanceof ConditionalCheckFailedException) refusal = { item: error.Item };
+        throw error;
+      }
+    });
+    if (outcome === true) {
+      await this.#keepCopies(connection, main, bound);
+      return { outcome, main };
+    }
+    const needImage = judgesRetry && outcome === 'refused after a conflict';
+    return { outcome, main: await this.#heal(connection, refusal, bound, needImage) };
+  }
+
+  /**
+   * After a refusal: the image that refused the write goes to the copies, for a copy that lags
+   * (a writer stopped between the main item and its copies) shows its readers an older state,
+   * and a taker that read it would be refused again and again. DynamoDB sends the image with the
+   * refusal; dynalite does not, and then the main item is read when copies are known, or the
+   * caller needs the image.
+   */
+  async #heal(
+    connection: string,
+    refusal: Refusal | undefined,
+    bound: Bound,
+    needImage: boolean,
+  ): Promise<Item | undefined> {
+    let main = refusal?.item;
+    if (main) this.#known.main(connection, main);
+    else if (needImage || this.#known.copies(connection) > 0) {
+      main = await this.#readMain(connection);
+    }
+    await this.#keepCopies(connection, main, bound);
+    return main;
+  }
+
+  /**
+   * Puts `main` (an image of the main item) on every copy its writers keep, in parallel: a copy
+   * that holds it or a later image already refuses it, which is as good. Answers once all
+   * hold it; a copy that cannot be written, or is not by the call's bound, throws
+   * {@link CopiesUnwrittenError}: the write's outcome is unknown to the caller.
+   */
+  async #keepCopies(connection: string, main: Item | undefined, bound: Bound): Promise<void> {
+    const order = orderOf(main);
+    const count = copiesToKeep(main);
+    if (!main || !order || count === 0) return;
+    const puts = Array.from({ length: count }, (_, index) =>
+      this.#conflicts
+        .conditional(bound, () =>
+          this.client.send(
+            new PutItemCommand({
+              TableName: this.tableName,
+              Item: copyImage(main, connection, index),
+              ConditionExpression: COPY_CONDITION,
+              ExpressionAttributeValues: {
+                ':epoch': { N: String(order.epoch) },
+                ':seq': { N: String(order.seq) },
+              },
+            }),
+          ),
+        )
+        // Refused: the copy holds a later image already.
+        .then(() => undefined),
+    );
+    const settled = Promise.allSettled(puts);
+    // The caller's bound: past it, the write's outcome is unknown to the caller (the puts go
+    // on, and a late one never overwrites a later image).
+    const leftMs =
+      'untilMs' in bound ? bound.untilMs - this.#clock.monotonic() : bound.deadline?.leftMs();
+    let cancel: (() => void) | undefined;
+    const late = new Promise<'late'>((resolve) => {
+      if (leftMs !== undefined)
+        cancel = this.#clock.after(Math.max(0, leftMs), () => resolve('late'));
+    });
+    const outcome = await Promise.race([settled, late]);
+    cancel?.();
+    if (outcome === 'late') throw new CopiesUnwrittenError(connection, { cause: 'deadline' });
+    const failed = outcome.find((put) => put.status === 'rejected');
+    if (failed) throw new CopiesUnwrittenError(connection, { cause: failed.reason });
   }
 }
+
+const changedMeanwhile = (connection: string): Error =>
+  new Error(
+    `The copies of '${connection}' were changed by someone else meanwhile: run the command again`,
+  );
 
 /**
  * What a read after a conflicting take says of it, if anything: taken (its own lease is there:

@@ -11,7 +11,9 @@
  * asked (a holder stopped mid-countdown, found stale and taken over), idle spells longer than a token's life,
  * DynamoDB's TTL deleting every item whose `ttl` has passed, and spells of replicated write
  * conflicts (a write racing another region's write to the item is not applied; the adapter's
- * own retries handle it). Every answer is judged the moment it is given, and the invariants of
+ * own retries handle it). Half the fleets read the item through 3 read copies (ADR 0024), kept
+ * as the adapter keeps them, and draw writers stopped between the main item and its copies
+ * (`lag`: the write lands, no copy gets it, its answer is lost). Every answer is judged the moment it is given, and the invariants of
  * docs/protocol.md are checked over the whole run:
  *
  * - I1 one issuance per lifetime: every token the upstream issued was written to the store,
@@ -42,6 +44,7 @@ import type { TokenIssuer, TokenStore } from '../../lib/ports.js';
 import { sealCode } from '../../lib/upstream/authorization-code.js';
 import { InMemoryTokenStore } from '../support/fakes.js';
 import { fleetBroker, Upstream, wrap } from '../support/fleet-model.js';
+import { isBefore, ModelCopies, type Order } from '../support/model-copies.js';
 import { Sim, settle } from '../support/sim.js';
 
 const T0 = 1_795_262_400_000;
@@ -97,7 +100,12 @@ type Command =
    * For `ms`, a write to the item that overlaps another region's write to it fails with
    * `ReplicatedWriteConflictException` (not applied), answered after its round trip.
    */
-  | { readonly kind: 'conflicts'; readonly ms: number };
+  | { readonly kind: 'conflicts'; readonly ms: number }
+  /**
+   * With read copies: the container's next write that lands on the main item reaches no copy,
+   * and its answer is lost (a writer stopped between the two, or its copy writes failed).
+   */
+  | { readonly kind: 'lag'; readonly node: number };
 
 /** A write the model refused (`refuse`): not applied, failed as a 500 after the SDK's retries. */
 class ModelRefusedWrite extends Error {
@@ -187,6 +195,7 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
       ms: fc.integer({ min: 500, max: 20_000 }),
     }),
   },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('lag' as const), node }) },
 );
 
 /** A global table's stage: the store's round trip bounded at 150 ms (BROKER_STORE_ROUND_TRIP_MS). */
@@ -236,6 +245,8 @@ const fleetArb = fc.record({
   regions: regionsArb,
   /** Seeds the draws of each store call's jitter and of the adapter's conflict backoffs. */
   jitterSeed: fc.integer(),
+  /** How many read copies the item has (ADR 0024): none, or 3. */
+  copies: fc.constantFrom(0, 3),
   /** Each container's wall clock offset (ms) from the timeline. */
   offsets: fc.array(fc.integer({ min: -2_000, max: 2_000 }), {
     minLength: NODES,
@@ -251,6 +262,7 @@ const runFleet = async ({
   rechecks,
   regions,
   jitterSeed,
+  copies: copyCount,
   offsets,
   commands,
 }: Fleet): Promise<string[]> => {
@@ -266,6 +278,8 @@ const runFleet = async ({
   let conflictsUntil = Number.NEGATIVE_INFINITY;
   sim.draw = 0.3;
   const store = new InMemoryTokenStore();
+  const copies = new ModelCopies(store, copyCount);
+  const lagNext: boolean[] = [];
   const up = new Upstream();
   const violations: string[] = [];
   const written = new Set<string>();
@@ -386,47 +400,132 @@ const runFleet = async ({
       conflicts.conditional(bound, async () => {
         if (!(await late(w, true))) throw refused();
       });
-    const read: TokenStore['read'] = (name) => late(() => store.read(name));
+    /** What this container has seen of each item (the adapter's memory: a newer image wins). */
+    const seen = new Map<string, Order>();
+    const see = (name: string, order: Order | undefined) => {
+      const before = seen.get(name);
+      if (!order) seen.delete(name);
+      else if (!before || !isBefore(order, before)) seen.set(name, order);
+    };
+    /** A write of the main item: it adds to the item's sequence when it lands. */
+    const sequenced =
+      <T>(name: string, write: () => Promise<T>, landed: (answer: T) => boolean) =>
+      async () => {
+        const existed = store.items.has(name);
+        const answer = await write();
+        if (landed(answer)) copies.wrote(name, existed);
+        return answer;
+      };
+    const yes = (ok: boolean) => ok;
+    /**
+     * After a write of the main item (landed or refused), as the adapter: the main item's image
+     * goes to every copy, in parallel, each a round trip, before the answer. A `lag` stops the
+     * writer first: its write landed, no copy has it, and its answer is lost.
+     */
+    const keep = async (name: string) => {
+      if (copies.count === 0) return;
+      if (lagNext[i]) {
+        lagNext[i] = false;
+        throw new Error('copies unwritten (writer stopped)');
+      }
+      const image = copies.image(name);
+      if (!image) return;
+      see(name, image);
+      await Promise.all(
+        Array.from({ length: copies.count }, (_, index) =>
+          late(async () => copies.put(name, index, image)),
+        ),
+      );
+    };
+    const kept = async <T>(name: string, write: Promise<T>): Promise<T> => {
+      const answer = await write;
+      await keep(name);
+      return answer;
+    };
+    const readMain: TokenStore['read'] = (name) =>
+      late(async () => {
+        const state = await store.read(name);
+        see(name, copies.order(name));
+        return state;
+      });
+    // With copies, one picked at random; a copy missing or older than an image seen here sends
+    // the read to the main item.
+    const read: TokenStore['read'] = async (name) => {
+      if (copies.count > 0) {
+        const index = Math.min(copies.count - 1, Math.floor(random() * copies.count));
+        const image = await late(async () => copies.copy(name, index));
+        const before = seen.get(name);
+        if (image && !(before && isBefore(image, before))) {
+          see(name, image);
+          return image.state;
+        }
+      }
+      return readMain(name);
+    };
+    const conditionalKept = (
+      name: string,
+      bound: Parameters<ConflictRetries['conditional']>[0],
+      w: () => Promise<boolean>,
+    ) => kept(name, conditional(bound, sequenced(name, w, yes)));
     const storeSeenFrom = wrap(store, {
       read,
       // As the adapter: conflicts retried until the caller's deadline (the budget without one),
-      // and a take that conflicted judged from a read before it is sent again.
+      // and a take that conflicted judged from a read of the main item before it is sent again.
       acquireLease: (name, request, call = {}) => {
         conflicts.wrote(request);
-        return conflicts.retry(call, async (before) => {
-          if (before > 0) {
-            const verdict = afterConflict(request, await read(name));
-            if (verdict) return verdict;
-          }
-          return late(() => store.acquireLease(name, request), true);
-        });
+        return kept(
+          name,
+          conflicts.retry(call, async (before) => {
+            if (before > 0) {
+              const verdict = afterConflict(request, await readMain(name));
+              if (verdict) return verdict;
+            }
+            return late(
+              sequenced(
+                name,
+                () => store.acquireLease(name, request),
+                (attempt) => attempt.acquired,
+              ),
+              true,
+            );
+          }),
+        );
       },
       renewLease: (n, l, t, call = {}) => {
         conflicts.wrote(t);
-        return conditional(call, () => store.renewLease(n, l, t));
+        return conditionalKept(n, call, () => store.renewLease(n, l, t));
       },
       releaseLease: (n, l, call = {}) =>
-        conditional(conflicts.untilLapsed(l, call), () => store.releaseLease(n, l)),
+        conditionalKept(n, conflicts.untilLapsed(l, call), () => store.releaseLease(n, l)),
       deleteIfMatches: (n, d, o) =>
-        conditional({ deadline: o?.deadline }, () => store.deleteIfMatches(n, d, o)),
-      markReported: (n, d, call = {}) => conditional(call, () => store.markReported(n, d)),
+        conditionalKept(n, { deadline: o?.deadline }, () => store.deleteIfMatches(n, d, o)),
+      markReported: (n, d, call = {}) => conditionalKept(n, call, () => store.markReported(n, d)),
       putToken: async (record, holder, call = {}) => {
+        const name = record.connection;
         // A token write refused by the model (`refuse`) leaves its token in memory only.
         const wrote = await conflicts.attempt(call, async () => {
-          const ok = await late(async () => {
-            const landed = await store.putToken(record, holder);
-            if (landed) written.add(record.accessToken);
-            // Issued on a caller's word (a forcing minValidity, a report, or a takeover of one).
-            if (landed && record.forced) forcedAt.push(sim.now());
-            return landed;
-          }, true).catch((error: unknown) => {
+          const ok = await late(
+            sequenced(
+              name,
+              async () => {
+                const landed = await store.putToken(record, holder);
+                if (landed) written.add(record.accessToken);
+                // Issued on a caller's word (a forcing minValidity, a report, or a takeover of one).
+                if (landed && record.forced) forcedAt.push(sim.now());
+                return landed;
+              },
+              yes,
+            ),
+            true,
+          ).catch((error: unknown) => {
             if (error instanceof ModelRefusedWrite) unwritable.add(record.accessToken);
             throw error;
           });
           if (!ok) throw refused();
         });
-        if (wrote !== 'refused after a conflict') return wrote;
-        const { token, lease } = await read(record.connection);
+        if (wrote !== 'refused after a conflict') return kept(name, Promise.resolve(wrote));
+        const { token, lease } = await readMain(name);
+        await keep(name);
         return token?.tokenDigest === record.tokenDigest && lease === undefined;
       },
     });
@@ -517,6 +616,10 @@ const runFleet = async ({
       case 'sweep':
         // On AWS's clock (the timeline): TTL compares the item's ttl with the time it runs.
         store.sweepExpired(Math.floor(sim.now() / 1_000));
+        copies.sweep(Math.floor(sim.now() / 1_000));
+        break;
+      case 'lag':
+        lagNext[command.node] = copies.count > 0;
         break;
       case 'step':
         // Deadlines are judged on the monotonic clock (ADR 0012): a step exempts nobody from I3.

@@ -90,6 +90,10 @@ export class InMemoryTokenStore implements TokenStore {
     this.#check();
     return this.#state(this.items.get(connection));
   }
+  /** What a read would show now, uncounted: the image a read copy holds (the model's copies). */
+  stateOf(connection: string): TokenState {
+    return this.#state(this.items.get(connection));
+  }
   #state(item: ReturnType<typeof this.items.get>): TokenState {
     return {
       token: item?.token,

@@ -90,9 +90,21 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
     expect(item?.pk).toEqual({ S: 'token#roundtrip' });
     // Expiry 1_795_348_800.123 s, rounded up, plus TTL_MARGIN_SECONDS: clean-up only (ADR 0014).
     expect(item?.ttl).toEqual({ N: '1795348861' });
+    // The token's attributes and the copies' bookkeeping (two writes: the lease, the token).
     expect(Object.keys(item ?? {}).sort()).toEqual(
-      ['accessToken', 'connection', 'expiresAt', 'issuedAt', 'pk', 'tokenDigest', 'ttl'].sort(),
+      [
+        'accessToken',
+        'connection',
+        'expiresAt',
+        'issuedAt',
+        'pk',
+        'tokenDigest',
+        'ttl',
+        'epoch',
+        'seq',
+      ].sort(),
     );
+    expect(item?.seq).toEqual({ N: '2' });
   });
 
   it('takes over a lease of a release that recorded no version only in the write seen (holder and expiry)', async () => {

@@ -1,0 +1,97 @@
+/**
+ * `npm run copies -- --table T --connection C --copies K [--region R] [--endpoint URL]`: the
+ * operator's action that sets how many read copies a connection's token item has (ADR 0024,
+ * docs/operations.md "Read copies of the token item"). It answers once every copy a reader may
+ * read holds the item's image with the new count; 0 switches copies off. Set copies only once
+ * no release older than the one that keeps them runs in the stage.
+ *
+ * It prints the connection and the counts, never the item (which holds the token).
+ */
+import { parseArgs } from 'node:util';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DynamoDBTokenStore, MAX_COPIES } from '../lib/adapters/dynamodb-token-store.js';
+
+export const COPIES_USAGE = `usage: npm run copies -- --table <table> --connection <name> --copies <0-${MAX_COPIES}> [--region <region>] [--endpoint <url>]`;
+
+export interface CopiesCommand {
+  readonly table: string;
+  readonly connection: string;
+  readonly copies: number;
+  readonly region?: string | undefined;
+  readonly endpoint?: string | undefined;
+}
+
+/** A command line this command cannot run: the message says what, without echoing a value. */
+export class CopiesUsageError extends Error {
+  override readonly name = 'CopiesUsageError';
+}
+
+/** Reads the command line (the arguments after `--`). */
+export const parseCopiesArgs = (args: readonly string[]): CopiesCommand => {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      args: [...args],
+      options: {
+        table: { type: 'string' },
+        connection: { type: 'string' },
+        copies: { type: 'string' },
+        region: { type: 'string' },
+        endpoint: { type: 'string' },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch {
+    // parseArgs' own message quotes the argument, which may be anything pasted by mistake.
+    throw new CopiesUsageError('unknown or malformed argument');
+  }
+  const { table, connection, copies, region, endpoint } = values as Record<
+    string,
+    string | undefined
+  >;
+  if (!table) throw new CopiesUsageError('--table is required');
+  if (!connection) throw new CopiesUsageError('--connection is required');
+  if (copies === undefined || !/^\d+$/.test(copies) || Number(copies) > MAX_COPIES) {
+    throw new CopiesUsageError(`--copies takes a whole number from 0 to ${MAX_COPIES}`);
+  }
+  return { table, connection, copies: Number(copies), region, endpoint };
+};
+
+/** Sets the copies; returns the line to print. */
+export const runCopies = async (command: CopiesCommand): Promise<string> => {
+  const client = new DynamoDBClient({
+    ...(command.region ? { region: command.region } : {}),
+    ...(command.endpoint ? { endpoint: command.endpoint } : {}),
+  });
+  try {
+    const store = new DynamoDBTokenStore(client, command.table);
+    const { previous, copies } = await store.setCopies(command.connection, command.copies);
+    return `${command.connection}: ${copies} read ${copies === 1 ? 'copy' : 'copies'} (was ${previous}); every copy holds the item`;
+  } finally {
+    client.destroy();
+  }
+};
+
+/** The command's entry: exit code 0 done, 1 failed, 2 usage. */
+export const main = async (
+  args: readonly string[],
+  out: (line: string) => void = (line) => process.stdout.write(`${line}\n`),
+  err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
+): Promise<number> => {
+  let command: CopiesCommand;
+  try {
+    command = parseCopiesArgs(args);
+  } catch (error) {
+    err(`copies: ${(error as Error).message}\n${COPIES_USAGE}`);
+    return 2;
+  }
+  try {
+    out(await runCopies(command));
+    return 0;
+  } catch (error) {
+    // The SDK's and the store's messages name the table, the connection and the counts only.
+    err(`copies: ${(error as Error).name}: ${(error as Error).message}`);
+    return 1;
+  }
+};

@@ -1,0 +1,113 @@
+/**
+ * `npm run copies` (local/copies-command.ts): the operator's action on a real table (dynalite
+ * here), its usage errors, and what it prints: counts, never the item or its token.
+ */
+import { GetItemCommand } from '@aws-sdk/client-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { copyKey, DynamoDBTokenStore } from '../lib/adapters/dynamodb-token-store.js';
+import { tokenDigest } from '../lib/broker/index.js';
+import { CopiesUsageError, main, parseCopiesArgs } from '../local/copies-command.js';
+import {
+  ensureTable,
+  type LocalDynamoDB,
+  localDynamoDBClient,
+  startDynalite,
+} from '../local/dynamodb-local.js';
+
+describe('Command: npm run copies', () => {
+  let dynalite: LocalDynamoDB;
+  beforeAll(async () => {
+    dynalite = await startDynalite();
+    await ensureTable(localDynamoDBClient(dynalite.url), 'copies-command');
+  });
+  afterAll(async () => {
+    await dynalite?.close();
+  });
+
+  const run = async (args: string[]) => {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await main(
+      args,
+      (line) => out.push(line),
+      (line) => err.push(line),
+    );
+    return { code, out: out.join('\n'), err: err.join('\n') };
+  };
+
+  it.each([
+    [[], '--table is required'],
+    [['--table', 't'], '--connection is required'],
+    [['--table', 't', '--connection', 'c'], '--copies takes a whole number from 0 to 8'],
+    [['--table', 't', '--connection', 'c', '--copies', '9'], '--copies takes a whole number'],
+    [['--table', 't', '--connection', 'c', '--copies', '-1'], 'unknown or malformed argument'],
+    [['--table', 't', '--connection', 'c', '--copies', '1.5'], '--copies takes a whole number'],
+    [['--table', 't', '--connection', 'c', '--copies', '2', 'extra'], 'unknown or malformed'],
+  ])('refuses %j with a usage error (exit 2)', async (args, message) => {
+    expect(() => parseCopiesArgs(args)).toThrow(CopiesUsageError);
+    const { code, err } = await run(args);
+    expect(code).toBe(2);
+    expect(err).toContain(message);
+    expect(err).toContain('usage: npm run copies --');
+  });
+
+  it('does not echo an unknown argument (it may be anything pasted by mistake)', async () => {
+    const { err } = await run(['--table', 't', '--token=pasted-secret-value']);
+    expect(err).not.toContain('pasted-secret-value');
+  });
+
+  it('sets the copies of an item that holds a token, and prints the counts, never the token', async () => {
+    const client = localDynamoDBClient(dynalite.url);
+    const store = new DynamoDBTokenStore(client, 'copies-command');
+    const now = Date.now();
+    await store.acquireLease('api', {
+      holder: 'a:1',
+      version: 'v1',
+      leaseExpiresAt: now + 10_000,
+      durationMs: 10_000,
+      countdown: 0,
+      replacing: undefined,
+    });
+    const accessToken = 'secret-access-token-value';
+    await store.putToken(
+      {
+        connection: 'api',
+        accessToken,
+        tokenDigest: tokenDigest(accessToken),
+        issuedAt: now,
+        expiresAt: now + 3_600_000,
+      },
+      { holder: 'a:1', version: 'v1' },
+    );
+    const args = ['--table', 'copies-command', '--connection', 'api', '--region', 'us-east-1'];
+    process.env.AWS_ACCESS_KEY_ID ??= 'local';
+    process.env.AWS_SECRET_ACCESS_KEY ??= 'local';
+    const set = await run([...args, '--endpoint', dynalite.url, '--copies', '3']);
+    expect(set).toEqual({
+      code: 0,
+      out: 'api: 3 read copies (was 0); every copy holds the item',
+      err: '',
+    });
+    const copy = await client.send(
+      new GetItemCommand({ TableName: 'copies-command', Key: copyKey('api', 2) }),
+    );
+    expect(copy.Item?.accessToken).toEqual({ S: accessToken });
+    const off = await run([...args, '--endpoint', dynalite.url, '--copies', '0']);
+    expect(off.out).toBe('api: 0 read copies (was 3); every copy holds the item');
+    const failed = await run([
+      ...args,
+      '--endpoint',
+      dynalite.url,
+      '--table',
+      'no-such-table',
+      '--copies',
+      '1',
+    ]);
+    expect(failed.code).toBe(1);
+    expect(failed.err).toMatch(/^copies: ResourceNotFoundException/);
+    for (const output of [set, off, failed]) {
+      expect(JSON.stringify(output)).not.toContain(accessToken);
+    }
+    client.destroy();
+  });
+});
