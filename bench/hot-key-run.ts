@@ -35,6 +35,8 @@ const { values, positionals } = parseArgs({
     rounds: { type: 'string', default: '5' },
     'cold-containers': { type: 'string', default: '8' },
     stores: { type: 'string', default: STORE_KINDS.join(',') },
+    // Read copies of the token item (ADR 0024), set by the operator's action before each run.
+    copies: { type: 'string', default: '3' },
   },
 });
 const [buildDir = '.bench', resultsDir = 'bench/results'] = positionals;
@@ -50,6 +52,10 @@ const paths = {
   bootstrap: resolve(buildDir, 'dist/local/lambda-env/bootstrap.mjs'),
 };
 const upstreamLatencyMs = 100;
+const copies = Number(values.copies);
+if (!Number.isInteger(copies) || copies < 0 || copies > 8) {
+  throw new Error(`--copies must be a whole number from 0 to 8, not '${values.copies}'`);
+}
 const settings = hotKeySettingsFor(false, Number(values.seconds) * 1000);
 const log = (line = '') => process.stdout.write(`${line}\n`);
 const began = performance.now();
@@ -87,6 +93,7 @@ const runOn = async (store: StoreKind): Promise<StoreRun> => {
               env: { ...stack.env, ...hotKeyEnv(settings.windowSeconds) },
               execution: 'always-running',
               pauseMs: { min: 5, max: 5 },
+              copies,
               ...settings,
             });
           } finally {
@@ -113,6 +120,7 @@ const runOn = async (store: StoreKind): Promise<StoreRun> => {
         spreadMs,
         lifetimeSeconds: settings.lifetimeSeconds,
         upstreamLatencyMs,
+        copies,
       }),
     );
   }
@@ -127,7 +135,7 @@ try {
 }
 
 for (const { store, busy, coldStarts } of runs) {
-  log(`— ${STORE_NAMES[store]}`);
+  log(`— ${STORE_NAMES[store]}, ${copies} read copies of the token item`);
   if (busy) {
     for (const [phase, p] of Object.entries(busy.phases)) {
       log(
@@ -147,7 +155,7 @@ for (const { store, busy, coldStarts } of runs) {
   }
   for (const cold of coldStarts) {
     log(
-      `cold starts within ${cold.spreadMs} ms (${cold.rounds} × ${cold.containers}): ${cold.readsPerColdStart.toFixed(2)} reads per cold start (worst round ${cold.readsPerColdStartMax.toFixed(2)}); first token p50 ${cold.firstTokenMs.p50.toFixed(0)} ms, max ${cold.firstTokenMs.max.toFixed(0)} ms; errors ${cold.errors}; 1,000 such starts: ${(1_000 * cold.readsPerColdStart).toFixed(0)} reads on the item against ${ITEM_READS_PER_SECOND}/s`,
+      `cold starts within ${cold.spreadMs} ms (${cold.rounds} × ${cold.containers}): ${cold.readsPerColdStart.toFixed(2)} reads per cold start (worst round ${cold.readsPerColdStartMax.toFixed(2)}), ${cold.busiestItemReadsPerColdStart.toFixed(2)} on the busiest item; first token p50 ${cold.firstTokenMs.p50.toFixed(0)} ms, max ${cold.firstTokenMs.max.toFixed(0)} ms; errors ${cold.errors}; 1,000 such starts: ${(1_000 * cold.busiestItemReadsPerColdStart).toFixed(0)} reads on the busiest item against ${ITEM_READS_PER_SECOND}/s`,
     );
   }
 }
@@ -166,5 +174,5 @@ if (runs.length > 1 && runs.every((run) => run.coldStarts.length > 0)) {
 }
 writeFileSync(
   join(resultsDir, 'hot-key.json'),
-  `${JSON.stringify({ settings: { ...settings, upstreamLatencyMs, stores }, runs }, null, 2)}\n`,
+  `${JSON.stringify({ settings: { ...settings, upstreamLatencyMs, stores, copies }, runs }, null, 2)}\n`,
 );

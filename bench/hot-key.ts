@@ -23,6 +23,8 @@
  * billed time after the response.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DynamoDBTokenStore } from '../lib/adapters/dynamodb-token-store.js';
 import { tokenOf } from '../local/fleet.js';
 import {
   type Billing,
@@ -46,6 +48,8 @@ export interface HotKeySettings {
   readonly windowSeconds: number;
   /** Each container's pause between an answer and its next request, uniform in [min, max]. */
   readonly pauseMs: { readonly min: number; readonly max: number };
+  /** Read copies of the token item, set by the operator's action before the run (ADR 0024). */
+  readonly copies?: number;
 }
 
 export interface HotKeyPhase {
@@ -67,6 +71,8 @@ export interface HotKeyPhase {
 export interface HotKeyResult {
   readonly execution: Execution;
   readonly containers: number;
+  /** Read copies of the token item in the run (0: the main item alone). */
+  readonly copies: number;
   readonly pauseMs: { readonly min: number; readonly max: number };
   readonly durationMs: number;
   readonly phases: Readonly<Record<'outside' | 'inside' | 'cutover', HotKeyPhase>>;
@@ -100,6 +106,20 @@ export interface HotKeyResult {
   readonly billing: Billing;
 }
 
+/** The operator's action on the stack's table: `npm run copies` does the same (ADR 0024). */
+export const setCopies = async (stack: Stack, connection: string, copies: number) => {
+  const client = new DynamoDBClient({
+    endpoint: stack.dynamodb.url,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
+  });
+  try {
+    await new DynamoDBTokenStore(client, stack.tableName).setCopies(connection, copies);
+  } finally {
+    client.destroy();
+  }
+};
+
 /** DynamoDB's strongly consistent reads per second from one item. */
 export const ITEM_READS_PER_SECOND = 3_000;
 const SAMPLE_MS = 100;
@@ -127,6 +147,7 @@ export const measureHotKey = async (
   settings: HotKeySettings,
 ): Promise<HotKeyResult> => {
   const containers: LambdaContainer[] = [];
+  if (settings.copies) await setCopies(stack, 'sandbox', settings.copies);
   try {
     for (let i = 0; i < settings.containers; i += 1) {
       const container = await startLambdaContainer({
@@ -247,6 +268,7 @@ export const measureHotKey = async (
     return {
       execution: settings.execution,
       containers: settings.containers,
+      copies: settings.copies ?? 0,
       pauseMs: settings.pauseMs,
       durationMs,
       phases,
@@ -302,6 +324,8 @@ export interface ColdStartSettings {
   readonly spreadMs: number;
   readonly lifetimeSeconds: number;
   readonly upstreamLatencyMs: number;
+  /** Read copies of the token item, set before the containers start (ADR 0024). */
+  readonly copies?: number;
 }
 
 export interface ColdStartResult {
@@ -312,6 +336,8 @@ export interface ColdStartResult {
   readonly readsPerColdStart: number;
   /** The same, in the round that read most. */
   readonly readsPerColdStartMax: number;
+  /** Reads of the busiest item per container (mean): with read copies, below the reads in all. */
+  readonly busiestItemReadsPerColdStart: number;
   /** The same, round by round. */
   readonly readsPerRound: readonly number[];
   /** How long the first requests took (ms). */
@@ -332,11 +358,13 @@ export const measureColdStarts = async (
   settings: ColdStartSettings,
 ): Promise<ColdStartResult> => {
   const perRound: number[] = [];
+  const busiestPerRound: number[] = [];
   const firstTokenMs: number[] = [];
   let errors = 0;
   for (let round = 0; round < settings.rounds; round += 1) {
     const stack = await startStack(settings.lifetimeSeconds, settings.upstreamLatencyMs);
     const containers: LambdaContainer[] = [];
+    if (settings.copies) await setCopies(stack, 'sandbox', settings.copies);
     try {
       for (let i = 0; i < settings.containers; i += 1) {
         const container = await startLambdaContainer({
@@ -353,6 +381,7 @@ export const measureColdStarts = async (
         if (!status.ok) throw new Error(`status: ${status.errorType}\n${container.output()}`);
       }
       const before = stack.dynamodb.reads();
+      const itemsBefore = stack.dynamodb.readsByItem();
       await Promise.all(
         containers.map(async (container) => {
           await sleep(Math.random() * settings.spreadMs);
@@ -365,6 +394,10 @@ export const measureColdStarts = async (
         }),
       );
       perRound.push((stack.dynamodb.reads() - before) / settings.containers);
+      const items = [...stack.dynamodb.readsByItem()].map(
+        ([item, count]) => count - (itemsBefore.get(item) ?? 0),
+      );
+      busiestPerRound.push(Math.max(0, ...items) / settings.containers);
     } finally {
       await Promise.all(containers.map((c) => c.close()));
       await stack.close();
@@ -376,6 +409,8 @@ export const measureColdStarts = async (
     spreadMs: settings.spreadMs,
     readsPerColdStart: perRound.reduce((a, b) => a + b, 0) / Math.max(1, perRound.length),
     readsPerColdStartMax: Math.max(0, ...perRound),
+    busiestItemReadsPerColdStart:
+      busiestPerRound.reduce((a, b) => a + b, 0) / Math.max(1, busiestPerRound.length),
     readsPerRound: perRound,
     firstTokenMs: { p50: percentile(firstTokenMs, 50), max: percentile(firstTokenMs, 100) },
     errors,
