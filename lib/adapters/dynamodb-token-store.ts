@@ -63,6 +63,7 @@ import {
   copiesToKeep,
   copyImage,
   copyKey,
+  type ImageOrder,
   KnownCopies,
   MAX_COPIES,
   orderOf,
@@ -544,22 +545,7 @@ export class DynamoDBTokenStore implements TokenStore {
     const count = copiesToKeep(main);
     if (!main || !order || count === 0) return;
     const puts = Array.from({ length: count }, (_, index) =>
-      this.#conflicts
-        .conditional(bound, () =>
-          this.client.send(
-            new PutItemCommand({
-              TableName: this.tableName,
-              Item: copyImage(main, connection, index),
-              ConditionExpression: COPY_CONDITION,
-              ExpressionAttributeValues: {
-                ':epoch': { N: String(order.epoch) },
-                ':seq': { N: String(order.seq) },
-              },
-            }),
-          ),
-        )
-        // Refused: the copy holds a later image already.
-        .then(() => undefined),
+      this.#putCopy(connection, main, order, index, bound),
     );
     const settled = Promise.allSettled(puts);
     // The caller's bound: past it, the write's outcome is unknown to the caller (the puts go
@@ -576,6 +562,64 @@ export class DynamoDBTokenStore implements TokenStore {
     if (outcome === 'late') throw new CopiesUnwrittenError(connection, { cause: 'deadline' });
     const failed = outcome.find((put) => put.status === 'rejected');
     if (failed) throw new CopiesUnwrittenError(connection, { cause: failed.reason });
+  }
+
+  /**
+   * Puts `main` on copy `index` unless the copy holds it or a later image. A refusal by a copy
+   * whose epoch is later than the image's is checked, since epochs are wall clocks: either the
+   * item was deleted and written again since (this image is late: as good), or the copy is of an
+   * earlier item whose epoch a clock far ahead started (an operator's: `setCopies` on an item
+   * with none), which would refuse every image of this item, each write answered with the copy
+   * left behind. The main item tells them apart: still in this image's epoch, the copy is
+   * overwritten, exactly the image it holds (a writer that moved it meanwhile goes first).
+   */
+  async #putCopy(
+    connection: string,
+    main: Item,
+    order: ImageOrder,
+    index: number,
+    bound: Bound,
+  ): Promise<void> {
+    let condition = COPY_CONDITION;
+    let values: Item = {
+      ':epoch': { N: String(order.epoch) },
+      ':seq': { N: String(order.seq) },
+    };
+    for (let attempt = 0; attempt < 3; attempt += 1) {
+      let held: Item | undefined;
+      const written = await this.#conflicts.conditional(bound, async () => {
+        try {
+          await this.client.send(
+            new PutItemCommand({
+              TableName: this.tableName,
+              Item: copyImage(main, connection, index),
+              ConditionExpression: condition,
+              ExpressionAttributeValues: values,
+              ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+            }),
+          );
+        } catch (error) {
+          if (error instanceof ConditionalCheckFailedException) held = error.Item;
+          throw error;
+        }
+      });
+      if (written) return;
+      // Refused: the copy holds a later image, unless it is of an earlier item (see above).
+      // DynamoDB returns the copy with the refusal; dynalite does not.
+      held ??= await this.#get(copyKey(connection, index));
+      const copy = orderOf(held);
+      if (!copy || copy.epoch <= order.epoch) {
+        if (condition === COPY_CONDITION) return;
+        // The copy moved since it was seen: put again under the ordinary condition.
+        condition = COPY_CONDITION;
+        values = { ':epoch': { N: String(order.epoch) }, ':seq': { N: String(order.seq) } };
+        continue;
+      }
+      if (orderOf(await this.#get(tokenKey(connection)))?.epoch !== order.epoch) return;
+      condition = 'epoch = :heldEpoch AND seq = :heldSeq';
+      values = { ':heldEpoch': { N: String(copy.epoch) }, ':heldSeq': { N: String(copy.seq) } };
+    }
+    throw new Error(`Copy ${index} of '${connection}' kept moving`);
   }
 }
 

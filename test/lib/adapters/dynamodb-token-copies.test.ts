@@ -507,6 +507,31 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
     await copiesHoldMain('reborn', 2);
   });
 
+  it('an item written again under an epoch earlier than its old copies’ (an operator’s clock ahead) still reaches them', async () => {
+    // The operator sets copies before the connection's first token, from a clock an hour
+    // ahead: its write creates the item, and starts its epoch.
+    const ahead = container(Math.random, () => Date.now() + 3_600_000);
+    await ahead.setCopies('skewed', 2);
+    const fleet = container();
+    await fleet.acquireLease('skewed', lease('a:1'));
+    await fleet.putToken(record('skewed-1', 'skewed'), ref('a:1'));
+    // TTL deletes the main item (its copies' deletions lag); a container writes it again.
+    await backend.direct.send(new DeleteItemCommand({ TableName: TABLE, Key: tokenKey('skewed') }));
+    const later = container();
+    await later.acquireLease('skewed', lease('b:1'));
+    await later.putToken(record('skewed-2', 'skewed'), ref('b:1'));
+    // Set again, by an operator whose clock is right: answered once every copy holds the item.
+    expect(await container().setCopies('skewed', 2)).toEqual({ previous: 0, copies: 2 });
+    await copiesHoldMain('skewed', 2);
+    const reader = container();
+    for (let i = 0; i < 6; i += 1) {
+      expect((await reader.read('skewed')).token?.accessToken).toBe('skewed-2');
+    }
+    // Later writes reach them as usual.
+    await later.acquireLease('skewed', lease('c:1', { replacing: 'skewed-2' }));
+    await copiesHoldMain('skewed', 2);
+  });
+
   it('keeps every copy equal to the main item when containers race their writes', async () => {
     const operator = container();
     await operator.setCopies('race', 3);
