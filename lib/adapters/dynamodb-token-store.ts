@@ -63,6 +63,7 @@ import {
   copiesToKeep,
   copyImage,
   copyKey,
+  type ImageOrder,
   KnownCopies,
   MAX_COPIES,
   orderOf,
@@ -207,7 +208,15 @@ export class DynamoDBTokenStore implements TokenStore {
     }
     // DynamoDB returns the winning item (ReturnValuesOnConditionCheckFailure); dynalite
     // does not, and then the state that won is read here, so the port means the same on both.
-    const main = await this.#heal(connection, refusal, call, true);
+    // Its own version there (an attempt whose answer was lost landed) is taken by the core:
+    // answered only once every copy holds it.
+    const main = await this.#heal(
+      connection,
+      refusal,
+      call,
+      true,
+      (image) => image?.leaseVersion?.S === request.version,
+    );
     return { acquired: false, state: await fromItem(main, this.cipher) };
   }
 
@@ -235,7 +244,8 @@ export class DynamoDBTokenStore implements TokenStore {
         names: token.names,
         values: { ...token.values, ...held.values },
       },
-      true,
+      // Its own token there may answer it as written (below): only once every copy holds it.
+      (image) => image?.tokenDigest?.S === record.tokenDigest,
     );
     if (outcome !== 'refused after a conflict') return outcome;
     // A retry after a conflict found the lease gone: an earlier attempt of this very write may
@@ -461,15 +471,16 @@ export class DynamoDBTokenStore implements TokenStore {
 
   /**
    * A conditional write of the main item, conflicts retried within `bound`, answered once the
-   * copies hold its image (written) or the image that refused it (refused). `judgesRetry`: a
-   * refusal after a conflict answers with the main item's image, read on dynalite (which
-   * returns none) even with no copies known.
+   * copies hold its image (written) or the image that refused it (refused, best effort: see
+   * {@link #heal}). `ownWrite`, given by a write that judges a retry: a refusal after a conflict
+   * answers with the main item's image, read on dynalite (which returns none) even with no
+   * copies known, and an image that shows this write landed reaches every copy first.
    */
   async #conditional(
     connection: string,
     bound: Bound,
     write: MainWrite,
-    judgesRetry = false,
+    ownWrite?: (image: Item | undefined) => boolean,
   ): Promise<{ outcome: boolean | 'refused after a conflict'; main: Item | undefined }> {
     let main: Item | undefined;
     let refusal: Refusal | undefined;
@@ -485,8 +496,8 @@ export class DynamoDBTokenStore implements TokenStore {
       await this.#keepCopies(connection, main, bound);
       return { outcome, main };
     }
-    const needImage = judgesRetry && outcome === 'refused after a conflict';
-    return { outcome, main: await this.#heal(connection, refusal, bound, needImage) };
+    const needImage = ownWrite !== undefined && outcome === 'refused after a conflict';
+    return { outcome, main: await this.#heal(connection, refusal, bound, needImage, ownWrite) };
   }
 
   /**
@@ -495,19 +506,31 @@ export class DynamoDBTokenStore implements TokenStore {
    * and a taker that read it would be refused again and again. DynamoDB sends the image with the
    * refusal; dynalite does not, and then the main item is read when copies are known, or the
    * caller needs the image.
+   *
+   * Best effort: a refusal changed nothing, and its answer is the main item's state, which proves
+   * what a read of the main item proves (R1, R2) whether or not the copies caught up; so a copy
+   * that cannot be written (throttled, or not by the call's bound) does not make it an unknown
+   * outcome (`STORE_UNAVAILABLE` for a take that lost, a report about an older token). Unless the
+   * image shows the write itself landed (`ownWrite`: an attempt whose answer was lost), which the
+   * caller may take as answered: then every copy must hold it first.
    */
   async #heal(
     connection: string,
     refusal: Refusal | undefined,
     bound: Bound,
     needImage: boolean,
+    ownWrite: (image: Item | undefined) => boolean = () => false,
   ): Promise<Item | undefined> {
     let main = refusal?.item;
     if (main) this.#known.main(connection, main);
     else if (needImage || this.#known.copies(connection) > 0) {
       main = await this.#readMain(connection);
     }
-    await this.#keepCopies(connection, main, bound);
+    try {
+      await this.#keepCopies(connection, main, bound);
+    } catch (error) {
+      if (!(error instanceof CopiesUnwrittenError) || ownWrite(main)) throw error;
+    }
     return main;
   }
 
@@ -522,22 +545,7 @@ export class DynamoDBTokenStore implements TokenStore {
     const count = copiesToKeep(main);
     if (!main || !order || count === 0) return;
     const puts = Array.from({ length: count }, (_, index) =>
-      this.#conflicts
-        .conditional(bound, () =>
-          this.client.send(
-            new PutItemCommand({
-              TableName: this.tableName,
-              Item: copyImage(main, connection, index),
-              ConditionExpression: COPY_CONDITION,
-              ExpressionAttributeValues: {
-                ':epoch': { N: String(order.epoch) },
-                ':seq': { N: String(order.seq) },
-              },
-            }),
-          ),
-        )
-        // Refused: the copy holds a later image already.
-        .then(() => undefined),
+      this.#putCopy(connection, main, order, index, bound),
     );
     const settled = Promise.allSettled(puts);
     // The caller's bound: past it, the write's outcome is unknown to the caller (the puts go
@@ -554,6 +562,64 @@ export class DynamoDBTokenStore implements TokenStore {
     if (outcome === 'late') throw new CopiesUnwrittenError(connection, { cause: 'deadline' });
     const failed = outcome.find((put) => put.status === 'rejected');
     if (failed) throw new CopiesUnwrittenError(connection, { cause: failed.reason });
+  }
+
+  /**
+   * Puts `main` on copy `index` unless the copy holds it or a later image. A refusal by a copy
+   * whose epoch is later than the image's is checked, since epochs are wall clocks: either the
+   * item was deleted and written again since (this image is late: as good), or the copy is of an
+   * earlier item whose epoch a clock far ahead started (an operator's: `setCopies` on an item
+   * with none), which would refuse every image of this item, each write answered with the copy
+   * left behind. The main item tells them apart: still in this image's epoch, the copy is
+   * overwritten, exactly the image it holds (a writer that moved it meanwhile goes first).
+   */
+  async #putCopy(
+    connection: string,
+    main: Item,
+    order: ImageOrder,
+    index: number,
+    bound: Bound,
+  ): Promise<void> {
+    let condition = COPY_CONDITION;
+    let values: Item = {
+      ':epoch': { N: String(order.epoch) },
+      ':seq': { N: String(order.seq) },
+    };
+    for (let attempt = 0; attempt < 3; attempt += 1) {
+      let held: Item | undefined;
+      const written = await this.#conflicts.conditional(bound, async () => {
+        try {
+          await this.client.send(
+            new PutItemCommand({
+              TableName: this.tableName,
+              Item: copyImage(main, connection, index),
+              ConditionExpression: condition,
+              ExpressionAttributeValues: values,
+              ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+            }),
+          );
+        } catch (error) {
+          if (error instanceof ConditionalCheckFailedException) held = error.Item;
+          throw error;
+        }
+      });
+      if (written) return;
+      // Refused: the copy holds a later image, unless it is of an earlier item (see above).
+      // DynamoDB returns the copy with the refusal; dynalite does not.
+      held ??= await this.#get(copyKey(connection, index));
+      const copy = orderOf(held);
+      if (!copy || copy.epoch <= order.epoch) {
+        if (condition === COPY_CONDITION) return;
+        // The copy moved since it was seen: put again under the ordinary condition.
+        condition = COPY_CONDITION;
+        values = { ':epoch': { N: String(order.epoch) }, ':seq': { N: String(order.seq) } };
+        continue;
+      }
+      if (orderOf(await this.#get(tokenKey(connection)))?.epoch !== order.epoch) return;
+      condition = 'epoch = :heldEpoch AND seq = :heldSeq';
+      values = { ':heldEpoch': { N: String(copy.epoch) }, ':heldSeq': { N: String(copy.seq) } };
+    }
+    throw new Error(`Copy ${index} of '${connection}' kept moving`);
   }
 }
 

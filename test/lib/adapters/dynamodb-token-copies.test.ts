@@ -397,6 +397,36 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
     await copiesHoldMain('slow-copy', 2);
   });
 
+  it('a refused write whose copies cannot be brought forward is still answered with the main item’s state', async () => {
+    const store = container();
+    await store.acquireLease('refused', lease('seed'));
+    await store.putToken(record('refused-1', 'refused'), ref('seed'));
+    await store.setCopies('refused', 2);
+    await store.acquireLease('refused', lease('a:1', { replacing: 'refused-1' }));
+    const taker = container();
+    // A copy that fails, then one that is slow past the call's deadline: the take that lost
+    // changed nothing, and its answer is the lease that won (a read of the main item).
+    backend.failPuts('copy#1#');
+    expect(
+      await taker.acquireLease('refused', lease('b:1', { replacing: 'refused-1' })),
+    ).toMatchObject({ acquired: false, state: { lease: { holder: 'a:1' } } });
+    backend.failPuts(undefined);
+    backend.delayPuts('copy#1#', 400);
+    expect(
+      await taker.acquireLease('refused', lease('c:1', { replacing: 'refused-1' }), {
+        deadline: Deadline.in(systemClock, 150),
+      }),
+    ).toMatchObject({ acquired: false, state: { lease: { holder: 'a:1' } } });
+    // A report about a token no longer there, likewise.
+    backend.delayPuts(undefined, 0);
+    backend.failPuts('copy#0#');
+    expect(await taker.deleteIfMatches('refused', tokenDigest('other'))).toBe(false);
+    backend.failPuts(undefined);
+    // Its copies caught up with the next write.
+    expect(await store.releaseLease('refused', ref('a:1'))).toBe(true);
+    await copiesHoldMain('refused', 2);
+  });
+
   it('sets copies 3 → 0 → 3: readers follow the item, 0 is answered once every copy says 0, and writes with none touch no copy', async () => {
     const operator = container();
     const writer = container();
@@ -475,6 +505,31 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
     }
     await later.setCopies('reborn', 2);
     await copiesHoldMain('reborn', 2);
+  });
+
+  it('an item written again under an epoch earlier than its old copies’ (an operator’s clock ahead) still reaches them', async () => {
+    // The operator sets copies before the connection's first token, from a clock an hour
+    // ahead: its write creates the item, and starts its epoch.
+    const ahead = container(Math.random, () => Date.now() + 3_600_000);
+    await ahead.setCopies('skewed', 2);
+    const fleet = container();
+    await fleet.acquireLease('skewed', lease('a:1'));
+    await fleet.putToken(record('skewed-1', 'skewed'), ref('a:1'));
+    // TTL deletes the main item (its copies' deletions lag); a container writes it again.
+    await backend.direct.send(new DeleteItemCommand({ TableName: TABLE, Key: tokenKey('skewed') }));
+    const later = container();
+    await later.acquireLease('skewed', lease('b:1'));
+    await later.putToken(record('skewed-2', 'skewed'), ref('b:1'));
+    // Set again, by an operator whose clock is right: answered once every copy holds the item.
+    expect(await container().setCopies('skewed', 2)).toEqual({ previous: 0, copies: 2 });
+    await copiesHoldMain('skewed', 2);
+    const reader = container();
+    for (let i = 0; i < 6; i += 1) {
+      expect((await reader.read('skewed')).token?.accessToken).toBe('skewed-2');
+    }
+    // Later writes reach them as usual.
+    await later.acquireLease('skewed', lease('c:1', { replacing: 'skewed-2' }));
+    await copiesHoldMain('skewed', 2);
   });
 
   it('keeps every copy equal to the main item when containers race their writes', async () => {
