@@ -20,6 +20,7 @@ const UNIT = [
   'test/stage-check.test.ts',
   'test/bench-costs.test.ts',
   'test/bench-counted-dynamodb.test.ts',
+  'test/bench-measures.test.ts',
   'test/chaos.test.ts',
   'test/copies-command.test.ts',
   'test/local-dynalite.test.ts',

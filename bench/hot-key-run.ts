@@ -147,7 +147,7 @@ for (const { store, busy, coldStarts } of runs) {
     );
     log(`containers one item serves (busiest phase): ${busy.containersToSaturate.toFixed(0)}`);
     log(
-      `callers at a cut-over (1 s before to 200 ms after): ${busy.cutover.callers}, p99 ${busy.cutover.p99Ms.toFixed(0)} ms, max ${busy.cutover.maxMs.toFixed(0)} ms; chaos window: ${busy.cutoverChaos.callers}, slowest ${busy.cutoverChaos.slowestMs.toFixed(0)} ms`,
+      `callers at a cut-over (1 s before to 200 ms after): ${busy.cutover.callers}, p99 ${busy.cutover.p99Ms.toFixed(0)} ms, max ${busy.cutover.maxMs.toFixed(0)} ms; slowest per container and cut-over (${busy.cutover.slowestPerContainer.count}): median ${busy.cutover.slowestPerContainer.p50Ms.toFixed(0)} ms; chaos window: ${busy.cutoverChaos.callers}, slowest ${busy.cutoverChaos.slowestMs.toFixed(0)} ms`,
     );
     log(
       `issuances ${busy.issuances}, errors ${busy.errors}, invalid served ${busy.invalidServed}, latency p99 ${busy.latencyMs.p99.toFixed(1)} ms`,

@@ -33,7 +33,13 @@ import {
   startLambdaContainer,
 } from '../local/lambda-container.js';
 import type { Stack } from '../local/stack.js';
-import { CHAOS_CUT_OVER, percentile, refreshesAfterExpiry, waitsAtCutOver } from './measures.js';
+import {
+  CHAOS_CUT_OVER,
+  percentile,
+  refreshesAfterExpiry,
+  slowestPerContainerAtCutOver,
+  waitsAtCutOver,
+} from './measures.js';
 
 export interface HotKeySettings {
   readonly bundle: string;
@@ -80,8 +86,17 @@ export interface HotKeyResult {
   readonly coldStart: { readonly seconds: number; readonly readsPerContainer: number };
   /** Containers at which the busiest phase's reads reach 3,000 per second on one item. */
   readonly containersToSaturate: number;
-  /** Callers who arrived at a cut-over: how many, and their wait (ms). */
-  readonly cutover: { readonly callers: number; readonly p99Ms: number; readonly maxMs: number };
+  /**
+   * Callers who arrived at a cut-over: how many, and their wait (ms). The p99 is close to a coin
+   * toss (about one caller per container and cut-over waits for the successor: 8 of about 800);
+   * `slowestPerContainer` is each container's slowest caller per cut-over, its median and max.
+   */
+  readonly cutover: {
+    readonly callers: number;
+    readonly p99Ms: number;
+    readonly maxMs: number;
+    readonly slowestPerContainer: { readonly count: number; readonly p50Ms: number };
+  };
   /** The chaos suite's figure: the slowest request sent 5 s before to 1 s after a refresh (ms). */
   readonly cutoverChaos: { readonly callers: number; readonly slowestMs: number };
   /** Every caller of the run (ms). */
@@ -180,11 +195,11 @@ export const measureHotKey = async (
       reads: number;
       byItem: ReadonlyMap<string, number>;
     }[] = [];
-    const calls: { at: number; took: number }[] = [];
+    const calls: { container: number; at: number; took: number }[] = [];
     let errors = 0;
     let invalidServed = 0;
     const { min, max } = settings.pauseMs;
-    const loops = containers.map(async (container) => {
+    const loops = containers.map(async (container, index) => {
       while (Date.now() < end) {
         const at = performance.timeOrigin + performance.now();
         const outcome = await container
@@ -194,7 +209,7 @@ export const measureHotKey = async (
             errorType: error.name,
             errorMessage: '',
           }));
-        calls.push({ at, took: performance.timeOrigin + performance.now() - at });
+        calls.push({ container: index, at, took: performance.timeOrigin + performance.now() - at });
         if (!outcome.ok) errors += 1;
         else if (!stack.simulator.isValid(tokenOf(outcome))) invalidServed += 1;
         await sleep(min + Math.random() * (max - min));
@@ -261,7 +276,9 @@ export const measureHotKey = async (
       ...Object.values(phases).map((p) => p.busiestItemReadsPerContainerSecond),
     );
     // The first issuance is the cold start, not a cut-over.
-    const atCutover = waitsAtCutOver(calls, issuances, { beforeMs: 1_000, afterMs: 200 });
+    const cutOverWindow = { beforeMs: 1_000, afterMs: 200 };
+    const atCutover = waitsAtCutOver(calls, issuances, cutOverWindow);
+    const slowest = slowestPerContainerAtCutOver(calls, issuances, cutOverWindow);
     const atCutoverChaos = waitsAtCutOver(calls, issuances, CHAOS_CUT_OVER);
     const all = calls.map(({ took }) => took);
     const durationMs = endedAt - start;
@@ -282,6 +299,7 @@ export const measureHotKey = async (
         callers: atCutover.length,
         p99Ms: percentile(atCutover, 99),
         maxMs: percentile(atCutover, 100),
+        slowestPerContainer: { count: slowest.length, p50Ms: percentile(slowest, 50) },
       },
       cutoverChaos: { callers: atCutoverChaos.length, slowestMs: percentile(atCutoverChaos, 100) },
       latencyMs: {
