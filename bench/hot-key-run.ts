@@ -139,7 +139,14 @@ for (const { store, busy, coldStarts } of runs) {
   if (busy) {
     for (const [phase, p] of Object.entries(busy.phases)) {
       log(
-        `${phase.padEnd(8)} ${p.busiestItemReadsPerContainerSecond.toFixed(2)} reads per busy container-second on the busiest item (${p.readsPerContainerSecond.toFixed(2)} on all ${p.itemsRead}), ${p.writesPerSecond.toFixed(2)} writes/s, ${p.seconds.toFixed(1)} s`,
+        `${phase.padEnd(8)} ${p.perItemReadsPerContainerSecond.toFixed(2)} reads per busy container-second per item at scale, ${p.busiestItemReadsPerContainerSecond.toFixed(2)} on this run's busiest (${p.readsPerContainerSecond.toFixed(2)} on all ${p.itemsRead}: ${Object.entries(
+          p.byItem,
+        )
+          .map(
+            ([item, rate]) =>
+              `${item.split('#')[0] === 'copy' ? `copy ${item.split('#')[1]}` : 'main'} ${rate.toFixed(2)}`,
+          )
+          .join(', ')}), ${p.writesPerSecond.toFixed(2)} writes/s, ${p.seconds.toFixed(1)} s`,
       );
     }
     log(

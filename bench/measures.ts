@@ -66,3 +66,17 @@ export const slowestPerContainerAtCutOver = (
     }
     return [...slowest].sort(([a], [b]) => a - b).map(([, took]) => took);
   });
+
+/**
+ * One item's reads at scale: the main item's (`token#…`), or the copies' (`copy#<i>#token#…`,
+ * read at random) shared by `copies`, whichever is more.
+ */
+export const itemLoad = (byItem: ReadonlyMap<string, number>, copies: number): number => {
+  let main = 0;
+  let copied = 0;
+  for (const [item, count] of byItem) {
+    if (item.startsWith('copy#')) copied += count;
+    else main = Math.max(main, count);
+  }
+  return Math.max(main, copies > 0 ? copied / copies : copied);
+};

@@ -7,7 +7,12 @@
  * Each container's slowest caller per cut-over does not depend on that count.
  */
 import { describe, expect, it } from 'vitest';
-import { percentile, slowestPerContainerAtCutOver, waitsAtCutOver } from '../bench/measures.js';
+import {
+  itemLoad,
+  percentile,
+  slowestPerContainerAtCutOver,
+  waitsAtCutOver,
+} from '../bench/measures.js';
 
 const WINDOW = { beforeMs: 1_000, afterMs: 200 };
 const ISSUANCES = [0, 30_000, 60_000];
@@ -48,5 +53,21 @@ describe('the callers at a cut-over', () => {
       { container: 1, at: 30_000, took: 400 },
     ];
     expect(slowestPerContainerAtCutOver(calls, [0, 30_000], WINDOW)).toEqual([7, 400]);
+  });
+});
+
+describe('one item’s load at scale (the hot key with read copies)', () => {
+  it('is the main item’s reads, or the copies’ shared by their number, whichever is more', () => {
+    expect(itemLoad(new Map([['token#sandbox', 12]]), 0)).toBe(12);
+    // Copies read at random: 30 reads over 3 copies is 10 each at scale, however this run drew.
+    const drawn = new Map([
+      ['token#sandbox', 4],
+      ['copy#0#token#sandbox', 16],
+      ['copy#1#token#sandbox', 9],
+      ['copy#2#token#sandbox', 5],
+    ]);
+    expect(itemLoad(drawn, 3)).toBe(10);
+    // The main item is read by each container first, not at random: its reads stand alone.
+    expect(itemLoad(new Map([...drawn, ['token#sandbox', 14]]), 3)).toBe(14);
   });
 });
