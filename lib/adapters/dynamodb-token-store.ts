@@ -526,10 +526,14 @@ export class DynamoDBTokenStore implements TokenStore {
     else if (needImage || this.#known.copies(connection) > 0) {
       main = await this.#readMain(connection);
     }
+    const own = ownWrite(main);
     try {
-      await this.#keepCopies(connection, main, bound);
+      // A heal's refused put is left at that (the copy holds a later image, or one of an
+      // earlier item, which the next write of this item checks): not read back, which on
+      // dynalite (no image with a refusal) cost a read per copy per refused write.
+      await this.#keepCopies(connection, main, bound, { checkEpochs: own });
     } catch (error) {
-      if (!(error instanceof CopiesUnwrittenError) || ownWrite(main)) throw error;
+      if (!(error instanceof CopiesUnwrittenError) || own) throw error;
     }
     return main;
   }
@@ -540,12 +544,17 @@ export class DynamoDBTokenStore implements TokenStore {
    * hold it; a copy that cannot be written, or is not by the call's bound, throws
    * {@link CopiesUnwrittenError}: the write's outcome is unknown to the caller.
    */
-  async #keepCopies(connection: string, main: Item | undefined, bound: Bound): Promise<void> {
+  async #keepCopies(
+    connection: string,
+    main: Item | undefined,
+    bound: Bound,
+    { checkEpochs = true } = {},
+  ): Promise<void> {
     const order = orderOf(main);
     const count = copiesToKeep(main);
     if (!main || !order || count === 0) return;
     const puts = Array.from({ length: count }, (_, index) =>
-      this.#putCopy(connection, main, order, index, bound),
+      this.#putCopy(connection, main, order, index, bound, checkEpochs),
     );
     const settled = Promise.allSettled(puts);
     // The caller's bound: past it, the write's outcome is unknown to the caller (the puts go
@@ -579,6 +588,7 @@ export class DynamoDBTokenStore implements TokenStore {
     order: ImageOrder,
     index: number,
     bound: Bound,
+    checkEpochs: boolean,
   ): Promise<void> {
     let condition = COPY_CONDITION;
     let values: Item = {
@@ -603,7 +613,7 @@ export class DynamoDBTokenStore implements TokenStore {
           throw error;
         }
       });
-      if (written) return;
+      if (written || !checkEpochs) return;
       // Refused: the copy holds a later image, unless it is of an earlier item (see above).
       // DynamoDB returns the copy with the refusal; dynalite does not.
       held ??= await this.#get(copyKey(connection, index));

@@ -360,6 +360,26 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
     expect((await reader.read('early')).lease?.holder).toBe('dead:1');
   });
 
+  it('a refused take on copies already up to date reads none of them back', async () => {
+    // Every taker that loses puts the image it lost to on the copies (a heal); with the copies
+    // current, each put is refused. Reading each refused copy back (to tell a copy of an
+    // earlier item from a later image) cost K reads per lost take where the store sends no
+    // image with a refusal (dynalite), nearly doubling the reads a busy fleet made inside the
+    // refresh window (bench, 2026-11-26): a heal leaves that check to the next write.
+    const store = container();
+    await store.acquireLease('healed', lease('a:1'));
+    await store.putToken(record('healed-1', 'healed'), ref('a:1'));
+    await store.setCopies('healed', 3);
+    await store.acquireLease('healed', lease('a:2', { replacing: 'healed-1' }));
+    const taker = container();
+    backend.reset();
+    const attempt = await taker.acquireLease('healed', lease('b:1', { replacing: 'healed-1' }));
+    expect(attempt).toMatchObject({ acquired: false, state: { lease: { holder: 'a:2' } } });
+    const copyReads = [0, 1, 2].map((index) => reads(copyKey('healed', index).pk.S as string));
+    expect(copyReads).toEqual([0, 0, 0]);
+    await copiesHoldMain('healed', 3);
+  });
+
   it('a copy that cannot be written makes the write an unknown outcome; sent again, it lands and reaches every copy', async () => {
     const store = container();
     await store.setCopies('unwritable', 3);
