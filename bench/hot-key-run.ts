@@ -36,7 +36,7 @@ const { values, positionals } = parseArgs({
     'cold-containers': { type: 'string', default: '8' },
     stores: { type: 'string', default: STORE_KINDS.join(',') },
     // Read copies of the token item (ADR 0024), set by the operator's action before each run.
-    copies: { type: 'string', default: '3' },
+    copies: { type: 'string', default: '5' },
   },
 });
 const [buildDir = '.bench', resultsDir = 'bench/results'] = positionals;
