@@ -33,6 +33,18 @@ export const toItem = async (
   ...(record.recheckMs === undefined ? {} : { recheckMs: { N: String(record.recheckMs) } }),
 });
 
+/** The lease's attributes: a release removes them all, the token write too. */
+export const LEASE_ATTRIBUTES = [
+  'leaseHolder',
+  'leaseVersion',
+  'leaseExpiresAt',
+  'leaseDurationMs',
+  'leaseCountdown',
+  'leaseForced',
+  'leaseStepMs',
+  'leaseStepAt',
+] as const;
+
 /**
  * Every attribute of the item this release knows, but its key and the copies' bookkeeping
  * (`seq`, `epoch`, `copies`, `copiesRetiring`: `dynamodb-token-copies.ts`). The token write
@@ -50,14 +62,7 @@ export const ITEM_ATTRIBUTES = [
   'ttl',
   'forced',
   'recheckMs',
-  'leaseHolder',
-  'leaseVersion',
-  'leaseExpiresAt',
-  'leaseDurationMs',
-  'leaseCountdown',
-  'leaseForced',
-  'leaseStepMs',
-  'leaseStepAt',
+  ...LEASE_ATTRIBUTES,
   'reportedDigest',
   'invalidatedAt',
 ] as const;

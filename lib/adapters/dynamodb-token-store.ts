@@ -71,7 +71,14 @@ import {
   SEQUENCE_SET,
   sequenceValues,
 } from './dynamodb-token-copies.js';
-import { fromItem, type Item, replacingWrite, toItem, tokenKey } from './dynamodb-token-item.js';
+import {
+  fromItem,
+  type Item,
+  LEASE_ATTRIBUTES,
+  replacingWrite,
+  toItem,
+  tokenKey,
+} from './dynamodb-token-item.js';
 
 export { copyKey, MAX_COPIES } from './dynamodb-token-copies.js';
 export { tokenKey } from './dynamodb-token-item.js';
@@ -295,16 +302,7 @@ export class DynamoDBTokenStore implements TokenStore {
       this.#conflicts.untilLapsed(lease, call),
       {
         removeFirst: true,
-        remove: [
-          'leaseHolder',
-          'leaseVersion',
-          'leaseExpiresAt',
-          'leaseDurationMs',
-          'leaseCountdown',
-          'leaseForced',
-          'leaseStepMs',
-          'leaseStepAt',
-        ],
+        remove: LEASE_ATTRIBUTES,
         condition,
         values: {
           ...held.values,
