@@ -7,7 +7,13 @@ import { TokenBroker } from '../../lib/broker/index.js';
 import type { ProtocolTiming } from '../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../lib/broker/types.js';
 import type { ConnectionConfig } from '../../lib/config.js';
-import type { SecretSource, TokenIssuer, TokenRecord, TokenStore } from '../../lib/ports.js';
+import type {
+  SecretSource,
+  TokenIssuer,
+  TokenRecord,
+  TokenState,
+  TokenStore,
+} from '../../lib/ports.js';
 import { sealCode } from '../../lib/upstream/authorization-code.js';
 import {
   CountingMetrics,
@@ -30,6 +36,26 @@ export const wrap = (store: InMemoryTokenStore, over: Partial<TokenStore>): Toke
   markReported: (n, d) => store.markReported(n, d),
   ...over,
 });
+
+/**
+ * `store` seen by a container without the KMS key the token was sealed with: a sealed item reads
+ * as "no token" with `unreadable`, all of it but the value (dynamodb-token-item.ts), in reads and
+ * in the state a refused take sends back.
+ */
+export const keyless = (store: InMemoryTokenStore): TokenStore => {
+  const hide = (state: TokenState): TokenState => {
+    if (!state.token) return state;
+    const { accessToken: _value, ...unreadable } = state.token;
+    return { ...state, token: undefined, unreadable };
+  };
+  return wrap(store, {
+    read: async (n) => hide(await store.read(n)),
+    acquireLease: async (n, r) => {
+      const attempt = await store.acquireLease(n, r);
+      return attempt.acquired ? attempt : { ...attempt, state: hide(attempt.state) };
+    },
+  });
+};
 
 /** Upstream model: every issuance revokes every token issued before it. */
 export class Upstream {

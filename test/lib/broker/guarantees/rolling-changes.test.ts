@@ -15,7 +15,6 @@ import type {
   SecretSource,
   TokenIssuer,
   TokenRecord,
-  TokenState,
   TokenStore,
 } from '../../../../lib/ports.js';
 import { sealCode } from '../../../../lib/upstream/authorization-code.js';
@@ -26,6 +25,7 @@ import {
   sandbox,
   seed,
   Upstream,
+  keyless as withoutTheKey,
   wrap,
 } from '../../../support/fleet-model.js';
 import { Sim } from '../../../support/sim.js';
@@ -35,7 +35,6 @@ import { issuance, simAsk, simBroker, T0 } from '../setup.js';
 const LIFE_S = 120;
 
 /** A token as a container without its key reads it: all but its value. */
-const withoutValue = ({ accessToken: _value, ...rest }: TokenRecord) => rest;
 
 /** A token as a DynamoDB read hands it back: through the adapter's own item mapping. */
 const throughItem = async (token: TokenRecord | undefined): Promise<TokenRecord | undefined> =>
@@ -148,24 +147,13 @@ describe('I2: a container that cannot read the stored token (BROKER_KMS_KEY_ID r
   // digest at once, while the containers that hold the key serve the same token from memory for
   // up to a re-check: the upstream revoked it the moment the key-less container POSTed.
   it('I2: the key-less container issues with no countdown, and a container with the key serves the token it revoked', async () => {
-    const unreadable = (s: InMemoryTokenStore): TokenStore => {
-      const hide = (state: TokenState): TokenState =>
-        state.token ? { ...state, token: undefined, unreadable: withoutValue(state.token) } : state;
-      return wrap(s, {
-        read: async (n) => hide(await s.read(n)),
-        acquireLease: async (n, r) => {
-          const attempt = await s.acquireLease(n, r);
-          return attempt.acquired ? attempt : { ...attempt, state: hide(attempt.state) };
-        },
-      });
-    };
     const {
       clock,
       store,
       up,
       a: keyed,
       b: keyless,
-    } = twoContainers({ a: 5, b: 5 }, { a: (s) => s, b: unreadable });
+    } = twoContainers({ a: 5, b: 5 }, { a: (s) => s, b: withoutTheKey });
     // A sealed token, written by a container with the key, 60 s into a 120 s life (not due).
     const t0 = seed(store, up, T0 - 30_000, LIFE_S * 1000);
     expect(
