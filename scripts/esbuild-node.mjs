@@ -58,4 +58,11 @@ export const NODE_ESM = {
     js: "const require = process.getBuiltinModule('node:module').createRequire(import.meta.url);",
   },
   plugins: [builtinsWithoutFacade],
+  // A package's ES modules before its CommonJS (esbuild's default on node is the reverse), as
+  // the AWS SDK's docs advise for bundles: the SDK's CommonJS is one file per package, kept
+  // whole, every command and every credential provider with it; its ES modules let esbuild drop
+  // what is never imported and split what is imported dynamically (the credential providers a
+  // Lambda function, with its credentials in the environment, never loads). Issue 25,
+  // docs/adr/0026.
+  mainFields: ['module', 'main'],
 };

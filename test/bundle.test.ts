@@ -235,6 +235,19 @@ describe('Bundle: what its cold start loads (issue 25)', () => {
     expect(init).not.toContain('Invalid or malformed JSON was provided');
   });
 
+  it('takes the AWS SDK as ES modules: only the commands it sends, and no credential provider Lambda does not use', () => {
+    // scripts/esbuild-node.mjs, docs/adr/0026: the SDK's CommonJS is one file per package, every
+    // command and every credential provider in it.
+    const init = [...loadedAtInit(build.bundle).values()].join('\n');
+    expect(init).toContain('GetItem');
+    expect(init).not.toContain('CreateBackup');
+    expect(init).not.toContain('ExportTableToPointInTime');
+    // Lambda gives a function its credentials in the environment: the SSO, STS (web identity)
+    // and other providers are loaded only when it has none (chunks of their own).
+    expect(init).not.toContain('GetRoleCredentials');
+    expect(init).not.toContain('AssumeRoleWithWebIdentity');
+  });
+
   it('registers its extension without loading undici: no fetch, no ESM facade of node:http', () => {
     // A loopback Extensions API, the bundle imported with AWS_LAMBDA_RUNTIME_API pointing at it;
     // every fetch call is counted, and Node's list of loaded internal modules read. An ESM import
