@@ -21,6 +21,9 @@
  * installed). COLD_PROFILE_DIR=<dir>: each
  * outside cold start also writes a V8 CPU profile there (`--cpu-prof`, 100 µs samples; with
  * BUILD_MINIFY=0 its functions keep their names), to find where init spends its time.
+ * COLD_KMS=1: the stack seals stored tokens with a key of the loopback KMS
+ * (`BROKER_KMS_KEY_ID`, what deployed stages set), so each broker cold start also loads the KMS
+ * client and makes one `Decrypt` call; the bare bundle still reads the item only.
  */
 import { execFile } from 'node:child_process';
 import { resolve } from 'node:path';
@@ -102,7 +105,9 @@ const event = { action: 'getToken', connection: 'sandbox' };
 const bareEvent = { connection: 'sandbox' };
 const log = (line: string) => process.stdout.write(`${line}\n`);
 
-const stack = await startStack();
+const stack = await startStack({}, ['sandbox', 'legacy'], {
+  encrypt: process.env.COLD_KMS === '1',
+});
 const ratios = new Map<string, number[]>();
 const times = new Map<string, number[]>();
 try {
