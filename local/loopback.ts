@@ -28,6 +28,21 @@ export interface LoopbackServer {
   close(): Promise<void>;
 }
 
+/**
+ * Resolves if `port` on `host` can be listened on now (listens, then closes at once); rejects
+ * with the listen error (`EADDRINUSE`, say) if not. A check ahead of work that should not run
+ * when the port is taken; the port may still be taken between the check and the real listen.
+ */
+export const portFree = async (host: string, port: number): Promise<void> => {
+  const probe = createHttpServer();
+  probe.listen(port, host);
+  try {
+    await once(probe, 'listening');
+  } finally {
+    await new Promise((done) => probe.close(done));
+  }
+};
+
 /** Listens with an existing server (dynalite's, say) and returns how to reach and close it. */
 export const listen = async (
   server: Server,

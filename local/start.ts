@@ -15,6 +15,7 @@ import { startKmsEmulator } from './kms-emulator.js';
 import { InitFailedError, startLambdaContainer } from './lambda-container.js';
 import type { EnvironmentSnapshot } from './lambda-env/pool.js';
 import { DEFAULT_LAMBDA } from './lambda-events.js';
+import { portFree } from './loopback.js';
 import {
   awsCliExample,
   failureReason,
@@ -63,6 +64,15 @@ try {
   fileSecrets = settings.secretsFile ? readSecretsFile(settings.secretsFile) : undefined;
 } catch (error) {
   settings = await fail(`The local runtime did not start: ${(error as Error).message}`);
+}
+
+// The port, before anything else starts: the warm-up below issues tokens before the server
+// listens, and with real credentials in BROKER_CONNECTIONS a second npm start on a taken port
+// would revoke the tokens of the one already there before it found the port taken.
+if (settings.port !== 0) {
+  await portFree(settings.host, settings.port).catch((error: NodeJS.ErrnoException) =>
+    fail(listenFailure(settings.host, settings.port, error)),
+  );
 }
 
 // DynamoDB: dynalite unless an endpoint is given.

@@ -109,11 +109,15 @@ describe('Local runtime: what it says when it cannot start', () => {
     await new Promise<void>((done) => taken.listen(0, '127.0.0.1', done));
     const port = (taken.address() as { port: number }).port;
     try {
-      const { code, stderr } = await runToExit({ PORT: String(port) });
+      const { code, stdout, stderr } = await runToExit({ PORT: String(port) });
       expect(code).toBe(1);
       expect(stderr.trim()).toBe(
         `Port ${port} on 127.0.0.1 is in use (another npm start?): set PORT to a free one (PORT=3001 npm start), or PORT=0 for any.`,
       );
+      // Refused before the warm-up: with real credentials, an issuance here would have revoked
+      // the tokens of the npm start that holds the port.
+      expect(stdout).not.toContain('Token issued');
+      expect(stdout).not.toContain('Warm-up');
     } finally {
       await new Promise((done) => taken.close(done));
     }
