@@ -1,22 +1,27 @@
 /**
- * `npm run copies -- --table T --connection C --copies K [--region R] [--endpoint URL]`: the
+ * `npm run copies -- --table T --connection C --copies K [--create] [--region R] [--endpoint URL]`: the
  * operator's action that sets how many read copies a connection's token item has (ADR 0024,
  * docs/operations.md "Read copies of the token item"). It answers once every copy a reader may
  * read holds the item's image with the new count; 0 switches copies off. Set copies only once
  * no release older than the one that keeps them runs in the stage.
  *
+ * A connection whose item does not exist yet (it is written with the first lease) is refused
+ * unless `--create` says so: a mistyped name would otherwise create a stray item and answer 0.
+ *
  * It prints the connection and the counts, never the item (which holds the token).
  */
 import { parseArgs } from 'node:util';
-import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { DynamoDBTokenStore, MAX_COPIES } from '../lib/adapters/dynamodb-token-store.js';
+import { DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
+import { DynamoDBTokenStore, MAX_COPIES, tokenKey } from '../lib/adapters/dynamodb-token-store.js';
 
-export const COPIES_USAGE = `usage: npm run copies -- --table <table> --connection <name> --copies <0-${MAX_COPIES}> [--region <region>] [--endpoint <url>]`;
+export const COPIES_USAGE = `usage: npm run copies -- --table <table> --connection <name> --copies <0-${MAX_COPIES}> [--create] [--region <region>] [--endpoint <url>]`;
 
 export interface CopiesCommand {
   readonly table: string;
   readonly connection: string;
   readonly copies: number;
+  /** Set copies on a connection whose item does not exist yet (creating it). */
+  readonly create?: boolean;
   readonly region?: string | undefined;
   readonly endpoint?: string | undefined;
 }
@@ -38,6 +43,7 @@ export const parseCopiesArgs = (args: readonly string[]): CopiesCommand => {
         copies: { type: 'string' },
         region: { type: 'string' },
         endpoint: { type: 'string' },
+        create: { type: 'boolean' },
       },
       strict: true,
       allowPositionals: false,
@@ -50,13 +56,25 @@ export const parseCopiesArgs = (args: readonly string[]): CopiesCommand => {
     string,
     string | undefined
   >;
+  const create = values.create === true;
   if (!table) throw new CopiesUsageError('--table is required');
   if (!connection) throw new CopiesUsageError('--connection is required');
   if (copies === undefined || !/^\d+$/.test(copies) || Number(copies) > MAX_COPIES) {
     throw new CopiesUsageError(`--copies takes a whole number from 0 to ${MAX_COPIES}`);
   }
-  return { table, connection, copies: Number(copies), region, endpoint };
+  return { table, connection, copies: Number(copies), create, region, endpoint };
 };
+
+/** The connection has no item in the table (and `--create` was not given). */
+export class NoSuchItemError extends Error {
+  override readonly name = 'NoSuchItemError';
+  constructor() {
+    // The name is not repeated: it may be anything pasted by mistake.
+    super(
+      'this connection has no item in the table (an item is written with its first lease): check --connection, or pass --create to set copies before its first token',
+    );
+  }
+}
 
 /** Sets the copies; returns the line to print. */
 export const runCopies = async (command: CopiesCommand): Promise<string> => {
@@ -65,6 +83,17 @@ export const runCopies = async (command: CopiesCommand): Promise<string> => {
     ...(command.endpoint ? { endpoint: command.endpoint } : {}),
   });
   try {
+    if (!command.create) {
+      const { Item } = await client.send(
+        new GetItemCommand({
+          TableName: command.table,
+          Key: tokenKey(command.connection),
+          ConsistentRead: true,
+          ProjectionExpression: 'pk',
+        }),
+      );
+      if (!Item) throw new NoSuchItemError();
+    }
     const store = new DynamoDBTokenStore(client, command.table);
     const { previous, copies } = await store.setCopies(command.connection, command.copies);
     return `${command.connection}: ${copies} read ${copies === 1 ? 'copy' : 'copies'} (was ${previous}); every copy holds the item`;

@@ -4,7 +4,7 @@
  */
 import { GetItemCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { copyKey, DynamoDBTokenStore } from '../lib/adapters/dynamodb-token-store.js';
+import { copyKey, DynamoDBTokenStore, tokenKey } from '../lib/adapters/dynamodb-token-store.js';
 import { tokenDigest } from '../lib/broker/index.js';
 import { CopiesUsageError, main, parseCopiesArgs } from '../local/copies-command.js';
 import {
@@ -108,6 +108,42 @@ describe('Command: npm run copies', () => {
     for (const output of [set, off, failed]) {
       expect(JSON.stringify(output)).not.toContain(accessToken);
     }
+    client.destroy();
+  });
+
+  it('refuses a connection with no item (a mistyped name) unless --create, and writes nothing', async () => {
+    const client = localDynamoDBClient(dynalite.url);
+    const args = ['--table', 'copies-command', '--region', 'us-east-1', '--endpoint', dynalite.url];
+    process.env.AWS_ACCESS_KEY_ID ??= 'local';
+    process.env.AWS_SECRET_ACCESS_KEY ??= 'local';
+    const item = async (connection: string) =>
+      (
+        await client.send(
+          new GetItemCommand({
+            TableName: 'copies-command',
+            Key: tokenKey(connection),
+            ConsistentRead: true,
+          }),
+        )
+      ).Item;
+    const typo = await run([...args, '--connection', 'apii', '--copies', '2']);
+    expect(typo.code).toBe(1);
+    expect(typo.err).toContain('copies: NoSuchItemError: this connection has no item');
+    expect(typo.err).toContain('--create');
+    expect(typo.err).not.toContain('apii');
+    expect(await item('apii')).toBeUndefined();
+    expect(
+      await client.send(
+        new GetItemCommand({ TableName: 'copies-command', Key: copyKey('apii', 0) }),
+      ),
+    ).not.toHaveProperty('Item');
+    const created = await run([...args, '--connection', 'fresh', '--copies', '2', '--create']);
+    expect(created).toEqual({
+      code: 0,
+      out: 'fresh: 2 read copies (was 0); every copy holds the item',
+      err: '',
+    });
+    expect((await item('fresh'))?.copies).toEqual({ N: '2' });
     client.destroy();
   });
 });
