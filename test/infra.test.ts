@@ -3,7 +3,15 @@
  * AWS credentials) for a dev and a prod stage, then the generated CloudFormation is read.
  */
 import { execFile } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +20,27 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkStage, MRSC_REGION_SETS, type PrintedConfig } from '../infra/stage-check.js';
 import { loadConfig } from '../lib/config.js';
 import { root } from './support/build.js';
+
+/**
+ * The DynamoDB actions the broker's code sends: every `new <X>Command(` in lib/ and functions/
+ * whose command comes from `@aws-sdk/client-dynamodb`. The role grants exactly these (least
+ * privilege): a command added without its grant, or a grant left after its last use, fails.
+ */
+const dynamoDBActionsSent = (): string[] => {
+  const actions = new Set<string>();
+  for (const dir of ['lib', 'functions']) {
+    for (const file of readdirSync(join(root, dir), { recursive: true, encoding: 'utf8' })) {
+      if (!file.endsWith('.ts')) continue;
+      const text = readFileSync(join(root, dir, file), 'utf8');
+      const imported = /import\s*\{([^}]*)\}\s*from\s*'@aws-sdk\/client-dynamodb'/.exec(text)?.[1];
+      if (!imported) continue;
+      for (const [, command] of text.matchAll(/new (\w+)Command\(/g)) {
+        if (imported.includes(`${command}Command`)) actions.add(`dynamodb:${command}`);
+      }
+    }
+  }
+  return [...actions].sort();
+};
 
 const run = promisify(execFile);
 type Json = Record<string, unknown>;
@@ -196,14 +225,15 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     }
     const bySid = (sid: string) => statements.find((s: Json) => s.Sid === sid);
     expect(bySid('TokenTable')).toMatchObject({
-      Action: [
-        'dynamodb:GetItem',
-        'dynamodb:PutItem',
-        'dynamodb:UpdateItem',
-        'dynamodb:DeleteItem',
-      ],
       Resource: { 'Fn::GetAtt': ['TokenTable', 'Arn'] },
     });
+    // Exactly what the code sends (DeleteItem was granted and never sent).
+    expect(dynamoDBActionsSent()).toEqual([
+      'dynamodb:GetItem',
+      'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
+    ]);
+    expect([...list(bySid('TokenTable')?.Action)].sort()).toEqual(dynamoDBActionsSent());
     const secretIds = [
       ...loadConfig(resolvedEnv(fn().Environment.Variables)).connections.values(),
     ].map((c) => c.secretId);
@@ -525,13 +555,8 @@ describe('Template: a global stage in one of its regions (stage global, eu-west-
     expect(env.BROKER_KMS_KEY_ID).toEqual(localKey);
     // Its writes and strong reads cross regions: the protocol's store round-trip bound says so.
     expect(env.BROKER_STORE_ROUND_TRIP_MS).toBe('150');
+    expect([...(bySid('TokenTable')?.Action as string[])].sort()).toEqual(dynamoDBActionsSent());
     expect(bySid('TokenTable')).toMatchObject({
-      Action: [
-        'dynamodb:GetItem',
-        'dynamodb:PutItem',
-        'dynamodb:UpdateItem',
-        'dynamodb:DeleteItem',
-      ],
       Resource: {
         'Fn::Sub': `arn:\${AWS::Partition}:dynamodb:\${AWS::Region}:\${AWS::AccountId}:table/token-broker-global-tokens`,
       },
