@@ -153,7 +153,6 @@ const serviceError = (status: number, type: string, message: string): InvokeResp
 
 /** Which function and version a name, `name:qualifier`, or (partial) ARN designates. */
 const target = (name: string, qualifier: string | null, settings: LambdaSettings) => {
-  const arn = `arn:aws:lambda:${settings.region}:${settings.accountId}:function:${settings.functionName}`;
   const match =
     /^(?:arn:aws:lambda:([a-z0-9-]+):(\d{12}):function:|(\d{12}):function:)?([^:]+)(?::([^:]+))?$/.exec(
       name,
@@ -167,7 +166,21 @@ const target = (name: string, qualifier: string | null, settings: LambdaSettings
     (account ?? partialAccount ?? settings.accountId) === settings.accountId &&
     version === '$LATEST' &&
     (inlineQualifier === undefined || qualifier === null || qualifier === inlineQualifier);
-  return { found, arn: version === '$LATEST' ? arn : `${arn}:${version}`, name };
+  return { found, name };
+};
+
+/**
+ * The ARN a refused name stands for, as Lambda names it in its error: a full ARN as given; a
+ * name or partial ARN (`123456789012:function:name`) completed with this region and account, its
+ * qualifier the inline one, else the `Qualifier` parameter's (never both).
+ */
+const shownArn = (name: string, qualifier: string | null, settings: LambdaSettings): string => {
+  if (name.startsWith('arn:')) return name;
+  const partial = /^(\d{12}):function:(.*)$/.exec(name);
+  const account = partial?.[1] ?? settings.accountId;
+  const rest = partial?.[2] ?? name;
+  const suffix = rest.includes(':') || qualifier === null ? '' : `:${qualifier}`;
+  return `arn:aws:lambda:${settings.region}:${account}:function:${rest}${suffix}`;
 };
 
 /** The Lambda Invoke API for one function. */
@@ -182,12 +195,12 @@ export const createInvokeApi =
     }
     // Lambda's own limit on a function name or ARN; longer is never ours, and is not echoed.
     name = name.slice(0, 170);
-    const { found, arn } = target(name, request.query.get('Qualifier'), settings);
+    const { found } = target(name, request.query.get('Qualifier'), settings);
     if (!found) {
       return serviceError(
         404,
         'ResourceNotFoundException',
-        `Function not found: ${name.startsWith('arn:') ? name : arn.replace(settings.functionName, name)}`,
+        `Function not found: ${shownArn(name, request.query.get('Qualifier'), settings)}`,
       );
     }
     const invocationType = header(request, 'x-amz-invocation-type') ?? 'RequestResponse';

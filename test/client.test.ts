@@ -638,6 +638,8 @@ describe('Client behaviour', () => {
       const error = await client.getToken('sandbox').then(unexpected, caught);
       expect(error).toBeInstanceOf(ClientConfigError);
       expect(error.message).toContain('AWS_ACCESS_KEY_ID');
+      // Each transport is told the option it takes: the http one `credentials`.
+      expect(error.message).toContain('(or pass "credentials")');
       expect(fetches).toBe(0);
       const lambdaClient = createTokenClient({
         transport: { type: 'lambda', functionName: 'token-broker-prod-broker' },
@@ -645,6 +647,9 @@ describe('Client behaviour', () => {
       const noRegion = await lambdaClient.status().then(unexpected, caught);
       expect(noRegion).toBeInstanceOf(ClientConfigError);
       expect(noRegion.message).toContain('set AWS_REGION');
+      // The lambda transport refuses a `credentials` option: it is told to pass a client.
+      expect(noRegion.message).toContain('"client": a LambdaClient built with them');
+      expect(noRegion.message).not.toContain('"credentials"');
 
       // A loopback target gets the local defaults, and the client says so.
       const warnings: string[] = [];

@@ -71,19 +71,26 @@ describe('Local Invoke API: @aws-sdk/client-lambda', () => {
     }
   });
 
-  it('answers 404 ResourceNotFoundException for another function, version or region', async () => {
-    for (const extra of [
-      { FunctionName: 'another-function' },
-      { FunctionName: 'token-broker', Qualifier: '3' },
-      { FunctionName: 'arn:aws:lambda:eu-west-1:000000000000:function:token-broker' },
-    ]) {
+  it('answers 404 ResourceNotFoundException for another function, version or region, naming its ARN once', async () => {
+    const arn = 'arn:aws:lambda:us-east-1:000000000000:function';
+    for (const [extra, named] of [
+      [{ FunctionName: 'another-function' }, `${arn}:another-function`],
+      [{ FunctionName: 'token-broker', Qualifier: '3' }, `${arn}:token-broker:3`],
+      // A qualifier in the name is not repeated (it read `…:live:live`).
+      [{ FunctionName: 'token-broker:live' }, `${arn}:token-broker:live`],
+      [{ FunctionName: '000000000000:function:token-broker:live' }, `${arn}:token-broker:live`],
+      [
+        { FunctionName: 'arn:aws:lambda:eu-west-1:000000000000:function:token-broker' },
+        'arn:aws:lambda:eu-west-1:000000000000:function:token-broker',
+      ],
+    ] as const) {
       const before = runs.length;
       const error = await invoke({}, extra).then(unexpected, caught);
       expect(error.name).toBe('ResourceNotFoundException');
       expect((error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode).toBe(
         404,
       );
-      expect(error.message).toContain('Function not found');
+      expect(error.message).toBe(`Function not found: ${named}`);
       expect(runs.length).toBe(before);
     }
   });

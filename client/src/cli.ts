@@ -63,8 +63,8 @@ Exit codes: 0 done, 1 the broker answered with an error, 2 wrong usage, a value 
 or missing AWS settings (nothing was sent), 3 the broker could not be reached, did not answer in
 time, or AWS answered in its place (an IAM denial, throttling, a gateway error).
 Examples:
-  token-broker status --function token-broker-prod-broker
-  token-broker token sandbox --endpoint http://127.0.0.1:3000 --function token-broker --json
+  token-broker status --function token-broker-prod-broker:live
+  token-broker token demo-v3 --endpoint http://127.0.0.1:3000 --function token-broker --json
   token-broker status --function arn:aws:lambda:eu-west-1:123456789012:function:token-broker-prod-broker:live,arn:aws:lambda:eu-central-1:123456789012:function:token-broker-prod-broker:live
   printf %s "$TOKEN" | token-broker invalidate production --token - --url https://abc.lambda-url.eu-west-1.on.aws
 `;

@@ -70,10 +70,13 @@ export const LOCAL_DEFAULTS = {
   credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
 } as const;
 
+/** What to set, per transport: only the http transport takes `credentials`; lambda, a `client`. */
 const WHAT_TO_SET = {
-  region: 'set AWS_REGION (or the "region" option, --region for the CLI)',
-  credentials:
-    'set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run where a role provides them (or pass "credentials")',
+  region: () => 'set AWS_REGION (or the "region" option, --region for the CLI)',
+  credentials: (transport: 'lambda' | 'http') =>
+    `set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run where a role provides them (or pass ${
+      transport === 'http' ? '"credentials"' : '"client": a LambdaClient built with them'
+    })`,
 } as const;
 
 /** localhost, 127.0.0.0/8 and ::1: a broker on this machine, never AWS. */
@@ -111,10 +114,11 @@ const missingError = (
   missing: readonly ('region' | 'credentials')[],
   target: string,
   cause: unknown,
+  transport: 'lambda' | 'http',
 ) =>
   new ClientConfigError(
     `No AWS ${missing.join(' and no AWS ')} to call the broker at ${target}: ${missing
-      .map((what) => WHAT_TO_SET[what])
+      .map((what) => WHAT_TO_SET[what](transport))
       .join('; ')}`,
     { cause },
   );
@@ -193,7 +197,7 @@ const lambdaTransport = (
     const { missing, cause } = await probe(client);
     if (missing.length === 0) return client;
     client.destroy();
-    if (!endpoint || !isLoopback(endpoint)) throw missingError(missing, target, cause);
+    if (!endpoint || !isLoopback(endpoint)) throw missingError(missing, target, cause, 'lambda');
     warn(localNotice(missing, endpoint.origin));
     return new LambdaClient({
       ...settings,
@@ -295,7 +299,7 @@ const httpTransport = (options: HttpTransportOptions, { warn }: TransportContext
       );
     }
     if (missing.length > 0) {
-      if (!loopback) throw missingError(missing, base.origin, causes[0]);
+      if (!loopback) throw missingError(missing, base.origin, causes[0], 'http');
       warn(localNotice(missing, base.origin));
     }
     return new SignatureV4({
