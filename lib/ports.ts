@@ -326,4 +326,9 @@ export interface TokenCipher {
    * @throws when the key service cannot be reached (a fault, not a forgery).
    */
   open(connection: string, sealed: SealedToken): Promise<string | undefined>;
+  /**
+   * Starts getting ready for `open` (loading its code; no call to the key service), so that
+   * the work overlaps the store read that will need it. Never throws: a failure shows at `open`.
+   */
+  prepare?(): void;
 }

@@ -149,11 +149,19 @@ const lazyProbe = (probe: () => Promise<TokenProbe>): TokenProbe => ({
   probe: async (...args) => (await probe()).probe(...args),
 });
 
-const lazyCipher = (load: () => Promise<TokenCipher>): TokenCipher => {
+/**
+ * The cipher, loaded on first use. `prepare` starts the load without waiting: the store calls it
+ * as it sends a read, so that a cold start with `BROKER_KMS_KEY_ID` loads the KMS client while
+ * DynamoDB answers, not after. A load that fails fails the `open` or `seal` that awaits it.
+ */
+export const lazyCipher = (load: () => Promise<TokenCipher>): TokenCipher => {
   const cipher = onFirstUse(load);
   return {
     seal: async (...args) => (await cipher()).seal(...args),
     open: async (...args) => (await cipher()).open(...args),
+    prepare: () => {
+      cipher().catch(() => undefined);
+    },
   };
 };
 

@@ -129,6 +129,8 @@ export class DynamoDBTokenStore implements TokenStore {
   }
 
   async read(connection: string): Promise<TokenState> {
+    // A sealed token is opened once the read answers: the cipher's code loads meanwhile.
+    this.cipher?.prepare?.();
     // With copies (ADR 0024), one picked at random: it holds every write answered before this
     // read was sent, as the main item does. A copy that cannot answer (missing, past the copies
     // its image says there are, or older than an image seen here) sends the read to the main item.
