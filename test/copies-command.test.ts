@@ -5,7 +5,6 @@
 import { GetItemCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { copyKey, DynamoDBTokenStore, tokenKey } from '../lib/adapters/dynamodb-token-store.js';
-import { tokenDigest } from '../lib/broker/index.js';
 import { CopiesUsageError, main, parseCopiesArgs } from '../local/copies-command.js';
 import {
   ensureTable,
@@ -13,6 +12,7 @@ import {
   localDynamoDBClient,
   startDynalite,
 } from '../local/dynamodb-local.js';
+import { storeToken } from './support/stored-token.js';
 
 describe('Command: npm run copies', () => {
   let dynalite: LocalDynamoDB;
@@ -59,26 +59,8 @@ describe('Command: npm run copies', () => {
   it('sets the copies of an item that holds a token, and prints the counts, never the token', async () => {
     const client = localDynamoDBClient(dynalite.url);
     const store = new DynamoDBTokenStore(client, 'copies-command');
-    const now = Date.now();
-    await store.acquireLease('api', {
-      holder: 'a:1',
-      version: 'v1',
-      leaseExpiresAt: now + 10_000,
-      durationMs: 10_000,
-      countdown: 0,
-      replacing: undefined,
-    });
     const accessToken = 'secret-access-token-value';
-    await store.putToken(
-      {
-        connection: 'api',
-        accessToken,
-        tokenDigest: tokenDigest(accessToken),
-        issuedAt: now,
-        expiresAt: now + 3_600_000,
-      },
-      { holder: 'a:1', version: 'v1' },
-    );
+    await storeToken(store, 'api', accessToken);
     const args = ['--table', 'copies-command', '--connection', 'api', '--region', 'us-east-1'];
     process.env.AWS_ACCESS_KEY_ID ??= 'local';
     process.env.AWS_SECRET_ACCESS_KEY ??= 'local';

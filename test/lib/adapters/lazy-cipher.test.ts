@@ -8,6 +8,7 @@ import { lazyCipher } from '../../../lib/adapters/aws.js';
 import { DynamoDBTokenStore } from '../../../lib/adapters/dynamodb-token-store.js';
 import type { TokenCipher } from '../../../lib/ports.js';
 import { ensureTable, localDynamoDBClient, startDynalite } from '../../../local/dynamodb-local.js';
+import { storeToken } from '../../support/stored-token.js';
 
 const sealing: TokenCipher = {
   seal: async (_connection, accessToken) => ({
@@ -77,25 +78,7 @@ describe('Adapter: the cipher loaded on first use', () => {
         },
         prepare: () => events.push('prepare'),
       });
-      const now = Date.now();
-      await store.acquireLease('c', {
-        holder: 'a:1',
-        version: 'v1',
-        leaseExpiresAt: now + 10_000,
-        durationMs: 10_000,
-        countdown: 0,
-        replacing: undefined,
-      });
-      await store.putToken(
-        {
-          connection: 'c',
-          accessToken: 'tok',
-          tokenDigest: 'd',
-          issuedAt: now,
-          expiresAt: now + 60_000,
-        },
-        { holder: 'a:1', version: 'v1' },
-      );
+      await storeToken(store, 'c', 'tok');
       events.length = 0;
       expect((await store.read('c')).token?.accessToken).toBe('tok');
       expect(events).toEqual(['prepare', 'send GetItemCommand', 'open']);
