@@ -7,8 +7,8 @@ import {
   MAX_TIMING_SCALE,
   MIN_TIMING_SCALE,
   type ProtocolTiming,
-  protocolTiming,
   scaledTiming,
+  storeRoundTripTiming,
 } from '../broker/timing/index.js';
 import { ConfigError } from '../errors.js';
 import type { ConnectionConfig } from './connections.js';
@@ -98,7 +98,7 @@ export const buildConfig = (
 /** `timing` with the store's round-trip bound `ms`, or a `ConfigError` naming the relation it breaks. */
 const withStoreRoundTrip = (timing: ProtocolTiming, ms: number): ProtocolTiming => {
   try {
-    return protocolTiming({ ...timing, stepWriteAllowanceMs: ms, maxStepWriteMs: ms });
+    return storeRoundTripTiming(timing, ms);
   } catch (error) {
     throw new ConfigError(
       `BROKER_STORE_ROUND_TRIP_MS (${ms}) does not fit the protocol's timing: ${(error as Error).message}`,

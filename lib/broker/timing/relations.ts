@@ -189,6 +189,29 @@ export const protocolTiming = (overrides: Partial<ProtocolTiming> = {}): Protoco
   return Object.freeze(validateTiming({ ...DEFAULT_TIMING, ...overrides }));
 };
 
+/**
+ * Round trips the token write after the POST may take: the write of the item, then its read
+ * copies' puts (ADR 0024), and one retry of a replicated write conflict.
+ */
+export const TOKEN_WRITE_ROUND_TRIPS = 3;
+
+/**
+ * `timing` for a store whose writes and strong reads take up to `ms` (`BROKER_STORE_ROUND_TRIP_MS`;
+ * a global table's stages set 150): each countdown step's write allowance, and the time kept for
+ * the token write after the POST (`storeReserveMs`), at least {@link TOKEN_WRITE_ROUND_TRIPS} of
+ * them, so that on a global table a write is not cut and its token kept in memory only (which
+ * costs the fleet a second issuance once the lease runs out).
+ *
+ * @throws {TimingRelationError} when the timing cannot hold it (see `validateTiming`).
+ */
+export const storeRoundTripTiming = (timing: ProtocolTiming, ms: number): ProtocolTiming =>
+  protocolTiming({
+    ...timing,
+    stepWriteAllowanceMs: ms,
+    maxStepWriteMs: ms,
+    storeReserveMs: Math.max(timing.storeReserveMs, TOKEN_WRITE_ROUND_TRIPS * ms),
+  });
+
 /** The factors `scaledTiming` takes: faster than real down to a hundredth, never slower. */
 export const MIN_TIMING_SCALE = 0.01;
 export const MAX_TIMING_SCALE = 1;

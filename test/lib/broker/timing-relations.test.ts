@@ -395,6 +395,17 @@ describe('ProtocolTiming: BROKER_STORE_ROUND_TRIP_MS (a global table’s stages 
     expect(countingLeaseMs(DEFAULT_TIMING)).toBe(850);
   });
 
+  it('keeps three of its round trips for the token write after the POST (the item, its copies, a conflict), never less than the default', () => {
+    expect(loadConfig({ ...env, BROKER_STORE_ROUND_TRIP_MS: '150' }).timing.storeReserveMs).toBe(
+      450,
+    );
+    expect(DEFAULT_TIMING.storeReserveMs).toBe(300);
+    expect(loadConfig({ ...env, BROKER_STORE_ROUND_TRIP_MS: '50' }).timing.storeReserveMs).toBe(
+      300,
+    );
+    expect(loadConfig(env).timing.storeReserveMs).toBe(300);
+  });
+
   it('refuses a bound outside 5-500 ms, or one the timing cannot hold, naming the relation', () => {
     expect(() => loadConfig({ ...env, BROKER_STORE_ROUND_TRIP_MS: '1000' })).toThrow(ConfigError);
     // At a tenth of the timing, a 150 ms write no longer fits between two 100 ms heartbeats.
