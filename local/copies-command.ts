@@ -7,6 +7,7 @@
  *
  * A connection whose item does not exist yet (it is written with the first lease) is refused
  * unless `--create` says so: a mistyped name would otherwise create a stray item and answer 0.
+ * `--copies 0` on it writes nothing, with or without `--create`: it has no copies.
  *
  * It prints the connection and the counts, never the item (which holds the token).
  */
@@ -83,16 +84,20 @@ export const runCopies = async (command: CopiesCommand): Promise<string> => {
     ...(command.endpoint ? { endpoint: command.endpoint } : {}),
   });
   try {
-    if (!command.create) {
-      const { Item } = await client.send(
-        new GetItemCommand({
-          TableName: command.table,
-          Key: tokenKey(command.connection),
-          ConsistentRead: true,
-          ProjectionExpression: 'pk',
-        }),
-      );
-      if (!Item) throw new NoSuchItemError();
+    const { Item } = await client.send(
+      new GetItemCommand({
+        TableName: command.table,
+        Key: tokenKey(command.connection),
+        ConsistentRead: true,
+        ProjectionExpression: 'pk',
+      }),
+    );
+    if (!Item) {
+      // No item has no copies: switching them off is done, and writes nothing.
+      if (command.copies === 0) {
+        return `${command.connection}: 0 read copies (no item yet); nothing written`;
+      }
+      if (!command.create) throw new NoSuchItemError();
     }
     const store = new DynamoDBTokenStore(client, command.table);
     const { previous, copies } = await store.setCopies(command.connection, command.copies);

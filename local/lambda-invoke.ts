@@ -174,8 +174,13 @@ const target = (name: string, qualifier: string | null, settings: LambdaSettings
  * name or partial ARN (`123456789012:function:name`) completed with this region and account, its
  * qualifier the inline one, else the `Qualifier` parameter's (never both).
  */
-const shownArn = (name: string, qualifier: string | null, settings: LambdaSettings): string => {
-  if (name.startsWith('arn:')) return name;
+const shownArn = (name: string, given: string | null, settings: LambdaSettings): string => {
+  // Lambda's own limit on a qualifier; longer is never ours, and is not echoed whole.
+  const qualifier = given?.slice(0, 128) ?? null;
+  if (name.startsWith('arn:')) {
+    // arn:aws:lambda:<region>:<account>:function:<name>[:<qualifier>]: seven parts, or eight.
+    return name.split(':').length === 7 && qualifier !== null ? `${name}:${qualifier}` : name;
+  }
   const partial = /^(\d{12}):function:(.*)$/.exec(name);
   const account = partial?.[1] ?? settings.accountId;
   const rest = partial?.[2] ?? name;

@@ -17,14 +17,23 @@ export const networkWarning = (host: string, port: number): string | undefined =
 export const upstreamNotice = (baseUrls: readonly string[]): string =>
   `Upstream: your own BROKER_CONNECTIONS, not the simulator (${[...new Set(baseUrls)].join(', ')}). Every token this broker issues revokes the ones any other system holds for the same client IDs: one client ID, one broker.`;
 
-/** Why the local runtime could not listen, and what to do about it. */
+/**
+ * Why the local runtime could not listen, and what to do about it. With the user's own
+ * connections (`ownConnections`), another port is no way out if the port's holder is another
+ * npm start with the same ones: each issues its own tokens, which revoke the other's.
+ */
 export const listenFailure = (
   host: string,
   port: number,
   error: NodeJS.ErrnoException | undefined,
+  ownConnections = false,
 ): string =>
   error?.code === 'EADDRINUSE'
-    ? `Port ${port} on ${host} is in use (another npm start?): set PORT to a free one (PORT=3001 npm start), or PORT=0 for any.`
+    ? `Port ${port} on ${host} is in use (another npm start?): set PORT to a free one (PORT=3001 npm start), or PORT=0 for any.${
+        ownConnections
+          ? " If it is another npm start with the same BROKER_CONNECTIONS, use that one instead: a second broker for the same client IDs issues tokens of its own, which revoke the first one's."
+          : ''
+      }`
     : `The local runtime could not listen on ${host}:${port}: ${error?.message ?? String(error)}`;
 
 /**

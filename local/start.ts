@@ -71,7 +71,7 @@ try {
 // would revoke the tokens of the one already there before it found the port taken.
 if (settings.port !== 0) {
   await portFree(settings.host, settings.port).catch((error: NodeJS.ErrnoException) =>
-    fail(listenFailure(settings.host, settings.port, error)),
+    fail(listenFailure(settings.host, settings.port, error, Boolean(env.BROKER_CONNECTIONS))),
   );
 }
 
@@ -167,7 +167,7 @@ const container = await startLambdaContainer({
   warmUp: { everyMs: settings.scheduleSeconds * 1000, onProblem: log },
 }).catch((error: NodeJS.ErrnoException) => {
   // A system error is the server's (the port taken, the host unknown); else, as below.
-  if (error.code) return fail(listenFailure(settings.host, settings.port, error));
+  if (error.code) return fail(listenFailure(settings.host, settings.port, error, !simulated));
   if (!(error instanceof InitFailedError)) {
     return fail(`The local runtime stopped: ${failureReason(error)}`);
   }

@@ -639,7 +639,7 @@ describe('Client behaviour', () => {
       expect(error).toBeInstanceOf(ClientConfigError);
       expect(error.message).toContain('AWS_ACCESS_KEY_ID');
       // Each transport is told the option it takes: the http one `credentials`.
-      expect(error.message).toContain('(or pass "credentials")');
+      expect(error.message).toContain('(or pass "credentials", --profile for the CLI)');
       expect(fetches).toBe(0);
       const lambdaClient = createTokenClient({
         transport: { type: 'lambda', functionName: 'token-broker-prod-broker' },
@@ -650,6 +650,7 @@ describe('Client behaviour', () => {
       // The lambda transport refuses a `credentials` option: it is told to pass a client.
       expect(noRegion.message).toContain('"client": a LambdaClient built with them');
       expect(noRegion.message).not.toContain('"credentials"');
+      expect(noRegion.message).toContain('--profile for the CLI');
 
       // A loopback target gets the local defaults, and the client says so.
       const warnings: string[] = [];

@@ -119,6 +119,16 @@ describe('Command: npm run copies', () => {
         new GetItemCommand({ TableName: 'copies-command', Key: copyKey('apii', 0) }),
       ),
     ).not.toHaveProperty('Item');
+    // Copies off where there is no item: nothing to do, nothing written, even with --create.
+    for (const create of [[], ['--create']]) {
+      const off = await run([...args, '--connection', 'apii', '--copies', '0', ...create]);
+      expect(off).toEqual({
+        code: 0,
+        out: 'apii: 0 read copies (no item yet); nothing written',
+        err: '',
+      });
+      expect(await item('apii')).toBeUndefined();
+    }
     const created = await run([...args, '--connection', 'fresh', '--copies', '2', '--create']);
     expect(created).toEqual({
       code: 0,

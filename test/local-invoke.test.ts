@@ -83,6 +83,7 @@ describe('Local Invoke API: @aws-sdk/client-lambda', () => {
         { FunctionName: 'arn:aws:lambda:eu-west-1:000000000000:function:token-broker' },
         'arn:aws:lambda:eu-west-1:000000000000:function:token-broker',
       ],
+      [{ FunctionName: `${arn}:token-broker`, Qualifier: '3' }, `${arn}:token-broker:3`],
     ] as const) {
       const before = runs.length;
       const error = await invoke({}, extra).then(unexpected, caught);

@@ -241,6 +241,19 @@ describe('Local runtime: no error path prints a secret', () => {
       expect(await refusal({ BROKER_LOCAL_SECRETS_FILE: good, PORT: String(port) })).toMatch(
         new RegExp(`^Port ${port} on 127\\.0\\.0\\.1 is in use`),
       );
+      // With the user's own connections, another port is no way out if the port's holder is
+      // another npm start with them: each broker's tokens revoke the other's.
+      const own = await refusal({
+        BROKER_LOCAL_SECRETS_FILE: good,
+        PORT: String(port),
+        BROKER_CONNECTIONS: JSON.stringify({
+          prod: { variant: 'v3', baseUrl: 'https://api.example.com', secretId: 's1' },
+        }),
+      });
+      expect(own).toMatch(new RegExp(`^Port ${port} on 127\\.0\\.0\\.1 is in use`));
+      expect(own).toContain(
+        "use that one instead: a second broker for the same client IDs issues tokens of its own, which revoke the first one's.",
+      );
     } finally {
       await new Promise((done) => taken.close(done));
     }

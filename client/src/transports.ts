@@ -76,7 +76,7 @@ const WHAT_TO_SET = {
   credentials: (transport: 'lambda' | 'http') =>
     `set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run where a role provides them (or pass ${
       transport === 'http' ? '"credentials"' : '"client": a LambdaClient built with them'
-    })`,
+    }, --profile for the CLI)`,
 } as const;
 
 /** localhost, 127.0.0.0/8 and ::1: a broker on this machine, never AWS. */
