@@ -90,7 +90,7 @@ export class ConflictRetries {
 
   /** Runs `attempt`, retrying conflicts until the call's bound. */
   retry<T>(bound: Bound, attempt: (conflictsBefore: number) => Promise<T>): Promise<T> {
-    const untilMs = 'untilMs' in bound ? bound.untilMs : this.#until(bound);
+    const untilMs = this.#until(bound);
     return retryConflicts(attempt, this.clock, this.#retry, untilMs);
   }
 
@@ -139,7 +139,15 @@ export class ConflictRetries {
     return { untilMs: Math.max(lapses, this.#until(call)) };
   }
 
-  #until(call: StoreCall): number {
-    return call.deadline?.at ?? this.clock.monotonic() + this.#retry.budgetMs;
+  /**
+   * Where a call's bound ends (monotonic ms): its own end, or its deadline's; undefined for a
+   * call with neither (its conflicts are retried for the budget, {@link #until}).
+   */
+  endOf(bound: Bound): number | undefined {
+    return 'untilMs' in bound ? bound.untilMs : bound.deadline?.at;
+  }
+
+  #until(bound: Bound): number {
+    return this.endOf(bound) ?? this.clock.monotonic() + this.#retry.budgetMs;
   }
 }

@@ -559,8 +559,8 @@ export class DynamoDBTokenStore implements TokenStore {
     const settled = Promise.allSettled(puts);
     // The caller's bound: past it, the write's outcome is unknown to the caller (the puts go
     // on, and a late one never overwrites a later image).
-    const leftMs =
-      'untilMs' in bound ? bound.untilMs - this.#clock.monotonic() : bound.deadline?.leftMs();
+    const endMs = this.#conflicts.endOf(bound);
+    const leftMs = endMs === undefined ? undefined : endMs - this.#clock.monotonic();
     let cancel: (() => void) | undefined;
     const late = new Promise<'late'>((resolve) => {
       if (leftMs !== undefined)
@@ -590,11 +590,11 @@ export class DynamoDBTokenStore implements TokenStore {
     bound: Bound,
     checkEpochs: boolean,
   ): Promise<void> {
-    let condition = COPY_CONDITION;
-    let values: Item = {
-      ':epoch': { N: String(order.epoch) },
-      ':seq': { N: String(order.seq) },
+    const ordinary = {
+      condition: COPY_CONDITION,
+      values: { ':epoch': { N: String(order.epoch) }, ':seq': { N: String(order.seq) } } as Item,
     };
+    let { condition, values } = ordinary;
     for (let attempt = 0; attempt < 3; attempt += 1) {
       let held: Item | undefined;
       const written = await this.#conflicts.conditional(bound, async () => {
@@ -621,8 +621,7 @@ export class DynamoDBTokenStore implements TokenStore {
       if (!copy || copy.epoch <= order.epoch) {
         if (condition === COPY_CONDITION) return;
         // The copy moved since it was seen: put again under the ordinary condition.
-        condition = COPY_CONDITION;
-        values = { ':epoch': { N: String(order.epoch) }, ':seq': { N: String(order.seq) } };
+        ({ condition, values } = ordinary);
         continue;
       }
       if (orderOf(await this.#get(tokenKey(connection)))?.epoch !== order.epoch) return;
