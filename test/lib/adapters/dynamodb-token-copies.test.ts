@@ -242,6 +242,17 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
       .filter((r) => r.pk === `token#${connection}` || r.pk.endsWith(`#token#${connection}`));
   const puts = (connection: string) =>
     requestsOf(connection).filter((r) => r.operation === 'PutItem');
+  /** A connection's first token (`<connection>-1`) written under `holder`'s lease, then `copies` copies. */
+  const tokenWithCopies = async (
+    store: DynamoDBTokenStore,
+    connection: string,
+    copies: number,
+    holder = 'a:1',
+  ) => {
+    await store.acquireLease(connection, lease(holder));
+    await store.putToken(record(`${connection}-1`, connection), ref(holder));
+    await store.setCopies(connection, copies);
+  };
 
   beforeAll(async () => {
     backend = await start();
@@ -316,9 +327,7 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
 
   it('I2: a copy left behind by a writer stopped before it shows only writes never answered, and the next refused write brings it forward', async () => {
     const store = container();
-    await store.acquireLease('lagging', lease('a:1'));
-    await store.putToken(record('lagging-1', 'lagging'), ref('a:1'));
-    await store.setCopies('lagging', 3);
+    await tokenWithCopies(store, 'lagging', 3);
     const reader = container();
     await reader.read('lagging'); // learns the copies from the main item
     // A holder counts down to its confirmation: each step answered, so on every copy.
@@ -351,9 +360,7 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
 
   it('I2: a lease a taker landed on the main item alone is found by the next taker, and put on the copies', async () => {
     const store = container();
-    await store.acquireLease('early', lease('a:1'));
-    await store.putToken(record('early-1', 'early'), ref('a:1'));
-    await store.setCopies('early', 2);
+    await tokenWithCopies(store, 'early', 2);
     const reader = container();
     await reader.read('early');
     // A taker's lease on the main item; it stopped before the copies (never answered).
@@ -377,9 +384,7 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
     // image with a refusal (dynalite), nearly doubling the reads a busy fleet made inside the
     // refresh window (bench, 2026-11-26): a heal leaves that check to the next write.
     const store = container();
-    await store.acquireLease('healed', lease('a:1'));
-    await store.putToken(record('healed-1', 'healed'), ref('a:1'));
-    await store.setCopies('healed', 3);
+    await tokenWithCopies(store, 'healed', 3);
     await store.acquireLease('healed', lease('a:2', { replacing: 'healed-1' }));
     const taker = container();
     backend.reset();
@@ -429,9 +434,7 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
 
   it('a refused write whose copies cannot be brought forward is still answered with the main item’s state', async () => {
     const store = container();
-    await store.acquireLease('refused', lease('seed'));
-    await store.putToken(record('refused-1', 'refused'), ref('seed'));
-    await store.setCopies('refused', 2);
+    await tokenWithCopies(store, 'refused', 2, 'seed');
     await store.acquireLease('refused', lease('a:1', { replacing: 'refused-1' }));
     const taker = container();
     // A copy that fails, then one that is slow past the call's deadline: the take that lost
