@@ -78,9 +78,23 @@ const done = (line: string): number => {
   return 0;
 };
 
+/**
+ * `--min-validity -5` as `--min-validity=-5`: Node's parser takes a value that starts with a
+ * dash for an option of its own and refuses it with a message about dashes; joined, the value
+ * reaches the CLI's own check, which says what the option takes.
+ */
+const joinNegativeValues = (argv: string[]) =>
+  argv.flatMap((arg, i) =>
+    arg === '--min-validity' && /^-\d/.test(argv[i + 1] ?? '')
+      ? [`${arg}=${argv[i + 1]}`]
+      : i > 0 && argv[i - 1] === '--min-validity' && /^-\d/.test(arg)
+        ? []
+        : [arg],
+  );
+
 const parse = (argv: string[]) => {
   const { values, positionals } = parseArgs({
-    args: argv,
+    args: joinNegativeValues(argv),
     allowPositionals: true,
     strict: true,
     options: {
