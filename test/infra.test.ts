@@ -437,7 +437,13 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
       'lambda:UpdateAlias',
       'lambda:GetProvisionedConcurrencyConfig',
     ]);
-    expect(JSON.stringify(lambda.Resource)).toContain('function:token-broker-');
+    // The function's own ARN (what GetAlias and UpdateAlias are authorised against, which
+    // `:*` does not match) and its qualified ARNs; no other function.
+    const fnArn = `arn:\${AWS::Partition}:lambda:\${AWS::Region}:\${AWS::AccountId}:function:token-broker-${stage}-broker`;
+    expect(lambda.Resource.map((r: { 'Fn::Sub': string }) => r['Fn::Sub'])).toEqual([
+      fnArn,
+      `${fnArn}:*`,
+    ]);
     expect(role.ManagedPolicyArns).toBeUndefined();
   });
 
