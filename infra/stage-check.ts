@@ -254,6 +254,32 @@ const rolloutProblems = (stage: string, printed: PrintedConfig): string[] => {
   return problems;
 };
 
+/** Issuances per hour per connection the issuance-rate alarm's threshold must leave room for. */
+export const ISSUANCES_PER_CONNECTION_HOUR = 2;
+
+/**
+ * The issuance-rate alarm sums every connection's issuances over an hour, and CodeDeploy rolls
+ * a release back on it: a threshold a stage's connections reach in ordinary operation keeps the
+ * alarm in ALARM, and no release of that stage can shift. A connection issues about once per
+ * token lifetime; with tokens of an hour, a threshold under two per connection leaves no room
+ * for one takeover or caller's replacement.
+ */
+const issuanceRateProblem = (
+  stage: string,
+  printed: PrintedConfig,
+  connections: number,
+): string | undefined => {
+  const value = setting(printed, stage, 'issuancesPerHourThreshold');
+  if (value === undefined) return undefined;
+  const threshold = wholeNumber(value);
+  if (threshold === undefined) {
+    return `params.${stage}.issuancesPerHourThreshold '${value}' must be a whole number of issuances per hour`;
+  }
+  const least = ISSUANCES_PER_CONNECTION_HOUR * connections;
+  if (threshold >= least) return undefined;
+  return `params.${stage}.issuancesPerHourThreshold ${threshold} is below ${least}, ${ISSUANCES_PER_CONNECTION_HOUR} per connection for its ${connections} connections: each issues about once per token lifetime, so with tokens of an hour the issuance-rate alarm, which sums them all, would sit in or next to ALARM, and CodeDeploy, which watches it, would roll back every release. Raise it to at least ${least} (more for tokens shorter than an hour).`;
+};
+
 /** The connections that stand in for those of an SSM parameter (checked at cold start). */
 const STAND_IN = JSON.stringify({
   ssm: { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId: 'from-ssm' },
@@ -311,6 +337,9 @@ export const checkStage = (stage: string, printed: PrintedConfig): string[] => {
     .filter((problem) => problem !== undefined)
     .map((problem) => `Stage '${stage}': ${problem}`);
   problems.push(...rolloutProblems(stage, printed).map((p) => `Stage '${stage}': ${p}`));
+  // Connections in SSM are not known here: their count is left to the operator (operations.md).
+  const rate = issuanceRateProblem(stage, printed, fromParameter ? 0 : config.connections.size);
+  if (rate) problems.push(`Stage '${stage}': ${rate}`);
   if (table === 'global') {
     const secretIds = fromParameter ? [] : [...config.connections.values()];
     problems.push(

@@ -3,8 +3,9 @@
  * would only fail at its first cold start in AWS: a stage serverless.yml does not declare, a
  * `connections` value the broker's configuration refuses, a secret the function may not read.
  * Resolves the stage with `serverless print` (offline, as packaging does), for `--region` when
- * given (a stage on a global table is deployed, and checked, once per region). Exit 0: it may
- * be packaged; 1: the problems are listed, one line each; 2: wrong usage.
+ * given (a stage on a global table is deployed, and checked, once per region: `--region` is
+ * required for it). Exit 0: it may be packaged, in the region named; 1: the problems are listed,
+ * one line each (or serverless could not resolve the stage); 2: wrong usage.
  */
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -19,8 +20,9 @@ if (!values.stage) {
   process.stderr.write('usage: npm run validate -- --stage <stage> [--region <region>]\n');
   process.exit(2);
 }
-const printed = JSON.parse(
-  execFileSync(
+let output: string;
+try {
+  output = execFileSync(
     join('node_modules', '.bin', 'serverless'),
     [
       'print',
@@ -31,13 +33,29 @@ const printed = JSON.parse(
       'json',
     ],
     { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], maxBuffer: 16 * 1024 * 1024 },
-  ),
-) as PrintedConfig;
+  );
+} catch {
+  // serverless has said why on stderr (inherited); no stack trace of this script after it.
+  process.stderr.write(
+    `Stage '${values.stage}' could not be resolved (serverless print failed, above). It runs offline unless a setting reads AWS (\${cf:…}, \${ssm:…}): then it needs credentials for the stage's account.\n`,
+  );
+  process.exit(1);
+}
+const printed = JSON.parse(output) as PrintedConfig;
+const region = printed.provider?.region;
+const params = (name: string) =>
+  (printed.params?.[name] as Record<string, unknown> | undefined)?.table;
+if (!values.region && (params(values.stage) ?? params('default')) === 'global') {
+  // Each region's stack is its own deployment: a check of serverless.yml's default region says
+  // nothing of the others.
+  process.stderr.write(
+    `Stage '${values.stage}' is on a global table and deployed once per region: give --region (each of its regions in turn).\n`,
+  );
+  process.exit(2);
+}
 const problems = checkStage(values.stage, printed);
 if (problems.length > 0) {
   for (const problem of problems) process.stderr.write(`${problem}\n`);
   process.exit(1);
 }
-process.stdout.write(
-  `Stage '${values.stage}'${values.region ? ` in ${values.region}` : ''} may be packaged.\n`,
-);
+process.stdout.write(`Stage '${values.stage}'${region ? ` in ${region}` : ''} may be packaged.\n`);

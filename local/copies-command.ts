@@ -17,6 +17,24 @@ import { DynamoDBTokenStore, MAX_COPIES, tokenKey } from '../lib/adapters/dynamo
 
 export const COPIES_USAGE = `usage: npm run copies -- --table <table> --connection <name> --copies <0-${MAX_COPIES}> [--create] [--region <region>] [--endpoint <url>]`;
 
+/** `--help`: the usage, and what the command does and prints. */
+export const COPIES_HELP = `${COPIES_USAGE}
+
+Sets how many read copies a connection's token item has (0 to ${MAX_COPIES}; 0 switches them off),
+and answers once every copy a reader may read holds the item with the new count
+(docs/operations.md, "Read copies of the token item"). Set copies only once every environment
+of the stage runs a release that keeps them (a deploy of one has finished its shift), and 0
+before rolling back to an older one.
+
+  --table       the token table (a global table: its name, in the region given)
+  --connection  the connection's name, as in BROKER_CONNECTIONS
+  --copies      the number of read copies, 0 to ${MAX_COPIES}
+  --create      set copies on a connection whose item does not exist yet (before its first token)
+  --region      the AWS region (default: the AWS SDK's, e.g. AWS_REGION)
+  --endpoint    another DynamoDB endpoint (dynalite, DynamoDB Local)
+
+Prints the connection and the counts, never the item. Exit 0 done, 1 failed, 2 wrong usage.`;
+
 export interface CopiesCommand {
   readonly table: string;
   readonly connection: string;
@@ -113,6 +131,10 @@ export const main = async (
   out: (line: string) => void = (line) => process.stdout.write(`${line}\n`),
   err: (line: string) => void = (line) => process.stderr.write(`${line}\n`),
 ): Promise<number> => {
+  if (args.includes('--help') || args.includes('-h')) {
+    out(COPIES_HELP);
+    return 0;
+  }
   let command: CopiesCommand;
   try {
     command = parseCopiesArgs(args);

@@ -51,6 +51,15 @@ describe('Command: npm run copies', () => {
     expect(err).toContain('usage: npm run copies --');
   });
 
+  it('prints its help on --help or -h, and exits 0', async () => {
+    for (const flag of ['--help', '-h']) {
+      const { code, out, err } = await run([flag]);
+      expect({ code, err }).toEqual({ code: 0, err: '' });
+      expect(out).toContain('usage: npm run copies --');
+      expect(out).toContain('--create');
+    }
+  });
+
   it('does not echo an unknown argument (it may be anything pasted by mistake)', async () => {
     const { err } = await run(['--table', 't', '--token=pasted-secret-value']);
     expect(err).not.toContain('pasted-secret-value');

@@ -297,6 +297,10 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     expect(alarms.Errors.AlarmDescription).not.toMatch(/throttl.* of direct invokes/);
     expect(JSON.stringify(alarms.DynamoDBThrottles.Metrics)).toContain('ReadThrottleEvents');
     expect(JSON.stringify(alarms.DynamoDBThrottles.Metrics)).toContain('WriteThrottleEvents');
+    // A throttle metric has points only in periods with throttles: a period of read throttles
+    // alone (the hot key) must still sum to them, not to no point at all.
+    const [sum] = alarms.DynamoDBThrottles.Metrics.filter((m: Json) => m.ReturnData);
+    expect(sum.Expression).toBe('FILL(reads, 0) + FILL(writes, 0)');
     expect(alarms.AnotherIssuerSuspected.AlarmDescription).toContain('One client ID, one broker');
     expect(alarms.RefreshFailures).toMatchObject({
       Namespace: 'TokenBroker',
@@ -622,6 +626,25 @@ describe('Template: a global stage in one of its regions (stage global, eu-west-
     expect(checkStage('global', await print('us-east-1'))[0]).toContain(
       "region 'us-east-1' is not among params.global.regions",
     );
+  }, 60_000);
+
+  it('is validated for the region named: without --region, npm run validate refuses rather than check the default one', async () => {
+    const validate = (...args: string[]) =>
+      run(process.execPath, ['scripts/validate-stage.mjs', '--stage', 'global', ...args], {
+        cwd: root,
+        env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? dir },
+      }).then(
+        ({ stdout }) => ({ code: 0, out: stdout }),
+        (error: { code: number; stderr: string }) => ({ code: error.code, out: error.stderr }),
+      );
+    expect(await validate()).toEqual({
+      code: 2,
+      out: "Stage 'global' is on a global table and deployed once per region: give --region (each of its regions in turn).\n",
+    });
+    expect(await validate('--region', 'eu-west-2')).toEqual({
+      code: 0,
+      out: "Stage 'global' in eu-west-2 may be packaged.\n",
+    });
   }, 60_000);
 });
 

@@ -161,6 +161,48 @@ describe('Function: checkStage, with connections in an SSM parameter', () => {
   });
 });
 
+describe('Function: checkStage, the issuance-rate alarm against the connections', () => {
+  // n connections, each with its own secret, all readable.
+  const connections = (n: number) =>
+    Object.fromEntries(
+      Array.from({ length: n }, (_, i) => [
+        `c${i}`,
+        { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId: `${ARN}-${i}` },
+      ]),
+    );
+  const stage = (n: number, threshold: unknown): PrintedConfig => {
+    const base = printed(
+      JSON.stringify(connections(n)),
+      Array.from({ length: n }, (_, i) => `${ARN}-${i}`),
+    );
+    return {
+      ...base,
+      params: {
+        ...base.params,
+        default: { issuancesPerHourThreshold: 12 },
+        prod: { issuancesPerHourThreshold: threshold },
+      },
+    };
+  };
+
+  it('passes a threshold of two issuances an hour per connection or more', () => {
+    expect(checkStage('prod', stage(6, 12))).toEqual([]);
+    expect(checkStage('prod', stage(13, '26'))).toEqual([]);
+  });
+
+  it('refuses a threshold the connections reach in ordinary operation: the alarm would stay in ALARM and every release roll back', () => {
+    const [problem, ...more] = checkStage('prod', stage(7, 12));
+    expect(more).toEqual([]);
+    expect(problem).toContain(
+      "Stage 'prod': params.prod.issuancesPerHourThreshold 12 is below 14, 2 per connection for its 7 connections",
+    );
+    expect(problem).toContain('Raise it to at least 14');
+    expect(checkStage('prod', stage(1, 'twelve'))).toEqual([
+      "Stage 'prod': params.prod.issuancesPerHourThreshold 'twelve' must be a whole number of issuances per hour",
+    ]);
+  });
+});
+
 describe('Function: secretCovered', () => {
   it('matches a full ARN, a name and a partial ARN against the listed ARNs', () => {
     expect(secretCovered(ARN, [ARN])).toBe(true);
