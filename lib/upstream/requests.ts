@@ -10,7 +10,7 @@ import { PROTOCOLS } from './variants.js';
 
 const USER_AGENT = 'open-api-token-broker/0.1';
 
-/** Builds the authorize request (GET with `clientId` in the query). */
+/** Builds the authorize request (GET with `clientId` in the query); redirects are not followed. */
 export const authorizeRequest = (connection: ConnectionConfig, clientId: string): Request => {
   const url = new URL(
     `${connection.baseUrl}${PROTOCOLS[connection.variant].prefix}/oauth/authorize`,
@@ -19,6 +19,7 @@ export const authorizeRequest = (connection: ConnectionConfig, clientId: string)
   return new Request(url, {
     method: 'GET',
     headers: { accept: 'application/json', 'user-agent': USER_AGENT },
+    redirect: 'manual',
   });
 };
 
@@ -56,5 +57,9 @@ export const accessTokenRequest = (
       ...(signing && signingHeaders(credentials.clientSecret, signing, { body, bodyText }, nowMs)),
     },
     body: bodyText,
+    // A redirect is not followed: fetch would re-send the body (the legacy variant's client
+    // secret) and a v3 signature to wherever it points, and take that host's answer as the
+    // token. A 3xx is refused (`readJsonBody`).
+    redirect: 'manual',
   });
 };

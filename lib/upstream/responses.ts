@@ -102,7 +102,8 @@ const readCapped = async (response: Response, step: Step): Promise<string> => {
 
 /**
  * Reads a response body as JSON, turning transport-level outcomes into typed errors:
- * 429/5xx → unavailable, other non-2xx → rejected, non-JSON 2xx → bad response.
+ * 429/5xx → unavailable, 3xx (a redirect, never followed) and other non-2xx → rejected,
+ * non-JSON 2xx → bad response.
  */
 export const readJsonBody = async (
   response: Response,
@@ -122,6 +123,15 @@ export const readJsonBody = async (
       // behind it: only a 429 (and a 501/505, which no server processes) says it was not.
       outcomeUnknown: step === 'access-token' && status >= 500 && status !== 501 && status !== 505,
     });
+  }
+  if (status >= 300 && status < 400) {
+    // Not followed (the requests say `redirect: 'manual'`), nor its Location repeated: the
+    // request was not processed here, and a moved upstream is the operator's to check.
+    await response.body?.cancel();
+    throw new UpstreamRejectedError(
+      `Open API rejected the ${step} request: HTTP ${status} (a redirect, not followed: check the connection's baseUrl)`,
+      { upstreamStatus: status },
+    );
   }
   const declared = Number(response.headers.get('content-length') ?? '0');
   if (declared > MAX_BODY_BYTES) {

@@ -1,4 +1,6 @@
 import { createHmac } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -259,6 +261,47 @@ describe('Class: OpenApiClient against the simulator', () => {
     expect(requests[1]?.bodyKeys.toSorted()).toEqual(['clientId', 'code']);
     expect(requests.every((r) => r.headers.accept === 'application/json')).toBe(true);
     expect(requests[1]?.headers['content-type']).toBe('application/json');
+  });
+
+  // A redirect followed would carry the legacy POST's client secret (or a v3 POST's signature
+  // and code) to wherever it points, and take that host's answer as the token.
+  it.each([
+    ['legacy', 'access-token'],
+    ['v3', 'access-token'],
+    ['legacy', 'authorize'],
+  ] as const)('follows no redirect: a %s %s answered 307 elsewhere is refused, and nothing reaches the other host', async (variant, redirected) => {
+    const elsewhere = `${simulator.url}/open-api/elsewhere`;
+    const redirector = createServer((request, response) => {
+      const isToken = request.url?.includes('/oauth/access-token');
+      if ((redirected === 'access-token') === isToken) {
+        response.writeHead(307, { location: elsewhere }).end();
+        return;
+      }
+      // The step not redirected is the simulator's own answer.
+      void fetch(`${simulator.url}${request.url}`).then(async (answer) => {
+        response.writeHead(answer.status, { 'content-type': 'application/json' });
+        response.end(await answer.text());
+      });
+    });
+    await new Promise<void>((resolve) => redirector.listen(0, '127.0.0.1', resolve));
+    const baseUrl = `http://127.0.0.1:${(redirector.address() as AddressInfo).port}`;
+    const seenBefore = simulator.requests().length;
+    try {
+      const config = variant === 'v3' ? { ...v3, baseUrl } : { ...legacy, baseUrl };
+      const error = await issueWith(openApi(), config, client, { deadline: deadline() }).then(
+        unexpected,
+        caught,
+      );
+      expect(error).toBeInstanceOf(UpstreamRejectedError);
+      expect(error.message).toBe(
+        `Open API rejected the ${redirected} request: HTTP 307 (a redirect, not followed: check the connection's baseUrl)`,
+      );
+      expect(error.message).not.toContain('elsewhere');
+      const reached = simulator.requests().slice(seenBefore);
+      expect(reached.filter((r) => r.path.includes('elsewhere'))).toEqual([]);
+    } finally {
+      await new Promise((resolve) => redirector.close(resolve));
+    }
   });
 
   describe('unknown outcomes and the lease fence', () => {
