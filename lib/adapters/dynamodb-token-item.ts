@@ -11,6 +11,7 @@ import {
   MAX_TOKEN_LIFETIME_MS,
   TTL_MARGIN_SECONDS,
 } from '../broker/timing/index.js';
+import { tokenDigest } from '../broker/types.js';
 import { systemClock } from '../clock.js';
 import type { Lease, TokenCipher, TokenRecord, TokenState } from '../ports.js';
 
@@ -131,7 +132,12 @@ export const fromItem = async (
 ): Promise<TokenState> => {
   const stored = storedToken(item, now);
   const accessToken = await accessTokenOf(item, cipher);
-  const token = stored && accessToken ? { ...stored, accessToken } : undefined;
+  // A token whose digest is not its value's (an item assembled from two, a hand edit) is not
+  // served: the digest is what reports, invalidation and the caller bounds compare.
+  const token =
+    stored && accessToken && tokenDigest(accessToken) === stored.tokenDigest
+      ? { ...stored, accessToken }
+      : undefined;
   const holder = item?.leaseHolder?.S;
   const leaseExpiresAt = Number(item?.leaseExpiresAt?.N);
   const lease: Lease | undefined =
@@ -234,11 +240,19 @@ const leaseNumbersOf = (
 };
 
 /** What an item says of its token, all but the value: undefined when malformed. */
+/** The connection an item's key names: `token#<c>`, or a read copy's `copy#<i>#token#<c>`. */
+const connectionOfKey = (pk: string | undefined): string | undefined =>
+  pk === undefined ? undefined : /^(?:copy#\d+#)?token#(.+)$/s.exec(pk)?.[1];
+
 const storedToken = (
   item: Item | undefined,
   now: number,
 ): Omit<TokenRecord, 'accessToken'> | undefined => {
   const connection = item?.connection?.S;
+  // An item under another connection's key (copied there whole) holds no token of this one:
+  // the connection it names is also what a sealed token is bound to (its AAD).
+  const keyed = connectionOfKey(item?.pk?.S);
+  if (item?.pk !== undefined && keyed !== connection) return undefined;
   const tokenDigest = item?.tokenDigest?.S;
   const issuedAt = Number(item?.issuedAt?.N);
   const expiresAt = Number(item?.expiresAt?.N);

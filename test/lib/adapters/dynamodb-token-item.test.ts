@@ -17,6 +17,7 @@ import {
   MAX_LEASE_DURATION_MS,
   MAX_MEMORY_RECHECK_MS,
 } from '../../../lib/broker/timing/index.js';
+import { tokenDigest } from '../../../lib/broker/types.js';
 
 const now = Date.now();
 const DAY = 86_400_000;
@@ -26,7 +27,7 @@ const item = (extra: Item = {}): Item => ({
   pk: { S: 'token#sandbox' },
   connection: { S: 'sandbox' },
   accessToken: { S: 'tok' },
-  tokenDigest: { S: 'digest' },
+  tokenDigest: { S: tokenDigest('tok') },
   issuedAt: { N: String(now - 60_000) },
   expiresAt: { N: String(now - 60_000 + DAY) },
   ...extra,
@@ -153,7 +154,7 @@ describe('Function: fromItem, the numbers of an item checked when read', () => {
       );
       expect(state.token).toBeUndefined();
       // Still named by its digest, so that a lease replaces it.
-      expect(state.unreadable?.tokenDigest).toBe('digest');
+      expect(state.unreadable?.tokenDigest).toBe(tokenDigest('tok'));
     };
 
     it('I2: refuses a token that expires before it was issued', async () => {
@@ -178,6 +179,29 @@ describe('Function: fromItem, the numbers of an item checked when read', () => {
         item({ issuedAt: { N: String(now + 10_000) }, expiresAt: { N: String(now + DAY) } }),
       );
       expect(state.token?.issuedAt).toBe(now + 10_000);
+    });
+  });
+
+  describe('whose token it is (an item under another key, or assembled from two, serves nothing)', () => {
+    it('reads a well-formed item, and the same under a read copy’s key', async () => {
+      expect((await read(item())).token?.accessToken).toBe('tok');
+      expect((await read(item({ pk: { S: 'copy#2#token#sandbox' } }))).token?.accessToken).toBe(
+        'tok',
+      );
+    });
+
+    it('I2: refuses the token of an item copied whole under another connection’s key, and names it for a lease', async () => {
+      for (const pk of ['token#production', 'copy#0#token#production']) {
+        const state = await read(item({ pk: { S: pk } }));
+        expect(state.token, pk).toBeUndefined();
+        expect(state.unreadable?.tokenDigest, pk).toBe(tokenDigest('tok'));
+      }
+    });
+
+    it('I2: refuses a token whose digest is not its own (reports and invalidation compare the digest)', async () => {
+      const state = await read(item({ tokenDigest: { S: tokenDigest('another') } }));
+      expect(state.token).toBeUndefined();
+      expect(state.unreadable?.tokenDigest).toBe(tokenDigest('another'));
     });
   });
 

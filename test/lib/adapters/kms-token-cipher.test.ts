@@ -126,5 +126,10 @@ describe('Class: KmsTokenCipher (loopback KMS, real SDK client)', () => {
       }),
     );
     expect((await store.read('production')).token).toBeUndefined();
+    // Copied whole, naming its own connection still: not read as another connection's token.
+    await dynamodb.send(
+      new PutItemCommand({ TableName: stack.tableName, Item: { ...Item, ...tokenKey('staging') } }),
+    );
+    expect((await store.read('staging')).token).toBeUndefined();
   });
 });
