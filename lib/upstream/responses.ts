@@ -36,10 +36,42 @@ export type Sensitive = readonly string[];
  */
 const OPAQUE_RUN = /[0-9a-f]{24,}|[0-9a-z+/_-]{32,}={0,2}/gi;
 
+/**
+ * Shortest part of a sensitive value that is masked wherever it appears: an upstream may echo a
+ * secret URL-encoded, in another case, or cut. Eight characters of a secret say little of it,
+ * and words of a message rarely match eight in a row by chance.
+ */
+const ECHO_PART = 8;
+
+/**
+ * Masks every echo of the `sensitive` values in `text`: whole, URL-encoded, in any case, and
+ * any run of {@link ECHO_PART} characters or more of them (values shorter than that: whole,
+ * in any case); then long opaque runs whatever they are.
+ */
 const redact = (text: string, sensitive: Sensitive): string => {
-  let out = text;
+  const lower = text.toLowerCase();
+  const masked = new Array<boolean>(text.length).fill(false);
+  const mask = (from: number, length: number) => masked.fill(true, from, from + length);
   for (const value of sensitive) {
-    if (value.length >= 4) out = out.split(value).join('[redacted]');
+    if (value.length < 4) continue;
+    for (const form of new Set([value, encodeURIComponent(value)].map((f) => f.toLowerCase()))) {
+      if (form.length < ECHO_PART) {
+        for (let at = lower.indexOf(form); at >= 0; at = lower.indexOf(form, at + 1)) {
+          mask(at, form.length);
+        }
+        continue;
+      }
+      const parts = new Set<string>();
+      for (let i = 0; i + ECHO_PART <= form.length; i += 1) parts.add(form.slice(i, i + ECHO_PART));
+      for (let i = 0; i + ECHO_PART <= lower.length; i += 1) {
+        if (parts.has(lower.slice(i, i + ECHO_PART))) mask(i, ECHO_PART);
+      }
+    }
+  }
+  let out = '';
+  for (let i = 0; i < text.length; i += 1) {
+    if (!masked[i]) out += text[i];
+    else if (i === 0 || !masked[i - 1]) out += '[redacted]';
   }
   return printable(out.replace(OPAQUE_RUN, '[redacted]'), 200);
 };

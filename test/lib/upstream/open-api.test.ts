@@ -86,6 +86,40 @@ describe('Function: readJsonBody', () => {
     expect(error.message).not.toContain('abcd1234');
   });
 
+  it('masks a client secret echoed URL-encoded, in another case or in part (too short and too varied for the opaque-run rule)', async () => {
+    const secret = 'Kx9@q!Lm2#Zr7$Wp4&Tn';
+    const echoes = [
+      `clientSecret=${encodeURIComponent(secret)}`,
+      `secret ${secret.toLowerCase()} is invalid`,
+      `secret starting ${secret.slice(0, 12)} is invalid`,
+      `secret ending ${secret.slice(-9).toUpperCase()}`,
+    ];
+    for (const echo of echoes) {
+      const error = await readJsonBody(
+        jsonResponse({ code: 'E2', message: `invalid client: ${echo}` }, 401),
+        'access-token',
+        [secret],
+      ).then(unexpected, caught);
+      expect(error.message, echo).toContain('[redacted]');
+      for (let i = 0; i + 8 <= secret.length; i += 1) {
+        const part = secret.slice(i, i + 8).toLowerCase();
+        expect(error.message.toLowerCase(), echo).not.toContain(part);
+        expect(error.message.toLowerCase(), echo).not.toContain(
+          encodeURIComponent(secret).toLowerCase().slice(i, i + 8),
+        );
+      }
+    }
+    // The words around an echo stay: an operator reads what the upstream said.
+    const plain = await readJsonBody(
+      jsonResponse({ code: 'E2', message: 'invalid client secret' }, 401),
+      'access-token',
+      [secret],
+    ).then(unexpected, caught);
+    expect(plain.message).toBe(
+      'Open API rejected the access-token request: HTTP 401, code E2: invalid client secret',
+    );
+  });
+
   it('masks a signature echoed in another case, encoding or in part, which exact values miss', async () => {
     const mac = createHmac('sha256', 'secret').update('clientId=c&code=x').digest();
     const forms = [
