@@ -78,12 +78,57 @@ export interface ServeOptions extends ListenOptions {
   readonly onError: (res: ServerResponse, error: unknown) => void;
 }
 
-/** Serves `handle` on a new loopback server. */
+/** A host name or address of this machine's loopback: `localhost`, 127.0.0.0/8, `::1`. */
+const isLoopbackName = (name: string): boolean =>
+  name === 'localhost' || name === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(name);
+
+/** The host name of a `Host` header (`name`, `name:port`, `[v6]:port`). */
+const hostName = (header: string): string =>
+  (header.startsWith('[') ? header.slice(1, header.indexOf(']')) : header.split(':')[0] ?? '')
+    .trim()
+    .toLowerCase();
+
+/**
+ * Why a loopback server refuses a request from outside this machine's own programs, if it does:
+ * a `Host` that is not a loopback name (a web page whose name was made to resolve to 127.0.0.1,
+ * DNS rebinding, would otherwise read tokens and secrets with the developer's real credentials),
+ * or an `Origin` that is not a loopback page (a web page's request). Curl, the AWS CLI and SDKs,
+ * and the broker send neither.
+ */
+export const foreignRequest = (req: IncomingMessage): string | undefined => {
+  const host = req.headers.host;
+  if (host !== undefined && !isLoopbackName(hostName(host))) {
+    return 'This local server answers only requests addressed to a loopback host (127.0.0.1, localhost): a guard against DNS rebinding';
+  }
+  const origin = req.headers.origin;
+  if (origin !== undefined) {
+    let name: string;
+    try {
+      name = new URL(origin).hostname.replace(/^\[|\]$/g, '');
+    } catch {
+      name = '';
+    }
+    if (!isLoopbackName(name)) return 'This local server does not answer web pages of other sites';
+  }
+  return undefined;
+};
+
+/**
+ * Serves `handle` on a new loopback server. Bound to a loopback address (the default), it refuses
+ * requests from web pages and those addressed to another host ({@link foreignRequest}): 403.
+ */
 export const serve = (
   handle: (req: IncomingMessage, res: ServerResponse) => Promise<unknown>,
   { tls, onError, ...where }: ServeOptions,
 ): Promise<LoopbackServer & { readonly server: Server }> => {
+  const guarded = isLoopbackName((where.host ?? '127.0.0.1').toLowerCase());
   const listener = (req: IncomingMessage, res: ServerResponse) => {
+    const refusal = guarded ? foreignRequest(req) : undefined;
+    if (refusal) {
+      req.resume();
+      sendJson(res, 403, { message: refusal });
+      return;
+    }
     handle(req, res).catch((error: unknown) => {
       if (!res.headersSent) onError(res, error);
       else res.destroy();
