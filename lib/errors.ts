@@ -69,7 +69,7 @@ export class UnknownConnectionError extends BrokerError {
   override readonly name = 'UnknownConnectionError';
   readonly code = ErrorCode.UNKNOWN_CONNECTION;
   constructor(readonly connection: string) {
-    super(`Unknown connection '${printable(connection)}'`);
+    super(`Unknown connection ${givenName(connection)}`);
   }
 }
 
@@ -263,6 +263,17 @@ export const toBrokerError = (error: unknown): BrokerError =>
   error instanceof BrokerError ? error : new InternalError('Internal error', { cause: error });
 
 /** Caller-supplied text echoed in a message: cut and stripped of control characters. */
+/**
+ * A name a caller gave (a connection, a field, a query parameter), for a message or a log line:
+ * quoted whole when it is as short as names are, else only its length, for a token or secret
+ * pasted where a name goes must not reach a log. Names of this contract are at most 24
+ * characters; a connection's may be longer, and is then not repeated either.
+ */
+export const givenName = (value: string, quote = "'", max = 24): string =>
+  value.length <= max
+    ? `${quote}${printable(value)}${quote}`
+    : `(${value.length} characters, not repeated)`;
+
 export const printable = (value: string, max = 64): string => {
   // biome-ignore lint/suspicious/noControlCharactersInRegex: stripping them is the point
   const clean = value.replace(/[\u0000-\u001f\u007f]/g, '?');

@@ -45,6 +45,17 @@ const json = (
   body: JSON.stringify(body),
 });
 
+/**
+ * A request's path for the log: a segment longer than names are (a token pasted into the path
+ * by mistake, say) is logged as its length only.
+ */
+const loggedPath = (path: string | undefined): string =>
+  (path ?? '')
+    .split('/')
+    .map((segment) => (segment.length > 24 ? `{${segment.length} characters}` : segment))
+    .join('/')
+    .slice(0, 100);
+
 export const createHttpHandler = (
   broker: TokenBroker,
   logger: Logger,
@@ -168,7 +179,7 @@ export const createHttpHandler = (
           requestId: request.context.awsRequestId,
           connection: named && broker.hasConnection(named) ? named : undefined,
           log: {
-            route: `${request.event.requestContext?.http?.method} ${request.event.requestContext?.http?.path?.slice(0, 100)}`,
+            route: `${request.event.requestContext?.http?.method} ${loggedPath(request.event.requestContext?.http?.path)}`,
           },
         });
         request.response = json(

@@ -36,7 +36,11 @@ export const createInvokeHandler =
       if (request.action === 'warmUp') return broker.warmUp(deadline, DIRECT_INVOKE);
       // Answered, not thrown, when a connection is not ready: the report says which and why.
       if (request.action === 'ready') return broker.ready(deadline);
-      logger.appendKeys({ connection: request.connection, action: request.action });
+      // An unknown name is not logged: it may be anything pasted by mistake (a token, say).
+      logger.appendKeys({
+        ...(broker.hasConnection(request.connection) ? { connection: request.connection } : {}),
+        action: request.action,
+      });
       if (request.action === 'invalidate') {
         return broker.invalidate(request.connection, request.accessToken, DIRECT_INVOKE, deadline);
       }

@@ -8,7 +8,7 @@
  * zod schema (`request-schema.ts`, loaded then), which judges it and whose issue the refusal
  * names. So a cold start's first request loads no schema library (issue 25).
  */
-import { BadRequestError, printable } from '../../lib/errors.js';
+import { BadRequestError, givenName } from '../../lib/errors.js';
 
 export const REQUEST_LIMITS = {
   connectionLength: 200,
@@ -103,7 +103,7 @@ const check = async (
   if ('data' in result) return result.data;
   const { issue } = result;
   if (issue?.code === 'unrecognized_keys') {
-    throw new BadRequestError(`${prefix}: unknown ${unknown(printable(String(issue.keys[0])))}`);
+    throw new BadRequestError(`${prefix}: unknown ${unknown(String(issue.keys[0]))}`);
   }
   const field = issue?.path[0];
   if (field === undefined) throw new BadRequestError(`${prefix}: ${issue?.message ?? 'invalid'}`);
@@ -117,8 +117,8 @@ export const parseInvokeRequest = (event: unknown): Promise<BrokerRequest> =>
   check(
     event,
     'Invalid direct invoke',
-    (field) => `"${field}"`,
-    (field) => `field "${field}"`,
+    (field) => givenName(field, '"'),
+    (field) => `field ${givenName(field, '"')}`,
   );
 
 /** The parts of an HTTP event the checks read (payload format 2.0). */
@@ -163,7 +163,7 @@ const checkNoBody = (event: HttpRequestParts, prefix: string) => {
   }
   const [field] = Object.keys(body);
   if (field !== undefined) {
-    throw new BadRequestError(`${prefix}: unknown body field "${printable(field)}"`);
+    throw new BadRequestError(`${prefix}: unknown body field ${givenName(field, '"')}`);
   }
 };
 
@@ -186,7 +186,7 @@ export async function parseHttpRequest(
   const candidate: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(query)) {
     if (!allowedQuery.includes(name)) {
-      throw new BadRequestError(`${prefix}: unknown query parameter "${printable(name)}"`);
+      throw new BadRequestError(`${prefix}: unknown query parameter ${givenName(name, '"')}`);
     }
     // The query is text: a whole number is digits only (no sign, point, exponent or blank).
     if (name === 'minValidity') {
@@ -209,7 +209,7 @@ export async function parseHttpRequest(
     }
     for (const name of Object.keys(body)) {
       if (!allowedBody.includes(name)) {
-        throw new BadRequestError(`${prefix}: unknown body field "${printable(name)}"`);
+        throw new BadRequestError(`${prefix}: unknown body field ${givenName(name, '"')}`);
       }
       candidate[name] = (body as Record<string, unknown>)[name];
     }
