@@ -65,6 +65,11 @@ export interface BrokerConfig {
    */
   readonly refreshAhead: 'background' | 'off';
   /**
+   * IAM ARN globs of the HTTP callers that may use the operator routes (`/status`, `/ready`,
+   * `/warm`): `BROKER_OPERATOR_CALLERS`; undefined: every caller IAM lets in.
+   */
+  readonly operatorCallers: readonly string[] | undefined;
+  /**
    * The protocol's timing: the default, or every constant scaled by `BROKER_TIMING_SCALE` (the
    * local runtime and tests only: refused unless the store is a loopback endpoint).
    */

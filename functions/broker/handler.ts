@@ -30,6 +30,11 @@ export interface HandlerDeps {
    * checked at the first invocation (`timeout-gate.ts`); undefined: not checked.
    */
   readonly timeoutSettings?: TimeoutSettings;
+  /**
+   * IAM ARN globs of the HTTP callers that may use `/status`, `/ready` and `/warm`
+   * (`BROKER_OPERATOR_CALLERS`); undefined: every caller IAM lets in.
+   */
+  readonly operatorCallers?: readonly string[] | undefined;
 }
 
 export const createHandler = ({
@@ -38,6 +43,7 @@ export const createHandler = ({
   metrics,
   invocations,
   timeoutSettings,
+  operatorCallers,
 }: HandlerDeps) => {
   const gate = timeoutGate(timeoutSettings);
   // The HTTP side (its router and middlewares, `http.ts`) is loaded on the first HTTP request:
@@ -45,7 +51,7 @@ export const createHandler = ({
   let http: Promise<ReturnType<typeof createHttpHandler>> | undefined;
   const httpHandler = () => {
     http ??= import('./http.js').then(({ createHttpHandler }) =>
-      createHttpHandler(broker, logger, metrics ?? noMetrics, gate),
+      createHttpHandler(broker, logger, metrics ?? noMetrics, gate, operatorCallers),
     );
     return http;
   };

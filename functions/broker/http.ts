@@ -61,6 +61,7 @@ export const createHttpHandler = (
   logger: Logger,
   metrics: BrokerMetrics,
   gate: TimeoutGate = () => {},
+  operatorCallers?: readonly string[],
 ) => {
   /** Who asks, as an issuance's audit line names it. */
   const callerOf = (event: HttpEvent) =>
@@ -76,6 +77,16 @@ export const createHttpHandler = (
     }
     logger.appendKeys({ connection: connection.name });
     return connection;
+  };
+
+  /** The operator routes (`/status`, `/ready`, `/warm`): `BROKER_OPERATOR_CALLERS`, if set. */
+  const operatorOnly = (event: HttpEvent) => {
+    const callerArn = event.requestContext.authorizer?.iam?.userArn;
+    if (!allowsCaller(operatorCallers, callerArn)) {
+      throw new CallerNotAllowedError(
+        `Caller ${callerArn ? `'${callerArn}'` : 'without an IAM identity'} may not use the operator routes (BROKER_OPERATOR_CALLERS)`,
+      );
+    }
   };
 
   const getToken = async (event: HttpEvent, context: Context): Promise<HttpResult> => {
@@ -127,6 +138,7 @@ export const createHttpHandler = (
         path: '/status',
         handler: async (event: HttpEvent) => {
           await parseHttpRequest('status', event);
+          operatorOnly(event);
           return json(200, { connections: await broker.status() });
         },
       },
@@ -135,6 +147,7 @@ export const createHttpHandler = (
         path: '/ready',
         handler: async (event: HttpEvent, context: Context) => {
           await parseHttpRequest('ready', event);
+          operatorOnly(event);
           const report = await broker.ready(deadlineOf(broker, context));
           // 503 while any connection is not ready: a deploy pipeline or probe can gate on it.
           return json(report.ready ? 200 : 503, report);
@@ -145,6 +158,7 @@ export const createHttpHandler = (
         path: '/warm',
         handler: async (event: HttpEvent, context: Context) => {
           await parseHttpRequest('warmUp', event);
+          operatorOnly(event);
           return json(200, await broker.warmUp(deadlineOf(broker, context), callerOf(event)));
         },
       },

@@ -60,5 +60,6 @@ export const init = async (
     metrics,
     invocations,
     timeoutSettings: config,
+    operatorCallers: config.operatorCallers,
   });
 };

@@ -91,8 +91,29 @@ export const buildConfig = (
     secretStaleMaxSeconds: integer(env, 'BROKER_SECRET_STALE_MAX_SECONDS', 3600, 0, 7 * day),
     kmsKeyId: kmsKeyId(env.BROKER_KMS_KEY_ID),
     refreshAhead: oneOf(env, 'BROKER_REFRESH_AHEAD', ['background', 'off'], 'background'),
+    operatorCallers: operatorCallers(env),
     timing,
   });
+};
+
+/**
+ * `BROKER_OPERATOR_CALLERS`: the IAM ARN globs (comma-separated) of the HTTP callers that may
+ * use the operator routes (`/status`, `/ready`, `/warm`); undefined when unset or blank (every
+ * caller IAM lets in, as before the setting; a stack passes '' for none).
+ */
+const operatorCallers = (env: Env): readonly string[] | undefined => {
+  const raw = env.BROKER_OPERATOR_CALLERS;
+  if (!raw?.trim()) return undefined;
+  const patterns = raw
+    .split(',')
+    .map((pattern) => pattern.trim())
+    .filter(Boolean);
+  if (patterns.length === 0) {
+    throw new ConfigError(
+      'BROKER_OPERATOR_CALLERS must name at least one IAM ARN pattern (comma-separated); unset it to let every caller IAM lets in use the operator routes',
+    );
+  }
+  return Object.freeze(patterns);
 };
 
 /** `timing` with the store's round-trip bound `ms`, or a `ConfigError` naming the relation it breaks. */

@@ -256,6 +256,41 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
     expect(invalidate.status).toBe(403);
   });
 
+  it('keeps the operator routes (/status, /ready, /warm) to BROKER_OPERATOR_CALLERS over HTTP, when set', async () => {
+    const OPERATOR = 'arn:aws:sts::123456789012:assumed-role/platform-oncall/alice';
+    process.env.BROKER_OPERATOR_CALLERS = 'arn:aws:sts::123456789012:assumed-role/platform-*/*';
+    let operated: LambdaHandler;
+    try {
+      operated = newContainer();
+    } finally {
+      delete process.env.BROKER_OPERATOR_CALLERS;
+    }
+    const routes = [
+      ['GET', '/status'],
+      ['GET', '/ready'],
+      ['POST', '/warm'],
+    ] as const;
+    for (const [method, url] of routes) {
+      for (const callerArn of [ORDERS_ROLE, undefined]) {
+        const denied = await http(operated, method, url, callerArn ? { callerArn } : {});
+        expect({ url, status: denied.status, code: denied.json.error?.code }).toEqual({
+          url,
+          status: 403,
+          code: 'CALLER_NOT_ALLOWED',
+        });
+      }
+      const allowed = await http(operated, method, url, { callerArn: OPERATOR });
+      expect([200, 503], url).toContain(allowed.status);
+      expect(allowed.json.error, url).toBeUndefined();
+    }
+    // A service's own routes are its connections' callers' to decide, as before.
+    expect(
+      (await http(operated, 'GET', '/tokens/sandbox', { callerArn: ORDERS_ROLE })).status,
+    ).toBe(200);
+    // Unset, every caller IAM lets in (the default container of this file).
+    expect((await http(handler, 'GET', '/status', { callerArn: ORDERS_ROLE })).status).toBe(200);
+  });
+
   it('POST /tokens/{connection}/invalidate drops only the reported current token', async () => {
     const current = await http(handler, 'GET', '/tokens/legacy');
     const issued = stack.simulator.stats().issuances;

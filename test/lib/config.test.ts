@@ -388,6 +388,26 @@ describe('Function: loadConfig', () => {
     );
   });
 
+  it('reads BROKER_OPERATOR_CALLERS as comma-separated IAM ARN patterns, and refuses one that names none', () => {
+    expect(loadConfig(good).operatorCallers).toBeUndefined();
+    expect(
+      loadConfig({
+        ...good,
+        BROKER_OPERATOR_CALLERS:
+          ' arn:aws:iam::123456789012:role/ops , arn:aws:sts::123456789012:assumed-role/oncall-*/* ,',
+      }).operatorCallers,
+    ).toEqual([
+      'arn:aws:iam::123456789012:role/ops',
+      'arn:aws:sts::123456789012:assumed-role/oncall-*/*',
+    ]);
+    expect(loadConfig({ ...good, BROKER_OPERATOR_CALLERS: ' ' }).operatorCallers).toBeUndefined();
+    for (const value of [',', ' , ']) {
+      expect(failure({ ...good, BROKER_OPERATOR_CALLERS: value })).toContain(
+        'BROKER_OPERATOR_CALLERS must name at least one IAM ARN pattern',
+      );
+    }
+  });
+
   it('refuses a refresh window that is not shorter than the maximum lifetime', () => {
     const env = {
       ...good,

@@ -8,10 +8,12 @@ import type { LambdaHandler } from '../../local/lambda-events.js';
 export const newContainer = (): LambdaHandler => {
   const logger = createLogger();
   const metrics = createMetrics();
+  const config = loadConfig(process.env);
   return createHandler({
-    broker: createAwsBroker(loadConfig(process.env), logger, metrics),
+    broker: createAwsBroker(config, logger, metrics),
     logger,
     metrics,
+    operatorCallers: config.operatorCallers,
   }) as LambdaHandler;
 };
 
