@@ -667,6 +667,25 @@ describe('Client behaviour', () => {
   });
 });
 
+describe('Client: plain HTTP to another machine', () => {
+  it('warns once that signed requests and tokens would cross the network in clear; not for https or this machine', () => {
+    const warnings: string[] = [];
+    const clientFor = (url: string) =>
+      createTokenClient({
+        transport: { type: 'http', url, region: 'us-east-1', credentials },
+        onWarning: (message) => warnings.push(message),
+      });
+    clientFor('http://broker.internal:3000');
+    expect(warnings).toEqual([
+      'The broker URL http://broker.internal:3000 is plain HTTP to another machine: each signed request, and the token it returns, crosses the network in clear. Use https:// unless that network is yours alone.',
+    ]);
+    clientFor('https://abc.lambda-url.eu-west-1.on.aws');
+    clientFor('http://127.0.0.1:3000');
+    clientFor('http://localhost:3000');
+    expect(warnings).toHaveLength(1);
+  });
+});
+
 describe('Client failover over real HTTP (issue 26)', () => {
   it('fails over from a port that refuses and a broker that answers 503 to the local broker, then skips the two', async () => {
     // 127.0.0.1:9 (discard) refuses; the recording server answers as an isolated region would.

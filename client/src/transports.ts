@@ -270,6 +270,13 @@ const functionUrlRegion = (url: URL): string | undefined =>
 const httpTransport = (options: HttpTransportOptions, { warn }: TransportContext): Transport => {
   const base = parseUrl(options.url, 'The broker URL');
   const loopback = isLoopback(base);
+  if (base.protocol === 'http:' && !loopback) {
+    // Function URLs and API Gateway serve HTTPS only: plain HTTP to another machine is a proxy
+    // or a local runtime served on the network, where the path is the caller's to trust.
+    warn(
+      `The broker URL ${base.origin} is plain HTTP to another machine: each signed request, and the token it returns, crosses the network in clear. Use https:// unless that network is yours alone.`,
+    );
+  }
   const doFetch = options.fetch ?? globalThis.fetch;
   let ready: Promise<SignatureV4> | undefined;
 
