@@ -84,7 +84,7 @@ const isLoopbackName = (name: string): boolean =>
 
 /** The host name of a `Host` header (`name`, `name:port`, `[v6]:port`). */
 const hostName = (header: string): string =>
-  (header.startsWith('[') ? header.slice(1, header.indexOf(']')) : header.split(':')[0] ?? '')
+  (header.startsWith('[') ? header.slice(1, header.indexOf(']')) : (header.split(':')[0] ?? ''))
     .trim()
     .toLowerCase();
 

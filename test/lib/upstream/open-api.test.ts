@@ -105,7 +105,9 @@ describe('Function: readJsonBody', () => {
         const part = secret.slice(i, i + 8).toLowerCase();
         expect(error.message.toLowerCase(), echo).not.toContain(part);
         expect(error.message.toLowerCase(), echo).not.toContain(
-          encodeURIComponent(secret).toLowerCase().slice(i, i + 8),
+          encodeURIComponent(secret)
+            .toLowerCase()
+            .slice(i, i + 8),
         );
       }
     }
