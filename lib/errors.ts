@@ -68,8 +68,15 @@ export class CallerNotAllowedError extends BrokerError {
 export class UnknownConnectionError extends BrokerError {
   override readonly name = 'UnknownConnectionError';
   readonly code = ErrorCode.UNKNOWN_CONNECTION;
-  constructor(readonly connection: string) {
-    super(`Unknown connection ${givenName(connection)}`);
+  /**
+   * The name as the message shows it. The name itself is not kept on the error: Lambda's
+   * runtime logs a thrown error's own fields, and the name may be a token pasted by mistake.
+   */
+  readonly connection: string;
+  constructor(name: string) {
+    const shown = givenName(name);
+    super(`Unknown connection ${shown}`);
+    this.connection = shown;
   }
 }
 
@@ -262,7 +269,6 @@ export class InternalError extends BrokerError {
 export const toBrokerError = (error: unknown): BrokerError =>
   error instanceof BrokerError ? error : new InternalError('Internal error', { cause: error });
 
-/** Caller-supplied text echoed in a message: cut and stripped of control characters. */
 /**
  * A name a caller gave (a connection, a field, a query parameter), for a message or a log line:
  * quoted whole when it is as short as names are, else only its length, for a token or secret
@@ -274,6 +280,7 @@ export const givenName = (value: string, quote = "'", max = 24): string =>
     ? `${quote}${printable(value)}${quote}`
     : `(${value.length} characters, not repeated)`;
 
+/** Caller-supplied text echoed in a message: cut and stripped of control characters. */
 export const printable = (value: string, max = 64): string => {
   // biome-ignore lint/suspicious/noControlCharactersInRegex: stripping them is the point
   const clean = value.replace(/[\u0000-\u001f\u007f]/g, '?');

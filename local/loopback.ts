@@ -13,6 +13,7 @@ import {
 } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
+import { hostname } from 'node:os';
 import { text } from 'node:stream/consumers';
 
 export interface ListenOptions {
@@ -78,9 +79,21 @@ export interface ServeOptions extends ListenOptions {
   readonly onError: (res: ServerResponse, error: unknown) => void;
 }
 
-/** A host name or address of this machine's loopback: `localhost`, 127.0.0.0/8, `::1`. */
-const isLoopbackName = (name: string): boolean =>
-  name === 'localhost' || name === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(name);
+/**
+ * A host name or address of this machine: `localhost` and its subdomains (RFC 6761), 127.0.0.0/8,
+ * `::1`, and the machine's own name (Debian's /etc/hosts maps it to 127.0.1.1). A page's
+ * rebinding needs a name of its own, never one of these.
+ */
+const isLoopbackName = (raw: string): boolean => {
+  const name = raw.replace(/\.$/, '');
+  return (
+    name === 'localhost' ||
+    name.endsWith('.localhost') ||
+    name === '::1' ||
+    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(name) ||
+    name === hostname().toLowerCase()
+  );
+};
 
 /** The host name of a `Host` header (`name`, `name:port`, `[v6]:port`). */
 const hostName = (header: string): string =>

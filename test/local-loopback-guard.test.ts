@@ -6,6 +6,7 @@
  * (`Origin`). The programs that use them send neither.
  */
 import { request } from 'node:http';
+import { hostname } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LoopbackServer, sendJson, serve } from '../local/loopback.js';
 
@@ -47,6 +48,10 @@ describe('Local loopback servers: requests from web pages', () => {
       `localhost:${server.port}`,
       '[::1]',
       '127.0.0.2',
+      // localhost's subdomains (RFC 6761), a trailing dot, this machine's own name.
+      `app.localhost:${server.port}`,
+      'localhost.',
+      `${hostname()}:${server.port}`,
     ]) {
       expect((await get({ host })).status, host).toBe(200);
     }

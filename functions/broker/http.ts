@@ -17,7 +17,12 @@ import httpRouterHandler from '@middy/http-router';
 import type { APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import type { TokenBroker } from '../../lib/broker/index.js';
 import { allowsCaller, mayForce } from '../../lib/callers.js';
-import { BadRequestError, CallerNotAllowedError, RouteNotFoundError } from '../../lib/errors.js';
+import {
+  BadRequestError,
+  CallerNotAllowedError,
+  printable,
+  RouteNotFoundError,
+} from '../../lib/errors.js';
 import type { BrokerMetrics } from '../../lib/metrics.js';
 import { answerFailure, errorBody } from './errors.js';
 import type { HttpEvent } from './http-event.js';
@@ -45,16 +50,20 @@ const json = (
   body: JSON.stringify(body),
 });
 
+/** A path of one of this contract's routes, with a connection name as long as names are. */
+const ROUTE_SHAPE = /^\/(?:health|status|ready|warm|tokens\/[^/]{1,24}(?:\/invalidate)?)\/?$/;
+
 /**
- * A request's path for the log: a segment longer than names are (a token pasted into the path
- * by mistake, say) is logged as its length only.
+ * A request's path for a log line or a message: as it is when it has a route's shape or is too
+ * short to hold a credential, else only its length: a token pasted into the path by mistake
+ * must not reach the log (and base64 may hold `/`, so no segment rule catches it).
  */
-const loggedPath = (path: string | undefined): string =>
-  (path ?? '')
-    .split('/')
-    .map((segment) => (segment.length > 24 ? `{${segment.length} characters}` : segment))
-    .join('/')
-    .slice(0, 100);
+const loggedPath = (path: string | undefined): string => {
+  const given = path ?? '';
+  return ROUTE_SHAPE.test(given) || given.length <= 24
+    ? printable(given, 100)
+    : `(a path of ${given.length} characters, not repeated)`;
+};
 
 export const createHttpHandler = (
   broker: TokenBroker,
@@ -169,7 +178,7 @@ export const createHttpHandler = (
       },
     ],
     notFoundResponse: ({ method, path }: { method: string; path: string }) => {
-      throw new RouteNotFoundError(`No route for ${method} ${path.slice(0, 100)}`);
+      throw new RouteNotFoundError(`No route for ${method} ${loggedPath(path)}`);
     },
   });
 

@@ -239,11 +239,11 @@ const leaseNumbersOf = (
   };
 };
 
-/** What an item says of its token, all but the value: undefined when malformed. */
 /** The connection an item's key names: `token#<c>`, or a read copy's `copy#<i>#token#<c>`. */
 const connectionOfKey = (pk: string | undefined): string | undefined =>
   pk === undefined ? undefined : /^(?:copy#\d+#)?token#(.+)$/s.exec(pk)?.[1];
 
+/** What an item says of its token, all but the value: undefined when malformed. */
 const storedToken = (
   item: Item | undefined,
   now: number,

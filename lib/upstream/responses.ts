@@ -48,13 +48,27 @@ const ECHO_PART = 8;
  * any run of {@link ECHO_PART} characters or more of them (values shorter than that: whole,
  * in any case); then long opaque runs whatever they are.
  */
+/**
+ * Lower case, one UTF-16 unit for one: a character whose lower case is longer (`İ` becomes two)
+ * is kept, so that an index into the result is an index into `text`.
+ */
+const lowerInPlace = (text: string): string =>
+  Array.from(text.split(''), (unit) => {
+    const lower = unit.toLowerCase();
+    return lower.length === 1 ? lower : unit;
+  }).join('');
+
 const redact = (text: string, sensitive: Sensitive): string => {
-  const lower = text.toLowerCase();
+  const lower = lowerInPlace(text);
   const masked = new Array<boolean>(text.length).fill(false);
   const mask = (from: number, length: number) => masked.fill(true, from, from + length);
   for (const value of sensitive) {
     if (value.length < 4) continue;
-    for (const form of new Set([value, encodeURIComponent(value)].map((f) => f.toLowerCase()))) {
+    // Exactly as given, too: a value whose own lower case differs in length is matched whole.
+    for (let at = text.indexOf(value); at >= 0; at = text.indexOf(value, at + 1)) {
+      mask(at, value.length);
+    }
+    for (const form of new Set([value, encodeURIComponent(value)].map(lowerInPlace))) {
       if (form.length < ECHO_PART) {
         for (let at = lower.indexOf(form); at >= 0; at = lower.indexOf(form, at + 1)) {
           mask(at, form.length);
@@ -160,10 +174,18 @@ export const readJsonBody = async (
     // Not followed (the requests say `redirect: 'manual'`), nor its Location repeated: the
     // request was not processed here, and a moved upstream is the operator's to check.
     await response.body?.cancel();
-    throw new UpstreamRejectedError(
-      `Open API rejected the ${step} request: HTTP ${status} (a redirect, not followed: check the connection's baseUrl)`,
-      { upstreamStatus: status },
-    );
+    const notFollowed = `HTTP ${status} (a redirect, not followed: check the connection's baseUrl)`;
+    // A 303 (and a 302, by old habit) answers a POST that was processed, pointing at its result:
+    // the token may have been issued there, an answer that cannot be read (its outcome
+    // unknown). 301, 307 and 308 say the request was not processed here.
+    if (step === 'access-token' && (status === 302 || status === 303)) {
+      throw new UpstreamBadResponseError(`Open API ${step} answered ${notFollowed}`, {
+        outcomeUnknown: true,
+      });
+    }
+    throw new UpstreamRejectedError(`Open API rejected the ${step} request: ${notFollowed}`, {
+      upstreamStatus: status,
+    });
   }
   const declared = Number(response.headers.get('content-length') ?? '0');
   if (declared > MAX_BODY_BYTES) {

@@ -666,12 +666,16 @@ describe('Logs', () => {
     await invokeHandler(handler, { action: 'getToken', connection: 'sandbox', token: served[0] });
     // A token pasted where a name goes: a connection, a query parameter's or a field's name.
     const pasted = served[0] as string;
+    // The error as Lambda's runtime logs it: its message and its own fields.
+    const asLogged = (error: Error) => JSON.stringify({ ...error, message: error.message });
     const answers = [
       (await http(handler, 'GET', `/tokens/${pasted}`)).json,
       (await http(handler, 'GET', `/tokens/sandbox?${pasted}=1`)).json,
-      await invokeHandler(handler, { action: 'getToken', connection: pasted }).catch(
-        (error: Error) => error.message,
-      ),
+      // A typo'd route, another method, and a token whose base64 holds '/' (segments short).
+      (await http(handler, 'GET', `/token/${pasted}`)).json,
+      (await http(handler, 'POST', `/tokens/${pasted}`)).json,
+      (await http(handler, 'GET', `/tokens/${pasted.slice(0, 18)}/${pasted.slice(18)}`)).json,
+      await invokeHandler(handler, { action: 'getToken', connection: pasted }).catch(asLogged),
       await invokeHandler(handler, {
         action: 'getToken',
         connection: 'sandbox',
@@ -679,6 +683,7 @@ describe('Logs', () => {
       }).catch((error: Error) => error.message),
     ];
     expect(JSON.stringify(answers)).not.toContain(pasted);
+    expect(JSON.stringify(answers)).not.toContain(pasted.slice(18));
     expect(JSON.stringify(answers)).toContain(`(${pasted.length} characters, not repeated)`);
     await http(handler, 'GET', '/tokens/broken'); // the secret is missing
     await invokeHandler(handler, scheduledEvent());

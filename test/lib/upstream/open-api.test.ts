@@ -122,6 +122,19 @@ describe('Function: readJsonBody', () => {
     );
   });
 
+  it('masks an echo after characters whose lower case is longer (İ): the masks stay aligned', async () => {
+    const secret = 'S3cr3tValue-0123456789';
+    for (const before of ['İİİ', 'İ'.repeat(33)]) {
+      const error = await readJsonBody(
+        jsonResponse({ code: 'E3', message: `${before} invalid secret ${secret} given` }, 400),
+        'access-token',
+        [secret],
+      ).then(unexpected, caught);
+      expect(error.message).toContain('invalid secret [redacted] given');
+      expect(error.message).not.toContain(secret.slice(0, 3));
+    }
+  });
+
   it('masks a signature echoed in another case, encoding or in part, which exact values miss', async () => {
     const mac = createHmac('sha256', 'secret').update('clientId=c&code=x').digest();
     const forms = [
@@ -337,6 +350,25 @@ describe('Class: OpenApiClient against the simulator', () => {
       expect(reached.filter((r) => r.path.includes('elsewhere'))).toEqual([]);
     } finally {
       await new Promise((resolve) => redirector.close(resolve));
+    }
+  });
+
+  it('takes a 303 (or 302) to the access-token POST as processed: its outcome unknown, the redirect not followed', async () => {
+    for (const status of [302, 303]) {
+      const fetch = (async (request: Request) =>
+        new URL(request.url).pathname.endsWith('/access-token')
+          ? new Response(null, { status, headers: { location: `${simulator.url}/result` } })
+          : globalThis.fetch(request)) as typeof globalThis.fetch;
+      const upstream = new OpenApiClient({ timeoutMs: 5000, limits, fetch });
+      const error = await issueWith(upstream, v3, client, { deadline: deadline() }).then(
+        unexpected,
+        caught,
+      );
+      expect(error).toBeInstanceOf(UpstreamBadResponseError);
+      expect((error as UpstreamBadResponseError).outcomeUnknown).toBe(true);
+      expect(error.message).toBe(
+        `Open API access-token answered HTTP ${status} (a redirect, not followed: check the connection's baseUrl)`,
+      );
     }
   });
 
