@@ -17,6 +17,7 @@ const UNIT = [
   'test/build/**/*.test.ts',
   'test/client-cache.test.ts',
   'test/client-failover.test.ts',
+  'test/client-production.test.ts',
   'test/stage-check.test.ts',
   'test/bench-costs.test.ts',
   'test/bench-counted-dynamodb.test.ts',

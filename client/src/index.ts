@@ -260,7 +260,14 @@ export const LIMITS = {
   maxMinValidity: 1_000_000_000,
 } as const;
 
-const DEFAULT_TIMEOUT_MS = 10_000;
+/** The default `timeoutMs` of every call: the middleware's too, with a client of its own. */
+export const DEFAULT_TIMEOUT_MS = 10_000;
+
+/**
+ * How far a request's wall-clock age may run ahead of its monotonic age before it counts as
+ * pending across a freeze (a clock step of NTP's size, or a slewed second, stays below it).
+ */
+const FREEZE_SLACK_MS = 1000;
 
 const isTransport = (value: TransportOptions | Transport): value is Transport =>
   typeof (value as Transport).send === 'function';
@@ -420,6 +427,8 @@ interface Instant {
 interface Flight {
   /** The connection's report count when it was sent: an older one may answer a reported token. */
   readonly epoch: number;
+  /** When it was sent, on both clocks. */
+  readonly sent: Instant;
   readonly promise: Promise<AccessToken>;
   /** When each caller waiting for it gives up (monotonic): failover shares the latest. */
   readonly deadlines: Map<AbortSignal, number>;
@@ -700,8 +709,13 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     const key = `${connection}\u0000${minValidity ?? ''}`;
     const epoch = epochOf(connection);
     const running = inflight.get(key);
-    // A request sent before a report may bring the reported token back: a new one is sent.
-    if (running && running.epoch === epoch) return running;
+    // A request sent before a report may bring the reported token back: a new one is sent. So
+    // is one whose wall-clock age runs more than a second ahead of its monotonic age: it was
+    // pending across a freeze (a Lambda environment's, between invocations), and its answer,
+    // however long ago the broker gave it, would be handed out as new (its `maxAgeMs` long past).
+    const crossedAFreeze = (flight: Flight) =>
+      now() - flight.sent.wall - (monotonic() - flight.sent.monotonic) > FREEZE_SLACK_MS;
+    if (running && running.epoch === epoch && !crossedAFreeze(running)) return running;
     const controller = new AbortController();
     // Counted before the request leaves: the broker's proof is at least this recent.
     const sent: Instant = { monotonic: monotonic(), wall: now() };
@@ -710,6 +724,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     const latest = () => Math.max(...deadlines.values());
     const flight: Flight = {
       epoch,
+      sent,
       deadlines,
       waiting: 0,
       abandon: () => {
@@ -968,10 +983,21 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
       };
       const first = await attempt();
       if (!first.rejected) return first.value as Awaited<ReturnType<typeof fn>>;
-      const answer = await client.invalidate(connection, first.token, {
-        ...(tokenOptions.signal ? { signal: tokenOptions.signal } : {}),
-        ...(tokenOptions.timeoutMs === undefined ? {} : { timeoutMs: tokenOptions.timeoutMs }),
-      });
+      const release = async () => {
+        if (first.value instanceof Response && !first.value.bodyUsed) {
+          await first.value.body?.cancel().catch(() => undefined);
+        }
+      };
+      const answer = await client
+        .invalidate(connection, first.token, {
+          ...(tokenOptions.signal ? { signal: tokenOptions.signal } : {}),
+          ...(tokenOptions.timeoutMs === undefined ? {} : { timeoutMs: tokenOptions.timeoutMs }),
+        })
+        .catch(async (error: unknown) => {
+          // The report failed: the rejected response is not returned either, so it is released.
+          await release();
+          throw error;
+        });
       // The Open API accepts the token (the broker's probe asked): a retry would send the same
       // one. The rejection is the caller's to see, as `fn` got it, its body unread.
       if (answer.verified === 'valid') {
@@ -979,9 +1005,7 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
         return first.value as Awaited<ReturnType<typeof fn>>;
       }
       // The rejected response is not returned: free its connection before asking again.
-      if (first.value instanceof Response && !first.value.bodyUsed) {
-        await first.value.body?.cancel().catch(() => undefined);
-      }
+      await release();
       const second = await attempt();
       if (second.error !== undefined) throw second.error;
       return second.value as Awaited<ReturnType<typeof fn>>;

@@ -29,6 +29,7 @@ import type { FailoverOptions } from './failover.js';
 import {
   type BrokerTarget,
   createTokenClient,
+  DEFAULT_TIMEOUT_MS,
   type GetTokenOptions,
   type TokenClient,
 } from './index.js';
@@ -52,7 +53,9 @@ export interface TokenBrokerMiddlewareOptions<TKey extends string = string> {
   readonly tokenOptions?: Pick<GetTokenOptions, 'minValidity' | 'timeoutMs'>;
   /**
    * Leaves this much of the invocation's remaining time to the handler: the token request is
-   * given at most what is left minus this (default 1000 ms), and never more than its own timeout.
+   * given at most what is left minus this (default 1000 ms), and never more than its own timeout
+   * (`tokenOptions.timeoutMs`, else the client's default, 10 s: with a client of your own whose
+   * default differs, set `tokenOptions.timeoutMs`). Read again before each call.
    */
   readonly reserveMs?: number;
 }
@@ -136,19 +139,25 @@ export const tokenBroker = <TKey extends string>(
     });
   const setToContext = options.setToContext ?? true;
   const reserveMs = options.reserveMs ?? 1000;
+  if (!(Number.isFinite(reserveMs) && reserveMs >= 0)) {
+    throw new ClientConfigError('reserveMs must be a number of milliseconds, 0 or more');
+  }
+  // Each token request's own limit: `tokenOptions.timeoutMs`, else the client's default.
+  const ownTimeoutMs = options.tokenOptions?.timeoutMs ?? DEFAULT_TIMEOUT_MS;
 
   return {
     name: 'open-api-token-broker',
     async before(request) {
       const remaining = request.context.getRemainingTimeInMillis?.();
       const budget = remaining === undefined ? undefined : Math.max(1, remaining - reserveMs);
-      const timeoutMs = Math.min(
-        options.tokenOptions?.timeoutMs ?? Number.POSITIVE_INFINITY,
-        budget ?? Number.POSITIVE_INFINITY,
-      );
-      const tokenOptions = {
-        ...options.tokenOptions,
-        ...(Number.isFinite(timeoutMs) ? { timeoutMs } : {}),
+      // Never more than the request's own limit: a budget of minutes would also hold off a
+      // fail-over to the next broker for half of it.
+      const timeoutMs = Math.min(ownTimeoutMs, budget ?? Number.POSITIVE_INFINITY);
+      const tokenOptions = { ...options.tokenOptions, timeoutMs };
+      /** What is left of the invocation now, less the reserve, within the request's own limit. */
+      const timeLeft = () => {
+        const left = request.context.getRemainingTimeInMillis?.();
+        return left === undefined ? timeoutMs : Math.max(1, Math.min(timeoutMs, left - reserveMs));
       };
       const set = (key: TKey, accessToken: string) => {
         request.internal[key] = accessToken;
@@ -178,26 +187,18 @@ export const tokenBroker = <TKey extends string>(
             );
           }
           reported.add(key);
-          // The handler's own time: what is left of the invocation now, less the reserve.
-          const left = request.context.getRemainingTimeInMillis?.();
-          const retryOptions = {
-            ...options.tokenOptions,
-            ...(left === undefined
-              ? {}
-              : { timeoutMs: Math.max(1, Math.min(timeoutMs, left - reserveMs)) }),
-          };
-          const { timeoutMs: callTimeout } = retryOptions;
-          const answer = await client.invalidate(
-            connection,
-            rejected,
-            callTimeout === undefined ? {} : { timeoutMs: callTimeout },
-          );
+          // The handler's own time: what is left of the invocation now, less the reserve, read
+          // again before each call (the report's answer took some of it).
+          const answer = await client.invalidate(connection, rejected, { timeoutMs: timeLeft() });
           if (answer.verified === 'valid') {
             throw new TokenAcceptedError(
               `The Open API still accepts the token reported for "${String(key)}" (connection '${connection}'; the broker's probe asked): nothing was replaced, the rejection came from something else`,
             );
           }
-          const fresh = await client.getToken(connection, retryOptions);
+          const fresh = await client.getToken(connection, {
+            ...options.tokenOptions,
+            timeoutMs: timeLeft(),
+          });
           given.set(key, fresh.accessToken);
           set(key, fresh.accessToken);
           return fresh.accessToken;
