@@ -439,7 +439,7 @@ describe('Client failover: asks the next broker when one cannot answer (issue 26
 });
 
 describe('Client failover: the brokers option', () => {
-  it('refuses both transport and brokers, neither, an empty list, a bare name and unknown failover keys', () => {
+  it('refuses both transport and brokers, neither, an empty list, a bare name, unknown failover keys, and failover with one transport', () => {
     const transport = { type: 'http', url: 'https://a.example' } as const;
     const refused = [
       { transport, brokers: [transport] },
@@ -449,6 +449,8 @@ describe('Client failover: the brokers option', () => {
       { brokers: [transport], failover: { openMS: 5 } },
       { brokers: [transport], failover: { openMs: 0 } },
       { brokers: [transport], failover: { openMs: 10_000, maxOpenMs: 5_000 } },
+      // Before: accepted and ignored.
+      { transport, failover: { openMs: 1_000 } },
     ];
     for (const options of refused) {
       expect(() => createTokenClient(options as never), JSON.stringify(options)).toThrow(

@@ -512,6 +512,12 @@ const brokersOf = (options: TokenClientOptions, warn: (message: string) => void)
   if (brokers !== undefined && !(Array.isArray(brokers) && brokers.length > 0)) {
     throw new ClientConfigError('createTokenClient: "brokers" must be a list of one or more');
   }
+  // Not ignored: a caller who set it expects a fail-over that one broker cannot give.
+  if (transport !== undefined && options.failover !== undefined) {
+    throw new ClientConfigError(
+      'createTokenClient: "failover" applies to "brokers" (a list); with one "transport" there is no other broker to fail over to',
+    );
+  }
   const targets = (brokers ?? [transport]) as readonly BrokerTarget[];
   return targets.map((value, index) => {
     const target = typeof value === 'string' ? targetOf(value) : value;
