@@ -10,39 +10,19 @@ import {
   BadRequestError,
   createTokenClient,
   InternalError,
-  type Operation,
   StoreUnavailableError,
   TokenAcceptedError,
   TokenRejectedAgainError,
   TokenReportedError,
-  type Transport,
   TransportError,
   UnknownConnectionError,
   UpstreamUnavailableError,
 } from '../client/src/index.js';
 import { type TokenContext, tokenBroker } from '../client/src/middy.js';
 import { caught, unexpected } from './support/errors.js';
+import { scripted } from './support/scripted-transport.js';
 
 const T0 = new Date('2026-11-24T12:00:00Z').getTime();
-
-interface Sent {
-  readonly operation: Operation;
-  readonly signal: AbortSignal;
-  readonly answer: (body: unknown) => void;
-  readonly fail: (error: unknown) => void;
-}
-
-/** A transport whose every request waits until the test answers it. */
-const scripted = () => {
-  const sent: Sent[] = [];
-  const transport: Transport = {
-    send: (operation, { signal }) =>
-      new Promise((resolve, reject) => {
-        sent.push({ operation, signal, answer: resolve, fail: reject });
-      }),
-  };
-  return { sent, transport };
-};
 
 let tokens = 0;
 /** A broker answer: a token valid for an hour, reusable for `maxAgeMs`. */

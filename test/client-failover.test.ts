@@ -25,27 +25,9 @@ import {
 import { tokenBroker } from '../client/src/middy.js';
 import { createTransport } from '../client/src/transports.js';
 import { caught } from './support/errors.js';
+import { scripted } from './support/scripted-transport.js';
 
 const T0 = new Date('2026-11-25T12:00:00Z').getTime();
-
-interface Sent {
-  readonly operation: Operation;
-  readonly signal: AbortSignal;
-  readonly answer: (body: unknown) => void;
-  readonly fail: (error: unknown) => void;
-}
-
-/** A broker whose every request waits until the test answers it. */
-const scripted = () => {
-  const sent: Sent[] = [];
-  const transport: Transport = {
-    send: (operation, { signal }) =>
-      new Promise((resolve, reject) => {
-        sent.push({ operation, signal, answer: resolve, fail: reject });
-      }),
-  };
-  return { sent, transport };
-};
 
 let tokens = 0;
 /** A broker answer: valid an hour, reusable 5 s, usable stale 120 s after that. */

@@ -5,30 +5,12 @@
  * transports and fake timers: each case fails on the behaviour before its fix.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { createTokenClient, type Operation, type Transport } from '../client/src/index.js';
+import { createTokenClient } from '../client/src/index.js';
 import { tokenBroker } from '../client/src/middy.js';
 import { type Caught, caught } from './support/errors.js';
+import { scripted } from './support/scripted-transport.js';
 
 const T0 = new Date('2026-11-24T12:00:00Z').getTime();
-
-interface Sent {
-  readonly operation: Operation;
-  readonly signal: AbortSignal;
-  readonly answer: (body: unknown) => void;
-  readonly fail: (error: unknown) => void;
-}
-
-/** A transport whose requests wait until the test answers (or fails) each one. */
-const scripted = () => {
-  const sent: Sent[] = [];
-  const transport: Transport = {
-    send: (operation, { signal }) =>
-      new Promise((answer, fail) => {
-        sent.push({ operation, signal, answer, fail });
-      }),
-  };
-  return { sent, transport };
-};
 
 let issued = 0;
 const tokenAnswer = (maxAgeMs = 4_900) => {

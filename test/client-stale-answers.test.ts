@@ -10,32 +10,11 @@
  *   it replaced (read before the cut-over, delivered after).
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import {
-  createTokenClient,
-  type Operation,
-  type Transport,
-  TransportError,
-} from '../client/src/index.js';
+import { createTokenClient, TransportError } from '../client/src/index.js';
 import { caught } from './support/errors.js';
+import { scripted } from './support/scripted-transport.js';
 
 const T0 = new Date('2026-11-24T12:00:00Z').getTime();
-
-interface Sent {
-  readonly operation: Operation;
-  readonly answer: (body: unknown) => void;
-  readonly fail: (error: unknown) => void;
-}
-
-const scripted = () => {
-  const sent: Sent[] = [];
-  const transport: Transport = {
-    send: (operation) =>
-      new Promise((resolve, reject) => {
-        sent.push({ operation, answer: resolve, fail: reject });
-      }),
-  };
-  return { sent, transport };
-};
 
 const body = (accessToken: string) => ({
   connection: 'sandbox',
