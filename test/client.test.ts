@@ -1031,6 +1031,46 @@ describe('CLI: token-broker', () => {
     }
   });
 
+  // Issue 38: `{"invalidated":false,"verified":"valid"}` was printed as "that is not the
+  // broker's current token", when the broker had just said the Open API accepts it.
+  it('invalidate says what the probe’s verdict (verified) means', async () => {
+    const answers: Record<string, string> = {
+      valid: '{"invalidated":false,"verified":"valid"}',
+      revoked: '{"invalidated":true,"verified":"revoked"}',
+      'revoked, dropped by another report': '{"invalidated":false,"verified":"revoked"}',
+      'not current': '{"invalidated":false}',
+    };
+    let answer = '';
+    const broker = await recordingServer(() => ({
+      status: 200,
+      headers: { 'content-type': 'application/json' },
+      body: answer,
+    }));
+    try {
+      const said: Record<string, string> = {};
+      for (const [name, body] of Object.entries(answers)) {
+        answer = body;
+        const text = await cli('invalidate', 'sandbox', '--url', broker.url, {
+          TOKEN_BROKER_ACCESS_TOKEN: 'at_reported',
+        });
+        expect(text.code, name).toBe(0);
+        said[name] = text.stdout;
+      }
+      expect(said.valid).toContain('the Open API still accepts this token');
+      expect(said.valid).toContain('verified: valid');
+      expect(said.valid).not.toContain('not the broker’s current token');
+      expect(said.revoked).toContain('Invalidated');
+      expect(said.revoked).toContain('verified: revoked');
+      expect(said['revoked, dropped by another report']).toContain('already dropped');
+      expect(said['revoked, dropped by another report']).not.toContain(
+        'not the broker’s current token',
+      );
+      expect(said['not current']).toContain('not the broker’s current token');
+    } finally {
+      await broker.close();
+    }
+  });
+
   it('invalidate and warm work, and a broker error exits 1', async () => {
     const { stdout } = await cli('token', 'sandbox', '--json', '--reveal', ...target());
     const { accessToken } = JSON.parse(stdout);

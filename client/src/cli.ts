@@ -30,6 +30,8 @@ Commands:
   invalidate <connection> --token -
                                   drop that token if it is the current one (after a 401),
                                   or say in how many seconds the broker replaces it (deferredSeconds);
+                                  with a probe, what the Open API said of it (verified: valid, it
+                                  still accepts it and nothing is replaced; revoked, dropped);
                                   the token is read from stdin ('-'), or from TOKEN_BROKER_ACCESS_TOKEN
                                   when --token is absent (a token given as the value itself shows in ps
                                   and in shell history)
@@ -307,6 +309,35 @@ const duration = (seconds: number) => {
     : `${m}m${String(seconds % 60).padStart(2, '0')}s`;
 };
 
+/**
+ * The broker's answer to `invalidate`, in words. `verified` (a connection with a `probe`) is the
+ * Open API's own verdict on the token and comes first: "valid" means nothing was replaced
+ * because the token still works, not that it was another token (docs/contract.md, "Verified
+ * reports").
+ */
+const invalidateOutcome = ({
+  invalidated,
+  deferredSeconds,
+  verified,
+}: {
+  readonly invalidated: boolean;
+  readonly deferredSeconds?: number | undefined;
+  readonly verified?: 'valid' | 'revoked' | undefined;
+}): string => {
+  if (verified === 'valid') {
+    return 'Not invalidated (verified: valid): the Open API still accepts this token, so the broker keeps it. The 401 came from something else: a scope or permission, another API, the request itself.';
+  }
+  if (verified === 'revoked') {
+    return invalidated
+      ? 'Invalidated (verified: revoked): the Open API rejects this token too; the next request gets a new token.'
+      : 'Not invalidated by this report (verified: revoked): the Open API rejects this token, and another report already dropped it; the next request gets a new token.';
+  }
+  if (invalidated) return 'Invalidated: the next request gets a new token.';
+  return deferredSeconds !== undefined
+    ? `Not invalidated now (deferredSeconds: ${deferredSeconds}): the token is too young to be replaced on a caller’s word; the broker keeps the report and replaces it in about ${deferredSeconds} s.`
+    : 'Not invalidated: that is not the broker’s current token (already replaced, or never its).';
+};
+
 const run = async (argv: string[]): Promise<number> => {
   let parsed: ReturnType<typeof parse>;
   try {
@@ -375,14 +406,7 @@ const run = async (argv: string[]): Promise<number> => {
       const token = await tokenToInvalidate(values.token);
       const result = await clientFor(values).invalidate(connection as string, token);
       if (values.json) return done(JSON.stringify(result));
-      const { invalidated, deferredSeconds } = result;
-      out(
-        invalidated
-          ? 'Invalidated: the next request gets a new token.'
-          : deferredSeconds !== undefined
-            ? `Not invalidated now (deferredSeconds: ${deferredSeconds}): the token is too young to be replaced on a caller’s word; the broker keeps the report and replaces it in about ${deferredSeconds} s.`
-            : 'Not invalidated: that is not the broker’s current token (already replaced, or never its).',
-      );
+      out(invalidateOutcome(result));
       return 0;
     }
     case 'warm': {
