@@ -7,11 +7,16 @@
  * - `release`: the lease is freed (lost, or failed for sure); after a failure for sure the
  *   replaced token is good again, if the release proves we still held the lease;
  * - `hold-for-grace`: the lease is held through the grace after a POST that may still land.
+ *   The fence already covers A1's bound after the latest instant the POST could leave; this
+ *   write counts it again from the give-up, which no attempt of the POST can follow: a holder
+ *   paused across its POST's abort (its timer late, an attempt sent after it) still holds the
+ *   lease until that attempt may land (A2, docs/protocol.md).
  */
 import { randomUUID } from 'node:crypto';
 import type { Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import type { LeaseRef } from '../../ports.js';
+import { postLandsWithinMs } from '../timing/index.js';
 import type { HolderDeps, LeasedFlow } from './deps.js';
 import type { HolderEffects } from './held-lease.js';
 
@@ -60,7 +65,7 @@ export const cleanUp = (
     },
     holdForGrace: async (held, confirmedUntil) => {
       await bounded(
-        renewForGrace(store, name, clock.now(), settings.upstreamTimeoutMs, {
+        renewForGrace(store, name, clock.now(), postLandsWithinMs(settings.upstreamTimeoutMs), {
           confirmedUntil,
           held,
           deadline,

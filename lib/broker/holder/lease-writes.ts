@@ -3,7 +3,7 @@
  * countdown step, the fence, their answers, and the lease lost. Pure, like `step`.
  */
 
-import { leaseTerm, timingOf } from '../timing/index.js';
+import { leaseTerm, postLandsWithinMs, timingOf } from '../timing/index.js';
 import type { HolderCommand, HolderState } from './events.js';
 
 export type Result = { readonly state: HolderState; readonly commands: readonly HolderCommand[] };
@@ -39,7 +39,9 @@ export const writeLease = (state: HolderState, at: number, write: 'renew' | 'ste
 
 /**
  * The fence once the countdown is down to 1 (or 0) and a step has passed since the last write was
- * answered: the confirmation (countdown 0) covers the POST's budget and a grace after it.
+ * answered: the confirmation (countdown 0) covers the POST's budget, the latest any attempt of it
+ * may leave, and A1's bound after that (`postLandsWithinMs`): on its own, whatever budget the
+ * POST had and whether or not a write after it lands.
  */
 export const fence = (state: HolderState, at: number): Result => {
   if (state.writing || state.fenceAskedAt === undefined || state.countdown > 1) {
@@ -54,7 +56,7 @@ export const fence = (state: HolderState, at: number): Result => {
   const waited = { ...state, waitedMs: state.waitedMs + (at - state.fenceAskedAt) };
   const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs);
   if (budget < minPostMs) return lose(waited, 'No time left for the access-token request');
-  const durationMs = budget + upstreamTimeoutMs;
+  const durationMs = budget + postLandsWithinMs(upstreamTimeoutMs);
   return {
     state: { ...waited, writing: { write: 'fence', countdown: 0, durationMs, sentAt: at, budget } },
     commands: [{ do: 'write-lease', write: 'fence', countdown: 0, durationMs, boundMs: budget }],

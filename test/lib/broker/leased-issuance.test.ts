@@ -50,6 +50,8 @@ const container = (
     upstreamTimestamp: undefined,
     requestedAt: clock.now(),
   }),
+  /** The re-check, ms: 5 s unless a test needs memory's proof to outlast the lease. */
+  memoryRecheckMs = 5_000,
 ) => {
   const calls: number[] = [];
   const metrics = new CountingMetrics();
@@ -61,7 +63,7 @@ const container = (
       calls.push(clock.now());
       return issue(c, deadline);
     },
-    settings: { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 2_000 },
+    settings: { refreshWindowMs: 600_000, memoryRecheckMs, upstreamTimeoutMs: 2_000 },
     logger,
     metrics,
   });
@@ -772,17 +774,18 @@ describe('Class: LeasedIssuance', () => {
   });
 
   // I2: a token that could not be written is vouched for by memory only while the confirmed
-  // lease (the 2 s POST budget and its 2 s grace) keeps every other container from replacing
-  // it, less the proof margin.
+  // lease (the 2 s POST budget and A1's 4 s after it) keeps every other container from
+  // replacing it, less the proof margin.
   it('I2: keeps a token it could not write in memory only until the confirmed lease ends, less the proof margin', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     store.putToken = async () => {
       throw new Error('store down');
     };
-    const { issuance, memory } = container(store, clock, fencedIssue(clock, []));
+    // A 20 s re-check: memory's own proof would outlast the lease, which must cut it.
+    const { issuance, memory } = container(store, clock, fencedIssue(clock, []), 20_000);
     await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
-    expect(memory.entry('sandbox')?.until).toBe(T0 + 4_000 - DEFAULT_TIMING.proofMarginMs);
+    expect(memory.entry('sandbox')?.until).toBe(T0 + 2_000 + 4_000 - DEFAULT_TIMING.proofMarginMs);
   });
 
   it('falls back to memory when the store is unreadable only while no replacement elsewhere can have revoked it', async () => {
@@ -959,8 +962,9 @@ describe('Class: LeasedIssuance under faults', () => {
       return code(clock);
     });
     await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
-    // POST budget: the 2 s upstream timeout; grace: the same again.
-    expect(leaseAtPost).toBe(T0 + 2_000 + 2_000);
+    // POST budget: the 2 s upstream timeout (the latest it may leave); then A1's bound: it is
+    // processed within twice the timeout of its send.
+    expect(leaseAtPost).toBe(T0 + 2_000 + 4_000);
   });
 
   it('treats a POST with an unknown outcome as issued: drops the token it replaces and holds the lease through the grace', async () => {
@@ -981,10 +985,10 @@ describe('Class: LeasedIssuance under faults', () => {
     expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: true });
     expect(store.token('sandbox')).toBeUndefined();
     expect(memory.entry('sandbox')).toBeUndefined();
-    // Held for all the confirmation reserved (the POST's 2 s budget and the 2 s grace after it),
-    // as a new version: the POST failed at once, so the reservation outlasts now + the grace.
+    // Held for all the confirmation reserved (the POST's 2 s budget and A1's 4 s after it), as a
+    // new version: the POST failed at once, so the reservation outlasts now + A1's bound.
     // 1 ms past the confirmation's expiry: 0.1.0 tells writes apart by holder and expiry.
-    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000 + 2_000 + 1);
+    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000 + 4_000 + 1);
   });
 
   it('never serves a valid token that has a lease on it, live or lapsed, and replaces a lapsed one', async () => {

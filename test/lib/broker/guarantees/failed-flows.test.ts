@@ -102,12 +102,13 @@ describe('I2: a flow that fails for sure puts back only a token it may vouch for
   });
 });
 
-describe('I1: the grace after an unknown outcome counts from when it is known', () => {
+describe('I1: after an unknown outcome, A1 counts from the give-up too', () => {
   // Survivor failed-flow.ts:90 (the grace renewal judged against the fence's reservation): a
-  // container frozen during its POST past what its confirmation reserved. The POST may still
-  // land for a grace from now, so the lease is held until now + the grace, not only until the
+  // container frozen during its POST past what its confirmation reserved. An attempt may have
+  // left as late as the thaw (A2 broken: the abort timer fired late), and no attempt follows the
+  // give-up, so the lease is held until now + A1's bound (twice the timeout), not only until the
   // reservation (which has passed); holding it only that long would let another POST start.
-  it('I1: a holder frozen during its POST past the reservation holds the lease for the grace from when it learns the outcome is unknown', async () => {
+  it('I1: a holder frozen during its POST past the reservation holds the lease for A1’s bound from when it learns the outcome is unknown', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const current = record('current', T0 + 100_000);
@@ -117,8 +118,8 @@ describe('I1: the grace after an unknown outcome counts from when it is known', 
       clock,
       async (_c, options) => {
         await options.fence?.();
-        // Frozen 6 s with the POST out: past its 2 s budget and the 2 s grace the fence reserved.
-        clock.advanceNow(6_000);
+        // Frozen 7 s with the POST out: past its 2 s budget and the 4 s the fence reserved.
+        clock.advanceNow(7_000);
         throw new UpstreamUnavailableError('Open API access-token request failed: socket hang up', {
           outcomeUnknown: true,
         });
@@ -129,7 +130,7 @@ describe('I1: the grace after an unknown outcome counts from when it is known', 
       .refresh(connectionOf(), current, Deadline.in(clock, 20_000))
       .catch((e) => e);
     expect(error).toMatchObject({ outcomeUnknown: true });
-    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000);
+    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 4_000);
   });
 });
 

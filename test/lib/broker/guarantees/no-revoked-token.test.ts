@@ -420,12 +420,12 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     expect((await ask(a, clock, up)).token).toBe(t0.accessToken); // starts the background refresh
     await a.idle();
     expect(up.revoked.has(t0.accessToken)).toBe(true); // the refresh's POST did issue
-    // t0 is dropped and the lease held through the grace: callers wait (503), then get a new
-    // token; never t0.
+    // t0 is dropped and the lease held through A1's bound after the POST's budget: callers wait
+    // (503), then get a new token; never t0.
     await expect(ask(a, clock, up, { budget: 1_000 })).rejects.toBeInstanceOf(
       UpstreamUnavailableError,
     );
-    await clock.advance(10_000);
+    await clock.advance(15_000);
     const fromB = await ask(b, clock, up); // B issues afresh (A's issuer stays broken)
     const fromA = await ask(a, clock, up); // and A serves B's token
     expect(fromA.revoked, `container A served ${fromA.token} (${fromA.source})`).toBe(false);
