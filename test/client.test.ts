@@ -927,6 +927,75 @@ describe('CLI: token-broker', () => {
     expect((await ping(accessToken)).status).toBe(200);
   });
 
+  // Issue 38: `$(token-broker token … --reveal)` held the metadata line too, and invalidate
+  // then said "not the broker's current token".
+  it('token --raw prints the bare token, which invalidate then takes as it is', async () => {
+    const raw = await cli('token', 'sandbox', '--raw', ...target());
+    expect(raw.code).toBe(0);
+    expect(raw.stdout).toMatch(/^at_[^\s]+\n$/);
+    const token = raw.stdout.trim();
+    expect((await ping(token)).status).toBe(200);
+    const dropped = await cli('invalidate', 'sandbox', '--json', ...target(), {
+      TOKEN_BROKER_ACCESS_TOKEN: token,
+    });
+    expect(dropped).toMatchObject({ code: 0, stdout: '{"invalidated":true}\n' });
+    // --raw is the token alone: not with --json, and not for a command that prints no token.
+    for (const args of [
+      ['token', 'sandbox', '--raw', '--json', ...target()],
+      ['status', '--raw', ...target()],
+    ]) {
+      const refused = await cli(...args);
+      expect(refused.code).toBe(2);
+      expect(refused.stderr).toContain('--raw');
+    }
+  });
+
+  it('takes --timeout in seconds, and gives up when the broker does not answer in it', async () => {
+    const silent = await silentServer();
+    try {
+      const started = Date.now();
+      const late = await cli('status', '--url', silent.url, '--timeout', '1');
+      expect(late.code).toBe(3);
+      expect(late.stderr).toContain('did not answer within 1000 ms');
+      expect(Date.now() - started).toBeLessThan(8_000);
+      for (const value of ['0', 'abc', '-1', '901', '']) {
+        const bad = await cli('status', '--url', silent.url, '--timeout', value);
+        expect(bad.code, value).toBe(2);
+        expect(bad.stderr).toContain('--timeout must be a number of seconds');
+      }
+      expect((await cli('ready', '--timeout', '2.5', ...target())).code).toBe(0);
+    } finally {
+      await silent.close();
+    }
+  });
+
+  it('says in its own words which option it does not know, or which needs a value', async () => {
+    const typo = await cli('status', '--jsn', ...target());
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toContain("Unknown option '--jsn' (did you mean --json?)");
+    expect(typo.stderr).toContain('the options are: --function');
+    // Not Node's parser's text, about positional arguments after '--'.
+    expect(typo.stderr).not.toContain('positional argument');
+    expect((await cli('status', '--constructor', ...target())).stderr).toContain(
+      "Unknown option '--constructor'",
+    );
+    const short = await cli('status', '-x', ...target());
+    expect(short.code).toBe(2);
+    expect(short.stderr).toContain("Unknown option '-x'");
+    const missing = await cli('status', '--function');
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('--function needs a value');
+    const ambiguous = await cli('status', '--url', '--json');
+    expect(ambiguous.code).toBe(2);
+    expect(ambiguous.stderr).toContain('--url needs a value');
+    const valued = await cli('status', '--json=yes', ...target());
+    expect(valued.code).toBe(2);
+    expect(valued.stderr).toContain('--json takes no value');
+    for (const result of [short, missing, ambiguous, valued]) {
+      expect(result.stderr).not.toMatch(/positional argument|ambiguous|argument missing/);
+    }
+  });
+
   it('reads the token to invalidate from stdin (--token -) or TOKEN_BROKER_ACCESS_TOKEN', async () => {
     const { stdout } = await cli('token', 'sandbox', '--json', '--reveal', ...target());
     const { accessToken } = JSON.parse(stdout);

@@ -10,6 +10,7 @@ import {
   BadRequestError,
   ClientConfigError,
   createTokenClient,
+  DEFAULT_TIMEOUT_MS,
   LIMITS,
   TokenBrokerError,
   type TokenClient,
@@ -26,7 +27,8 @@ const HELP = `token-broker <command> [options]
 
 Commands:
   status                          every connection: variant, expiry, time left, last refresh, lease
-  token <connection>              the token's metadata; the token itself only with --reveal
+  token <connection>              the token's metadata; the token itself only with --reveal,
+                                  or alone with --raw (for $(…) and pipes)
   invalidate <connection> --token -
                                   drop that token if it is the current one (after a 401),
                                   or say in how many seconds the broker replaces it (deferredSeconds);
@@ -52,7 +54,9 @@ Options:
   --profile <name>                AWS profile to use (default: AWS_PROFILE)
   --endpoint <url>                a Lambda endpoint other than AWS's, e.g. http://127.0.0.1:3000 (npm start)
   --min-validity <seconds>        with token: the token must stay valid this long
-  --reveal                        with token: print the token itself
+  --reveal                        with token: print the token itself, after its metadata
+  --raw                           with token: print the token alone (no metadata), for scripts
+  --timeout <seconds>             give up after this long (default 10; at most 900); exit 3
   --json                          machine-readable output
   -h, --help                      this text
 
@@ -80,38 +84,90 @@ const done = (line: string): number => {
   return 0;
 };
 
+/** The options that take a number: a negative one is still their value, said wrong. */
+const NUMBER_OPTIONS = ['--min-validity', '--timeout'];
+
 /**
- * `--min-validity -5` as `--min-validity=-5`: Node's parser takes a value that starts with a
- * dash for an option of its own and refuses it with a message about dashes; joined, the value
- * reaches the CLI's own check, which says what the option takes.
+ * `--min-validity -5` as `--min-validity=-5` (and `--timeout`): Node's parser takes a value that
+ * starts with a dash for an option of its own and refuses it with a message about dashes;
+ * joined, the value reaches the CLI's own check, which says what the option takes.
  */
 const joinNegativeValues = (argv: string[]) =>
   argv.flatMap((arg, i) =>
-    arg === '--min-validity' && /^-\d/.test(argv[i + 1] ?? '')
+    NUMBER_OPTIONS.includes(arg) && /^-\d/.test(argv[i + 1] ?? '')
       ? [`${arg}=${argv[i + 1]}`]
-      : i > 0 && argv[i - 1] === '--min-validity' && /^-\d/.test(arg)
+      : i > 0 && NUMBER_OPTIONS.includes(argv[i - 1] ?? '') && /^-\d/.test(arg)
         ? []
         : [arg],
   );
 
+/** Every option, as Node's parser takes them. */
+const OPTIONS = {
+  function: { type: 'string', multiple: true },
+  url: { type: 'string', multiple: true },
+  region: { type: 'string' },
+  profile: { type: 'string' },
+  endpoint: { type: 'string' },
+  token: { type: 'string' },
+  'min-validity': { type: 'string' },
+  timeout: { type: 'string' },
+  // No defaults: an option given to a command that does not take it must be seen.
+  reveal: { type: 'boolean' },
+  raw: { type: 'boolean' },
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/**
+ * The options as given, checked in the CLI's own words before Node's parser reads them: an
+ * unknown one with the nearest known one, a value missing or given to a flag. (The parser's
+ * own messages speak of positional arguments after '--' and of ambiguity.)
+ */
+const checkOptionTokens = (args: string[]) => {
+  const { tokens } = parseArgs({
+    args,
+    allowPositionals: true,
+    strict: false,
+    tokens: true,
+    options: OPTIONS,
+  });
+  for (const token of tokens) {
+    if (token.kind !== 'option') continue;
+    const option = Object.hasOwn(OPTIONS, token.name)
+      ? (OPTIONS as Record<string, { type: string }>)[token.name]
+      : undefined;
+    if (option === undefined) {
+      const guess = nearest(token.name, Object.keys(OPTIONS));
+      throw new UsageError(
+        `Unknown option '${printableArgument(token.rawName)}'${guess ? ` (did you mean --${guess}?)` : ''}; the options are: ${Object.keys(
+          OPTIONS,
+        )
+          .map((name) => `--${name}`)
+          .join(', ')}`,
+      );
+    }
+    // `--url --json`: the next option is not a value (Node's parser calls it ambiguous); a
+    // value that starts with a dash is given joined (`--min-validity=-5`), and '-' is stdin.
+    const missing =
+      token.value === undefined ||
+      (!token.inlineValue && token.value.startsWith('-') && token.value !== '-');
+    if (option.type === 'string' && missing) {
+      throw new UsageError(`--${token.name} needs a value (--${token.name} <value>)`);
+    }
+    if (option.type === 'boolean' && token.inlineValue) {
+      throw new UsageError(`--${token.name} takes no value`);
+    }
+  }
+};
+
 const parse = (argv: string[]) => {
+  const args = joinNegativeValues(argv);
+  checkOptionTokens(args);
   const { values, positionals } = parseArgs({
-    args: joinNegativeValues(argv),
+    args,
     allowPositionals: true,
     strict: true,
-    options: {
-      function: { type: 'string', multiple: true },
-      url: { type: 'string', multiple: true },
-      region: { type: 'string' },
-      profile: { type: 'string' },
-      endpoint: { type: 'string' },
-      token: { type: 'string' },
-      'min-validity': { type: 'string' },
-      // No defaults: an option given to a command that does not take it must be seen.
-      reveal: { type: 'boolean' },
-      json: { type: 'boolean' },
-      help: { type: 'boolean', short: 'h' },
-    },
+    options: OPTIONS,
   });
   return { values, positionals };
 };
@@ -119,18 +175,27 @@ const parse = (argv: string[]) => {
 type Values = ReturnType<typeof parse>['values'];
 
 /** Options every command takes: the target and the output. */
-const COMMON_OPTIONS = ['function', 'url', 'region', 'profile', 'endpoint', 'json', 'help'];
+const COMMON_OPTIONS = [
+  'function',
+  'url',
+  'region',
+  'profile',
+  'endpoint',
+  'timeout',
+  'json',
+  'help',
+];
 /** The options of each command, besides the common ones. */
 const COMMAND_OPTIONS: Readonly<Record<string, readonly string[]>> = {
   status: [],
-  token: ['min-validity', 'reveal'],
+  token: ['min-validity', 'reveal', 'raw'],
   invalidate: ['token'],
   warm: [],
   ready: [],
 };
 
-/** The known command nearest to `word` (at most two edits away), for "did you mean". */
-const nearest = (word: string): string | undefined => {
+/** The one of `known` nearest to `word` (at most two edits away), for "did you mean". */
+const nearest = (word: string, known: readonly string[]): string | undefined => {
   const distance = (a: string, b: string) => {
     let row = Array.from({ length: b.length + 1 }, (_, j) => j);
     for (let i = 1; i <= a.length; i += 1) {
@@ -146,16 +211,20 @@ const nearest = (word: string): string | undefined => {
     }
     return row[b.length] as number;
   };
-  const [best] = Object.keys(COMMAND_OPTIONS)
-    .map((command) => ({ command, edits: distance(word.toLowerCase(), command) }))
+  const [best] = known
+    .map((name) => ({ name, edits: distance(word.toLowerCase(), name) }))
     .filter(({ edits }) => edits <= 2)
     .sort((a, b) => a.edits - b.edits);
-  return best?.command;
+  return best?.name;
 };
+
+/** An argument echoed in a message: short ones as they are, a long one (a token?) by length. */
+const printableArgument = (argument: string) =>
+  argument.length <= 32 ? argument : `(${argument.length} characters, not shown)`;
 
 /** A command this CLI does not know: named, with the known ones (and the nearest). */
 const unknownCommand = (command: string) => {
-  const guess = nearest(command);
+  const guess = nearest(command, Object.keys(COMMAND_OPTIONS));
   return new UsageError(
     `Unknown command '${command}'${guess ? ` (did you mean '${guess}'?)` : ''}; the commands are: ${Object.keys(COMMAND_OPTIONS).join(', ')}`,
   );
@@ -181,6 +250,21 @@ const minValidityOf = (value: string | undefined): number | undefined => {
     );
   }
   return seconds;
+};
+
+/** The longest `--timeout`: a Lambda invocation's limit (15 minutes); more helps nothing. */
+const MAX_TIMEOUT_SECONDS = 900;
+
+/** `--timeout`: seconds (a decimal point allowed), above 0 and at most 900, as milliseconds. */
+const timeoutMsOf = (value: string | undefined): number | undefined => {
+  if (value === undefined) return undefined;
+  const seconds = /^\d{1,4}(\.\d{1,3})?$/.test(value) ? Number(value) : Number.NaN;
+  if (!(seconds > 0 && seconds <= MAX_TIMEOUT_SECONDS)) {
+    throw new UsageError(
+      `--timeout must be a number of seconds above 0 and at most ${MAX_TIMEOUT_SECONDS} (default ${DEFAULT_TIMEOUT_MS / 1000})`,
+    );
+  }
+  return Math.round(seconds * 1000);
 };
 
 /** Whether a request left: a refusal by the client before that is a usage error. */
@@ -240,8 +324,10 @@ const clientFor = (values: Values): TokenClient => {
       },
     };
   };
+  const timeoutMs = timeoutMsOf(values.timeout);
   const client = (targets: TransportOptions[]) =>
     createTokenClient({
+      ...(timeoutMs === undefined ? {} : { timeoutMs }),
       ...(targets.length === 1
         ? { transport: counted(targets[0] as TransportOptions) }
         : { brokers: targets.map(counted), onWarning: warnOnStderr }),
@@ -359,6 +445,11 @@ const run = async (argv: string[]): Promise<number> => {
   if (needsConnection && !connection) throw new UsageError(`'${command}' needs a connection name`);
   if (!needsConnection && connection) throw new UsageError(`'${command}' takes no connection`);
   checkOptionsOf(command, values);
+  if (values.raw && values.json) {
+    throw new UsageError(
+      '--raw prints the token alone; --json prints it within its metadata: give one',
+    );
+  }
 
   switch (command) {
     case 'status': {
@@ -391,6 +482,8 @@ const run = async (argv: string[]): Promise<number> => {
         staleIfErrorSeconds: token.staleIfErrorSeconds,
         ...(values.reveal ? { accessToken: token.accessToken } : {}),
       };
+      // The token alone, for `$(token-broker token … --raw)` and pipes.
+      if (values.raw) return done(token.accessToken);
       if (values.json) return done(JSON.stringify(shown, null, 2));
       out(
         `${shown.connection}: expires ${shown.expiresAt} (${duration(shown.expiresIn)} left); reuse it for ${(shown.maxAgeMs / 1000).toFixed(1)} s at most, then ask again; ${
