@@ -34,10 +34,14 @@ try {
     ],
     { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], maxBuffer: 16 * 1024 * 1024 },
   );
-} catch {
-  // serverless has said why on stderr (inherited); no stack trace of this script after it.
+} catch (error) {
+  // osls prints why on stdout ("Configuration error at 'functions.broker.events.0.schedule
+  // .rate.0': unsupported string format"), which is captured here for the JSON: it is repeated
+  // on stderr, after what it said there (inherited). No stack trace of this script after it.
+  const said = String((error as { stdout?: unknown }).stdout ?? '').trim();
+  if (said) process.stderr.write(`${said}\n\n`);
   process.stderr.write(
-    `Stage '${values.stage}' could not be resolved (serverless print failed, above). It runs offline unless a setting reads AWS (\${cf:…}, \${ssm:…}): then it needs credentials for the stage's account.\n`,
+    `Stage '${values.stage}' could not be resolved: serverless print failed${said ? ', for the reason above' : ' (its output is above)'}. It runs offline unless a setting reads AWS (\${cf:…}, \${ssm:…}): then it needs credentials for the stage's account.\n`,
   );
   process.exit(1);
 }
