@@ -5,7 +5,8 @@
  * variable names, the window against the default minValidity), every connection's secret among
  * the ARNs the function may read, and the checks only the stage can answer, from the same
  * module as the cold start's (lib/config/settings-check.ts): the function's timeout against the
- * re-check, the warm-up rate against the window, and the example account outside dev. A stage on
+ * re-check, the warm-up rate against the window, and the example account outside dev; and every
+ * key of the stage's parameters one that something reads (`stage-params.ts`). A stage on
  * a global table (`table: global`, docs/multi-region.md) is also checked against the region it
  * is resolved for. Its rollout (issue 25): a CodeDeploy configuration that exists, a canary or
  * linear one outside dev, and concurrency settings Lambda would accept. Pure:
@@ -16,6 +17,7 @@ import {
   timeoutProblem,
   warmupRateProblem,
 } from '../lib/config/settings-check.js';
+import { unknownParameters } from '../lib/config/stage-params.js';
 import { loadConfig } from '../lib/config.js';
 import { ConfigError } from '../lib/errors.js';
 
@@ -293,6 +295,16 @@ export const checkStage = (stage: string, printed: PrintedConfig): string[] => {
       `Unknown stage '${stage}': serverless.yml declares ${declared.map((s) => `'${s}'`).join(', ') || 'none'}. Add params.${stage} with this stage's connections and secret ARNs; the defaults are examples (account 123456789012).`,
     ];
   }
+  // First, and with whatever else is wrong: a misspelt parameter leaves its setting at the
+  // default, which the checks below then judge.
+  return [
+    ...unknownParameters(stage, printed.params).map((p) => `Stage '${stage}': ${p}`),
+    ...checkResolved(stage, printed),
+  ];
+};
+
+/** The problems of a declared stage as serverless resolved it. */
+const checkResolved = (stage: string, printed: PrintedConfig): string[] => {
   const table = setting(printed, stage, 'table') ?? 'regional';
   if (table !== 'regional' && table !== 'global') {
     return [`Stage '${stage}': params.${stage}.table '${table}' must be 'regional' or 'global'`];

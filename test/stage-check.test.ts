@@ -4,8 +4,13 @@
  * would refuse, and secrets the function may not read. The real serverless.yml is checked by
  * CI's `npm run validate` for each example stage.
  */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { checkStage, type PrintedConfig, secretCovered } from '../infra/stage-check.js';
+import { STAGE_PARAMETERS } from '../lib/config/stage-params.js';
+
+const root = join(import.meta.dirname, '..');
 
 // A production account of its own: outside dev, serverless.yml's example account is refused.
 const ARN = 'arn:aws:secretsmanager:eu-west-1:111122223333:secret:token-broker/production-GhIjKl';
@@ -398,5 +403,64 @@ describe('Function: checkStage, rollout and concurrency (issue 25)', () => {
     ).toEqual([
       "Stage 'prod': params.prod.provisionedConcurrency 5 exceeds reservedConcurrency 4: Lambda provisions no more environments than the function may run",
     ]);
+  });
+});
+
+// Issue 38: `refreshWindowSecond: '300'` in params.prod passed validate, and the window stayed
+// at its default.
+describe('Function: checkStage, the stage parameters themselves', () => {
+  const withParams = (own: Record<string, unknown>, defaults: Record<string, unknown> = {}) => ({
+    ...printed(production(ARN)),
+    params: { default: defaults, dev: {}, prod: own },
+  });
+
+  it('refuses a parameter nothing reads, with the one it most likely misspells', () => {
+    expect(checkStage('prod', withParams({ refreshWindowSecond: '300' }))).toEqual([
+      `Stage 'prod': params.prod.refreshWindowSecond is not a stage parameter (did you mean refreshWindowSeconds?): nothing reads it, so the setting it was meant for keeps its default (docs/operations.md, "Describe the stage")`,
+    ]);
+    expect(checkStage('prod', withParams({ WarmupRate: 'rate(1 minute)' }))[0]).toContain(
+      '(did you mean warmupRate?)',
+    );
+    // In the defaults too, which every stage takes.
+    expect(checkStage('prod', withParams({}, { logLevl: 'INFO' }))[0]).toContain(
+      'params.default.logLevl is not a stage parameter (did you mean logLevel?)',
+    );
+    // Nothing near: the parameters are listed.
+    const [far] = checkStage('prod', withParams({ colour: 'blue' }));
+    expect(far).toContain(
+      'params.prod.colour is not a stage parameter; the parameters are connections, connectionsParameter,',
+    );
+    // Another stage's block is that stage's business.
+    expect(
+      checkStage('prod', {
+        ...withParams({}),
+        params: { default: {}, dev: { nonsense: 1 }, prod: {} },
+      }),
+    ).toEqual([]);
+  });
+
+  it('knows every parameter serverless.yml and infra/ read, and each of the defaults', () => {
+    const files = [
+      'serverless.yml',
+      ...readdirSync(join(root, 'infra'))
+        .filter((f) => f.endsWith('.yml'))
+        .map((f) => join('infra', f)),
+    ];
+    const read = new Set(
+      files.flatMap((file) =>
+        [...readFileSync(join(root, file), 'utf8').matchAll(/\$\{param:([A-Za-z0-9_]+)/g)].map(
+          (match) => match[1] as string,
+        ),
+      ),
+    );
+    // `regions` is validate's own (the regions a global stage runs in).
+    expect([...read, 'regions'].sort()).toEqual([...STAGE_PARAMETERS].sort());
+    const yml = readFileSync(join(root, 'serverless.yml'), 'utf8');
+    const defaults = /\n {2}default:\n((?: {4}.*\n| *#.*\n)*)/.exec(yml)?.[1] ?? '';
+    const keys = [...defaults.matchAll(/^ {4}([A-Za-z]+):/gm)].map((match) => match[1]);
+    expect(keys.length).toBeGreaterThan(20);
+    expect(
+      keys.filter((key) => !(STAGE_PARAMETERS as readonly string[]).includes(key as string)),
+    ).toEqual([]);
   });
 });

@@ -54,4 +54,16 @@ describe('npm run validate, as a process', () => {
     );
     expect(stderr).toContain("Stage 'prod' could not be resolved");
   }, 60_000);
+
+  it('refuses a misspelt stage parameter, naming the one meant', async () => {
+    const { code, stderr } = await validate(
+      inProd("refreshWindowSecond: '300'"),
+      '--stage',
+      'prod',
+    );
+    expect(code).toBe(1);
+    expect(stderr).toContain(
+      "Stage 'prod': params.prod.refreshWindowSecond is not a stage parameter (did you mean refreshWindowSeconds?)",
+    );
+  }, 60_000);
 });
