@@ -151,8 +151,11 @@ export type HolderCommand =
     }
   /** Stops the flow's upstream requests in flight (the lease's signal). */
   | { readonly do: 'abort'; readonly reason: string }
-  /** The fence's answer: the POST may leave now (I1). */
-  | { readonly do: 'send-post' }
+  /**
+   * The fence's answer: the POST may leave now (I1), and no attempt of it after `by`
+   * (monotonic: the confirmation's send plus its budget, which the confirmation covers).
+   */
+  | { readonly do: 'send-post'; readonly by: number }
   /** The fence's answer: nothing may be sent. */
   | { readonly do: 'refuse-fence' }
   /** Writes the issued token under the lease as last written; the lease goes with it. */

@@ -72,7 +72,7 @@ export class HeldLease {
   readonly #queue: HolderEvent[] = [];
   #stepping = false;
   /** The flow waiting at the fence. */
-  #fence: { resolve: () => void; reject: (error: unknown) => void } | undefined;
+  #fence: { resolve: (postBy: Deadline) => void; reject: (error: unknown) => void } | undefined;
   /** The last answered lease write's round trip (ms): what the next step announces. */
   #roundTripMs: number;
   /** The flow's effects, one after another, in the order commanded. */
@@ -137,9 +137,10 @@ export class HeldLease {
 
   /**
    * The fence (I1): resolves when the POST may leave (a fresh confirmation of the lease covers
-   * it and its grace); rejects with LeaseLost when nothing may be sent.
+   * it and A1's bound after it), with the instant after which no attempt of it may leave; rejects
+   * with LeaseLost when nothing may be sent.
    */
-  fence(): Promise<void> {
+  fence(): Promise<Deadline> {
     return new Promise((resolve, reject) => {
       this.#fence = { resolve, reject };
       this.#dispatch('fence-asked');
@@ -205,7 +206,7 @@ export class HeldLease {
         }
         // The flow sends its POST once this turn ends: the holder is `posting` by then.
         this.#dispatch('post-sent');
-        fence?.resolve();
+        fence?.resolve(Deadline.in(this.options.clock, command.by - this.options.clock.monotonic()));
         break;
       }
       case 'write-token':

@@ -92,7 +92,10 @@ export const landed = (state: HolderState, at: number): Result => {
     if (left < timingOf(state.terms).minPostMs) return lose(kept, 'Lease confirmation is stale');
     return {
       state: { ...kept, name: 'fenced', countdown: 0, answeredAt: at, fenceAskedAt: undefined },
-      commands: [{ do: 'arm', timer: 'post', ms: left }, { do: 'send-post' }],
+      commands: [
+        { do: 'arm', timer: 'post', ms: left },
+        { do: 'send-post', by: write.sentAt + (write.budget ?? 0) },
+      ],
     };
   }
   const next: HolderState = {

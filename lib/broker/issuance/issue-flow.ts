@@ -27,9 +27,12 @@ export interface IssueOptions {
    * The fence: called once per access-token request sequence (all the attempts of one token
    * request), after the authorization code is in hand and before any attempt is sent. The
    * lease holder confirms its lease there, so that no token request leaves without a lease
-   * that covers it. It throws to stop, and nothing is sent then.
+   * that covers it. It throws to stop, and nothing is sent then. It may resolve with the
+   * instant after which no attempt may leave (what the lease covers): the token request is
+   * bounded by it, and an attempt checks it just before it is sent, so a process paused past
+   * it sends nothing (A2, docs/protocol.md).
    */
-  readonly fence?: (() => Promise<void>) | undefined;
+  readonly fence?: (() => Promise<Deadline | undefined | void>) | undefined;
 }
 
 /** Runs the flow for a connection with whatever credentials are current. */
@@ -45,7 +48,11 @@ export const issueWith = async (
   // 1. The code: harmless (it issues and revokes nothing), asked for while the lease counts down.
   const code = await issuer.authorize(connection, credentials, { deadline, signal });
   // 2. The fence: throws to stop, before anything that may revoke a token is sent.
-  await fence?.();
-  // 3. The token request, which may revoke every token issued before it.
-  return issuer.requestToken(connection, credentials, code, { deadline, signal });
+  const sendBy = await fence?.();
+  // 3. The token request, which may revoke every token issued before it: none of its attempts
+  // leaves after what the lease covers (each checks its deadline just before it is sent).
+  return issuer.requestToken(connection, credentials, code, {
+    deadline: deadline.min(sendBy ?? undefined),
+    signal,
+  });
 };

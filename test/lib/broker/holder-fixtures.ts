@@ -48,7 +48,8 @@ export const inFlight = (
 ): LeaseWrite => ({
   write,
   countdown,
-  durationMs: write === 'fence' ? 2 * TIMEOUT_MS : 3_000,
+  // The fence's: its budget (a timeout) and A1's bound after it (two).
+  durationMs: write === 'fence' ? 3 * TIMEOUT_MS : 3_000,
   sentAt,
   ...(write === 'fence' ? { budget: TIMEOUT_MS, expiresAt: 1_000_000 } : {}),
 });

@@ -97,7 +97,8 @@ describe('Function: step (the holder)', () => {
       ev('write-landed', 100),
     );
     expect(mayPost(confirmed.state)).toBe(true);
-    expect(confirmed.commands).toContainEqual<HolderCommand>({ do: 'send-post' });
+    // No attempt after the confirmation's send (50) plus its budget (2 s): what it covers.
+    expect(confirmed.commands).toContainEqual<HolderCommand>({ do: 'send-post', by: 2_050 });
     // The POST's timer: what is left of the budget the confirmation covers.
     expect(confirmed.commands).toContainEqual<HolderCommand>({
       do: 'arm',

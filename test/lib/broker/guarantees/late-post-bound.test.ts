@@ -6,10 +6,12 @@
  * only until the give-up plus one timeout, which a POST processed 9 s after its send outlived.
  */
 import { describe, expect, it } from 'vitest';
+import { type IssueOptions, issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
 import { Deadline } from '../../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { TokenIssuer } from '../../../../lib/ports.js';
 import { sealCode } from '../../../../lib/upstream/authorization-code.js';
+import { OpenApiClient } from '../../../../lib/upstream/open-api.js';
 import {
   connection as connectionOf,
   InMemoryTokenStore,
@@ -28,10 +30,7 @@ const LANDS_WITHIN_MS = 2 * TIMEOUT_MS;
 /** A POST that is sent, never answered, and given up on when its budget runs out. */
 const hangingPost =
   (clock: ManualClock, sent: { wall?: number; monotonic?: number; givenUp?: number }) =>
-  async (
-    _c: unknown,
-    options: { fence?: (() => Promise<void>) | undefined; signal?: AbortSignal | undefined },
-  ) => {
+  async (_c: unknown, options: IssueOptions) => {
     await options.fence?.();
     sent.wall = clock.now();
     sent.monotonic = clock.monotonic();
@@ -169,5 +168,58 @@ describe('A1 in the fleet: the issue 35 schedule', () => {
     // I2: no caller handed a revoked token.
     expect(served.filter((s) => s.revoked)).toEqual([]);
     expect(served.length).toBeGreaterThan(100);
+  });
+});
+
+describe('A2: a holder paused past what its lease covers sends nothing', () => {
+  // The fence's answer, then a pause (GC, CPU throttled, SIGSTOP) before the POST's attempt is
+  // sent, longer than the POST's budget: the lease no longer covers a POST sent now plus A1's
+  // bound. The attempt checks the instant the fence gave, just before it is sent, on the
+  // monotonic clock that counted the pause, and sends nothing.
+  it('a pause between the fence and the POST past its budget: no access-token request leaves', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const current = record('current', T0 + 100_000);
+    store.setToken(current);
+    const sent: string[] = [];
+    const client = new OpenApiClient({
+      timeoutMs: TIMEOUT_MS,
+      limits: { maxLifetimeSeconds: 86_400 },
+      clock,
+      fetch: async (input) => {
+        const { pathname } = new URL(input instanceof Request ? input.url : String(input));
+        sent.push(pathname);
+        if (pathname.endsWith('/oauth/authorize')) {
+          return Response.json({
+            code: '000000',
+            message: 'success',
+            data: { code: 'authorization-code', timestamp: Math.floor(clock.now() / 1000) },
+          });
+        }
+        return Response.json({
+          code: '000000',
+          message: 'success',
+          data: { accessToken: 'new', expiresIn: 3600 },
+        });
+      },
+    });
+    const paused: TokenIssuer = {
+      authorize: (...args) => client.authorize(...args),
+      requestToken: (...args) => {
+        // Paused 6 s: past the POST's budget (at most the 5 s timeout); no timer ran meanwhile.
+        clock.advanceNow(6_000);
+        return client.requestToken(...args);
+      },
+    };
+    const credentials = { clientId: 'client-id', clientSecret: 'client-secret' };
+    const a = issuance(store, clock, (c, o) => issueWith(paused, c, credentials, o), {
+      timeout: TIMEOUT_MS,
+    });
+    await a.refresh(connectionOf(), current, Deadline.in(clock, 20_000)).catch(() => undefined);
+    expect(sent.some((path) => path.endsWith('/oauth/authorize'))).toBe(true);
+    expect(
+      sent.filter((path) => !path.endsWith('/oauth/authorize')),
+      'an access-token request left after its lease had run out',
+    ).toEqual([]);
   });
 });
