@@ -32,7 +32,8 @@ export interface IssueOptions {
    * bounded by it, and an attempt checks it just before it is sent, so a process paused past
    * it sends nothing (A2, docs/protocol.md).
    */
-  readonly fence?: (() => Promise<Deadline | undefined | void>) | undefined;
+  // biome-ignore lint/suspicious/noConfusingVoidType: a fence that only waits resolves with nothing
+  readonly fence?: (() => Promise<Deadline | void>) | undefined;
 }
 
 /** Runs the flow for a connection with whatever credentials are current. */
@@ -52,7 +53,7 @@ export const issueWith = async (
   // 3. The token request, which may revoke every token issued before it: none of its attempts
   // leaves after what the lease covers (each checks its deadline just before it is sent).
   return issuer.requestToken(connection, credentials, code, {
-    deadline: deadline.min(sendBy ?? undefined),
+    deadline: sendBy ? deadline.min(sendBy) : deadline,
     signal,
   });
 };
