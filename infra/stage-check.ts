@@ -6,7 +6,8 @@
  * the ARNs the function may read, and the checks only the stage can answer, from the same
  * module as the cold start's (lib/config/settings-check.ts): the function's timeout against the
  * re-check, the warm-up rate against the window, and the example account outside dev; and every
- * key of the stage's parameters one that something reads (`stage-params.ts`). A stage on
+ * key of the stage's parameters one that something reads and, outside dev, no placeholder of the
+ * example stages left (`stage-params.ts`). A stage on
  * a global table (`table: global`, docs/multi-region.md) is also checked against the region it
  * is resolved for. Its rollout (issue 25): a CodeDeploy configuration that exists, a canary or
  * linear one outside dev, and concurrency settings Lambda would accept. Pure:
@@ -17,7 +18,7 @@ import {
   timeoutProblem,
   warmupRateProblem,
 } from '../lib/config/settings-check.js';
-import { unknownParameters } from '../lib/config/stage-params.js';
+import { placeholderProblems, unknownParameters } from '../lib/config/stage-params.js';
 import { loadConfig } from '../lib/config.js';
 import { ConfigError } from '../lib/errors.js';
 
@@ -287,8 +288,34 @@ const STAND_IN = JSON.stringify({
   ssm: { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId: 'from-ssm' },
 });
 
+/** The configuration as packaged, without its `params` block (which holds every stage's). */
+const resolvedOf = (printed: PrintedConfig) => ({
+  provider: printed.provider,
+  functions: printed.functions,
+  resources: printed.resources,
+});
+
+/**
+ * The placeholders of the example stages that `stage` still names, one line each (none in dev):
+ * what `checkStage` refuses unless `allowPlaceholders`.
+ */
+export const stagePlaceholders = (stage: string, printed: PrintedConfig): string[] =>
+  placeholderProblems(stage, resolvedOf(printed)).map((p) => `Stage '${stage}': ${p}`);
+
+export interface CheckOptions {
+  /**
+   * Placeholders are not problems: for serverless.yml's own example stages (CI), which are
+   * placeholders by nature. `npm run validate -- --allow-placeholders` lists them as notes.
+   */
+  readonly allowPlaceholders?: boolean;
+}
+
 /** The problems that stop `stage` from being packaged; none: it may be. */
-export const checkStage = (stage: string, printed: PrintedConfig): string[] => {
+export const checkStage = (
+  stage: string,
+  printed: PrintedConfig,
+  { allowPlaceholders = false }: CheckOptions = {},
+): string[] => {
   const declared = Object.keys(printed.params ?? {}).filter((name) => name !== 'default');
   if (!declared.includes(stage)) {
     return [
@@ -297,8 +324,10 @@ export const checkStage = (stage: string, printed: PrintedConfig): string[] => {
   }
   // First, and with whatever else is wrong: a misspelt parameter leaves its setting at the
   // default, which the checks below then judge.
+  // So are placeholders, whatever else is wrong: they are what a copied stage keeps.
   return [
     ...unknownParameters(stage, printed.params).map((p) => `Stage '${stage}': ${p}`),
+    ...(allowPlaceholders ? [] : stagePlaceholders(stage, printed)),
     ...checkResolved(stage, printed),
   ];
 };
@@ -326,11 +355,7 @@ const checkResolved = (stage: string, printed: PrintedConfig): string[] => {
     throw error;
   }
   const problems = [
-    exampleAccountProblem(stage, {
-      provider: printed.provider,
-      functions: printed.functions,
-      resources: printed.resources,
-    }),
+    exampleAccountProblem(stage, resolvedOf(printed)),
     ...Object.values(printed.functions ?? {}).flatMap((fn) => [
       timeoutProblem(config, (fn.timeout ?? printed.provider?.timeout ?? 6) * 1000),
       ...(fn.events ?? [])

@@ -1,23 +1,37 @@
 /**
- * `npm run validate -- --stage <stage> [--region <region>]`: refuses, before `serverless package`, a stage that
+ * `npm run validate -- --stage <stage> [--region <region>] [--allow-placeholders]`: refuses, before `serverless package`, a stage that
  * would only fail at its first cold start in AWS: a stage serverless.yml does not declare, a
  * `connections` value the broker's configuration refuses, a secret the function may not read.
  * Resolves the stage with `serverless print` (offline, as packaging does), for `--region` when
  * given (a stage on a global table is deployed, and checked, once per region: `--region` is
  * required for it). Exit 0: it may be packaged, in the region named; 1: the problems are listed,
- * one line each (or serverless could not resolve the stage); 2: wrong usage.
+ * one line each (or serverless could not resolve the stage); 2: wrong usage. Outside dev, the
+ * example stages' placeholders (accounts, example.com, sample IDs) are refused;
+ * `--allow-placeholders`, for serverless.yml's own examples (CI), lists them as notes instead.
  */
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { checkStage, type PrintedConfig } from './stage-check.js';
+import { checkStage, type PrintedConfig, stagePlaceholders } from './stage-check.js';
 
-const { values } = parseArgs({
-  options: { stage: { type: 'string' }, region: { type: 'string' } },
-  strict: true,
-});
+const USAGE =
+  'usage: npm run validate -- --stage <stage> [--region <region>] [--allow-placeholders]';
+let values: { stage?: string; region?: string; 'allow-placeholders'?: boolean };
+try {
+  ({ values } = parseArgs({
+    options: {
+      stage: { type: 'string' },
+      region: { type: 'string' },
+      'allow-placeholders': { type: 'boolean' },
+    },
+    strict: true,
+  }));
+} catch (error) {
+  process.stderr.write(`${(error as Error).message}\n${USAGE}\n`);
+  process.exit(2);
+}
 if (!values.stage) {
-  process.stderr.write('usage: npm run validate -- --stage <stage> [--region <region>]\n');
+  process.stderr.write(`${USAGE}\n`);
   process.exit(2);
 }
 let output: string;
@@ -57,9 +71,19 @@ if (!values.region && (params(values.stage) ?? params('default')) === 'global') 
   );
   process.exit(2);
 }
-const problems = checkStage(values.stage, printed);
+const allowPlaceholders = values['allow-placeholders'] === true;
+if (allowPlaceholders) {
+  // serverless.yml's example stages (CI): their placeholders are said, not refused.
+  for (const note of stagePlaceholders(values.stage, printed)) {
+    process.stderr.write(`Note (--allow-placeholders): ${note}\n`);
+  }
+}
+const problems = checkStage(values.stage, printed, { allowPlaceholders });
 if (problems.length > 0) {
   for (const problem of problems) process.stderr.write(`${problem}\n`);
   process.exit(1);
 }
-process.stdout.write(`Stage '${values.stage}'${region ? ` in ${region}` : ''} may be packaged.\n`);
+const allowed = allowPlaceholders && stagePlaceholders(values.stage, printed).length > 0;
+process.stdout.write(
+  `Stage '${values.stage}'${region ? ` in ${region}` : ''} may be packaged${allowed ? ', its placeholders allowed (--allow-placeholders)' : ''}.\n`,
+);

@@ -620,11 +620,17 @@ describe('Template: a global stage in one of its regions (stage global, eu-west-
           )
         ).stdout,
       ) as PrintedConfig;
+    // An example: its placeholders (account, example.com, key) are allowed here, as CI allows
+    // them, and refused without the flag (issue 38).
+    const example = { allowPlaceholders: true };
     for (const region of ['eu-west-1', 'eu-west-3']) {
-      expect(checkStage('global', await print(region)), region).toEqual([]);
+      expect(checkStage('global', await print(region), example), region).toEqual([]);
     }
-    expect(checkStage('global', await print('us-east-1'))[0]).toContain(
+    expect(checkStage('global', await print('us-east-1'), example)[0]).toContain(
       "region 'us-east-1' is not among params.global.regions",
+    );
+    expect(checkStage('global', await print('eu-west-1'))[0]).toMatch(
+      /example stages' account: 111122223333\..*only dev may keep placeholders$/,
     );
   }, 60_000);
 
@@ -641,9 +647,9 @@ describe('Template: a global stage in one of its regions (stage global, eu-west-
       code: 2,
       out: "Stage 'global' is on a global table and deployed once per region: give --region (each of its regions in turn).\n",
     });
-    expect(await validate('--region', 'eu-west-2')).toEqual({
+    expect(await validate('--region', 'eu-west-2', '--allow-placeholders')).toEqual({
       code: 0,
-      out: "Stage 'global' in eu-west-2 may be packaged.\n",
+      out: "Stage 'global' in eu-west-2 may be packaged, its placeholders allowed (--allow-placeholders).\n",
     });
   }, 60_000);
 });

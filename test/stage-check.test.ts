@@ -7,13 +7,19 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { checkStage, type PrintedConfig, secretCovered } from '../infra/stage-check.js';
+import {
+  checkStage,
+  type PrintedConfig,
+  secretCovered,
+  stagePlaceholders,
+} from '../infra/stage-check.js';
 import { STAGE_PARAMETERS } from '../lib/config/stage-params.js';
 
 const root = join(import.meta.dirname, '..');
 
-// A production account of its own: outside dev, serverless.yml's example account is refused.
-const ARN = 'arn:aws:secretsmanager:eu-west-1:111122223333:secret:token-broker/production-GhIjKl';
+// A production account and Open API host of their own: outside dev, serverless.yml's
+// placeholders (accounts, example.com, sample IDs) are refused.
+const ARN = 'arn:aws:secretsmanager:eu-west-1:210987654321:secret:token-broker/production-GhIjKl';
 
 const printed = (connections: string, secretArns: unknown[] = [ARN]): PrintedConfig => ({
   params: { default: {}, dev: {}, prod: {} },
@@ -37,7 +43,7 @@ const printed = (connections: string, secretArns: unknown[] = [ARN]): PrintedCon
 
 const production = (secretId: string) =>
   JSON.stringify({
-    production: { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId },
+    production: { variant: 'v3', baseUrl: 'https://open-api.partner.test', secretId },
   });
 
 describe('Function: checkStage', () => {
@@ -60,7 +66,7 @@ describe('Function: checkStage', () => {
         'prod',
         printed(
           JSON.stringify({
-            production: { variant: 'v3', baseUrl: 'https://a.example.com', secretID: ARN },
+            production: { variant: 'v3', baseUrl: 'https://a.partner.test', secretID: ARN },
           }),
         ),
       )[0],
@@ -121,7 +127,7 @@ describe('Function: checkStage, settings checked together (issue 24)', () => {
   });
 
   it('refuses the example account outside dev, and lets dev keep it', () => {
-    const example = ARN.replace('111122223333', '123456789012');
+    const example = ARN.replace('210987654321', '123456789012');
     const withExample = {
       ...printed(production(example), [example]),
       params: { default: {}, dev: {}, prod: {}, qa: {} },
@@ -172,7 +178,7 @@ describe('Function: checkStage, the issuance-rate alarm against the connections'
     Object.fromEntries(
       Array.from({ length: n }, (_, i) => [
         `c${i}`,
-        { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId: `${ARN}-${i}` },
+        { variant: 'v3', baseUrl: 'https://open-api.partner.test', secretId: `${ARN}-${i}` },
       ]),
     );
   const stage = (n: number, threshold: unknown): PrintedConfig => {
@@ -214,17 +220,17 @@ describe('Function: secretCovered', () => {
     expect(secretCovered('token-broker/production', [ARN])).toBe(true);
     expect(
       secretCovered(
-        'arn:aws:secretsmanager:eu-west-1:111122223333:secret:token-broker/production',
+        'arn:aws:secretsmanager:eu-west-1:210987654321:secret:token-broker/production',
         [ARN],
       ),
     ).toBe(true);
   });
 
   it('honours IAM wildcards, and refuses another account, region or name', () => {
-    const all = 'arn:aws:secretsmanager:eu-west-1:111122223333:secret:token-broker/*';
+    const all = 'arn:aws:secretsmanager:eu-west-1:210987654321:secret:token-broker/*';
     expect(secretCovered('token-broker/anything', [all])).toBe(true);
     expect(secretCovered(ARN, [all])).toBe(true);
-    expect(secretCovered(ARN.replace('111122223333', '999999999999'), [all])).toBe(false);
+    expect(secretCovered(ARN.replace('210987654321', '999999999999'), [all])).toBe(false);
     expect(secretCovered(ARN.replace('eu-west-1', 'us-east-1'), [ARN])).toBe(false);
     expect(secretCovered('token-broker/productio', [ARN])).toBe(false);
     expect(secretCovered('other/production', [all])).toBe(false);
@@ -236,7 +242,7 @@ describe('Function: checkStage, a stage on a global table (issue 26)', () => {
   const NAMED = JSON.stringify({
     production: {
       variant: 'v3',
-      baseUrl: 'https://open-api.example.com',
+      baseUrl: 'https://open-api.partner.test',
       secretId: 'token-broker/production',
     },
   });
@@ -313,7 +319,7 @@ describe('Function: checkStage, a stage on a global table (issue 26)', () => {
 
   it('refuses a secret given by the ARN of another region: this region would depend on that one', () => {
     const elsewhere = JSON.stringify({
-      production: { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId: ARN },
+      production: { variant: 'v3', baseUrl: 'https://open-api.partner.test', secretId: ARN },
     });
     expect(checkStage('prod', globalStage({}, 'eu-west-2', elsewhere))).toContain(
       `Stage 'prod': connection "production" reads secret '${ARN}' in eu-west-1 from eu-west-2: an outage there would stop this region too. Give the secret's name (token-broker/production), so that each region reads its own replica (docs/multi-region.md)`,
@@ -462,5 +468,79 @@ describe('Function: checkStage, the stage parameters themselves', () => {
     expect(
       keys.filter((key) => !(STAGE_PARAMETERS as readonly string[]).includes(key as string)),
     ).toEqual([]);
+  });
+});
+
+// Issue 38: the example prod stage (account 111122223333, example.com, sample subnets) validated
+// and packaged cleanly, so a stage copied from it that kept a placeholder was never told.
+describe('Function: checkStage, placeholders outside dev', () => {
+  const SAMPLE =
+    'arn:aws:secretsmanager:eu-west-1:111122223333:secret:token-broker/production-GhIjKl';
+  const copied = (): PrintedConfig => {
+    const base = printed(
+      JSON.stringify({
+        production: { variant: 'v3', baseUrl: 'https://open-api.example.com', secretId: SAMPLE },
+        sandbox: {
+          variant: 'v3',
+          baseUrl: 'https://sandbox.open-api.example.com/',
+          secretId: SAMPLE,
+        },
+      }),
+      [SAMPLE],
+    );
+    return {
+      ...base,
+      provider: {
+        ...base.provider,
+        vpc: {
+          subnetIds: ['subnet-0123456789abcdef0', 'subnet-0fedcba9876543210'],
+          securityGroupIds: ['sg-0123456789abcdef0'],
+        },
+      } as PrintedConfig['provider'],
+      resources: {
+        Resources: {
+          Grant: {
+            Properties: {
+              KeyId: 'arn:aws:kms:eu-west-1:210987654321:key/1234abcd-12ab-34cd-56ef-1234567890ab',
+            },
+          },
+        },
+      },
+    };
+  };
+
+  it('refuses each kind of placeholder, naming the values found and where they are set', () => {
+    const said = (what: string) =>
+      `Stage 'prod': the configuration still names the example stages' ${what}; only dev may keep placeholders`;
+    expect(checkStage('prod', copied())).toEqual([
+      said(
+        'account: 111122223333. Give your own in params.prod (secretArns, connections, callers, secretsKmsKeyArn)',
+      ),
+      said(
+        "documentation domains (reserved: no Open API answers there): https://open-api.example.com, https://sandbox.open-api.example.com. Give your own in params.prod (connections, each one's baseUrl)",
+      ),
+      said(
+        'subnet and security group IDs: sg-0123456789abcdef0, subnet-0123456789abcdef0, subnet-0fedcba9876543210. Give your own in params.prod (vpc: subnetIds, securityGroupIds)',
+      ),
+      said(
+        'KMS key IDs: 1234abcd-12ab-34cd-56ef-1234567890ab. Give your own in params.prod (secretsKmsKeyArn, globalKeyId)',
+      ),
+    ]);
+    // serverless.yml's own examples (CI): allowed on request, and then listed apart.
+    expect(checkStage('prod', copied(), { allowPlaceholders: true })).toEqual([]);
+    expect(stagePlaceholders('prod', copied())).toHaveLength(4);
+  });
+
+  it('lets dev keep them, and tells a placeholder from a value that only contains it', () => {
+    expect(checkStage('dev', copied())).toEqual([]);
+    // A host under a company's own domain, and the account's digits inside a longer number.
+    const secretId = 'arn:aws:secretsmanager:eu-west-1:210987654321:secret:run-91111222233330';
+    const own = printed(
+      JSON.stringify({
+        production: { variant: 'v3', baseUrl: 'https://open-api.example.company.com', secretId },
+      }),
+      [`${secretId}-AbCdEf`],
+    );
+    expect(checkStage('prod', own)).toEqual([]);
   });
 });

@@ -66,4 +66,26 @@ describe('npm run validate, as a process', () => {
       "Stage 'prod': params.prod.refreshWindowSecond is not a stage parameter (did you mean refreshWindowSeconds?)",
     );
   }, 60_000);
+
+  // Issue 38: the example prod stage validated cleanly, so one edited in place, or copied,
+  // that kept a placeholder was never told.
+  it('refuses the example prod stage for its placeholders, unless told they are allowed', async () => {
+    // One edit that changes nothing the checks read: a comment.
+    const unchanged = (yml: string) => `# a copy\n${yml}`;
+    const refused = await validate(unchanged, '--stage', 'prod');
+    expect(refused.code).toBe(1);
+    for (const value of [
+      '111122223333',
+      'https://open-api.example.com',
+      'subnet-0123456789abcdef0',
+      'sg-0123456789abcdef0',
+    ]) {
+      expect(refused.stderr).toContain(value);
+    }
+    expect(refused.stderr).toContain('only dev may keep placeholders');
+    const allowed = await validate(unchanged, '--stage', 'prod', '--allow-placeholders');
+    expect(allowed.code).toBe(0);
+    expect(allowed.stderr).toContain('Note (--allow-placeholders):');
+    expect((await validate(unchanged, '--stage', 'dev')).code).toBe(0);
+  }, 60_000);
 });
