@@ -37,14 +37,22 @@ export interface ContainerSpec {
   readonly bundle: string;
   /** The function's environment: nothing else of this process's is passed on. */
   readonly env: Record<string, string>;
+  /** Right after the spawn, before the bundle loads (a CPU share's cgroup, say). */
+  readonly onSpawn?: (pid: number) => void;
 }
 
-export const startContainer = ({ runner, bundle, env }: ContainerSpec): Promise<Container> =>
+export const startContainer = ({
+  runner,
+  bundle,
+  env,
+  onSpawn,
+}: ContainerSpec): Promise<Container> =>
   new Promise((done, fail) => {
     const child = spawn(process.execPath, [runner, bundle], {
       env: { PATH: process.env.PATH ?? '', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
+    if (child.pid !== undefined) onSpawn?.(child.pid);
     let output = '';
     let ready = false;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));

@@ -16,7 +16,20 @@
  * Each invocation's response and billed durations are kept (frozen only), so that the work
  * after the response (billed until the freeze) can be summed. Closing ends the environments
  * before the server, since they may release leases as they shut down.
+ *
+ * Either way each process gets the CPU share Lambda gives `memoryMb` (default the stack's
+ * 512 MB: 0.29 of a core) through a cgroup of its own (`local/cpu-share.ts`), where the cgroup
+ * v1 `cpu` controller is writable; elsewhere, or with BROKER_LOCAL_CPU_SHARE=off, whole cores.
+ * `cpu.description` says which.
  */
+import {
+  type CpuGroup,
+  type CpuPolicy,
+  createCpuGroup,
+  defaultCpuPolicy,
+  describeCpuShare,
+  STACK_MEMORY_MB,
+} from './cpu-share.js';
 import { invokeAt, startContainer } from './fleet.js';
 import { EnvironmentPool, type EnvironmentSnapshot } from './lambda-env/pool.js';
 import { DEFAULT_LAMBDA, type InvokeOutcome, scheduledEvent } from './lambda-events.js';
@@ -51,6 +64,21 @@ export interface LambdaContainerSpec {
   readonly idleShutdownMs?: number;
   /** The warm-up schedule (frozen); none by default. */
   readonly warmUp?: WarmUpSchedule;
+  /** The function's memory, MB: its CPU share, and AWS_LAMBDA_FUNCTION_MEMORY_SIZE. Default 512. */
+  readonly memoryMb?: number;
+  /**
+   * The CPU share policy. Default: `defaultCpuPolicy()` (the memory's share where the cgroup
+   * controller is writable, whole cores elsewhere or with BROKER_LOCAL_CPU_SHARE=off).
+   */
+  readonly cpu?: CpuPolicy;
+}
+
+/** The CPU a container's processes run on. */
+export interface ContainerCpu {
+  readonly policy: CpuPolicy;
+  readonly memoryMb: number;
+  /** `CPU: 0.29 core per environment (512 MB, cgroup cpu quota)`, or whole cores and why. */
+  readonly description: string;
 }
 
 /**
@@ -101,6 +129,8 @@ export interface LambdaContainer {
   environments(options?: { ended?: boolean }): readonly EnvironmentSnapshot[];
   /** Billing so far: invocations that froze already count their billed time, others none. */
   billing(): Billing;
+  /** The CPU its processes get. */
+  readonly cpu: ContainerCpu;
   /**
    * Settles once every invocation so far, the first `skip` aside, has frozen (zeros for
    * always-running containers).
@@ -148,11 +178,34 @@ const warmUpOnce = async (pool: EnvironmentPool, { onProblem }: WarmUpSchedule) 
 const startAlwaysRunning = async (
   spec: LambdaContainerSpec,
   tail: (text: string) => string,
+  cpu: ContainerCpu,
 ): Promise<LambdaContainer> => {
   const { runner, bundle, env } = spec;
   if (!runner) throw new TypeError('startLambdaContainer: always-running needs a runner');
-  const container = await startContainer({ runner, bundle, env });
+  let group: CpuGroup | undefined;
+  const { policy } = cpu;
+  const container = await startContainer({
+    runner,
+    bundle,
+    env,
+    // Its share from its spawn on, as an environment's; a group that cannot be made leaves it on
+    // whole cores (the frozen way records why, per environment).
+    onSpawn: (pid) => {
+      if (policy.kind !== 'quota') return;
+      try {
+        group = createCpuGroup(policy, `${process.pid}-always-${pid}`, cpu.memoryMb);
+        group.add(pid);
+      } catch {
+        void group?.remove(0);
+        group = undefined;
+      }
+    },
+  }).catch(async (error: unknown) => {
+    await group?.remove();
+    throw error;
+  });
   return {
+    cpu,
     url: container.url,
     port: Number(new URL(container.url).port),
     invoke: (event) => container.invoke(event),
@@ -166,14 +219,20 @@ const startAlwaysRunning = async (
     environments: () => [],
     billing: () => NO_BILLING,
     settledBilling: async () => NO_BILLING,
-    close: () => container.kill('SIGKILL'),
+    close: async () => {
+      await container.kill('SIGKILL');
+      await group?.remove();
+    },
   };
 };
 
 export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<LambdaContainer> => {
   const tail = (text: string) =>
     spec.outputTail === undefined ? text : spec.outputTail > 0 ? text.slice(-spec.outputTail) : '';
-  if (spec.execution === 'always-running') return startAlwaysRunning(spec, tail);
+  const memoryMb = spec.memoryMb ?? STACK_MEMORY_MB;
+  const policy = spec.cpu ?? defaultCpuPolicy();
+  const cpu: ContainerCpu = { policy, memoryMb, description: describeCpuShare(policy, memoryMb) };
+  if (spec.execution === 'always-running') return startAlwaysRunning(spec, tail, cpu);
   if (!spec.bootstrap) throw new TypeError('startLambdaContainer: frozen needs a bootstrap');
   const timeoutMs = spec.timeoutMs ?? DEFAULT_LAMBDA.timeoutMs;
   const invocations: Invocation[] = [];
@@ -184,6 +243,8 @@ export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<L
     env: spec.env,
     maxEnvironments: spec.maxEnvironments ?? 4,
     timeoutMs,
+    memoryMb,
+    cpu: policy,
     ...(spec.freeze === undefined ? {} : { freeze: spec.freeze }),
     ...(spec.idleShutdownMs === undefined ? {} : { idleShutdownMs: spec.idleShutdownMs }),
     onLog: (line) => {
@@ -240,6 +301,7 @@ export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<L
   return {
     url,
     port,
+    cpu,
     invoke: (event) => invokeAt(url, event),
     pids: () =>
       pool

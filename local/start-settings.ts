@@ -3,6 +3,7 @@
  * given, checked once; start.ts reports a bad value as one line and exits.
  */
 import { unknownVariables } from '../lib/config/settings-check.js';
+import { CPU_SHARE_VARIABLE } from './cpu-share.js';
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -16,6 +17,8 @@ export interface StartSettings {
   readonly maxEnvironments: number;
   readonly idleShutdownSeconds: number;
   readonly freeze: boolean;
+  /** BROKER_LOCAL_CPU_SHARE: `off` runs the environments on whole cores (local/cpu-share.ts). */
+  readonly cpuShare: boolean;
 }
 
 /**
@@ -26,7 +29,10 @@ export interface StartSettings {
  *   function, so only this check can name it).
  */
 export const readSettings = (env: Env): StartSettings => {
-  const [unknown] = unknownVariables(env);
+  // The local runtime's own variable, which the broker's list does not hold (it never reaches
+  // the function): checked below instead.
+  const { [CPU_SHARE_VARIABLE]: cpuShare, ...others } = env;
+  const [unknown] = unknownVariables(others);
   if (unknown) throw new Error(unknown);
   const whole = (name: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER) => {
     const raw = env[name]?.trim();
@@ -57,7 +63,15 @@ export const readSettings = (env: Env): StartSettings => {
     maxEnvironments: whole('BROKER_LOCAL_MAX_ENVIRONMENTS', 4, 1),
     idleShutdownSeconds: whole('BROKER_LOCAL_IDLE_SHUTDOWN_SECONDS', 300, 1),
     freeze: flag('BROKER_LOCAL_FREEZE', true),
+    cpuShare: onOff(CPU_SHARE_VARIABLE, cpuShare),
   });
+};
+
+const onOff = (name: string, raw: string | undefined): boolean => {
+  const value = raw?.trim().toLowerCase() ?? '';
+  if (value === '' || value === 'on') return true;
+  if (value === 'off') return false;
+  throw new Error(`${name} must be on or off`);
 };
 
 /** Single variables the function gets besides the prefixed ones below. */

@@ -10,6 +10,7 @@
  * Settings (all optional): see docs/guide.md, "The local runtime".
  */
 import { fileURLToPath } from 'node:url';
+import { CPU_SHARE_VARIABLE, probeCpuShare } from './cpu-share.js';
 import { ensureTable, localDynamoDBClient, startDynalite } from './dynamodb-local.js';
 import { startKmsEmulator } from './kms-emulator.js';
 import { InitFailedError, startLambdaContainer } from './lambda-container.js';
@@ -165,6 +166,8 @@ const container = await startLambdaContainer({
   outputTail: 0,
   onLog: log,
   warmUp: { everyMs: settings.scheduleSeconds * 1000, onProblem: log },
+  // Lambda's CPU share of the stack's 512 MB where the cgroup controller is writable.
+  cpu: probeCpuShare({ env: { [CPU_SHARE_VARIABLE]: settings.cpuShare ? 'on' : 'off' } }),
 }).catch((error: NodeJS.ErrnoException) => {
   // A system error is the server's (the port taken, the host unknown); else, as below.
   if (error.code) return fail(listenFailure(settings.host, settings.port, error, !simulated));
@@ -193,6 +196,7 @@ log(`Token broker         ${container.url}  (connections: ${names.join(', ')})`)
 log(
   `Lambda environments  up to ${settings.maxEnvironments}, ${settings.freeze ? 'frozen (SIGSTOP) between invocations' : 'not frozen (BROKER_LOCAL_FREEZE=false)'}; each ends after ${settings.idleShutdownSeconds}s idle`,
 );
+log(container.cpu.description);
 const warning = networkWarning(settings.host, container.port);
 if (warning) log(`\n${warning}`);
 if (!simulated) log(`\n${upstreamNotice(upstreams)}`);

@@ -3,9 +3,11 @@
  * processes: the process tier's build (the runtime, `local/container.mjs`) running the small
  * counter function of test/support/lambda-env/.
  */
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
+import { probeCpuShare } from '../local/cpu-share.js';
 import {
   type Execution,
   InitFailedError,
@@ -156,6 +158,72 @@ describe('Function: startLambdaContainer, frozen', () => {
     await container.close();
     expect(alive(pid)).toBe(false);
     expect(container.pids()).toEqual([]);
+  });
+});
+
+/** The cpu group a process is in (`/` for the root group). */
+const cpuGroupOf = (pid: number): string =>
+  /^\d+:cpu(?:,cpuacct)?:(.*)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1] ?? '?';
+
+const writable = probeCpuShare({ env: {} }).kind === 'quota';
+
+describe.skipIf(!writable)("Function: startLambdaContainer, Lambda's CPU share (issue 35)", () => {
+  it("puts each environment in a cgroup of its own with its memory's quota (512 MB: 0.29 core), removed when it ends", async () => {
+    // Prepare
+    const container = await start('frozen');
+
+    // Act
+    const outcome = await container.invoke({});
+    const { pid } = (outcome as { result: { pid: number } }).result;
+    const [environment] = container.environments();
+
+    // Assess
+    expect(container.cpu.description).toBe(
+      'CPU: 0.29 core per environment (512 MB, cgroup cpu quota)',
+    );
+    expect(environment?.cpu).toMatchObject({ kind: 'quota', quotaUs: 28_943, periodUs: 100_000 });
+    const group = environment?.cpu.kind === 'quota' ? environment.cpu.group : '';
+    expect(cpuGroupOf(pid)).toBe(group.replace('/sys/fs/cgroup/cpu', ''));
+    expect(readFileSync(join(group, 'cpu.cfs_quota_us'), 'utf8').trim()).toBe('28943');
+
+    // Act
+    await container.close();
+
+    // Assess: the group is gone, its last cpu.stat kept.
+    const [ended] = container.environments({ ended: true });
+    expect(existsSync(group)).toBe(false);
+    expect(ended?.cpu).toMatchObject({
+      kind: 'quota',
+      throttling: { periods: expect.any(Number) },
+    });
+  });
+
+  it('runs on whole cores, and says so, with BROKER_LOCAL_CPU_SHARE=off', async () => {
+    const container = await start('frozen', {}, 5_000, {
+      cpu: probeCpuShare({ env: { BROKER_LOCAL_CPU_SHARE: 'off' } }),
+    });
+
+    const outcome = await container.invoke({});
+    const { pid } = (outcome as { result: { pid: number } }).result;
+
+    expect(container.cpu.description).toBe('CPU: whole cores (BROKER_LOCAL_CPU_SHARE=off)');
+    expect(container.environments()[0]?.cpu).toEqual({
+      kind: 'whole-cores',
+      reason: 'BROKER_LOCAL_CPU_SHARE=off',
+    });
+    expect(cpuGroupOf(pid)).toBe('/');
+  });
+
+  it('puts an always-running process in a group of its own too, removed on close', async () => {
+    const container = await start('always-running');
+    const [pid] = container.pids();
+    if (pid === undefined) throw new Error('no process');
+
+    const group = cpuGroupOf(pid);
+    await container.close();
+
+    expect(group).toMatch(/^\/token-broker\/\d+-always-\d+$/);
+    expect(existsSync(`/sys/fs/cgroup/cpu${group}`)).toBe(false);
   });
 });
 

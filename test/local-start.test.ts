@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { probeCpuShare } from '../local/cpu-share.js';
 import { isLoopbackHost, listenFailure, networkWarning, upstreamNotice } from '../local/notices.js';
 import { functionEnvironment, readSettings } from '../local/start-settings.js';
 import { type Build, sharedBuild } from './support/build.js';
@@ -397,8 +398,15 @@ describe('Local runtime: settings of its own', () => {
       'BROKER_LOCAL_TIMEOUT_MS must be a whole number of at least 1',
     ],
     ['PORT', '70000', 'PORT must be a whole number from 0 to 65535'],
+    ['BROKER_LOCAL_CPU_SHARE', 'half', 'BROKER_LOCAL_CPU_SHARE must be on or off'],
   ])('throws naming %s when it is %s', (name, value, message) => {
     expect(() => readSettings({ [name]: value })).toThrow(message);
+  });
+
+  it("reads BROKER_LOCAL_CPU_SHARE, its own (not a variable of the broker's list): on by default, off turns Lambda's CPU share off", () => {
+    expect(readSettings({})).toMatchObject({ cpuShare: true });
+    expect(readSettings({ BROKER_LOCAL_CPU_SHARE: 'off' })).toMatchObject({ cpuShare: false });
+    expect(readSettings({ BROKER_LOCAL_CPU_SHARE: 'on' })).toMatchObject({ cpuShare: true });
   });
 
   it('refuses a misspelt BROKER_* variable, which it would otherwise drop silently (issue 24)', () => {
@@ -468,6 +476,15 @@ describe('Local runtime: the bundle in execution environments', () => {
   it('says how many environments it runs, and that they are frozen', () => {
     expect(output()).toContain(
       'Lambda environments  up to 4, frozen (SIGSTOP) between invocations; each ends after 300s idle',
+    );
+  });
+
+  it("says the CPU each environment gets: the stack's 512 MB share, or whole cores and why (issue 35)", () => {
+    const quota = probeCpuShare({ env: {} }).kind === 'quota';
+    expect(output()).toMatch(
+      quota
+        ? /^CPU: 0\.29 core per environment \(512 MB, cgroup cpu quota\)$/m
+        : /^CPU: whole cores \(cgroup cpu not writable: .+\)$/m,
     );
   });
 

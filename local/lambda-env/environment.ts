@@ -25,6 +25,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { basename, dirname, extname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { type CpuGroup, type CpuPolicy, type CpuThrottling, createCpuGroup } from '../cpu-share.js';
 import type { InvokeOutcome } from '../lambda-events.js';
 import { startRuntimeApi } from './api-server.js';
 
@@ -80,7 +81,26 @@ export interface EnvironmentOptions {
   readonly onReady?: ((environment: ExecutionEnvironment) => void) | undefined;
   /** The environment has ended (its process is gone). */
   readonly onEnded?: ((environment: ExecutionEnvironment) => void) | undefined;
+  /**
+   * Lambda's CPU share for `settings.memoryMb` (`local/cpu-share.ts`): with `quota`, the process
+   * goes into a cgroup of its own right after its spawn, removed when it ends. Default: none
+   * (whole cores).
+   */
+  readonly cpu?: CpuPolicy | undefined;
 }
+
+/** The CPU an environment ran on. */
+export type EnvironmentCpu =
+  | {
+      readonly kind: 'quota';
+      /** Its cgroup (removed once it ended). */
+      readonly group: string;
+      readonly quotaUs: number;
+      readonly periodUs: number;
+      /** What the quota did: its last `cpu.stat`, read when the environment ended. */
+      readonly throttling?: CpuThrottling;
+    }
+  | { readonly kind: 'whole-cores'; readonly reason: string };
 
 export interface Failure {
   readonly errorType: string;
@@ -124,6 +144,8 @@ export interface ExecutionEnvironment {
   extensions(): readonly string[];
   /** How it ended, once it has. */
   shutdownRecord(): ShutdownRecord | undefined;
+  /** The CPU it runs on: its memory's share (a cgroup quota) or whole cores, and why. */
+  cpu(): EnvironmentCpu;
   /** The last 64 KB the process wrote. */
   output(): string;
   /** Runs one invocation; the environment must be `frozen` or `idle`. */
@@ -317,6 +339,25 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const spawnedAt = performance.now();
+  // Its CPU share, right after the spawn: its init already runs at the share, as in Lambda.
+  let group: CpuGroup | undefined;
+  let cpu: EnvironmentCpu = { kind: 'whole-cores', reason: 'no CPU share asked' };
+  if (options.cpu?.kind === 'whole-cores')
+    cpu = { kind: 'whole-cores', reason: options.cpu.reason };
+  if (options.cpu?.kind === 'quota' && child.pid !== undefined) {
+    try {
+      group = createCpuGroup(options.cpu, `${process.pid}-${options.id}`, settings.memoryMb);
+      group.add(child.pid);
+      cpu = { kind: 'quota', group: group.path, quotaUs: group.quotaUs, periodUs: group.periodUs };
+    } catch (error) {
+      void group?.remove(0);
+      group = undefined;
+      cpu = {
+        kind: 'whole-cores',
+        reason: `cgroup not applied: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+      };
+    }
+  }
   guardExit();
   running.add(child);
   const exited = new Promise<Exit>((resolve) => {
@@ -327,6 +368,12 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
   void exited.then((status) => {
     exit = status;
     running.delete(child);
+    if (group && cpu.kind === 'quota') {
+      const ending = cpu;
+      void group.remove().then((throttling) => {
+        if (throttling) cpu = { ...ending, throttling };
+      });
+    }
     if (state === 'shutting-down' || state === 'ended') return;
     const current = invocation;
     fail(
@@ -487,6 +534,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
     stats: () => ({ ...stats }),
     extensions: () => api.extensions(),
     shutdownRecord: () => record,
+    cpu: () => cpu,
     output: () => output,
     invoke,
     shutdown,

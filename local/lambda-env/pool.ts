@@ -13,8 +13,10 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { setImmediate as nextTurn } from 'node:timers/promises';
+import type { CpuPolicy } from '../cpu-share.js';
 import { DEFAULT_LAMBDA, type InvokeOutcome, type LambdaHandler } from '../lambda-events.js';
 import {
+  type EnvironmentCpu,
   type EnvironmentState,
   type EnvironmentStats,
   type ExecutionEnvironment,
@@ -54,6 +56,11 @@ export interface EnvironmentPoolOptions {
    * called in (see `ExecutionEnvironment`'s `onLog`), else in the one the pool was made in.
    */
   readonly onLog?: ((line: string, environmentId: string) => void) | undefined;
+  /**
+   * Lambda's CPU share of `memoryMb` for each environment (`local/cpu-share.ts`), or whole cores.
+   * Default: none asked (whole cores); `startLambdaContainer` asks for it by default.
+   */
+  readonly cpu?: CpuPolicy | undefined;
 }
 
 /** What one invocation came to. */
@@ -86,6 +93,8 @@ export interface EnvironmentSnapshot {
   readonly extensions: readonly string[];
   readonly stats: EnvironmentStats;
   readonly shutdown?: ShutdownRecord;
+  /** The CPU it runs on (its memory's share, or whole cores and why). */
+  readonly cpu: EnvironmentCpu;
 }
 
 /** Codes of {@link EnvironmentPoolError}; each is also the error's `name`. */
@@ -122,6 +131,7 @@ const DEFAULTS = {
   accountId: DEFAULT_LAMBDA.accountId,
   memoryMb: 256,
   onLog: undefined as EnvironmentPoolOptions['onLog'],
+  cpu: undefined as CpuPolicy | undefined,
 };
 const KNOWN = new Set(['bundle', 'bootstrap', ...Object.keys(DEFAULTS)]);
 
@@ -264,6 +274,7 @@ export class EnvironmentPool {
         state: environment.state(),
         extensions: environment.extensions(),
         stats: environment.stats(),
+        cpu: environment.cpu(),
         ...(shutdown ? { shutdown } : {}),
       };
     });
@@ -339,6 +350,7 @@ export class EnvironmentPool {
         initTimeoutMs: o.initTimeoutMs,
         shutdownDeadlineMs: o.shutdownDeadlineMs,
         onLog: o.onLog && ((line) => o.onLog?.(line, id)),
+        cpu: o.cpu,
         onReady: (environment) => this.#ready(environment),
         onEnded: (environment) => this.#gone(environment),
       }),
