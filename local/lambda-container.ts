@@ -71,6 +71,8 @@ export interface LambdaContainerSpec {
    * controller is writable, whole cores elsewhere or with BROKER_LOCAL_CPU_SHARE=off).
    */
   readonly cpu?: CpuPolicy;
+  /** Measure each environment's event-loop delays outside its freezes (frozen; `local/loop-delay.ts`). */
+  readonly loopDelay?: boolean;
 }
 
 /** The CPU a container's processes run on. */
@@ -245,6 +247,7 @@ export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<L
     timeoutMs,
     memoryMb,
     cpu: policy,
+    ...(spec.loopDelay ? { loopDelay: true } : {}),
     ...(spec.freeze === undefined ? {} : { freeze: spec.freeze }),
     ...(spec.idleShutdownMs === undefined ? {} : { idleShutdownMs: spec.idleShutdownMs }),
     onLog: (line) => {

@@ -227,6 +227,32 @@ describe.skipIf(!writable)("Function: startLambdaContainer, Lambda's CPU share (
   });
 });
 
+describe('Function: startLambdaContainer, event-loop delays (issue 35, A2)', () => {
+  it("counts a pause while the function runs, not the environment's freezes between invocations", async () => {
+    // Prepare
+    const container = await start('frozen', {}, 5_000, { loopDelay: true });
+    const first = await container.invoke({});
+    const { pid } = (first as { result: { pid: number } }).result;
+    await sleep(600); // frozen by the runtime: not a delay
+
+    // Act: a 300 ms stop in the middle of an invocation, as a GC or a CPU quota would.
+    const running = container.invoke({ sleepMs: 600 });
+    await sleep(150);
+    process.kill(pid, 'SIGSTOP');
+    await sleep(300);
+    process.kill(pid, 'SIGCONT');
+    await running;
+    await container.close();
+
+    // Assess
+    const [ended] = container.environments({ ended: true });
+    const delays = ended?.loopDelays ?? [];
+    expect(delays[0]?.delayMs).toBeGreaterThan(250);
+    expect(delays[0]?.delayMs).toBeLessThan(450);
+    expect(delays.filter((d) => d.delayMs > 450)).toEqual([]);
+  });
+});
+
 describe('Function: startLambdaContainer, always-running', () => {
   it('runs the function in one process that never stops, with no billing, and kills it on close', async () => {
     const container = await start('always-running');

@@ -20,6 +20,7 @@
 import { type IncomingHttpHeaders, request } from 'node:http';
 import { pathToFileURL } from 'node:url';
 import { createContext, DEFAULT_LAMBDA, type LambdaHandler } from '../lambda-events.js';
+import { LOOP_DELAY_VARIABLE, startLoopDelaySampler } from '../loop-delay.js';
 
 interface Reply {
   readonly status: number;
@@ -38,6 +39,11 @@ const runtimeEnv = Object.freeze({
   region: process.env.AWS_REGION ?? DEFAULT_LAMBDA.region,
   handler: process.env._HANDLER ?? 'index.handler',
 });
+
+// The local runtime's measurement of event-loop delays (local/loop-delay.ts), if asked: read and
+// removed before the function loads, which sees only what Lambda would set.
+const loopDelayFile = process.env[LOOP_DELAY_VARIABLE];
+delete process.env[LOOP_DELAY_VARIABLE];
 
 const bundle = process.argv[2];
 if (!bundle || !runtimeEnv.api) {
@@ -133,6 +139,9 @@ try {
   await post(`${RUNTIME}/init/error`, describe(error, initErrorType(error)));
   process.exit(1);
 }
+
+// Sampled from here: init is over, and the environment is frozen until its first invocation.
+if (loopDelayFile) startLoopDelaySampler(loopDelayFile);
 
 // 2. Invocations, one at a time.
 for (;;) {

@@ -23,10 +23,20 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { basename, dirname, extname } from 'node:path';
+import { rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, dirname, extname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type CpuGroup, type CpuPolicy, type CpuThrottling, createCpuGroup } from '../cpu-share.js';
 import type { InvokeOutcome } from '../lambda-events.js';
+import {
+  LOOP_DELAY_VARIABLE,
+  type LoopDelay,
+  monotonicMs,
+  netDelays,
+  readGaps,
+  type Span,
+} from '../loop-delay.js';
 import { startRuntimeApi } from './api-server.js';
 
 /**
@@ -87,6 +97,11 @@ export interface EnvironmentOptions {
    * (whole cores).
    */
   readonly cpu?: CpuPolicy | undefined;
+  /**
+   * Measure how late the process's event loop runs outside its freezes (`local/loop-delay.ts`):
+   * `loopDelays()` once it has ended. Default false.
+   */
+  readonly loopDelay?: boolean | undefined;
 }
 
 /** The CPU an environment ran on. */
@@ -146,6 +161,11 @@ export interface ExecutionEnvironment {
   shutdownRecord(): ShutdownRecord | undefined;
   /** The CPU it runs on: its memory's share (a cgroup quota) or whole cores, and why. */
   cpu(): EnvironmentCpu;
+  /**
+   * With `loopDelay`, once it has ended: its event loop's late timers outside its freezes, the
+   * latest first. Undefined before, and without.
+   */
+  loopDelays(): readonly LoopDelay[] | undefined;
   /** The last 64 KB the process wrote. */
   output(): string;
   /** Runs one invocation; the environment must be `frozen` or `idle`. */
@@ -245,6 +265,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
   const park = (notify: boolean) => {
     if (options.freeze) {
       child.kill('SIGSTOP');
+      frozeAt = monotonicMs();
       stopped = true;
       stats.freezes += 1;
       state = 'frozen';
@@ -317,6 +338,18 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
     },
   );
 
+  // The sampler's file (local/loop-delay.ts), and this environment's freezes on its clock.
+  const loopDelayFile = options.loopDelay
+    ? join(tmpdir(), `token-broker-loop-delay-${process.pid}-${options.id}`)
+    : undefined;
+  const freezes: Span[] = [];
+  let frozeAt: number | undefined;
+  let delays: readonly LoopDelay[] | undefined;
+  const thawed = () => {
+    if (frozeAt !== undefined) freezes.push({ from: frozeAt, to: monotonicMs() });
+    frozeAt = undefined;
+  };
+
   const child = spawn(process.execPath, [options.bootstrap, options.bundle], {
     cwd: dirname(options.bundle),
     env: {
@@ -335,6 +368,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
       LAMBDA_TASK_ROOT: dirname(options.bundle),
       _HANDLER: handler,
       AWS_LAMBDA_RUNTIME_API: api.address,
+      ...(loopDelayFile ? { [LOOP_DELAY_VARIABLE]: loopDelayFile } : {}),
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -368,6 +402,11 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
   void exited.then((status) => {
     exit = status;
     running.delete(child);
+    thawed();
+    if (loopDelayFile) {
+      delays = netDelays(readGaps(loopDelayFile), freezes);
+      rmSync(loopDelayFile, { force: true });
+    }
     if (group && cpu.kind === 'quota') {
       const ending = cpu;
       void group.remove().then((throttling) => {
@@ -431,6 +470,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
       if (!exit) {
         // A stopped process would keep a SIGTERM pending without running its handler.
         if (stopped) child.kill('SIGCONT');
+        thawed();
         stopped = false;
         if (api.extensions().length === 0) {
           signal('SIGKILL');
@@ -498,6 +538,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
     stats.invocations += 1;
     if (stopped) {
       child.kill('SIGCONT');
+      thawed();
       stopped = false;
       stats.thaws += 1;
     }
@@ -535,6 +576,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
     extensions: () => api.extensions(),
     shutdownRecord: () => record,
     cpu: () => cpu,
+    loopDelays: () => delays,
     output: () => output,
     invoke,
     shutdown,

@@ -15,6 +15,7 @@ import { randomUUID } from 'node:crypto';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { CpuPolicy } from '../cpu-share.js';
 import { DEFAULT_LAMBDA, type InvokeOutcome, type LambdaHandler } from '../lambda-events.js';
+import type { LoopDelay } from '../loop-delay.js';
 import {
   type EnvironmentCpu,
   type EnvironmentState,
@@ -61,6 +62,8 @@ export interface EnvironmentPoolOptions {
    * Default: none asked (whole cores); `startLambdaContainer` asks for it by default.
    */
   readonly cpu?: CpuPolicy | undefined;
+  /** Measure each environment's event-loop delays outside its freezes (`local/loop-delay.ts`). */
+  readonly loopDelay?: boolean;
 }
 
 /** What one invocation came to. */
@@ -95,6 +98,8 @@ export interface EnvironmentSnapshot {
   readonly shutdown?: ShutdownRecord;
   /** The CPU it runs on (its memory's share, or whole cores and why). */
   readonly cpu: EnvironmentCpu;
+  /** With `loopDelay`, once ended: its event loop's late timers outside its freezes, the latest first. */
+  readonly loopDelays?: readonly LoopDelay[];
 }
 
 /** Codes of {@link EnvironmentPoolError}; each is also the error's `name`. */
@@ -132,6 +137,7 @@ const DEFAULTS = {
   memoryMb: 256,
   onLog: undefined as EnvironmentPoolOptions['onLog'],
   cpu: undefined as CpuPolicy | undefined,
+  loopDelay: false,
 };
 const KNOWN = new Set(['bundle', 'bootstrap', ...Object.keys(DEFAULTS)]);
 
@@ -268,6 +274,7 @@ export class EnvironmentPool {
     const listed = [...(ended ? this.#ended : []), ...this.#environments.values()];
     return listed.map((environment) => {
       const shutdown = environment.shutdownRecord();
+      const loopDelays = environment.loopDelays();
       return {
         id: environment.id,
         pid: environment.pid,
@@ -276,6 +283,7 @@ export class EnvironmentPool {
         stats: environment.stats(),
         cpu: environment.cpu(),
         ...(shutdown ? { shutdown } : {}),
+        ...(loopDelays ? { loopDelays } : {}),
       };
     });
   }
@@ -351,6 +359,7 @@ export class EnvironmentPool {
         shutdownDeadlineMs: o.shutdownDeadlineMs,
         onLog: o.onLog && ((line) => o.onLog?.(line, id)),
         cpu: o.cpu,
+        loopDelay: o.loopDelay,
         onReady: (environment) => this.#ready(environment),
         onEnded: (environment) => this.#gone(environment),
       }),
