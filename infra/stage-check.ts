@@ -18,7 +18,11 @@ import {
   timeoutProblem,
   warmupRateProblem,
 } from '../lib/config/settings-check.js';
-import { placeholderProblems, unknownParameters } from '../lib/config/stage-params.js';
+import {
+  placeholderProblems,
+  unknownParameters,
+  withParameterNames,
+} from '../lib/config/stage-params.js';
 import { loadConfig } from '../lib/config.js';
 import { ConfigError } from '../lib/errors.js';
 
@@ -351,7 +355,10 @@ const checkResolved = (stage: string, printed: PrintedConfig): string[] => {
     // other settings here, with a stand-in connection.
     config = loadConfig(fromParameter ? { ...env, BROKER_CONNECTIONS: STAND_IN } : env);
   } catch (error) {
-    if (error instanceof ConfigError) return [`Stage '${stage}': ${error.message}`];
+    if (error instanceof ConfigError) {
+      // The variable's stage parameter named: that is where the value is set.
+      return [`Stage '${stage}': ${withParameterNames(error.message, stage, table)}`];
+    }
     throw error;
   }
   const problems = [

@@ -13,7 +13,11 @@ import {
   secretCovered,
   stagePlaceholders,
 } from '../infra/stage-check.js';
-import { STAGE_PARAMETERS } from '../lib/config/stage-params.js';
+import {
+  STAGE_PARAMETERS,
+  VARIABLE_PARAMETERS,
+  withParameterNames,
+} from '../lib/config/stage-params.js';
 
 const root = join(import.meta.dirname, '..');
 
@@ -59,7 +63,7 @@ describe('Function: checkStage', () => {
 
   it('refuses connections the broker would refuse at cold start, with its own message', () => {
     expect(checkStage('prod', printed('{"production": {'))).toEqual([
-      "Stage 'prod': BROKER_CONNECTIONS is not valid JSON",
+      "Stage 'prod': BROKER_CONNECTIONS is not valid JSON (serverless.yml sets BROKER_CONNECTIONS from params.prod.connections)",
     ]);
     expect(
       checkStage(
@@ -309,6 +313,54 @@ describe('Function: checkStage, a stage on a global table (issue 26)', () => {
     ).toEqual([
       "Stage 'prod': params.prod.globalKeyId '1234abcd-12ab-34cd-56ef-1234567890ab' is not a multi-Region key ID (mrk- and 32 hex digits, output KeyId of infra/global-key.yml): a single-region key has no copy in the other regions",
     ]);
+  });
+
+  // Issue 38: serverless print resolves an empty globalTableName into BROKER_TABLE_NAME: '',
+  // and the cold start's "BROKER_TABLE_NAME is required" did not say which parameter sets it.
+  it('names the stage parameter behind a variable the cold start refuses', () => {
+    const printedEmpty = globalStage({ globalTableName: '' });
+    const empty = {
+      ...printedEmpty,
+      provider: {
+        ...printedEmpty.provider,
+        environment: { ...printedEmpty.provider?.environment, BROKER_TABLE_NAME: '' },
+      },
+    };
+    expect(checkStage('prod', empty)).toEqual([
+      "Stage 'prod': BROKER_TABLE_NAME is required (serverless.yml sets BROKER_TABLE_NAME from params.prod.globalTableName)",
+    ]);
+    // A regional stage's table is its own stack's: no parameter to name.
+    expect(withParameterNames('BROKER_TABLE_NAME is required', 'prod', 'regional')).toBe(
+      'BROKER_TABLE_NAME is required',
+    );
+    expect(
+      checkStage('prod', {
+        ...printed(production(ARN)),
+        provider: {
+          ...printed(production(ARN)).provider,
+          environment: {
+            ...printed(production(ARN)).provider?.environment,
+            BROKER_REFRESH_WINDOW_SECONDS: '60',
+          },
+        },
+      }),
+    ).toEqual([
+      "Stage 'prod': BROKER_REFRESH_WINDOW_SECONDS (60) must be longer than BROKER_DEFAULT_MIN_VALIDITY_SECONDS (60): otherwise every routine refresh is a caller's forced replacement (serverless.yml sets BROKER_REFRESH_WINDOW_SECONDS from params.prod.refreshWindowSeconds)",
+    ]);
+  });
+
+  it('knows which parameter sets each variable serverless.yml sets from one', () => {
+    const yml = readFileSync(join(root, 'serverless.yml'), 'utf8');
+    const environment = /\n {2}environment:\n((?: {4}.*\n)*)/.exec(yml)?.[1] ?? '';
+    const fromParameters = Object.fromEntries(
+      [...environment.matchAll(/^ {4}([A-Z_]+): \$\{param:([A-Za-z]+)\}$/gm)].map((m) => [
+        m[1],
+        m[2],
+      ]),
+    );
+    expect(fromParameters).toEqual(VARIABLE_PARAMETERS);
+    expect(yml).toMatch(/tableName: \$\{param:globalTableName\}/);
+    expect(yml).toMatch(/key\/\$\{param:globalKeyId\}/);
   });
 
   it('refuses a table mode it does not know', () => {

@@ -1,7 +1,8 @@
 /**
  * A stage's parameters (serverless.yml's `params.<stage>`), as `npm run validate`
  * (infra/stage-check.ts) checks them before packaging: every key one that serverless.yml or
- * validate reads. Pure.
+ * validate reads, no placeholder of the example stages outside dev, and messages about a
+ * variable that name the parameter it is set from. Pure.
  */
 import { printable } from '../errors.js';
 import { nearest } from './field-typos.js';
@@ -110,4 +111,44 @@ export const placeholderProblems = (stage: string, resolved: unknown): string[] 
       `the configuration still names the example stages' ${what}: ${found.join(', ')}. Give your own in params.${stage} (${where}); only dev may keep placeholders`,
     ];
   });
+};
+
+/**
+ * The function's variables serverless.yml sets from a stage parameter (provider.environment;
+ * a global stage's table and key come from its own parameters, a regional stage's from its
+ * stack). test/stage-check.test.ts holds the map to serverless.yml.
+ */
+export const VARIABLE_PARAMETERS: Readonly<Record<string, string>> = {
+  BROKER_CONNECTIONS: 'connections',
+  BROKER_CONNECTIONS_PARAMETER: 'connectionsParameter',
+  BROKER_REFRESH_WINDOW_SECONDS: 'refreshWindowSeconds',
+  BROKER_OPERATOR_CALLERS: 'operatorCallers',
+  POWERTOOLS_LOG_LEVEL: 'logLevel',
+  NODE_OPTIONS: 'nodeOptions',
+};
+const GLOBAL_TABLE_PARAMETERS: Readonly<Record<string, string>> = {
+  BROKER_TABLE_NAME: 'globalTableName',
+  BROKER_KMS_KEY_ID: 'globalKeyId',
+};
+
+/**
+ * `message` (the cold start's, about the function's variables) with the stage parameter each
+ * variable it names is set from, after it: `BROKER_TABLE_NAME is required (serverless.yml sets
+ * BROKER_TABLE_NAME from params.prod.globalTableName)`. Unchanged when it names none.
+ */
+export const withParameterNames = (
+  message: string,
+  stage: string,
+  table: 'regional' | 'global',
+): string => {
+  const parameters: Readonly<Record<string, string>> = {
+    ...VARIABLE_PARAMETERS,
+    ...(table === 'global' ? GLOBAL_TABLE_PARAMETERS : {}),
+  };
+  const named = [...new Set(message.match(/\b[A-Z][A-Z0-9_]*[A-Z0-9]\b/g) ?? [])].filter((v) =>
+    Object.hasOwn(parameters, v),
+  );
+  if (named.length === 0) return message;
+  const sets = named.map((v) => `${v} from params.${stage}.${parameters[v]}`).join(', ');
+  return `${message} (serverless.yml sets ${sets})`;
 };
