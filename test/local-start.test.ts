@@ -223,7 +223,9 @@ describe('Local runtime: no error path prints a secret', () => {
         BROKER_LOCAL_SECRETS_FILE: good,
         BROKER_CONNECTIONS: `{"prod": {"clientSecret": "${SECRET}",}}`,
       }),
-    ).toBe('The broker did not start: BROKER_CONNECTIONS is not valid JSON');
+    ).toBe(
+      'The broker did not start: BROKER_CONNECTIONS is not valid JSON at line 1, column 54 (offset 53): expected a property name in double quotes',
+    );
     expect(
       await refusal({
         BROKER_LOCAL_SECRETS_FILE: good,

@@ -63,7 +63,7 @@ describe('Function: checkStage', () => {
 
   it('refuses connections the broker would refuse at cold start, with its own message', () => {
     expect(checkStage('prod', printed('{"production": {'))).toEqual([
-      "Stage 'prod': BROKER_CONNECTIONS is not valid JSON (serverless.yml sets BROKER_CONNECTIONS from params.prod.connections)",
+      "Stage 'prod': BROKER_CONNECTIONS is not valid JSON at line 1, column 17 (offset 16): expected a property name in double quotes, but the text ends (serverless.yml sets BROKER_CONNECTIONS from params.prod.connections)",
     ]);
     expect(
       checkStage(

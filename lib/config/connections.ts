@@ -11,6 +11,7 @@ import { ConfigError } from '../errors.js';
 import type { SigningConfig } from '../upstream/signing.js';
 import { normaliseBaseUrl } from './base-url.js';
 import { unknownField } from './field-typos.js';
+import { jsonErrorAt } from './json-error.js';
 import { type ProbeConfig, parseProbe } from './probe-field.js';
 import { FieldProblem, parseSigning } from './signing-field.js';
 
@@ -233,8 +234,14 @@ export const parseConnectionsWith = (
   try {
     parsed = JSON.parse(raw);
   } catch {
-    // The parser's own message quotes the input; it is left out on purpose.
-    throw new ConfigError(`${VARIABLE} is not valid JSON`);
+    // The parser's own message quotes the input; it is left out on purpose: where it breaks,
+    // and what was expected there, are found without it.
+    const at = jsonErrorAt(raw);
+    throw new ConfigError(
+      at
+        ? `${VARIABLE} is not valid JSON at line ${at.line}, column ${at.column} (offset ${at.offset}): expected ${at.expected}`
+        : `${VARIABLE} is not valid JSON`,
+    );
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     throw new ConfigError(`${VARIABLE} must be a JSON object of connection name → settings`);

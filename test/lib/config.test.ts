@@ -304,7 +304,15 @@ describe('Function: loadConfig', () => {
     [{ BROKER_TABLE_NAME: 'tokens' }, 'BROKER_CONNECTIONS is required'],
     [
       { BROKER_TABLE_NAME: 'tokens', BROKER_CONNECTIONS: '{"a":' },
-      'BROKER_CONNECTIONS is not valid JSON',
+      'BROKER_CONNECTIONS is not valid JSON at line 1, column 6 (offset 5): expected a value, but the text ends',
+    ],
+    // Issue 38: where it breaks, never what is there (the parser's own message quotes it).
+    [
+      {
+        BROKER_TABLE_NAME: 'tokens',
+        BROKER_CONNECTIONS: '{\n  "a": {"variant": "v3",},\n  "b": {}\n}',
+      },
+      'BROKER_CONNECTIONS is not valid JSON at line 2, column 25 (offset 26): expected a property name in double quotes',
     ],
     [
       { BROKER_TABLE_NAME: 'tokens', BROKER_CONNECTIONS: '[]' },
