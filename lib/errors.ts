@@ -73,12 +73,24 @@ export class UnknownConnectionError extends BrokerError {
    * runtime logs a thrown error's own fields, and the name may be a token pasted by mistake.
    */
   readonly connection: string;
-  constructor(name: string) {
+  /**
+   * @param usable the connections the caller may use, said after the name (at most
+   * {@link MAX_LISTED}); none: nothing is said, not even that there are none. Only what the
+   * caller may use: a caller must not learn the names of connections whose `callers` exclude it.
+   */
+  constructor(name: string, usable: readonly string[] = []) {
     const shown = givenName(name);
-    super(`Unknown connection ${shown}`);
+    const listed = usable.slice(0, MAX_LISTED).map((known) => printable(known));
+    const more = usable.length > MAX_LISTED ? `, and ${usable.length - MAX_LISTED} more` : '';
+    super(
+      `Unknown connection ${shown}${listed.length > 0 ? `; this caller may use: ${listed.join(', ')}${more}` : ''}`,
+    );
     this.connection = shown;
   }
 }
+
+/** The most connection names an unknown connection's message lists. */
+const MAX_LISTED = 20;
 
 /** No HTTP route matches the method and path. */
 export class RouteNotFoundError extends BrokerError {

@@ -379,7 +379,7 @@ describe('Local runtime: npm start', () => {
     expect(failed.headers.get('x-amz-function-error')).toBe('Unhandled');
     expect(await failed.json()).toEqual({
       errorType: 'UnknownConnectionError',
-      errorMessage: "Unknown connection 'nope'",
+      errorMessage: "Unknown connection 'nope'; this caller may use: demo-v3, demo-legacy",
     });
   });
 

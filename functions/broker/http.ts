@@ -22,6 +22,7 @@ import {
   CallerNotAllowedError,
   printable,
   RouteNotFoundError,
+  UnknownConnectionError,
 } from '../../lib/errors.js';
 import type { BrokerMetrics } from '../../lib/metrics.js';
 import { answerFailure, errorBody } from './errors.js';
@@ -65,6 +66,15 @@ const loggedPath = (path: string | undefined): string => {
     : `(a path of ${given.length} characters, not repeated)`;
 };
 
+/** A path segment percent-decoded for a message; as it is when it is not valid encoding. */
+const decodedName = (segment: string): string => {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+};
+
 export const createHttpHandler = (
   broker: TokenBroker,
   logger: Logger,
@@ -77,8 +87,17 @@ export const createHttpHandler = (
     event.requestContext.authorizer?.iam?.userArn ?? 'HTTP caller without an IAM identity';
 
   const connectionFor = (event: HttpEvent) => {
-    const connection = broker.connection(event.pathParameters?.connection ?? '');
+    const name = event.pathParameters?.connection ?? '';
     const callerArn = event.requestContext.authorizer?.iam?.userArn;
+    if (!broker.hasConnection(name)) {
+      // Said as the caller gave it (a client sends a name's '/' as %2F), with the names this
+      // caller may use: only those whose `callers` admit it.
+      const usable = [...broker.connectionNames()].filter((known) =>
+        allowsCaller(broker.connection(known).callers, callerArn),
+      );
+      throw new UnknownConnectionError(decodedName(name), usable);
+    }
+    const connection = broker.connection(name);
     if (!allowsCaller(connection.callers, callerArn)) {
       throw new CallerNotAllowedError(
         `Caller ${callerArn ? `'${callerArn}'` : 'without an IAM identity'} may not use connection '${connection.name}'`,

@@ -10,6 +10,7 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
 import type { TokenBroker } from '../../lib/broker/index.js';
 import { mayForce } from '../../lib/callers.js';
+import { UnknownConnectionError } from '../../lib/errors.js';
 import type { BrokerMetrics } from '../../lib/metrics.js';
 import { answerFailure } from './errors.js';
 import { parseInvokeRequest } from './requests.js';
@@ -36,6 +37,10 @@ export const createInvokeHandler =
       if (request.action === 'warmUp') return broker.warmUp(deadline, DIRECT_INVOKE);
       // Answered, not thrown, when a connection is not ready: the report says which and why.
       if (request.action === 'ready') return broker.ready(deadline);
+      // Direct invoke is not bound by `callers` (it carries no identity): every name is usable.
+      if (!broker.hasConnection(request.connection)) {
+        throw new UnknownConnectionError(request.connection, [...broker.connectionNames()]);
+      }
       // An unknown name is not logged: it may be anything pasted by mistake (a token, say).
       logger.appendKeys({
         ...(broker.hasConnection(request.connection) ? { connection: request.connection } : {}),

@@ -226,7 +226,10 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
     const unknown = await http(handler, 'GET', '/tokens/production');
     expect(unknown.status).toBe(404);
     expect(unknown.json).toEqual({
-      error: { code: 'UNKNOWN_CONNECTION', message: "Unknown connection 'production'" },
+      error: {
+        code: 'UNKNOWN_CONNECTION',
+        message: "Unknown connection 'production'; this caller may use: sandbox, legacy, broken",
+      },
     });
     for (const [method, url] of [
       ['GET', '/nope'],
@@ -238,6 +241,34 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
       expect(response.status).toBe(404);
       expect(['ROUTE_NOT_FOUND', 'UNKNOWN_CONNECTION']).toContain(response.json.error.code);
     }
+  });
+
+  // Issue 38: the message named no connection, and a name with a slash came back URL-encoded.
+  it('names the connections this caller may use when it names an unknown one, and the name as given', async () => {
+    // Those whose `callers` admit it: `restricted` only for the orders role.
+    const orders = await http(handler, 'GET', '/tokens/sandbx', { callerArn: ORDERS_ROLE });
+    expect(orders.json.error.message).toBe(
+      "Unknown connection 'sandbx'; this caller may use: sandbox, legacy, restricted, broken",
+    );
+    const other = await http(handler, 'GET', '/tokens/sandbx', {
+      callerArn: 'arn:aws:sts::123456789012:assumed-role/billing/i-0def',
+    });
+    expect(other.json.error.message).not.toContain('restricted');
+    // The client sends a name's '/' as %2F: it is repeated as given, decoded.
+    const slashed = await http(handler, 'POST', '/tokens/demo%2Fv3/invalidate', {
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ accessToken: 'at_x' }),
+    });
+    expect(slashed.status).toBe(404);
+    expect(slashed.json.error.message).toMatch(/^Unknown connection 'demo\/v3';/);
+    // Direct invoke is not bound by `callers`: every name.
+    const invoked = await invokeHandler(handler, { action: 'getToken', connection: 'sandbx' });
+    expect(invoked).toMatchObject({
+      ok: false,
+      errorType: 'UnknownConnectionError',
+      errorMessage:
+        "Unknown connection 'sandbx'; this caller may use: sandbox, legacy, restricted, broken",
+    });
   });
 
   it('enforces the callers allowlist on the IAM principal', async () => {
