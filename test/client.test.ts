@@ -35,6 +35,8 @@ import type {
   WarmUpReport as BrokerWarmUpReport,
 } from '../lib/broker/index.js';
 import { issueWith } from '../lib/broker/issuance/issue-flow.js';
+import { forcingRefusal } from '../lib/broker/observer/caller-bounds.js';
+import { tokenDigest } from '../lib/broker/types.js';
 import { Deadline, systemClock } from '../lib/clock.js';
 import { ErrorCode } from '../lib/errors.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';
@@ -359,6 +361,64 @@ describe('Client behaviour', () => {
     } finally {
       await broker.close();
     }
+  });
+
+  // Issue 38: over direct invoke Lambda reports only errorType and errorMessage, and the error
+  // came without availableMinValidity and retryAfterSeconds, which the guide promises; the
+  // contract says the direct-invoke message carries both numbers.
+  it('raises a refused replacement over direct invoke with what can be had and when to retry, read from the broker’s message', async () => {
+    const LIFE_MS = 1_200_000;
+    const now = 1_795_262_400_000;
+    const record = {
+      connection: 'sandbox',
+      accessToken: 'current',
+      tokenDigest: tokenDigest('current'),
+      issuedAt: now - 100_000,
+      expiresAt: now - 100_000 + LIFE_MS,
+    };
+    const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000 };
+    // The broker's own refusals, as its caller bounds word them.
+    const tooSoon = forcingRefusal(
+      {
+        record: { ...record, forced: true },
+        needMs: LIFE_MS,
+        now,
+        knownForMs: 58_500,
+        mayForce: true,
+      },
+      settings,
+    );
+    const notAllowed = forcingRefusal(
+      { record, needMs: LIFE_MS, now, knownForMs: LIFE_MS, mayForce: false },
+      settings,
+    );
+    let answer: { name: string; message: string } | undefined;
+    const lambda = {
+      send: async () => ({
+        StatusCode: 200,
+        FunctionError: 'Unhandled',
+        Payload: new TextEncoder().encode(
+          JSON.stringify({ errorType: answer?.name, errorMessage: answer?.message }),
+        ),
+      }),
+    } as unknown as LambdaClient;
+    const client = createTokenClient({
+      transport: { type: 'lambda', functionName: 'token-broker', client: lambda },
+    });
+    answer = tooSoon;
+    const soon = await client.getToken('sandbox', { minValidity: 1200 }).then(unexpected, caught);
+    expect(soon).toBeInstanceOf(ReplacementTooSoonError);
+    expect(soon).toMatchObject({ availableMinValidity: 1099, retryAfterSeconds: 2 });
+    answer = notAllowed;
+    const refused = await client
+      .getToken('sandbox', { minValidity: 1200 })
+      .then(unexpected, caught);
+    expect(refused).toBeInstanceOf(ForceNotAllowedError);
+    expect(refused).toMatchObject({ availableMinValidity: 1099, retryAfterSeconds: undefined });
+    // Another message (an older broker's): the fields stay absent, nothing is made up.
+    answer = { name: 'ReplacementTooSoonError', message: 'Too soon' };
+    const bare = await client.getToken('sandbox', { minValidity: 1200 }).then(unexpected, caught);
+    expect(bare).toMatchObject({ availableMinValidity: undefined, retryAfterSeconds: undefined });
   });
 
   it('raises a TransportError with the status and AWS’s message for an HTTP error that is not the broker’s', async () => {

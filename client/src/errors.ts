@@ -55,7 +55,10 @@ export interface TokenBrokerErrorOptions extends ErrorOptions {
   readonly status?: number | undefined;
   /** Seconds to wait before retrying, when the broker said. */
   readonly retryAfterSeconds?: number | undefined;
-  /** A refused replacement: the largest `minValidity` to be had now (HTTP only). */
+  /**
+   * A refused replacement: the largest `minValidity` to be had now (HTTP: the error's field;
+   * direct invoke: read from the broker's message).
+   */
   readonly availableMinValidity?: number | undefined;
 }
 
@@ -93,7 +96,10 @@ export class MinValidityUnsatisfiableError extends TokenBrokerError {
  * classes below. Ask for `availableMinValidity` or less. Not retried by the client.
  */
 export abstract class ReplacementRefusedError extends TokenBrokerError {
-  /** The largest `minValidity` the current token gave when the broker answered (HTTP only). */
+  /**
+   * The largest `minValidity` the current token gave when the broker answered: over HTTP the
+   * error's field, over direct invoke read from its message; undefined when it said none.
+   */
   readonly availableMinValidity: number | undefined;
   constructor(message: string, code: string, options: TokenBrokerErrorOptions = {}) {
     super(message, code, options);
@@ -258,6 +264,26 @@ export const fromHttpError = (
   availableMinValidity?: number,
 ) => new (classFor(code))(message, code, { status, retryAfterSeconds, availableMinValidity });
 
+/**
+ * What a refused replacement's direct-invoke message says can be had (`ask for 1099s or less`)
+ * and when to retry (`retry in 2s`): Lambda reports only `errorType` and `errorMessage`, and the
+ * contract (docs/contract.md, Errors) has the message carry both numbers. A message without
+ * them gives neither; nothing is made up.
+ */
+const refusalNumbers = (code: BrokerErrorCode, message: string): TokenBrokerErrorOptions => {
+  if (code !== BrokerErrorCode.REPLACEMENT_TOO_SOON && code !== BrokerErrorCode.FORCE_NOT_ALLOWED) {
+    return {};
+  }
+  const available = /\bask for (\d{1,10})s or less\b/.exec(message)?.[1];
+  const retry = /\bretry in (\d{1,10})s\b/.exec(message)?.[1];
+  return {
+    ...(available === undefined ? {} : { availableMinValidity: Number(available) }),
+    ...(retry === undefined || code !== BrokerErrorCode.REPLACEMENT_TOO_SOON
+      ? {}
+      : { retryAfterSeconds: Number(retry) }),
+  };
+};
+
 /** The typed error for a Lambda function error `{ errorType, errorMessage }`. */
 export const fromFunctionError = (errorType: string, errorMessage: string) => {
   // Anything else (Sandbox.Timedout, Runtime.*) is a failure of the function as a whole.
@@ -267,5 +293,6 @@ export const fromFunctionError = (errorType: string, errorMessage: string) => {
       ? `${errorType}: ${errorMessage}`
       : errorMessage,
     code,
+    refusalNumbers(code, errorMessage),
   );
 };
