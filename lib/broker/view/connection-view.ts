@@ -165,6 +165,17 @@ export class ConnectionView {
     this.apply(name, { type: what === 'issuance' ? 'issuance-measured' : 'read-measured', ms });
   }
 
+  /**
+   * A2. Whether what this container last learned still proves `record` at `now`: checked
+   * again, with no await in between, just before the token is handed out. A stall between the
+   * decision and the answer (GC, a throttled CPU share, a freeze) longer than the proof had
+   * left ends it; the caller's answer is then decided again.
+   */
+  stillProves(record: TokenRecord, now: number): boolean {
+    const entry = this.entry(record.connection);
+    return entry?.record.tokenDigest === record.tokenDigest && now < entry.until;
+  }
+
   /** The entry of `name`, times rebased on the monotonic clock (see `connection-state.ts`). */
   entry(name: string): MemoryEntry | undefined {
     return this.#states.get(name)?.entry(this.#now());

@@ -17,9 +17,9 @@ import {
   InMemoryTokenStore,
   ManualClock,
 } from '../../../support/fakes.js';
-import { seed, Upstream, wrap } from '../../../support/fleet-model.js';
+import { fleetBroker, seed, Upstream, wrap } from '../../../support/fleet-model.js';
 import { Sim } from '../../../support/sim.js';
-import { issuance, record, simAsk, simBroker, T0 } from '../setup.js';
+import { ask, issuance, record, simAsk, simBroker, T0 } from '../setup.js';
 
 const TIMEOUT_MS = 5_000;
 /** The caller's deadline: what is left of the invocation when the refresh starts. */
@@ -221,5 +221,44 @@ describe('A2: a holder paused past what its lease covers sends nothing', () => {
       sent.filter((path) => !path.endsWith('/oauth/authorize')),
       'an access-token request left after its lease had run out',
     ).toEqual([]);
+  });
+});
+
+describe('A2: a reader stalled between its decision and its answer decides again', () => {
+  // A reader reads the store, decides to serve t0, and stalls (GC, its CPU share throttled)
+  // before the answer leaves, longer than its read proved t0 for: meanwhile another container's
+  // countdown ran out and its POST replaced t0, which is revoked. The facade checks the proof
+  // again, with no await in between, just before it answers, on the clock that counted the
+  // stall, and decides again.
+  it('I2: a stall after the decision past the proof: the revoked token is not handed out', async () => {
+    const clock = new ManualClock(T0);
+    const inner = new InMemoryTokenStore();
+    const up = new Upstream();
+    const t0 = seed(inner, up, T0 - 60_000, 1_200_000);
+    let armed = true;
+    const store = wrap(inner, {
+      read: async (name) => {
+        const state = await inner.read(name);
+        // The observer reads `token` in the same turn as it decides; the stall comes right after.
+        return new Proxy(state, {
+          get(target, field, receiver) {
+            if (field === 'token' && armed) {
+              armed = false;
+              queueMicrotask(() => {
+                clock.advanceNow(6_000); // past the 5 s re-check the read proved t0 for
+                // Another container's replacement landed meanwhile: t0 is revoked.
+                seed(inner, up, clock.now(), 1_200_000);
+              });
+            }
+            return Reflect.get(target, field, receiver);
+          },
+        });
+      },
+    });
+    const a = fleetBroker(store, clock, up);
+    const served = await ask(a, clock, up);
+    expect(armed, 'the stall was injected').toBe(false);
+    expect(up.revoked.has(t0.accessToken)).toBe(true);
+    expect(served.revoked, `served ${served.token}`).toBe(false);
   });
 });
