@@ -164,10 +164,10 @@ export const createHttpHandler = (
       {
         method: 'GET',
         path: '/status',
-        handler: async (event: HttpEvent) => {
+        handler: async (event: HttpEvent, context: Context) => {
           await parseHttpRequest('status', event);
           operatorOnly(event);
-          return json(200, { connections: await broker.status() });
+          return json(200, { connections: await broker.status(deadlineOf(broker, context)) });
         },
       },
       {

@@ -32,8 +32,8 @@ export const createInvokeHandler =
     try {
       gate(context);
       const request = await parseInvokeRequest(event);
-      if (request.action === 'status') return { connections: await broker.status() };
       const deadline = deadlineOf(broker, context);
+      if (request.action === 'status') return { connections: await broker.status(deadline) };
       if (request.action === 'warmUp') return broker.warmUp(deadline, DIRECT_INVOKE);
       // Answered, not thrown, when a connection is not ready: the report says which and why.
       if (request.action === 'ready') return broker.ready(deadline);

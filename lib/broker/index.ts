@@ -33,6 +33,7 @@ import {
   type ReadinessReport,
   Reports,
   readStatus,
+  StatusReadTimedOut,
   warmUp,
 } from './callers/index.js';
 import { LeasedIssuance, RefreshAhead, SharedLoads } from './fleet/index.js';
@@ -59,6 +60,7 @@ import type {
   TokenAnswer,
   WarmUpReport,
 } from './types.js';
+import { withDeadline } from './single-flight.js';
 import { ConnectionView } from './view/index.js';
 
 export type { ConnectionReadiness, ReadinessReport } from './callers/index.js';
@@ -269,11 +271,16 @@ export class TokenBroker {
     await Promise.race([this.idle(), this.#clock.sleep(deadline.wholeMsLeft())]);
   }
 
-  /** Every connection's token metadata and lease, read from the shared store. */
-  status(): Promise<ConnectionStatus[]> {
-    return readStatus(this.deps.config.connections.values(), this.deps.store, () =>
-      this.#clock.now(),
-    );
+  /**
+   * Every connection's token metadata and lease, read from the shared store, each read cut to
+   * `deadline` (I3: a store that hangs makes it StoreUnavailableError, never a timeout).
+   */
+  status(deadline: Deadline): Promise<ConnectionStatus[]> {
+    return readStatus(this.deps.config.connections.values(), this.deps.store, {
+      now: () => this.#clock.now(),
+      bounded: (read) =>
+        withDeadline(read, deadline.leftMs(), this.#clock, () => new StatusReadTimedOut()),
+    });
   }
 
   /**

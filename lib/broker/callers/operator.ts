@@ -15,21 +15,39 @@ import type {
   WarmUpReport,
 } from '../types.js';
 
+/** A status read that the caller's deadline cut short. */
+export class StatusReadTimedOut extends Error {
+  constructor() {
+    super('The token store did not answer before the deadline');
+    this.name = 'StatusReadTimedOut';
+  }
+}
+
 /** Every connection's token metadata and live lease, read from the shared store. */
 export const readStatus = (
   connections: Iterable<ConnectionConfig>,
   store: TokenStore,
-  now: () => number,
+  {
+    now,
+    bounded,
+  }: {
+    readonly now: () => number;
+    /** Cuts a read to the caller's deadline. */
+    readonly bounded: <T>(read: Promise<T>) => Promise<T>;
+  },
 ): Promise<ConnectionStatus[]> =>
   Promise.all(
     [...connections].map(async ({ name, variant }) => {
       let state: Awaited<ReturnType<TokenStore['read']>>;
       try {
-        state = await store.read(name);
+        state = await bounded(store.read(name));
       } catch (error) {
-        throw new StoreUnavailableError('The token store failed to read the token; retry shortly', {
-          cause: error,
-        });
+        throw new StoreUnavailableError(
+          error instanceof StatusReadTimedOut
+            ? 'The token store did not answer before the deadline; retry shortly'
+            : 'The token store failed to read the token; retry shortly',
+          { cause: error },
+        );
       }
       const at = now();
       const { token, lease } = state;
