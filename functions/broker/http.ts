@@ -107,15 +107,41 @@ export const createHttpHandler = (
     return connection;
   };
 
-  /** The operator routes (`/status`, `/ready`, `/warm`): `BROKER_OPERATOR_CALLERS`, if set. */
+  /**
+   * Whether any connection keeps its tokens to named callers. Then the operator routes, and
+   * `/health`'s list of connections, are for `BROKER_OPERATOR_CALLERS` only, and for nobody while
+   * it is unset (secure by default, issue 37): a service allowed one connection must not list
+   * the others, nor have `/ready` read every secret.
+   */
+  let restrictedOnce: boolean | undefined;
+  const restricted = (): boolean => {
+    restrictedOnce ??= [...broker.connectionNames()].some(
+      (name) => broker.connection(name).callers !== undefined,
+    );
+    return restrictedOnce;
+  };
+
+  /** Whether `callerArn` may use the operator routes (`/status`, `/ready`, `/warm`). */
+  const isOperator = (callerArn: string | undefined): boolean =>
+    restricted() && operatorCallers === undefined ? false : allowsCaller(operatorCallers, callerArn);
+
   const operatorOnly = (event: HttpEvent) => {
     const callerArn = event.requestContext.authorizer?.iam?.userArn;
-    if (!allowsCaller(operatorCallers, callerArn)) {
+    if (!isOperator(callerArn)) {
+      const who = callerArn ? `'${callerArn}'` : 'without an IAM identity';
       throw new CallerNotAllowedError(
-        `Caller ${callerArn ? `'${callerArn}'` : 'without an IAM identity'} may not use the operator routes (BROKER_OPERATOR_CALLERS)`,
+        restricted() && operatorCallers === undefined
+          ? `Caller ${who} may not use the operator routes: connections restrict their callers, so these routes are for BROKER_OPERATOR_CALLERS (stage parameter operatorCallers), which is not set`
+          : `Caller ${who} may not use the operator routes (BROKER_OPERATOR_CALLERS)`,
       );
     }
   };
+
+  /** The connections `callerArn` may see: every one for an operator, else those it may use. */
+  const visibleTo = (callerArn: string | undefined): string[] =>
+    [...broker.connectionNames()].filter(
+      (name) => isOperator(callerArn) || allowsCaller(broker.connection(name).callers, callerArn),
+    );
 
   const getToken = async (event: HttpEvent, context: Context): Promise<HttpResult> => {
     const { minValidity } = await parseHttpRequest('getToken', event);
@@ -157,7 +183,8 @@ export const createHttpHandler = (
         path: '/health',
         handler: async (event: HttpEvent) => {
           await parseHttpRequest('health', event);
-          return json(200, { status: 'ok', connections: [...broker.connectionNames()] });
+          const callerArn = event.requestContext.authorizer?.iam?.userArn;
+          return json(200, { status: 'ok', connections: visibleTo(callerArn) });
         },
       },
       { method: 'GET', path: '/tokens/{connection}', handler: getToken },

@@ -16,6 +16,9 @@ import { applyEnv, type Stack, startStack } from '../../local/stack.js';
 import { captureOutput, newContainer } from '../support/lambda.js';
 
 const ORDERS_ROLE = 'arn:aws:sts::123456789012:assumed-role/orders-service/i-0abc';
+/** An operator: `BROKER_OPERATOR_CALLERS` of this file's containers admits it. */
+const OPERATOR = 'arn:aws:sts::123456789012:assumed-role/platform-oncall/alice';
+const OPERATORS = 'arn:aws:sts::123456789012:assumed-role/platform-*/*';
 
 let stack: Stack;
 let output: ReturnType<typeof captureOutput>;
@@ -41,6 +44,8 @@ beforeAll(async () => {
     POWERTOOLS_LOG_LEVEL: 'DEBUG',
     POWERTOOLS_LOGGER_LOG_EVENT: 'true',
     BROKER_UPSTREAM_TIMEOUT_MS: '1000',
+    // A connection restricts its callers: the operator routes are for these only (issue 37).
+    BROKER_OPERATOR_CALLERS: OPERATORS,
   });
   output = captureOutput();
 });
@@ -120,7 +125,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
       ['GET', '/health'],
       ['GET', '/nowhere'],
     ] as const) {
-      const response = await http(handler, method, path);
+      const response = await http(handler, method, path, { callerArn: OPERATOR });
       expect(response.headers['cache-control'], `${method} ${path}`).toBe('no-store');
     }
   });
@@ -288,14 +293,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
   });
 
   it('keeps the operator routes (/status, /ready, /warm) to BROKER_OPERATOR_CALLERS over HTTP, when set', async () => {
-    const OPERATOR = 'arn:aws:sts::123456789012:assumed-role/platform-oncall/alice';
-    process.env.BROKER_OPERATOR_CALLERS = 'arn:aws:sts::123456789012:assumed-role/platform-*/*';
-    let operated: LambdaHandler;
-    try {
-      operated = newContainer();
-    } finally {
-      delete process.env.BROKER_OPERATOR_CALLERS;
-    }
+    const operated = handler;
     const routes = [
       ['GET', '/status'],
       ['GET', '/ready'],
@@ -318,8 +316,45 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
     expect(
       (await http(operated, 'GET', '/tokens/sandbox', { callerArn: ORDERS_ROLE })).status,
     ).toBe(200);
-    // Unset, every caller IAM lets in (the default container of this file).
-    expect((await http(handler, 'GET', '/status', { callerArn: ORDERS_ROLE })).status).toBe(200);
+  });
+
+  // Issue 37, secure by default: a connection that sets `callers` makes the operator routes,
+  // and /health's list of connections, BROKER_OPERATOR_CALLERS' only; unset, nobody's.
+  it('refuses the operator routes to everyone when a connection restricts its callers and BROKER_OPERATOR_CALLERS is unset, and /health lists only what the caller may use', async () => {
+    const saved = process.env.BROKER_OPERATOR_CALLERS;
+    delete process.env.BROKER_OPERATOR_CALLERS;
+    let unset: LambdaHandler;
+    try {
+      unset = newContainer();
+    } finally {
+      process.env.BROKER_OPERATOR_CALLERS = saved;
+    }
+    for (const [method, url] of [
+      ['GET', '/status'],
+      ['GET', '/ready'],
+      ['POST', '/warm'],
+    ] as const) {
+      for (const callerArn of [OPERATOR, ORDERS_ROLE, undefined]) {
+        const denied = await http(unset, method, url, callerArn ? { callerArn } : {});
+        expect({ url, status: denied.status, code: denied.json.error?.code }).toEqual({
+          url,
+          status: 403,
+          code: 'CALLER_NOT_ALLOWED',
+        });
+        expect(denied.json.error.message).toContain('BROKER_OPERATOR_CALLERS');
+        expect(denied.json.error.message).toContain('operatorCallers');
+      }
+    }
+    const billing = 'arn:aws:sts::123456789012:assumed-role/billing/i-0abc';
+    const names = async (h: LambdaHandler, callerArn?: string) =>
+      (await http(h, 'GET', '/health', callerArn ? { callerArn } : {})).json.connections;
+    // A caller `restricted` refuses does not learn its name; the orders role may use it.
+    expect(await names(unset, billing)).toEqual(['sandbox', 'legacy', 'broken']);
+    expect(await names(unset, ORDERS_ROLE)).toEqual(['sandbox', 'legacy', 'restricted', 'broken']);
+    expect(await names(unset)).toEqual(['sandbox', 'legacy', 'broken']);
+    // With BROKER_OPERATOR_CALLERS set, an operator sees every connection.
+    expect(await names(handler, OPERATOR)).toEqual(['sandbox', 'legacy', 'restricted', 'broken']);
+    expect(await names(handler, billing)).toEqual(['sandbox', 'legacy', 'broken']);
   });
 
   it('POST /tokens/{connection}/invalidate drops only the reported current token', async () => {
@@ -383,7 +418,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
 
   it('GET /health answers without touching the upstream', async () => {
     const before = stack.simulator.requests().length;
-    const response = await http(handler, 'GET', '/health');
+    const response = await http(handler, 'GET', '/health', { callerArn: OPERATOR });
     expect(response).toMatchObject({
       status: 200,
       json: { status: 'ok', connections: ['sandbox', 'legacy', 'restricted', 'broken'] },
@@ -565,7 +600,7 @@ describe('Handler: operator actions', () => {
       lease: null,
     });
     expect(JSON.stringify(outcome)).not.toContain(accessToken);
-    const viaHttp = await http(handler, 'GET', '/status');
+    const viaHttp = await http(handler, 'GET', '/status', { callerArn: OPERATOR });
     expect(viaHttp.status).toBe(200);
     expect(viaHttp.body).not.toContain(accessToken);
   });
@@ -577,7 +612,7 @@ describe('Handler: operator actions', () => {
       ok: true,
       result: { connections: { sandbox: { status: expect.any(String) } } },
     });
-    const viaHttp = await http(handler, 'POST', '/warm');
+    const viaHttp = await http(handler, 'POST', '/warm', { callerArn: OPERATOR });
     expect(viaHttp.json.connections.legacy.status).toMatch(/^(fresh|issued)$/);
   });
 });
@@ -718,7 +753,7 @@ describe('Logs', () => {
     expect(JSON.stringify(answers)).toContain(`(${pasted.length} characters, not repeated)`);
     await http(handler, 'GET', '/tokens/broken'); // the secret is missing
     await invokeHandler(handler, scheduledEvent());
-    await http(handler, 'GET', '/status');
+    await http(handler, 'GET', '/status', { callerArn: OPERATOR });
 
     const logs = output.since(from);
     const secrets = stack.credentials();
