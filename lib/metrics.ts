@@ -11,6 +11,11 @@ export const MetricName = {
   UpstreamLatency: 'UpstreamLatency',
   /** A refresh (ahead of expiry, or by the warm-up) that failed. */
   RefreshFailures: 'RefreshFailures',
+  /**
+   * An issuance refused because the function's timeout cannot hold a refresh's countdown and
+   * POST (`FUNCTION_TIMEOUT_TOO_SHORT`): tokens are still served, none is issued.
+   */
+  IssuanceRefused: 'IssuanceRefused',
   /** A request that waited for another container's lease. */
   LeaseWaits: 'LeaseWaits',
   /** A still-valid token served because getting a newer one failed. */

@@ -277,6 +277,7 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
       'ConcurrentExecutions',
       'DynamoDBThrottles',
       'Errors',
+      'IssuanceRefused',
       'RefreshFailures',
       'RequestErrors',
       'Throttles',
@@ -419,6 +420,7 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
       'FunctionErrorsAlarm',
       'RequestErrorsAlarm',
       'RefreshFailuresAlarm',
+      'IssuanceRefusedAlarm',
       'IssuanceRateAlarm',
       'AnotherIssuerAlarm',
     ]);

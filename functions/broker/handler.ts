@@ -45,7 +45,10 @@ export const createHandler = ({
   timeoutSettings,
   operatorCallers,
 }: HandlerDeps) => {
-  const gate = timeoutGate(timeoutSettings);
+  const gate = timeoutGate(timeoutSettings, {
+    refuse: (problem) => broker.refuseIssuance(problem),
+    logger,
+  });
   // The HTTP side (its router and middlewares, `http.ts`) is loaded on the first HTTP request:
   // in the bundle it is a chunk, which a cold start answering a direct invoke never loads.
   let http: Promise<ReturnType<typeof createHttpHandler>> | undefined;

@@ -19,7 +19,8 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.freeze({
   [ErrorCode.STORE_UNAVAILABLE]: 503,
   [ErrorCode.SECRET_UNAVAILABLE]: 500,
   [ErrorCode.CONFIG_INVALID]: 500,
-  [ErrorCode.FUNCTION_TIMEOUT_TOO_SHORT]: 500,
+  // Its own code, seen by the caller: an issuance refused until the timeout is raised.
+  [ErrorCode.FUNCTION_TIMEOUT_TOO_SHORT]: 503,
   [ErrorCode.INTERNAL_ERROR]: 500,
 });
 

@@ -181,6 +181,15 @@ export class TokenBroker {
   }
 
   /**
+   * Refuses every issuance with `reason` (`FUNCTION_TIMEOUT_TOO_SHORT`), or lifts the refusal
+   * (undefined): a function timeout too short for a refresh leaves callers served from what the
+   * store and memory prove, and refuses only what would need a new token (issue 37).
+   */
+  refuseIssuance(reason: string | undefined): void {
+    this.#issuance.refuseIssuance(reason);
+  }
+
+  /**
    * Returns a token valid for at least `minValiditySeconds`, issuing one only when needed, with
    * how long the caller may reuse it, and use it stale (see `ConnectionView.reuse`).
    */

@@ -7,7 +7,11 @@
  */
 import type { Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
-import { ReplacementRefusedError, StoreUnavailableError } from '../../errors.js';
+import {
+  FunctionTimeoutTooShortError,
+  ReplacementRefusedError,
+  StoreUnavailableError,
+} from '../../errors.js';
 import { MetricName } from '../../metrics.js';
 import type { TokenRecord, TokenState } from '../../ports.js';
 import type { HolderDeps, LeasedFlow } from '../holder/index.js';
@@ -48,6 +52,8 @@ export class LeasedIssuance {
   readonly #leases: LeaseTaker;
   /** Whether the store answered the last read (a short wait for the next one if not). */
   readonly #reachability = new StoreReachability();
+  /** Why every issuance is refused, if it is (`refuseIssuance`). */
+  #refusal: string | undefined;
   private readonly deps: HolderDeps;
 
   constructor(deps: LeasedIssuanceDeps) {
@@ -68,6 +74,15 @@ export class LeasedIssuance {
   abandonLeases(reason: string): void {
     // Stryker disable next-line ArrayDeclaration: equivalent: the constructor always sets `held`
     for (const lease of this.deps.held ?? []) lease.abandon(reason);
+  }
+
+  /**
+   * Refuses every issuance with `reason` (a function timeout too short for a refresh: the
+   * edge's `timeout-gate.ts`), before any lease is taken; undefined lifts it. Readers are still
+   * served whatever the store and memory prove.
+   */
+  refuseIssuance(reason: string | undefined): void {
+    this.#refusal = reason;
   }
 
   /** What this container knows of each connection. */
@@ -269,6 +284,10 @@ export class LeasedIssuance {
   ): Promise<ServedToken | { state?: TokenState; read: ReadSent; lost?: boolean }> {
     const { name } = connection;
     const { clock } = this.deps;
+    if (this.#refusal !== undefined) {
+      this.deps.metrics.record(MetricName.IssuanceRefused, name);
+      throw new FunctionTimeoutTooShortError(this.#refusal);
+    }
     const ours = this.#leases.next();
     const read = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
     const attempt = await this.#leases
