@@ -151,6 +151,23 @@ describe('Function: startLambdaContainer, frozen', () => {
     });
   });
 
+  it("lists an environment's invocation under way with its deadline, and whether it was answered", async () => {
+    const container = await start('frozen', {}, 5_000);
+    await container.invoke({});
+    await until(() => container.environments()[0]?.state === 'frozen', 'frozen after it');
+    expect(container.environments()[0]?.invocation).toBeUndefined();
+
+    const sent = Date.now();
+    const running = container.invoke({ sleepMs: 400 });
+    await until(() => container.environments()[0]?.state === 'busy', 'the invocation delivered');
+    const { invocation } = container.environments()[0] ?? {};
+    await running;
+
+    expect(invocation?.answered).toBe(false);
+    expect(invocation?.deadlineAt).toBeGreaterThanOrEqual(sent + 5_000);
+    expect(invocation?.deadlineAt).toBeLessThan(sent + 5_000 + 1_000);
+  });
+
   it('close ends its environments', async () => {
     const container = await start('frozen');
     const outcome = await container.invoke({});

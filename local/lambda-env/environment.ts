@@ -104,6 +104,15 @@ export interface EnvironmentOptions {
   readonly loopDelay?: boolean | undefined;
 }
 
+/** An invocation under way in an environment. */
+export interface CurrentInvocation {
+  readonly requestId: string;
+  /** Its deadline (the function's timeout from its delivery), epoch ms. */
+  readonly deadlineAt: number;
+  /** Its answer went back: what runs now is work after the response. */
+  readonly answered: boolean;
+}
+
 /** The CPU an environment ran on. */
 export type EnvironmentCpu =
   | {
@@ -161,6 +170,8 @@ export interface ExecutionEnvironment {
   shutdownRecord(): ShutdownRecord | undefined;
   /** The CPU it runs on: its memory's share (a cgroup quota) or whole cores, and why. */
   cpu(): EnvironmentCpu;
+  /** The invocation it runs now (busy, or working after its response), if any. */
+  current(): CurrentInvocation | undefined;
   /**
    * With `loopDelay`, once it has ended: its event loop's late timers outside its freezes, the
    * latest first. Undefined before, and without.
@@ -220,6 +231,8 @@ const timedOut = (ms: number): Failure => ({
 interface Invocation {
   readonly requestId: string;
   readonly started: number;
+  /** The deadline the runtime was given (`Lambda-Runtime-Deadline-Ms`), epoch ms. */
+  readonly deadlineAt: number;
   /** Runs a function in the async context of the caller of `invoke` (for `onLog`). */
   readonly scope: <R>(fn: () => R) => R;
   readonly timer: NodeJS.Timeout;
@@ -548,9 +561,11 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
         bill = settled;
       });
       const started = performance.now();
+      const deadlineAt = Date.now() + settings.timeoutMs;
       invocation = {
         requestId,
         started,
+        deadlineAt,
         scope: AsyncLocalStorage.snapshot(),
         answered: false,
         timer: setTimeout(onTimeout, settings.timeoutMs),
@@ -560,7 +575,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
       };
       api.deliver({
         requestId,
-        deadlineMs: Date.now() + settings.timeoutMs,
+        deadlineMs: deadlineAt,
         invokedFunctionArn: arn,
         traceId: traceHeader(),
         payload,
@@ -576,6 +591,12 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
     extensions: () => api.extensions(),
     shutdownRecord: () => record,
     cpu: () => cpu,
+    current: () =>
+      invocation && {
+        requestId: invocation.requestId,
+        deadlineAt: invocation.deadlineAt,
+        answered: invocation.answered,
+      },
     loopDelays: () => delays,
     output: () => output,
     invoke,

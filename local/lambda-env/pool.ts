@@ -17,6 +17,7 @@ import type { CpuPolicy } from '../cpu-share.js';
 import { DEFAULT_LAMBDA, type InvokeOutcome, type LambdaHandler } from '../lambda-events.js';
 import type { LoopDelay } from '../loop-delay.js';
 import {
+  type CurrentInvocation,
   type EnvironmentCpu,
   type EnvironmentState,
   type EnvironmentStats,
@@ -98,6 +99,8 @@ export interface EnvironmentSnapshot {
   readonly shutdown?: ShutdownRecord;
   /** The CPU it runs on (its memory's share, or whole cores and why). */
   readonly cpu: EnvironmentCpu;
+  /** The invocation it runs now, if any: its deadline, and whether it was answered. */
+  readonly invocation?: CurrentInvocation;
   /** With `loopDelay`, once ended: its event loop's late timers outside its freezes, the latest first. */
   readonly loopDelays?: readonly LoopDelay[];
 }
@@ -275,6 +278,7 @@ export class EnvironmentPool {
     return listed.map((environment) => {
       const shutdown = environment.shutdownRecord();
       const loopDelays = environment.loopDelays();
+      const invocation = environment.current();
       return {
         id: environment.id,
         pid: environment.pid,
@@ -284,6 +288,7 @@ export class EnvironmentPool {
         cpu: environment.cpu(),
         ...(shutdown ? { shutdown } : {}),
         ...(loopDelays ? { loopDelays } : {}),
+        ...(invocation ? { invocation } : {}),
       };
     });
   }
