@@ -11,12 +11,20 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { DEFAULT_TIMING } from '../lib/broker/timing/protocol-timing.js';
+import {
+  type CpuThrottling,
+  defaultCpuPolicy,
+  describeCpuShare,
+  STACK_MEMORY_MB,
+} from '../local/cpu-share.js';
 import {
   type Execution,
   type LambdaContainer,
   startLambdaContainer,
 } from '../local/lambda-container.js';
 import { scheduledEvent } from '../local/lambda-events.js';
+import { monotonicMs } from '../local/loop-delay.js';
 import { type Stack, startStack } from '../local/stack.js';
 import {
   classify,
@@ -32,6 +40,7 @@ import {
   type TokenHistory,
   tallyReuse,
 } from './ledger.js';
+import { MarginMeter, type Margins, UPSTREAM_TIMEOUT_MS } from './margins.js';
 import { type FaultProxy, startFaultProxy } from './proxy.js';
 import { type RegionLink, type RegionSpec, type RegionStats, startRegionWorld } from './regions.js';
 
@@ -89,6 +98,12 @@ export interface RunSettings {
    * one clock, as `rate(5 minutes)` rules are), rather than a share of the interval apart.
    */
   readonly warmUpsInStep: boolean;
+  /**
+   * The function's memory, MB: each environment gets Lambda's CPU share of it (1,769 MB = one
+   * core) where the cgroup v1 `cpu` controller is writable (`local/cpu-share.ts`). Default the
+   * stack's 512 MB (serverless.yml): 0.29 of a core.
+   */
+  readonly memoryMb: number;
 }
 
 /**
@@ -112,6 +127,7 @@ export const DEFAULT_SETTINGS: RunSettings = {
   regions: [],
   conflicts: false,
   warmUpsInStep: false,
+  memoryMb: STACK_MEMORY_MB,
 };
 
 export interface ChaosNode {
@@ -239,6 +255,23 @@ export interface RunResult {
    * release's label), and when it sent an access-token POST (run-relative ms: who issued).
    */
   readonly releases?: readonly ContainerRelease[];
+  /** How close the run came to each timing assumption (chaos/margins.ts). */
+  readonly margins: Margins;
+  /** The CPU the environments ran on, and what their quota did. */
+  readonly cpu: RunCpu;
+}
+
+export interface RunCpu {
+  /** `CPU: 0.29 core per environment (512 MB, cgroup cpu quota)`, or whole cores and why. */
+  readonly description: string;
+  /** Environments that ran in the run. */
+  readonly environments: number;
+  /** Of those, environments that ran at the share (a cgroup quota). */
+  readonly atShare: number;
+  /** Why the others ran on whole cores (one line each, distinct). */
+  readonly wholeCores: readonly string[];
+  /** Their quotas' `cpu.stat`, summed. */
+  readonly throttling: CpuThrottling;
 }
 
 export interface ContainerRelease {
@@ -336,6 +369,22 @@ export const runScenario = async (
   let stack: Stack | undefined;
   let world: Awaited<ReturnType<typeof startRegionWorld>> | undefined;
   let answers: Ledger | undefined;
+  let measured: Omit<RunResult, 'margins' | 'cpu'> | undefined;
+  /** The run's start on the monotonic clock (`local/loop-delay.ts`). */
+  let measuredFrom: number | undefined;
+  const cpu = defaultCpuPolicy();
+  // Each container's extra environment, read once: the margins need its clock and store bound.
+  const extraEnvs = Array.from(
+    { length: settings.containers },
+    (_, index) => scenario.env?.(index, paths) ?? {},
+  );
+  const meter = new MarginMeter({
+    upstreamTimeoutMs: UPSTREAM_TIMEOUT_MS,
+    storeRoundTripMs: Number(
+      extraEnvs[0]?.BROKER_STORE_ROUND_TRIP_MS ?? DEFAULT_TIMING.stepWriteAllowanceMs,
+    ),
+    skewsMs: extraEnvs.map((env) => Number(env.CHAOS_CLOCK_SKEW_MS ?? 0)),
+  });
   try {
     stack = await startStack(
       {
@@ -380,9 +429,14 @@ export const runScenario = async (
       const dynamodb = await startFaultProxy({
         target: regionLinks[region]?.url ?? stack.dynamodb.url,
         label: `dynamodb-${index}`,
+        observe: (exchange) => meter.dynamodb(exchange),
       });
       proxies.push(dynamodb);
-      const upstream = await startFaultProxy({ target: simulatorUrl, label: `upstream-${index}` });
+      const upstream = await startFaultProxy({
+        target: simulatorUrl,
+        label: `upstream-${index}`,
+        observe: (exchange) => meter.upstream(exchange),
+      });
       proxies.push(upstream);
       const env = {
         ...baseEnv,
@@ -392,7 +446,7 @@ export const runScenario = async (
             Object.entries(connections).map(([name, c]) => [name, { ...c, baseUrl: upstream.url }]),
           ),
         ),
-        ...scenario.env?.(index, paths),
+        ...extraEnvs[index],
       };
       const container = await startLambdaContainer({
         execution: settings.execution,
@@ -406,11 +460,18 @@ export const runScenario = async (
         // starts another). Two were too few when a refresh held one for the function's timeout
         // and a warm-up another: the caller queued past its deadline.
         maxEnvironments: 4,
+        // Lambda's CPU share of the function's memory (where the cgroup controller is writable),
+        // and each environment's event-loop delays for the A2 margin.
+        memoryMb: settings.memoryMb,
+        cpu,
+        loopDelay: true,
       });
       nodes.push({ index, region, container, dynamodb, upstream });
     }
 
     const startedAt = Date.now();
+    const startedAtMonotonic = monotonicMs();
+    measuredFrom = startedAtMonotonic;
     const endsAt = startedAt + settings.durationMs;
     const ledger = new Ledger(startedAt);
     answers = ledger;
@@ -425,13 +486,15 @@ export const runScenario = async (
       timers.add(timer);
     };
     const signal = (index: number, name: 'SIGSTOP' | 'SIGCONT') => {
-      for (const pid of nodes[index]?.container.pids() ?? []) {
+      const pids = nodes[index]?.container.pids() ?? [];
+      for (const pid of pids) {
         try {
           process.kill(pid, name);
         } catch {
           // Already gone: nothing to pause or continue.
         }
       }
+      return pids;
     };
     const context: ScenarioContext = {
       settings,
@@ -453,12 +516,15 @@ export const runScenario = async (
       pause: (container, ms) => {
         const pauseMs = Math.max(0, Math.min(ms, endsAt - Date.now()));
         paused.add(container);
-        signal(container, 'SIGSTOP');
+        const pids = signal(container, 'SIGSTOP');
+        const stoppedAt = monotonicMs();
         const from = Date.now() - startedAt;
         context.faulted(container, from, from + pauseMs);
         const timer = setTimeout(() => {
           timers.delete(timer);
           signal(container, 'SIGCONT');
+          const to = monotonicMs();
+          for (const pid of pids) meter.injected(pid, { from: stoppedAt, to });
           paused.delete(container);
         }, pauseMs);
         timers.add(timer);
@@ -618,6 +684,7 @@ export const runScenario = async (
     if (failure && failure.status === 'rejected') throw failure.reason;
 
     const durationMs = Date.now() - startedAt;
+    meter.run({ from: startedAtMonotonic, to: startedAtMonotonic + durationMs });
     const issuanceTimes = stack.simulator
       .issuanceTimes()
       .filter((t) => t <= startedAt + durationMs);
@@ -629,7 +696,7 @@ export const runScenario = async (
     );
     const reuse = tallyReuse(grants, histories, reported);
     const lifetimeMs = settings.lifetimeSeconds * 1000;
-    const result: RunResult = {
+    measured = {
       scenario: scenario.name,
       settings,
       durationMs,
@@ -703,7 +770,6 @@ export const runScenario = async (
           }
         : {}),
     };
-    return result;
   } finally {
     stop.abort();
     for (const timer of timers) clearTimeout(timer);
@@ -743,4 +809,51 @@ export const runScenario = async (
     await world?.close();
     await stack?.close();
   }
+  if (!measured) throw new Error('the run ended without a result');
+  // The containers are closed: every environment has ended, its delays and cpu.stat are final.
+  const environments = nodes.flatMap((node) => node.container.environments({ ended: true }));
+  // Each environment's worst delays, to read beside the containers' logs (times run-relative).
+  const delays = nodes.flatMap((node) =>
+    node.container.environments({ ended: true }).map((environment) => ({
+      container: node.index,
+      environment: environment.id,
+      pid: environment.pid,
+      worst: meter
+        .environment(environment.pid, environment.loopDelays ?? [])
+        .slice(0, 10)
+        .map((d) => ({
+          atMs: Math.round(d.from - (measuredFrom ?? 0)),
+          lastedMs: Math.round(d.to - d.from),
+          delayMs: Math.round(d.delayMs),
+        })),
+    })),
+  );
+  writeFileSync(
+    join(paths.logDir, scenario.name, 'loop-delays.json'),
+    `${JSON.stringify(delays, null, 2)}\n`,
+  );
+  const atShare = environments.filter((e) => e.cpu.kind === 'quota');
+  return {
+    ...measured,
+    margins: meter.margins(),
+    cpu: {
+      description: describeCpuShare(cpu, settings.memoryMb),
+      environments: environments.length,
+      atShare: atShare.length,
+      wholeCores: [
+        ...new Set(environments.flatMap((e) => (e.cpu.kind === 'quota' ? [] : [e.cpu.reason]))),
+      ],
+      throttling: atShare.reduce<CpuThrottling>(
+        (sum, e) => {
+          const t = e.cpu.kind === 'quota' ? e.cpu.throttling : undefined;
+          return {
+            periods: sum.periods + (t?.periods ?? 0),
+            throttledPeriods: sum.throttledPeriods + (t?.throttledPeriods ?? 0),
+            throttledMs: sum.throttledMs + (t?.throttledMs ?? 0),
+          };
+        },
+        { periods: 0, throttledPeriods: 0, throttledMs: 0 },
+      ),
+    },
+  };
 };

@@ -133,6 +133,17 @@ export interface FaultProxy {
   close(): Promise<void>;
 }
 
+/** One request's way through the proxy, on `performance.now()`'s clock (ms). */
+export interface Exchange {
+  readonly request: ProxiedRequest;
+  /** When it was read in full (its client sent it just before). */
+  arrivedAt: number;
+  /** When the target's answer came back: it had processed the request. None if never. */
+  targetAnsweredAt?: number;
+  /** When its client was answered (by the target's answer or a hook's). None if never. */
+  answeredAt?: number;
+}
+
 export interface ProxyOptions {
   /** Base URL of the target, `http://127.0.0.1:<port>`. */
   readonly target: string;
@@ -140,6 +151,12 @@ export interface ProxyOptions {
   readonly hooks?: ProxyHooks;
   readonly mode?: LinkMode;
   readonly random?: () => number;
+  /**
+   * Sees each request once the proxy is done with it (answered, refused, dropped, or never to
+   * be answered), whatever the hooks and the mode: the harness measures round trips and how
+   * late a POST was processed with it.
+   */
+  readonly observe?: (exchange: Readonly<Exchange>) => void;
 }
 
 /** Headers of one hop only: never forwarded as they are. */
@@ -273,6 +290,16 @@ export const startFaultProxy = async (options: ProxyOptions): Promise<FaultProxy
       body,
       receivedAt: Date.now(),
     };
+    const exchange: Exchange = { request, arrivedAt: performance.now() };
+    try {
+      await pass(request, res, exchange);
+    } finally {
+      options.observe?.(exchange);
+    }
+  };
+
+  /** The rest of `handle`: the request's way, its times noted in `exchange`. */
+  const pass = async (request: ProxiedRequest, res: ServerResponse, exchange: Exchange) => {
     if (!admit(res, 'arrival')) return;
     const { onRequest } = hooks;
     const refusal = onRequest ? await runHook(() => onRequest(request)) : undefined;
@@ -283,6 +310,7 @@ export const startFaultProxy = async (options: ProxyOptions): Promise<FaultProxy
     if (refusal?.kind === 'answer') {
       if (!admit(res, 'answer')) return;
       stats.requestsAnswered += 1;
+      exchange.answeredAt = performance.now();
       res.writeHead(
         refusal.response.status,
         endToEnd(refusal.response.headers, refusal.response.body),
@@ -295,6 +323,7 @@ export const startFaultProxy = async (options: ProxyOptions): Promise<FaultProxy
     let response: ProxiedResponse;
     try {
       response = await forward(request);
+      exchange.targetAnsweredAt = performance.now();
     } catch {
       stats.targetErrors += 1;
       reset(res.socket);
@@ -323,6 +352,7 @@ export const startFaultProxy = async (options: ProxyOptions): Promise<FaultProxy
     }
     if (!admit(res, 'answer')) return;
     stats.answered += 1;
+    exchange.answeredAt = performance.now();
     res.writeHead(response.status, endToEnd(response.headers, response.body));
     res.end(response.body);
   };

@@ -1,5 +1,6 @@
 /** The chaos table: one markdown row per scenario, summed over its runs. */
 import type { RunResult } from './harness.js';
+import { marginCells, tightest } from './margins.js';
 
 export interface ScenarioSummary {
   readonly scenario: string;
@@ -100,6 +101,42 @@ export const table = (summaries: readonly ScenarioSummary[]): string => {
     `| ${HEADER.join(' | ')} |`,
     `|${HEADER.map((_, i) => (i === 0 ? '---' : '---:')).join('|')}|`,
     ...summaries.map((s) => `| ${row(s).join(' | ')} |`),
+  ];
+  return `${lines.join('\n')}\n`;
+};
+
+export const MARGINS_HEADER = [
+  'fault',
+  'A1: latest POST processed after its send',
+  'A2: worst event-loop delay (outside freezes and injected pauses)',
+  'A3: clock skew between containers',
+  'A4: slowest DynamoDB round trip',
+  'CPU: environments at the share, periods throttled',
+];
+
+/**
+ * How close each scenario came to each timing assumption of docs/protocol.md (the tightest of
+ * its runs; chaos/margins.ts), and what the CPU quota did.
+ */
+export const marginsTable = (summaries: readonly ScenarioSummary[]): string => {
+  const rows = summaries.flatMap((summary) => {
+    const margins = tightest(summary.runs.flatMap((r) => (r.margins ? [r.margins] : [])));
+    if (!margins) return [];
+    const cpus = summary.runs.flatMap((r) => (r.cpu ? [r.cpu] : []));
+    const environments = cpus.reduce((n, c) => n + c.environments, 0);
+    const atShare = cpus.reduce((n, c) => n + c.atShare, 0);
+    const periods = cpus.reduce((n, c) => n + c.throttling.periods, 0);
+    const throttled = cpus.reduce((n, c) => n + c.throttling.throttledPeriods, 0);
+    const cpu =
+      atShare === 0
+        ? `0 of ${environments} (whole cores)`
+        : `${atShare} of ${environments}; ${throttled} of ${periods} (${((100 * throttled) / Math.max(1, periods)).toFixed(0)} %)`;
+    return [`| ${[summary.scenario, ...marginCells(margins), cpu].join(' | ')} |`];
+  });
+  const lines = [
+    `| ${MARGINS_HEADER.join(' | ')} |`,
+    `|${MARGINS_HEADER.map((_, i) => (i === 0 ? '---' : '---:')).join('|')}|`,
+    ...rows,
   ];
   return `${lines.join('\n')}\n`;
 };

@@ -20,6 +20,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { defaultCpuPolicy, describeCpuShare } from '../local/cpu-share.js';
 import {
   type ChaosPaths,
   DEFAULT_SETTINGS,
@@ -28,8 +29,9 @@ import {
   type Scenario,
 } from './harness.js';
 import { estimateMs, planLanes, runsOf } from './lanes.js';
+import { marginCells } from './margins.js';
 import { buildPreviousRelease, type PreviousRelease } from './previous-release.js';
-import { faultsNotFired, type ScenarioSummary, table } from './report.js';
+import { faultsNotFired, marginsTable, type ScenarioSummary, table } from './report.js';
 import { SCENARIOS, scenarioNamed } from './scenarios.js';
 
 const [buildDir = '.chaos', resultsDir = 'chaos/results', ...rest] = process.argv.slice(2);
@@ -129,11 +131,21 @@ const paths: ChaosPaths = {
 };
 mkdirSync(resultsDir, { recursive: true });
 
-const { containers, durationMs, lifetimeSeconds, lambdaTimeoutMs } = DEFAULT_SETTINGS;
+const { containers, durationMs, lifetimeSeconds, lambdaTimeoutMs, memoryMb } = DEFAULT_SETTINGS;
+// Lambda's CPU share of the stack's memory where the cgroup v1 cpu controller is writable
+// (local/cpu-share.ts); BROKER_LOCAL_CPU_SHARE=off, or a machine where it is not, runs whole
+// cores, and the table's header says so.
+let cpuLine: string;
+try {
+  cpuLine = describeCpuShare(defaultCpuPolicy(), memoryMb);
+} catch (error) {
+  process.stderr.write(`chaos: ${(error as Error).message}\n`);
+  process.exit(2);
+}
 if (!worker)
   log(
     `chaos: ${selected.length} scenario(s) × ${runs ?? 'default'} run(s), ${containers} containers, ${durationMs / 1000} s each, ` +
-      `tokens live ${lifetimeSeconds} s, Lambda timeout ${lambdaTimeoutMs / 1000} s, ${cpus().length} cores`,
+      `tokens live ${lifetimeSeconds} s, Lambda timeout ${lambdaTimeoutMs / 1000} s, ${cpus().length} cores; ${cpuLine}`,
   );
 
 /** With two releases: each release's containers, what they served and the POSTs they sent. */
@@ -176,6 +188,8 @@ const runOne = async (scenario: Scenario): Promise<ScenarioSummary> => {
           `(${((Date.now() - started) / 1000).toFixed(1)} s)`,
       );
       for (const line of byRelease(result)) log(`    ${line}`);
+      const [a1, a2, a3, a4] = marginCells(result.margins);
+      log(`    margins: A1 ${a1}; A2 ${a2}; A3 ${a3}; A4 ${a4}`.replaceAll('**', ''));
     } catch (error) {
       harnessError = error instanceof Error ? error.message : String(error);
       log(`  ${scenario.name} #${run}: HARNESS ERROR ${harnessError}`);
@@ -274,7 +288,7 @@ if (plan.length > 1) {
 const order = (name: string) => SCENARIOS.findIndex((s) => s.name === name);
 summaries.sort((a, b) => order(a.scenario) - order(b.scenario));
 
-const markdown = table(summaries);
+const markdown = `${cpuLine}\n\n${table(summaries)}\nMargins (docs/protocol.md's timing assumptions; the tightest run of each scenario, chaos/margins.ts):\n\n${marginsTable(summaries)}`;
 log();
 log(markdown);
 if (selected.length === SCENARIOS.length) {

@@ -9,6 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { RunResult, Scenario } from '../chaos/harness.js';
 import { estimateMs, isBusy, planLanes } from '../chaos/lanes.js';
 import { classify, duplicateIssuances, Ledger, tallyReuse } from '../chaos/ledger.js';
+import { MarginMeter, type Margins, marginCells, marginText, tightest } from '../chaos/margins.js';
 import {
   buildNeeds,
   checkInstalled,
@@ -19,7 +20,12 @@ import {
   PreviousReleaseError,
   resolveCommit,
 } from '../chaos/previous-release.js';
-import { type FaultProxy, type ProxiedRequest, startFaultProxy } from '../chaos/proxy.js';
+import {
+  type Exchange,
+  type FaultProxy,
+  type ProxiedRequest,
+  startFaultProxy,
+} from '../chaos/proxy.js';
 import { CONFLICT_TYPE, type RegionWorld, startRegionWorld } from '../chaos/regions.js';
 import { replacementsBeyondI4 } from '../chaos/release-scenarios.js';
 import { faultsNotFired } from '../chaos/report.js';
@@ -119,6 +125,30 @@ describe('Function: startFaultProxy', () => {
     expect((await call(proxy.url)).error).toBe('failed');
     proxy.setMode({ kind: 'pass' });
     expect(await call(proxy.url)).toMatchObject({ status: 200 });
+  });
+
+  it('observe sees each exchange once: when it arrived, when the target answered, when its client was (issue 35: A1, A4)', async () => {
+    const seen: Readonly<Exchange>[] = [];
+    proxy = await startFaultProxy({ target: targetUrl, observe: (e) => seen.push(e) });
+    proxy.setHooks({
+      onResponse: async () => {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        return undefined;
+      },
+    });
+    await call(proxy.url, 1_000);
+    proxy.setHooks({ onRequest: () => ({ kind: 'drop' }) });
+    await call(proxy.url, 200);
+    await expect.poll(() => seen.length).toBe(2);
+
+    const [answered, dropped] = seen;
+    expect(answered?.request.path).toBe('/x?y=1');
+    expect(answered?.targetAnsweredAt).toBeGreaterThanOrEqual(answered?.arrivedAt ?? 0);
+    expect((answered?.answeredAt ?? 0) - (answered?.targetAnsweredAt ?? 0)).toBeGreaterThanOrEqual(
+      95,
+    );
+    expect(dropped?.targetAnsweredAt).toBeUndefined();
+    expect(dropped?.answeredAt).toBeUndefined();
   });
 
   it('hooks see the request and the answer, and can hold a request', async () => {
@@ -646,6 +676,87 @@ describe('Function: planLanes', () => {
       busy.slice(0, 2).map((s) => s.name),
     ]);
     expect(planLanes([], undefined, 2)).toEqual([]);
+  });
+});
+
+describe('Class: MarginMeter (issue 35: how close a run came to A1-A4)', () => {
+  const request = (path: string, target = '') =>
+    ({ path, headers: { 'x-amz-target': target } }) as unknown as ProxiedRequest;
+  const meter = () =>
+    new MarginMeter({
+      upstreamTimeoutMs: 5_000,
+      storeRoundTripMs: 50,
+      skewsMs: [2_500, 0, -1_000],
+    });
+
+  it('A1: the latest access-token POST processed after its arrival, against twice the upstream timeout', () => {
+    const m = meter();
+    m.upstream({ request: request('/oauth/access-token'), arrivedAt: 0, targetAnsweredAt: 9_050 });
+    m.upstream({ request: request('/oauth/access-token?x=1'), arrivedAt: 0, targetAnsweredAt: 60 });
+    m.upstream({ request: request('/oauth/access-token'), arrivedAt: 0 }); // never processed
+    m.upstream({ request: request('/oauth/authorize'), arrivedAt: 0, targetAnsweredAt: 12_000 });
+    expect(m.margins().a1).toEqual({ worstMs: 9_050, boundMs: 10_000, posts: 2 });
+  });
+
+  it('A2: each delay less the pauses injected into that process, only those closed during the run', () => {
+    const m = meter();
+    m.run({ from: 1_000, to: 10_000 });
+    m.injected(7, { from: 2_000, to: 2_400 });
+    const counted = m.environment(7, [
+      { from: 1_990, to: 2_520, delayMs: 520 }, // 400 ms of it injected: 120 left
+      { from: 5_000, to: 5_090, delayMs: 80 },
+      { from: 500, to: 900, delayMs: 390 }, // before the run
+      { from: 10_000, to: 10_500, delayMs: 490 }, // at shutdown
+    ]);
+    m.environment(8, [{ from: 3_000, to: 3_040, delayMs: 30 }]);
+    expect(counted.map((d) => d.delayMs)).toEqual([120, 80]);
+    expect(m.margins().a2).toEqual({
+      worstMs: 120,
+      boundMs: 100,
+      over: 1,
+      injectedMaxMs: 400,
+      environments: 2,
+    });
+  });
+
+  it('A3: the widest pair of clocks; A4: the slowest answered store call, named', () => {
+    const m = meter();
+    m.dynamodb({
+      request: request('/', 'DynamoDB_20120810.UpdateItem'),
+      arrivedAt: 0,
+      answeredAt: 70,
+    });
+    m.dynamodb({
+      request: request('/', 'DynamoDB_20120810.GetItem'),
+      arrivedAt: 0,
+      answeredAt: 20,
+    });
+    m.dynamodb({ request: request('/', 'DynamoDB_20120810.GetItem'), arrivedAt: 0 }); // no answer
+    const { a3, a4 } = m.margins();
+    expect(a3).toEqual({ worstMs: 3_500, boundMs: 10_000 });
+    expect(a4).toEqual({ worstMs: 70, boundMs: 50, operation: 'UpdateItem', calls: 2 });
+  });
+
+  it('says each margin left, or how far over, and keeps the tightest of several runs', () => {
+    expect(marginText(38, 100)).toBe('38 ms of 100 ms (62 ms left)');
+    expect(marginText(9_050, 10_000)).toBe('9.05 s of 10.00 s (950 ms left)');
+    expect(marginText(130, 100)).toBe('130 ms of 100 ms (**30 ms over**)');
+    const run = (a1: number, a2: number): Margins => ({
+      a1: { worstMs: a1, boundMs: 10_000, posts: 1 },
+      a2: { worstMs: a2, boundMs: 100, over: a2 > 100 ? 1 : 0, injectedMaxMs: 0, environments: 4 },
+      a3: { worstMs: 0, boundMs: 10_000 },
+      a4: { worstMs: 10, boundMs: 50, operation: 'GetItem', calls: 9 },
+    });
+    const worst = tightest([run(60, 130), run(9_050, 40)]);
+    expect(worst?.a1.worstMs).toBe(9_050);
+    expect(worst?.a2).toMatchObject({ worstMs: 130, over: 1, environments: 8 });
+    expect(worst && marginCells(worst)).toEqual([
+      '9.05 s of 10.00 s (950 ms left)',
+      '130 ms of 100 ms (**30 ms over**), 1 over',
+      '0 ms of 10.00 s (10.00 s left)',
+      '10 ms of 50 ms (40 ms left) (GetItem)',
+    ]);
+    expect(tightest([])).toBeUndefined();
   });
 });
 
