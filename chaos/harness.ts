@@ -13,6 +13,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { DEFAULT_TIMING } from '../lib/broker/timing/protocol-timing.js';
 import {
+  type CpuPolicy,
   type CpuThrottling,
   defaultCpuPolicy,
   describeCpuShare,
@@ -157,6 +158,17 @@ export interface ScenarioContext {
   faulted(container: number, fromMs: number, toMs: number): void;
   /** SIGSTOP now, SIGCONT after `ms` (bounded by the run's end). */
   pause(container: number, ms: number): void;
+  /**
+   * One process of a container (an environment's runtime) SIGSTOPped for `ms`, as a GC pause
+   * or a preempted vCPU would stop it: only if it is running (not frozen between invocations),
+   * and continued after `ms` unless the runtime froze it meanwhile (its next invocation
+   * continues it). Not a faulted span: its callers must still be answered. False if not paused.
+   */
+  pauseProcess(container: number, pid: number, ms: number): boolean;
+  /** Runs `fn` when the run ends, before the containers are closed (a process it started, say). */
+  cleanup(fn: () => void | Promise<void>): void;
+  /** The CPU share each environment gets (`local/cpu-share.ts`). */
+  readonly cpu: CpuPolicy;
   /** Runs `fn` after `ms`, unless the run ended first. */
   later(ms: number, fn: () => void): void;
   sleep(ms: number): Promise<void>;
@@ -372,6 +384,9 @@ export const runScenario = async (
   let measured: Omit<RunResult, 'margins' | 'cpu'> | undefined;
   /** The run's start on the monotonic clock (`local/loop-delay.ts`). */
   let measuredFrom: number | undefined;
+  /** Processes paused by `pauseProcess`, continued at the latest when the run ends. */
+  const stoppedPids = new Set<number>();
+  const cleanups: (() => void | Promise<void>)[] = [];
   const cpu = defaultCpuPolicy();
   // Each container's extra environment, read once: the margins need its clock and store bound.
   const extraEnvs = Array.from(
@@ -496,6 +511,9 @@ export const runScenario = async (
       }
       return pids;
     };
+    /** The state of the environment whose runtime is `pid` (undefined: none such, or ended). */
+    const stateOf = (index: number, pid: number) =>
+      nodes[index]?.container.environments().find((e) => e.pid === pid)?.state;
     const context: ScenarioContext = {
       settings,
       nodes,
@@ -529,6 +547,39 @@ export const runScenario = async (
         }, pauseMs);
         timers.add(timer);
       },
+      pauseProcess: (container, pid, ms) => {
+        const state = stateOf(container, pid);
+        if (stoppedPids.has(pid) || (state !== 'busy' && state !== 'after-response')) return false;
+        try {
+          process.kill(pid, 'SIGSTOP');
+        } catch {
+          return false;
+        }
+        stoppedPids.add(pid);
+        const stoppedAt = monotonicMs();
+        const timer = setTimeout(
+          () => {
+            timers.delete(timer);
+            stoppedPids.delete(pid);
+            meter.injected(pid, { from: stoppedAt, to: monotonicMs() });
+            // Frozen by the runtime meanwhile (it had asked for its next invocation just
+            // before the stop): its next invocation continues it.
+            if (stateOf(container, pid) === 'frozen') return;
+            try {
+              process.kill(pid, 'SIGCONT');
+            } catch {
+              // Gone meanwhile (a timeout reset it).
+            }
+          },
+          Math.max(0, Math.min(ms, endsAt - Date.now())),
+        );
+        timers.add(timer);
+        return true;
+      },
+      cleanup: (fn) => {
+        cleanups.push(fn);
+      },
+      cpu,
       later,
       sleep: (ms) => sleepUnless(ms, stop.signal),
       running,
@@ -773,6 +824,20 @@ export const runScenario = async (
   } finally {
     stop.abort();
     for (const timer of timers) clearTimeout(timer);
+    for (const fn of cleanups.splice(0)) {
+      try {
+        await fn();
+      } catch {
+        // A clean-up that fails must not keep the others (or the containers' close) from running.
+      }
+    }
+    for (const pid of stoppedPids) {
+      try {
+        process.kill(pid, 'SIGCONT');
+      } catch {
+        // already gone
+      }
+    }
     // A stopped process would hold a SIGTERM until continued: continue it, then kill it.
     for (const node of nodes) {
       if (!paused.has(node.index)) continue;

@@ -9,6 +9,7 @@ import type { Scenario, ScenarioContext } from './harness.js';
 import type { ProxiedRequest, ProxiedResponse } from './proxy.js';
 import { REGION_SCENARIOS } from './region-scenarios.js';
 import { RELEASE_SCENARIOS } from './release-scenarios.js';
+import { SCHEDULE_SCENARIOS } from './schedule-scenarios.js';
 
 /** Longer than the 3 s lease (so it lapses), shorter than the 8 s Lambda timeout. */
 const PAUSE_MS = 5_000;
@@ -679,6 +680,9 @@ export const SCENARIOS: readonly Scenario[] = [
   ...RELEASE_SCENARIOS,
   // Issue 25's hot key: read copies of the token item, writers stopped before their copies.
   ...COPIES_SCENARIOS,
+  // Issue 35: the schedule: other work on the cores, GC-like pauses, a refresh late in its
+  // invocation.
+  ...SCHEDULE_SCENARIOS,
 ];
 
 export const scenarioNamed = (name: string): Scenario | undefined =>
