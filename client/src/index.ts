@@ -31,6 +31,7 @@ import {
   isOutage,
   untilAborted,
 } from './failover.js';
+import { type Reported, ReportedTokens } from './reported.js';
 import {
   createTransport,
   type Operation,
@@ -454,21 +455,6 @@ const emitWarning = (message: string) => {
 const emitStaleWarning = (message: string) =>
   process.emitWarning(message, { type: 'TokenBrokerWarning', code: 'TOKEN_BROKER_STALE_TOKEN' });
 
-/** A token the client reported, remembered by its digest (never the token itself). */
-interface Reported {
-  /** When it expires (wall clock, ms): then it is forgotten. Infinity until an answer says. */
-  expiresAt: number;
-  /** Until when (monotonic, ms) the broker said it keeps serving it (`deferredSeconds`). */
-  deferredUntil: number;
-  /** Reports of it still out: a failed one forgets it only when no other is out or landed. */
-  pending: number;
-  /** A report of it reached the broker. */
-  landed: boolean;
-}
-
-/** How many reported tokens a client remembers at most; the oldest is forgotten first. */
-const MAX_REPORTED = 64;
-
 /**
  * How many tokens per connection a client remembers the last answer of, to order overlapping
  * answers; a connection replaces its token about once per refresh window.
@@ -576,28 +562,19 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
   // (monotonic): an answer to a request sent before another token came back is of no known order.
   const answered = new Map<string, Map<string, number>>();
   const inflight = new Map<string, Flight>();
-  // Reported tokens by `connection\0digest`; and per connection, how many reports were made
-  // (and reported tokens seen), so that an answer to an older request is not cached.
-  const reported = new Map<string, Reported>();
+  // Reported tokens per connection (`reported.ts`); and per connection, how many reports were
+  // made (and reported tokens seen), so that an answer to an older request is not cached.
+  const reported = new ReportedTokens(monotonic);
   const epochs = new Map<string, number>();
   const epochOf = (connection: string) => epochs.get(connection) ?? 0;
   const nextEpoch = (connection: string) => epochs.set(connection, epochOf(connection) + 1);
-  const reportKey = (connection: string, accessToken: string) =>
-    `${connection}\u0000${digestOf(accessToken)}`;
-
   /** What the client remembers of `token` as reported, if it is; learns its expiry. */
   const reportOf = (connection: string, token: AccessToken): Reported | undefined => {
-    const key = reportKey(connection, token.accessToken);
-    const entry = reported.get(key);
+    const digest = digestOf(token.accessToken);
+    const entry = reported.get(connection, digest);
     if (!entry) return undefined;
-    const until = token.expiresAt.getTime();
-    const expiresAt = Number.isFinite(until) ? Math.min(entry.expiresAt, until) : entry.expiresAt;
-    if (now() >= expiresAt) {
-      reported.delete(key);
-      return undefined;
-    }
-    entry.expiresAt = expiresAt;
-    return entry;
+    reported.expiresIn(entry, token.expiresAt.getTime() - now());
+    return reported.get(connection, digest);
   };
 
   /**
@@ -608,31 +585,28 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
     connection: string,
     accessToken: string,
   ): { readonly failed: () => void; readonly landed: () => void } => {
-    const wall = now();
-    for (const [key, entry] of reported) if (wall >= entry.expiresAt) reported.delete(key);
-    const key = reportKey(connection, accessToken);
-    const known = reported.get(key);
+    const digest = digestOf(accessToken);
+    const known = reported.get(connection, digest);
     const held = cache.get(connection)?.token;
     if (held?.accessToken === accessToken) cache.delete(connection);
     // Never used stale again, even if this report fails: the Open API rejected it.
     if (lastGot.get(connection)?.token.accessToken === accessToken) lastGot.delete(connection);
     const entry: Reported = known ?? {
-      expiresAt: held?.accessToken === accessToken ? held.expiresAt.getTime() : Infinity,
+      forgetAt: Number.POSITIVE_INFINITY,
       deferredUntil: 0,
       pending: 0,
       landed: false,
     };
+    if (held?.accessToken === accessToken) {
+      reported.expiresIn(entry, held.expiresAt.getTime() - now());
+    }
     entry.pending += 1;
-    reported.delete(key);
-    reported.set(key, entry);
-    if (reported.size > MAX_REPORTED) reported.delete(reported.keys().next().value as string);
+    reported.set(connection, digest, entry);
     nextEpoch(connection);
     return {
       failed: () => {
         entry.pending -= 1;
-        if (entry.pending === 0 && !entry.landed && reported.get(key) === entry) {
-          reported.delete(key);
-        }
+        if (entry.pending === 0 && !entry.landed) reported.delete(connection, digest, entry);
       },
       landed: () => {
         entry.pending -= 1;
@@ -955,10 +929,10 @@ export const createTokenClient = (options: TokenClientOptions): TokenClient => {
           : undefined;
       const verified =
         body?.verified === 'valid' || body?.verified === 'revoked' ? body.verified : undefined;
-      const key = reportKey(connection, accessToken);
+      const digest = digestOf(accessToken);
       // The Open API accepts it (the broker's probe asked): the report was wrong, not the token.
-      if (verified === 'valid') reported.delete(key);
-      const entry = reported.get(key);
+      if (verified === 'valid') reported.delete(connection, digest);
+      const entry = reported.get(connection, digest);
       if (entry && deferredSeconds !== undefined) {
         entry.deferredUntil = monotonic() + deferredSeconds * 1000;
       }
