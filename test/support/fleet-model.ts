@@ -5,7 +5,7 @@
  */
 import { TokenBroker } from '../../lib/broker/index.js';
 import type { ProtocolTiming } from '../../lib/broker/timing/index.js';
-import { tokenDigest } from '../../lib/broker/types.js';
+import { type BrokerLogger, tokenDigest } from '../../lib/broker/types.js';
 import type { ConnectionConfig } from '../../lib/config.js';
 import type {
   SecretSource,
@@ -114,6 +114,8 @@ export interface FleetBrokerOptions {
   conn?: ConnectionConfig;
   /** The protocol's timing (a global table's stage: `stepWriteAllowanceMs` 150); the default's else. */
   timing?: ProtocolTiming;
+  /** Where the broker logs (a model's trace); a captured logger, unread, otherwise. */
+  logger?: BrokerLogger;
 }
 
 /** One container: a broker over `store`, on `clock`, issuing from `up` unless told otherwise. */
@@ -137,7 +139,7 @@ export const fleetBroker = (
     store,
     secrets: o.secrets ?? new FakeSecretSource(),
     issuer: o.issuer ?? issuerFor(up, clock),
-    logger: captureLogger(),
+    logger: o.logger ?? captureLogger(),
     metrics: new CountingMetrics(),
     clock,
     ...(o.timing ? { timing: o.timing } : {}),
