@@ -305,7 +305,8 @@ describe('ProtocolTiming: injected', () => {
     expect(() => new TokenBroker(deps({ ...DEFAULT_TIMING, proofMarginMs: 0 }))).toThrow(
       TimingRelationError,
     );
-    expect(() => new TokenBroker(deps(scaledTiming(0.1)))).not.toThrow();
+    // Accepted, and run at: the broker's timing is the one injected, not the default.
+    expect(new TokenBroker(deps(scaledTiming(0.1))).timing).toEqual(scaledTiming(0.1));
   });
 
   it('no side of the core reads a default constant: only the injected timing (timing/ aside)', () => {
