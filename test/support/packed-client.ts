@@ -150,9 +150,18 @@ export interface Use {
   readonly error?: string;
 }
 
-/** Runs test/support/token-user.mjs in `app` (which installed the packed client). */
+/** How many services this process has started: each runs a copy of its own. */
+let services = 0;
+
+/**
+ * Runs test/support/token-user.mjs in `app` (which installed the packed client). Each service
+ * runs its own copy: tests start two at once, and one copy over the file another process was
+ * about to load truncates it under that process, which then runs an empty module, prints
+ * nothing and exits 0 (seen once as "provider(): 0 uses", issue 38).
+ */
 export const runService = (app: string, env: Record<string, string>): Promise<Use[]> => {
-  const file = join(app, 'token-user.mjs');
+  services += 1;
+  const file = join(app, `token-user-${services}.mjs`);
   copyFileSync(join(root, 'test/support/token-user.mjs'), file);
   return new Promise((resolve, reject) => {
     const child: ChildProcess = execFile(
