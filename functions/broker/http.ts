@@ -123,7 +123,9 @@ export const createHttpHandler = (
 
   /** Whether `callerArn` may use the operator routes (`/status`, `/ready`, `/warm`). */
   const isOperator = (callerArn: string | undefined): boolean =>
-    restricted() && operatorCallers === undefined ? false : allowsCaller(operatorCallers, callerArn);
+    restricted() && operatorCallers === undefined
+      ? false
+      : allowsCaller(operatorCallers, callerArn);
 
   const operatorOnly = (event: HttpEvent) => {
     const callerArn = event.requestContext.authorizer?.iam?.userArn;

@@ -44,6 +44,7 @@ import {
   withCredentialRotation,
 } from './issuance/index.js';
 import { type CallerBoundSettings, needMsOf } from './observer/index.js';
+import { withDeadline } from './single-flight.js';
 import {
   DEFAULT_TIMING,
   dueForRefresh,
@@ -60,7 +61,6 @@ import type {
   TokenAnswer,
   WarmUpReport,
 } from './types.js';
-import { withDeadline } from './single-flight.js';
 import { ConnectionView } from './view/index.js';
 
 export type { ConnectionReadiness, ReadinessReport } from './callers/index.js';

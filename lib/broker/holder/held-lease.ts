@@ -206,7 +206,9 @@ export class HeldLease {
         }
         // The flow sends its POST once this turn ends: the holder is `posting` by then.
         this.#dispatch('post-sent');
-        fence?.resolve(Deadline.in(this.options.clock, command.by - this.options.clock.monotonic()));
+        fence?.resolve(
+          Deadline.in(this.options.clock, command.by - this.options.clock.monotonic()),
+        );
         break;
       }
       case 'write-token':
