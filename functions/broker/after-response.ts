@@ -20,6 +20,20 @@
  * (local/lambda-env/bootstrap.ts): the `next` long poll may wait for minutes.
  */
 import { request } from 'node:http';
+import { computeOf } from '../../lib/config/compute.js';
+import type { Env } from '../../lib/config/variables.js';
+
+/**
+ * The Runtime API the extension registers with (`AWS_LAMBDA_RUNTIME_API`), or undefined for none:
+ * with BROKER_LAMBDA_EXTENSION=off (for comparison, docs/configuration.md), and on Lambda
+ * Managed Instances, which refuses an INVOKE registration and freezes nothing: work after the
+ * response simply goes on in the process (issue 37).
+ */
+export const extensionApiOf = (env: Env): string | undefined => {
+  if (env.BROKER_LAMBDA_EXTENSION?.trim() === 'off') return undefined;
+  if (computeOf(env) === 'managed-instances') return undefined;
+  return env.AWS_LAMBDA_RUNTIME_API;
+};
 
 /** Invocations whose handler has not returned yet, by request id. */
 export class Invocations {
