@@ -10,7 +10,8 @@
  * example stages left (`stage-params.ts`). A stage on
  * a global table (`table: global`, docs/multi-region.md) is also checked against the region it
  * is resolved for. Its rollout (issue 25): a CodeDeploy configuration that exists, a canary or
- * linear one outside dev, and concurrency settings Lambda would accept. Pure:
+ * linear one outside dev, and concurrency settings Lambda would accept. Where it runs (issue 37):
+ * Lambda, or Lambda Managed Instances in the stage's VPC, without concurrency settings. Pure:
  * `validate-stage.ts` feeds it the output of `serverless print`.
  */
 import {
@@ -261,6 +262,56 @@ const rolloutProblems = (stage: string, printed: PrintedConfig): string[] => {
   return problems;
 };
 
+/** `compute`'s values (serverless.yml, infra/managed-instances.cjs). */
+export const COMPUTE = ['lambda', 'managed-instances'] as const;
+
+/** `AWS::Lambda::CapacityProvider`'s bounds on `MaxVCpuCount`. */
+const MAX_VCPU = { min: 2, max: 15_000 } as const;
+
+/**
+ * Where the function runs (issue 37): `lambda`, or Lambda Managed Instances, whose capacity
+ * provider (infra/managed-instances.cjs) launches its instances in the stage's VPC, which it must
+ * therefore name. There the environments keep running (three at least, by default) and take
+ * many invocations each: provisioned concurrency has no cold start to spare them, and a reserve
+ * counted in environments means something else; both are refused rather than left to AWS.
+ */
+const computeProblems = (stage: string, printed: PrintedConfig): string[] => {
+  const at = `params.${stage}`;
+  const compute = String(setting(printed, stage, 'compute') ?? 'lambda');
+  if (compute === 'lambda') return [];
+  if (compute !== 'managed-instances') {
+    return [
+      `${at}.compute '${compute}' must be ${COMPUTE.map((c) => `'${c}'`).join(' or ')}: Lambda's own execution environments, or Lambda Managed Instances`,
+    ];
+  }
+  const problems: string[] = [];
+  const vpc = setting(printed, stage, 'vpc') as
+    | { readonly subnetIds?: unknown; readonly securityGroupIds?: unknown }
+    | null
+    | undefined;
+  const listed = (value: unknown) => [value ?? []].flat().filter((v) => typeof v === 'string');
+  if (listed(vpc?.subnetIds).length === 0 || listed(vpc?.securityGroupIds).length === 0) {
+    problems.push(
+      `${at}.compute 'managed-instances' needs ${at}.vpc with subnetIds and securityGroupIds: the capacity provider launches its instances in those subnets (three by default, one per Availability Zone: give subnets in three zones), and they reach DynamoDB, KMS, Secrets Manager and the Open API from there`,
+    );
+  }
+  for (const name of ['reservedConcurrency', 'provisionedConcurrency']) {
+    const value = setting(printed, stage, name);
+    if (value === undefined || value === null) continue;
+    problems.push(
+      `${at}.${name} does not apply on Lambda Managed Instances (compute 'managed-instances'): their execution environments keep running, take many invocations each and scale with the capacity provider, up to ${at}.managedInstancesMaxVCpu vCPUs. Leave it out`,
+    );
+  }
+  const maxSetting = setting(printed, stage, 'managedInstancesMaxVCpu');
+  const max = wholeNumber(maxSetting);
+  if (max === undefined || max < MAX_VCPU.min || max > MAX_VCPU.max) {
+    problems.push(
+      `${at}.managedInstancesMaxVCpu '${maxSetting}' must be a whole number of vCPUs from ${MAX_VCPU.min} to ${MAX_VCPU.max} (the capacity provider's MaxVCpuCount)`,
+    );
+  }
+  return problems;
+};
+
 /** Issuances per hour per connection the issuance-rate alarm's threshold must leave room for. */
 export const ISSUANCES_PER_CONNECTION_HOUR = 2;
 
@@ -381,6 +432,7 @@ const checkResolved = (stage: string, printed: PrintedConfig): string[] => {
     .filter((problem) => problem !== undefined)
     .map((problem) => `Stage '${stage}': ${problem}`);
   problems.push(...rolloutProblems(stage, printed).map((p) => `Stage '${stage}': ${p}`));
+  problems.push(...computeProblems(stage, printed).map((p) => `Stage '${stage}': ${p}`));
   // Connections in SSM are not known here: their count is left to the operator (operations.md).
   const rate = issuanceRateProblem(stage, printed, fromParameter ? 0 : config.connections.size);
   if (rate) problems.push(`Stage '${stage}': ${rate}`);

@@ -130,7 +130,12 @@ beforeAll(async () => {
     as: 'prod-concurrency',
     params: ['provisionedConcurrency=2', 'reservedConcurrency=20'],
   });
-}, 160_000);
+  // The prod stage on Lambda Managed Instances (issue 37), in its VPC.
+  await packageStage('prod', undefined, {
+    as: 'prod-managed-instances',
+    params: ['compute=managed-instances'],
+  });
+}, 200_000);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
@@ -483,6 +488,75 @@ describe('Template: a stage with reserved and provisioned concurrency (issue 25)
     expect(alias.ProvisionedConcurrencyConfig).toEqual({ ProvisionedConcurrentExecutions: 2 });
     // Provisioned on the alias callers invoke, not on a second one (osls's `provisioned`).
     expect(resourcesOfType(template(), 'AWS::Lambda::Alias')).toHaveLength(1);
+  });
+});
+
+describe('Template: a stage on Lambda Managed Instances (compute: managed-instances; issue 37)', () => {
+  const template = () => templates['prod-managed-instances'] as Template;
+  const fn = () => template().Resources.BrokerLambdaFunction?.Properties;
+
+  it('passes cfn-lint (which knows AWS::Lambda::CapacityProvider)', async () => {
+    const out = join(dir, 'prod-managed-instances', 'cloudformation-template-update-stack.json');
+    expect(['clean', 'no cfn-lint']).toContain(await cfnLint(out));
+  });
+
+  it('runs its instances in the stage VPC, on the function’s architecture, up to the vCPU ceiling', () => {
+    const prod = templates.prod as Template;
+    const vpc = prod.Resources.BrokerLambdaFunction?.Properties.VpcConfig;
+    expect(resourcesOfType(template(), 'AWS::Lambda::CapacityProvider')).toHaveLength(1);
+    expect(template().Resources.BrokerCapacityProvider?.Properties).toEqual({
+      CapacityProviderName: 'token-broker-prod',
+      VpcConfig: vpc,
+      PermissionsConfig: {
+        CapacityProviderOperatorRoleArn: {
+          'Fn::GetAtt': ['BrokerCapacityProviderOperatorRole', 'Arn'],
+        },
+      },
+      InstanceRequirements: { Architectures: ['arm64'] },
+      CapacityProviderScalingConfig: { ScalingMode: 'Auto', MaxVCpuCount: 16 },
+    });
+    const operator = template().Resources.BrokerCapacityProviderOperatorRole?.Properties;
+    expect(operator.AssumeRolePolicyDocument.Statement).toEqual([
+      {
+        Effect: 'Allow',
+        Principal: { Service: 'lambda.amazonaws.com' },
+        Action: 'sts:AssumeRole',
+        Condition: { StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } } },
+      },
+    ]);
+    expect(JSON.stringify(operator.ManagedPolicyArns)).toContain(
+      ':iam::aws:policy/service-role/AWSLambdaManagedEC2ResourceOperator',
+    );
+  });
+
+  it('puts the function on it: 2 GB, one vCPU, one worker thread, no VPC of its own', () => {
+    expect(fn().CapacityProviderConfig).toEqual({
+      LambdaManagedInstancesCapacityProviderConfig: {
+        CapacityProviderArn: { 'Fn::GetAtt': ['BrokerCapacityProvider', 'Arn'] },
+        ExecutionEnvironmentMemoryGiBPerVCpu: 2,
+      },
+    });
+    expect(fn().MemorySize).toBe(2048);
+    expect(fn().Environment.Variables.AWS_LAMBDA_NODEJS_WORKER_COUNT).toBe('1');
+    expect(fn().VpcConfig).toBeUndefined();
+    expect(
+      template().Resources.IamRoleLambdaExecution?.Properties.ManagedPolicyArns,
+    ).toBeUndefined();
+    // Every caller still invokes the alias live, of a published version (Managed Instances run
+    // published versions only).
+    const alias = template().Resources.BrokerLiveAlias?.Properties;
+    expect(alias.FunctionVersion['Fn::GetAtt'][0]).toMatch(/^BrokerLambdaVersion/);
+  });
+
+  it('changes nothing else of the stage', () => {
+    const prod = JSON.parse(normalized(templates.prod as Template)) as Template;
+    const managed = JSON.parse(normalized(template())) as Template;
+    const added = Object.keys(managed.Resources).filter((id) => !(id in prod.Resources));
+    expect(added.sort()).toEqual(['BrokerCapacityProvider', 'BrokerCapacityProviderOperatorRole']);
+    for (const [id, resource] of Object.entries(prod.Resources)) {
+      if (id === 'BrokerLambdaFunction' || id === 'IamRoleLambdaExecution') continue;
+      expect(managed.Resources[id], id).toEqual(resource);
+    }
   });
 });
 

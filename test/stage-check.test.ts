@@ -464,6 +464,69 @@ describe('Function: checkStage, rollout and concurrency (issue 25)', () => {
   });
 });
 
+describe('Function: checkStage, compute: Lambda Managed Instances (issue 37)', () => {
+  const VPC = {
+    subnetIds: ['subnet-0aa', 'subnet-0bb', 'subnet-0cc'],
+    securityGroupIds: ['sg-0aa'],
+  };
+  const withParams = (own: Record<string, unknown>): PrintedConfig => {
+    const base = printed(production(ARN));
+    return {
+      ...base,
+      params: { default: { compute: 'lambda', managedInstancesMaxVCpu: 16 }, dev: {}, prod: own },
+    };
+  };
+
+  it('passes managed instances in the stage VPC, with a vCPU ceiling (as --param gives it, text too)', () => {
+    expect(checkStage('prod', withParams({ compute: 'managed-instances', vpc: VPC }))).toEqual([]);
+    expect(
+      checkStage(
+        'prod',
+        withParams({ compute: 'managed-instances', vpc: VPC, managedInstancesMaxVCpu: '64' }),
+      ),
+    ).toEqual([]);
+    // Lambda's own environments need no VPC, and ignore the ceiling.
+    expect(checkStage('prod', withParams({ managedInstancesMaxVCpu: 0 }))).toEqual([]);
+  });
+
+  it('refuses a compute it does not know', () => {
+    expect(checkStage('prod', withParams({ compute: 'managed_instances', vpc: VPC }))).toEqual([
+      "Stage 'prod': params.prod.compute 'managed_instances' must be 'lambda' or 'managed-instances': Lambda's own execution environments, or Lambda Managed Instances",
+    ]);
+  });
+
+  it('refuses managed instances without a VPC: the capacity provider has nowhere to launch them', () => {
+    const [problem] = checkStage('prod', withParams({ compute: 'managed-instances' }));
+    expect(problem).toContain(
+      "params.prod.compute 'managed-instances' needs params.prod.vpc with subnetIds and securityGroupIds",
+    );
+    expect(
+      checkStage(
+        'prod',
+        withParams({ compute: 'managed-instances', vpc: { subnetIds: [], securityGroupIds: [] } }),
+      ),
+    ).toHaveLength(1);
+  });
+
+  it('refuses reserved and provisioned concurrency there, and a vCPU ceiling outside the capacity provider bounds', () => {
+    const problems = checkStage(
+      'prod',
+      withParams({
+        compute: 'managed-instances',
+        vpc: VPC,
+        reservedConcurrency: 20,
+        provisionedConcurrency: 2,
+        managedInstancesMaxVCpu: 1,
+      }),
+    );
+    expect(problems).toEqual([
+      "Stage 'prod': params.prod.reservedConcurrency does not apply on Lambda Managed Instances (compute 'managed-instances'): their execution environments keep running, take many invocations each and scale with the capacity provider, up to params.prod.managedInstancesMaxVCpu vCPUs. Leave it out",
+      "Stage 'prod': params.prod.provisionedConcurrency does not apply on Lambda Managed Instances (compute 'managed-instances'): their execution environments keep running, take many invocations each and scale with the capacity provider, up to params.prod.managedInstancesMaxVCpu vCPUs. Leave it out",
+      "Stage 'prod': params.prod.managedInstancesMaxVCpu '1' must be a whole number of vCPUs from 2 to 15000 (the capacity provider's MaxVCpuCount)",
+    ]);
+  });
+});
+
 // Issue 38: `refreshWindowSecond: '300'` in params.prod passed validate, and the window stayed
 // at its default.
 describe('Function: checkStage, the stage parameters themselves', () => {

@@ -37,6 +37,8 @@ export const STAGE_PARAMETERS = [
   'deploymentConfig',
   'reservedConcurrency',
   'provisionedConcurrency',
+  'compute',
+  'managedInstancesMaxVCpu',
 ] as const;
 
 /**
