@@ -22,6 +22,7 @@
  * v1 `cpu` controller is writable; elsewhere, or with BROKER_LOCAL_CPU_SHARE=off, whole cores.
  * `cpu.description` says which.
  */
+import { dirname, join } from 'node:path';
 import {
   type CpuGroup,
   type CpuPolicy,
@@ -31,11 +32,18 @@ import {
   STACK_MEMORY_MB,
 } from './cpu-share.js';
 import { invokeAt, startContainer } from './fleet.js';
+import { ManagedInstancesPool } from './lambda-env/managed-pool.js';
 import { EnvironmentPool, type EnvironmentSnapshot } from './lambda-env/pool.js';
 import { DEFAULT_LAMBDA, type InvokeOutcome, scheduledEvent } from './lambda-events.js';
 import { type LocalLambdaServer, startLambdaServer } from './lambda-server.js';
 
-export type Execution = 'frozen' | 'always-running';
+/**
+ * `managed-instances` (issue 37): Lambda Managed Instances' model, a `ManagedInstancesPool`
+ * (`local/lambda-env/managed-pool.ts`) in the place of the frozen pool: worker threads, many
+ * invocations at once per environment, never frozen, timeouts reported and not enforced. Its
+ * runtime is `managed-bootstrap.mjs`, built beside `bootstrap`.
+ */
+export type Execution = 'frozen' | 'always-running' | 'managed-instances';
 
 export interface LambdaContainerSpec {
   readonly execution: Execution;
@@ -165,7 +173,7 @@ const sumOf = (invocations: readonly Invocation[], billed: readonly number[]): B
   }, NO_BILLING);
 
 /** One warm-up: a line when it was not run or failed; the init error when its init failed. */
-const warmUpOnce = async (pool: EnvironmentPool, { onProblem }: WarmUpSchedule) => {
+const warmUpOnce = async (pool: Pick<EnvironmentPool, 'invoke'>, { onProblem }: WarmUpSchedule) => {
   const run = await pool.invoke(scheduledEvent(DEFAULT_LAMBDA)).catch((error: Error) => {
     onProblem(`warm-up not run: ${error.name}: ${error.message}`);
     return undefined;
@@ -233,28 +241,52 @@ export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<L
     spec.outputTail === undefined ? text : spec.outputTail > 0 ? text.slice(-spec.outputTail) : '';
   const memoryMb = spec.memoryMb ?? STACK_MEMORY_MB;
   const policy = spec.cpu ?? defaultCpuPolicy();
-  const cpu: ContainerCpu = { policy, memoryMb, description: describeCpuShare(policy, memoryMb) };
+  const cpu: ContainerCpu =
+    spec.execution === 'managed-instances' && policy.kind === 'quota'
+      ? {
+          policy,
+          memoryMb,
+          description:
+            'CPU: 1 vCPU per environment (Lambda Managed Instances, 2 GiB per vCPU; cgroup cpu quota)',
+        }
+      : { policy, memoryMb, description: describeCpuShare(policy, memoryMb) };
   if (spec.execution === 'always-running') return startAlwaysRunning(spec, tail, cpu);
-  if (!spec.bootstrap) throw new TypeError('startLambdaContainer: frozen needs a bootstrap');
+  if (!spec.bootstrap) {
+    throw new TypeError(`startLambdaContainer: ${spec.execution} needs a bootstrap`);
+  }
   const timeoutMs = spec.timeoutMs ?? DEFAULT_LAMBDA.timeoutMs;
   const invocations: Invocation[] = [];
   let output = '';
-  const pool = new EnvironmentPool({
-    bundle: spec.bundle,
-    bootstrap: spec.bootstrap,
-    env: spec.env,
-    maxEnvironments: spec.maxEnvironments ?? 4,
-    timeoutMs,
-    memoryMb,
-    cpu: policy,
-    ...(spec.loopDelay ? { loopDelay: true } : {}),
-    ...(spec.freeze === undefined ? {} : { freeze: spec.freeze }),
-    ...(spec.idleShutdownMs === undefined ? {} : { idleShutdownMs: spec.idleShutdownMs }),
-    onLog: (line) => {
-      output = tail(`${output}${line.endsWith('\n') ? line : `${line}\n`}`);
-      spec.onLog?.(line);
-    },
-  });
+  const onLog = (line: string) => {
+    output = tail(`${output}${line.endsWith('\n') ? line : `${line}\n`}`);
+    spec.onLog?.(line);
+  };
+  const pool =
+    spec.execution === 'managed-instances'
+      ? new ManagedInstancesPool({
+          bundle: spec.bundle,
+          bootstrap: join(dirname(spec.bootstrap), 'managed-bootstrap.mjs'),
+          env: spec.env,
+          ...(spec.maxEnvironments === undefined ? {} : { maxEnvironments: spec.maxEnvironments }),
+          timeoutMs,
+          // Its environments have one vCPU each and 2,048 MB, not a share of the stack's memory.
+          cpu: policy,
+          ...(spec.loopDelay ? { loopDelay: true } : {}),
+          onLog,
+        })
+      : new EnvironmentPool({
+          bundle: spec.bundle,
+          bootstrap: spec.bootstrap,
+          env: spec.env,
+          maxEnvironments: spec.maxEnvironments ?? 4,
+          timeoutMs,
+          memoryMb,
+          cpu: policy,
+          ...(spec.loopDelay ? { loopDelay: true } : {}),
+          ...(spec.freeze === undefined ? {} : { freeze: spec.freeze }),
+          ...(spec.idleShutdownMs === undefined ? {} : { idleShutdownMs: spec.idleShutdownMs }),
+          onLog,
+        });
   let server: LocalLambdaServer;
   let schedule: NodeJS.Timeout | undefined;
   try {

@@ -70,7 +70,13 @@ if (only.has('local')) {
     ...common,
     // lambda-env/bootstrap.ts is the runtime process of an emulated execution environment
     // (local/lambda-env/): built to <outdir>/local/lambda-env/bootstrap.mjs.
-    entryPoints: ['local/start.ts', 'local/container.ts', 'local/lambda-env/bootstrap.ts'],
+    // lambda-env/managed-bootstrap.ts is Lambda Managed Instances' runtime (issue 37), beside it.
+    entryPoints: [
+      'local/start.ts',
+      'local/container.ts',
+      'local/lambda-env/bootstrap.ts',
+      'local/lambda-env/managed-bootstrap.ts',
+    ],
     outbase: 'local',
     outdir: `${outdir}/local`,
     outExtension: { '.js': '.mjs' },
