@@ -17,6 +17,11 @@ export interface StartSettings {
   readonly maxEnvironments: number;
   readonly idleShutdownSeconds: number;
   readonly freeze: boolean;
+  /**
+   * BROKER_LOCAL_COMPUTE: `lambda` (Lambda's own model, the default) or `managed-instances`
+   * (Lambda Managed Instances: worker threads, many invocations at once, never frozen; issue 37).
+   */
+  readonly compute: 'lambda' | 'managed-instances';
   /** BROKER_LOCAL_CPU_SHARE: `off` runs the environments on whole cores (local/cpu-share.ts). */
   readonly cpuShare: boolean;
 }
@@ -46,6 +51,12 @@ export const readSettings = (env: Env): StartSettings => {
     }
     return value;
   };
+  const oneOf = <T extends string>(name: string, values: readonly T[], fallback: T): T => {
+    const raw = env[name]?.trim();
+    if (raw === undefined || raw === '') return fallback;
+    if ((values as readonly string[]).includes(raw)) return raw as T;
+    throw new Error(`${name} must be ${values.join(' or ')}`);
+  };
   const flag = (name: string, fallback: boolean) => {
     const raw = env[name]?.trim();
     if (raw === undefined || raw === '') return fallback;
@@ -63,6 +74,7 @@ export const readSettings = (env: Env): StartSettings => {
     maxEnvironments: whole('BROKER_LOCAL_MAX_ENVIRONMENTS', 4, 1),
     idleShutdownSeconds: whole('BROKER_LOCAL_IDLE_SHUTDOWN_SECONDS', 300, 1),
     freeze: flag('BROKER_LOCAL_FREEZE', true),
+    compute: oneOf('BROKER_LOCAL_COMPUTE', ['lambda', 'managed-instances'] as const, 'lambda'),
     cpuShare: onOff(CPU_SHARE_VARIABLE, cpuShare),
   });
 };

@@ -153,7 +153,8 @@ if (!env.BROKER_KMS_KEY_ID && !env.AWS_ENDPOINT_URL_KMS) {
 // shows. Like a Lambda cold start, that error names the variable, the connection and the
 // field: that line alone, not the bundle's stack.
 const container = await startLambdaContainer({
-  execution: 'frozen',
+  // BROKER_LOCAL_COMPUTE=managed-instances: Lambda Managed Instances' model (issue 37).
+  execution: settings.compute === 'managed-instances' ? 'managed-instances' : 'frozen',
   bundle: fileURLToPath(new URL('../broker/index.mjs', import.meta.url)),
   bootstrap: fileURLToPath(new URL('./lambda-env/bootstrap.mjs', import.meta.url)),
   env: functionEnvironment(env),
@@ -194,7 +195,9 @@ log(
 );
 log(`Token broker         ${container.url}  (connections: ${names.join(', ')})`);
 log(
-  `Lambda environments  up to ${settings.maxEnvironments}, ${settings.freeze ? 'frozen (SIGSTOP) between invocations' : 'not frozen (BROKER_LOCAL_FREEZE=false)'}; each ends after ${settings.idleShutdownSeconds}s idle`,
+  settings.compute === 'managed-instances'
+    ? `Lambda environments  up to ${settings.maxEnvironments}, Lambda Managed Instances (BROKER_LOCAL_COMPUTE): worker threads, up to 64 invocations at once each, never frozen`
+    : `Lambda environments  up to ${settings.maxEnvironments}, ${settings.freeze ? 'frozen (SIGSTOP) between invocations' : 'not frozen (BROKER_LOCAL_FREEZE=false)'}; each ends after ${settings.idleShutdownSeconds}s idle`,
 );
 log(container.cpu.description);
 const warning = networkWarning(settings.host, container.port);

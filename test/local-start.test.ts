@@ -411,6 +411,16 @@ describe('Local runtime: settings of its own', () => {
     expect(readSettings({ BROKER_LOCAL_CPU_SHARE: 'on' })).toMatchObject({ cpuShare: true });
   });
 
+  it('reads BROKER_LOCAL_COMPUTE: Lambda by default, Lambda Managed Instances when asked (issue 37)', () => {
+    expect(readSettings({})).toMatchObject({ compute: 'lambda' });
+    expect(readSettings({ BROKER_LOCAL_COMPUTE: 'managed-instances' })).toMatchObject({
+      compute: 'managed-instances',
+    });
+    expect(() => readSettings({ BROKER_LOCAL_COMPUTE: 'lmi' })).toThrow(
+      'BROKER_LOCAL_COMPUTE must be lambda or managed-instances',
+    );
+  });
+
   it('refuses a misspelt BROKER_* variable, which it would otherwise drop silently (issue 24)', () => {
     // BROKER_LOCAL_* never reach the function: a typo of one would be ignored by both.
     expect(() => readSettings({ BROKER_LOCAL_SCHEDULE: '5' })).toThrow(

@@ -48,6 +48,7 @@ export const LOCAL_VARIABLES = [
   'BROKER_LOCAL_MAX_ENVIRONMENTS',
   'BROKER_LOCAL_IDLE_SHUTDOWN_SECONDS',
   'BROKER_LOCAL_FREEZE',
+  'BROKER_LOCAL_COMPUTE',
 ] as const;
 
 /** Read by the fleet tests' token user (test/support/token-user.mjs), a process of its own. */
