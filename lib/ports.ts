@@ -263,6 +263,11 @@ export interface StepOptions {
   readonly deadline: Deadline;
   /** Aborts every request in flight (the lease was lost or ran out); no attempt starts after. */
   readonly signal?: AbortSignal | undefined;
+  /**
+   * No attempt is sent after this (the access-token request: what the holder's lease covers,
+   * A1), checked just before each is sent; an attempt already sent runs to `deadline`.
+   */
+  readonly sendBy?: Deadline | undefined;
 }
 
 /**

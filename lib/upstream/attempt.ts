@@ -16,6 +16,8 @@ import { readJsonBody, type Sensitive, type Step } from './responses.js';
 export interface AttemptBounds {
   readonly deadline: Deadline;
   readonly signal: AbortSignal | undefined;
+  /** No attempt is sent after this (see `StepOptions.sendBy`). */
+  readonly sendBy?: Deadline | undefined;
 }
 
 /**
@@ -33,7 +35,7 @@ export const attempt = async (
   { fetch, clock, timeoutMs }: AttemptContext,
   request: Request,
   step: Step,
-  { deadline, signal: outer }: AttemptBounds,
+  { deadline, signal: outer, sendBy }: AttemptBounds,
   sensitive: Sensitive,
 ): Promise<unknown> => {
   // Whole ms: AbortSignal.timeout refuses anything else (the monotonic clock has fractions).
@@ -45,6 +47,13 @@ export const attempt = async (
   }
   // Stopped by the caller (the lease) before anything was sent: its reason is the answer.
   if (outer?.aborted) throw outer.reason;
+  // Past what the lease covers (a stall since the fence, a retry too late): nothing is sent.
+  if (sendBy?.passed()) {
+    throw new UpstreamUnavailableError(
+      `No time left to send the Open API ${step} request under the lease`,
+      { retryAfterSeconds: 1 },
+    );
+  }
   const timeout = AbortSignal.timeout(budget);
   const signal = outer ? AbortSignal.any([timeout, outer]) : timeout;
   try {

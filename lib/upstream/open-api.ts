@@ -90,7 +90,7 @@ export class OpenApiClient implements TokenIssuer, TokenProbe {
     connection: ConnectionConfig,
     credentials: ClientCredentials,
     sealed: AuthorizationCode,
-    { deadline, signal }: StepOptions,
+    { deadline, signal, sendBy }: StepOptions,
   ): Promise<IssuedToken> {
     const protocol = PROTOCOLS[connection.variant];
     const code = openCode(sealed);
@@ -116,7 +116,7 @@ export class OpenApiClient implements TokenIssuer, TokenProbe {
         connection,
         signedRequest,
         'access-token',
-        { deadline, signal },
+        { deadline, signal, sendBy },
         tokenSensitive,
       );
       return {

@@ -53,6 +53,8 @@ export interface LeaseWrite {
   readonly sentAt: number;
   /** The fence's POST budget. */
   readonly budget?: number | undefined;
+  /** The fence's send window: no attempt of the POST leaves later than `sentAt` plus it. */
+  readonly sendWindow?: number | undefined;
   /** The expiry it stores (wall clock), once sent. */
   readonly expiresAt?: number | undefined;
 }
@@ -84,6 +86,12 @@ export interface HolderState {
    * after the confirmation would stretch that). I2.
    */
   readonly confirmedUntilMonotonic: number | undefined;
+  /**
+   * The POST's last instant to leave, and the instant it is aborted (monotonic), once fenced:
+   * what the renewal after an unknown outcome counts A1's bound from.
+   */
+  readonly postSendBy?: number | undefined;
+  readonly postAbortAt?: number | undefined;
   /** Why the lease was lost. */
   readonly reason: string | undefined;
   /** The flow is over and cleaned up: nothing more happens. */
@@ -167,6 +175,7 @@ export type HolderCommand =
   /** Releases the lease; `restore`: the replaced token is good again if the release proves it. */
   | { readonly do: 'release'; readonly restore: boolean }
   /** Holds the lease through the grace after a POST that may still land. */
-  | { readonly do: 'hold-for-grace' }
+  /** Hold the lease until `until` (monotonic): the POST may land until then (A1). */
+  | { readonly do: 'hold-for-grace'; readonly until: number }
   /** The flow is over: its caller is told. */
   | { readonly do: 'finish'; readonly outcome: HolderOutcome };

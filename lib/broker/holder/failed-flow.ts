@@ -16,7 +16,6 @@ import { randomUUID } from 'node:crypto';
 import type { Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import type { LeaseRef } from '../../ports.js';
-import { postLandsWithinMs } from '../timing/index.js';
 import type { HolderDeps, LeasedFlow } from './deps.js';
 import type { HolderEffects } from './held-lease.js';
 
@@ -31,7 +30,7 @@ export const cleanUp = (
   flow: Pick<LeasedFlow, 'replacing' | 'deadline'>,
 ): CleanUp => {
   const { name } = connection;
-  const { store, view, clock, settings, bounded } = deps;
+  const { store, view, clock, bounded } = deps;
   const { replacing, deadline } = flow;
   return {
     dropReplaced: async () => {
@@ -63,9 +62,9 @@ export const cleanUp = (
         else view.drop(name);
       }
     },
-    holdForGrace: async (held, confirmedUntil) => {
+    holdForGrace: async (held, confirmedUntil, until) => {
       await bounded(
-        renewForGrace(store, name, clock.now(), postLandsWithinMs(settings.upstreamTimeoutMs), {
+        renewForGrace(store, name, clock.now(), Math.max(0, until - clock.monotonic()), {
           confirmedUntil,
           held,
           deadline,

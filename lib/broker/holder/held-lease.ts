@@ -37,7 +37,7 @@ export interface HolderEffects {
   dropReplaced(): Promise<void>;
   forgetReplaced(): void;
   release(ref: LeaseRef, restore: boolean): Promise<void>;
-  holdForGrace(ref: LeaseRef, confirmedUntil: number | undefined): Promise<void>;
+  holdForGrace(ref: LeaseRef, confirmedUntil: number | undefined, until: number): Promise<void>;
 }
 
 export interface HeldLeaseOptions {
@@ -229,7 +229,7 @@ export class HeldLease {
         this.#then(() => effects.release(this.ref, command.restore));
         break;
       case 'hold-for-grace':
-        this.#then(() => effects.holdForGrace(this.ref, this.confirmedUntil));
+        this.#then(() => effects.holdForGrace(this.ref, this.confirmedUntil, command.until));
         break;
       case 'finish':
         this.#then(async () => this.#finished?.(command.outcome));

@@ -3,7 +3,7 @@
  * countdown step, the fence, their answers, and the lease lost. Pure, like `step`.
  */
 
-import { leaseTerm, postLandsWithinMs, timingOf } from '../timing/index.js';
+import { leaseTerm, postLandsWithinMs, postSendWindowMs, timingOf } from '../timing/index.js';
 import type { HolderCommand, HolderState } from './events.js';
 
 export type Result = { readonly state: HolderState; readonly commands: readonly HolderCommand[] };
@@ -56,9 +56,13 @@ export const fence = (state: HolderState, at: number): Result => {
   const waited = { ...state, waitedMs: state.waitedMs + (at - state.fenceAskedAt) };
   const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs);
   if (budget < minPostMs) return lose(waited, 'No time left for the access-token request');
-  const durationMs = budget + postLandsWithinMs(upstreamTimeoutMs);
+  const sendWindow = Math.min(budget, postSendWindowMs(timingOf(state.terms)));
+  const durationMs = sendWindow + postLandsWithinMs(upstreamTimeoutMs);
   return {
-    state: { ...waited, writing: { write: 'fence', countdown: 0, durationMs, sentAt: at, budget } },
+    state: {
+      ...waited,
+      writing: { write: 'fence', countdown: 0, durationMs, sentAt: at, budget, sendWindow },
+    },
     commands: [{ do: 'write-lease', write: 'fence', countdown: 0, durationMs, boundMs: budget }],
   };
 };
@@ -89,12 +93,23 @@ export const landed = (state: HolderState, at: number): Result => {
   if (write.write === 'fence') {
     // Paused between the confirmation and here? Then the POST no longer fits its lease.
     const left = write.sentAt + (write.budget ?? 0) - at;
-    if (left < timingOf(state.terms).minPostMs) return lose(kept, 'Lease confirmation is stale');
+    const sendBy = write.sentAt + (write.sendWindow ?? write.budget ?? 0);
+    if (left < timingOf(state.terms).minPostMs || at >= sendBy) {
+      return lose(kept, 'Lease confirmation is stale');
+    }
     return {
-      state: { ...kept, name: 'fenced', countdown: 0, answeredAt: at, fenceAskedAt: undefined },
+      state: {
+        ...kept,
+        name: 'fenced',
+        countdown: 0,
+        answeredAt: at,
+        fenceAskedAt: undefined,
+        postSendBy: sendBy,
+        postAbortAt: at + left,
+      },
       commands: [
         { do: 'arm', timer: 'post', ms: left },
-        { do: 'send-post', by: write.sentAt + (write.budget ?? 0) },
+        { do: 'send-post', by: sendBy },
       ],
     };
   }

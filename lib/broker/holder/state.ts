@@ -14,7 +14,7 @@
  * the write after it no longer fit before the deadline.
  */
 
-import { leaseTerm, timingOf } from '../timing/index.js';
+import { leaseTerm, postLandsWithinMs, postSendWindowMs, timingOf } from '../timing/index.js';
 import type {
   HolderCommand,
   HolderEvent,
@@ -95,7 +95,7 @@ const ended = (state: HolderState, outcome: HolderEvent & { type: 'answered' }):
       // and the lease held through the grace, so that no other POST starts while it could land.
       return end('outcome-unknown', [
         ...(replacing ? [{ do: 'drop-replaced' } as const] : []),
-        { do: 'hold-for-grace' },
+        { do: 'hold-for-grace', until: heldUntil(state, outcome.at) },
         fin('outcome-unknown'),
       ]);
     case 'failed':
@@ -106,6 +106,21 @@ const ended = (state: HolderState, outcome: HolderEvent & { type: 'answered' }):
 };
 
 const fin = (outcome: HolderOutcome): HolderCommand => ({ do: 'finish', outcome });
+
+/**
+ * Until when (monotonic) a POST given up at `at` may still land (A1): its bound after the
+ * latest instant an attempt may have left. That is the send window's end (each attempt checks
+ * it before it is sent), or the give-up if earlier; but a give-up more than a send window after
+ * the POST's abort says the holder stalled across it (A2), and an attempt's bytes may have left
+ * as late as the give-up: then from the give-up.
+ */
+const heldUntil = (state: HolderState, at: number): number => {
+  const { postSendBy, postAbortAt } = state;
+  const landsWithin = postLandsWithinMs(state.terms.upstreamTimeoutMs);
+  if (postSendBy === undefined || postAbortAt === undefined) return at + landsWithin;
+  const stalled = at > postAbortAt + postSendWindowMs(timingOf(state.terms));
+  return (stalled ? at : Math.min(at, postSendBy)) + landsWithin;
+};
 
 /**
  * The holder's next state and what to do, for `event` in `state`. An event that does not apply

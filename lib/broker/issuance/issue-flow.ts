@@ -53,7 +53,8 @@ export const issueWith = async (
   // 3. The token request, which may revoke every token issued before it: none of its attempts
   // leaves after what the lease covers (each checks its deadline just before it is sent).
   return issuer.requestToken(connection, credentials, code, {
-    deadline: sendBy ? deadline.min(sendBy) : deadline,
+    deadline,
     signal,
+    ...(sendBy ? { sendBy } : {}),
   });
 };

@@ -74,6 +74,14 @@ const MAX_UPSTREAM_TIMEOUT_MS = 60_000;
 export const postLandsWithinMs = (upstreamTimeoutMs: number): number => 2 * upstreamTimeoutMs;
 
 /**
+ * How long after the fence's confirmation is sent its POST may still leave, ms (A1): a
+ * heartbeat, far more than the confirmation's round trip. Each attempt checks it just before it
+ * is sent; the confirmation covers it and A1's bound after it, not the POST's whole budget, so
+ * an unknown outcome holds the lease about as long as A1 says, not a budget longer.
+ */
+export const postSendWindowMs = (timing: ProtocolTiming): number => timing.leaseHeartbeatMs;
+
+/**
  * The longest lease version: the fence, which covers the POST's budget (at most a timeout: the
  * latest the POST may leave) and A1's bound after it.
  */

@@ -56,7 +56,12 @@ describe('I1: the grace renewal in a fleet with the previous release (0.1.0)', (
     // The POST answers 502 after 8 s (outcome unknown): it may land until 18 s.
     await clock.advance(8_000);
     const answeredAt = clock.now();
-    await effects.holdForGrace({ holder: 'h:1', version: 'fence' }, fence.expiresAt);
+    // The holder's reducer says until when the POST may land (here: a grace from the answer).
+    await effects.holdForGrace(
+      { holder: 'h:1', version: 'fence' },
+      fence.expiresAt,
+      clock.monotonic() + GRACE_MS,
+    );
     const grace = renewals.at(-1) as LeaseTerms;
     expect(grace.leaseExpiresAt).toBeGreaterThanOrEqual(answeredAt + GRACE_MS);
     const takenOverAt = olderReleaseStaleAt(seen, {

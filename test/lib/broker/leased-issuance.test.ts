@@ -774,7 +774,7 @@ describe('Class: LeasedIssuance', () => {
   });
 
   // I2: a token that could not be written is vouched for by memory only while the confirmed
-  // lease (the 2 s POST budget and A1's 4 s after it) keeps every other container from
+  // lease (the POST's 1 s send window and A1's 4 s after it) keeps every other container from
   // replacing it, less the proof margin.
   it('I2: keeps a token it could not write in memory only until the confirmed lease ends, less the proof margin', async () => {
     const clock = new ManualClock(T0);
@@ -785,7 +785,7 @@ describe('Class: LeasedIssuance', () => {
     // A 20 s re-check: memory's own proof would outlast the lease, which must cut it.
     const { issuance, memory } = container(store, clock, fencedIssue(clock, []), 20_000);
     await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
-    expect(memory.entry('sandbox')?.until).toBe(T0 + 2_000 + 4_000 - DEFAULT_TIMING.proofMarginMs);
+    expect(memory.entry('sandbox')?.until).toBe(T0 + 1_000 + 4_000 - DEFAULT_TIMING.proofMarginMs);
   });
 
   it('falls back to memory when the store is unreadable only while no replacement elsewhere can have revoked it', async () => {
@@ -962,9 +962,9 @@ describe('Class: LeasedIssuance under faults', () => {
       return code(clock);
     });
     await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
-    // POST budget: the 2 s upstream timeout (the latest it may leave); then A1's bound: it is
-    // processed within twice the timeout of its send.
-    expect(leaseAtPost).toBe(T0 + 2_000 + 4_000);
+    // The POST's send window (a heartbeat, 1 s: the latest it may leave; its budget, 2 s, is
+    // longer); then A1's bound: it is processed within twice the timeout of its send.
+    expect(leaseAtPost).toBe(T0 + 1_000 + 4_000);
   });
 
   it('treats a POST with an unknown outcome as issued: drops the token it replaces and holds the lease through the grace', async () => {
@@ -985,10 +985,10 @@ describe('Class: LeasedIssuance under faults', () => {
     expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE', outcomeUnknown: true });
     expect(store.token('sandbox')).toBeUndefined();
     expect(memory.entry('sandbox')).toBeUndefined();
-    // Held for all the confirmation reserved (the POST's 2 s budget and A1's 4 s after it), as a
-    // new version: the POST failed at once, so the reservation outlasts now + A1's bound.
+    // Held for all the confirmation reserved (the POST's 1 s send window and A1's 4 s after it),
+    // as a new version: the POST failed at once, so the reservation outlasts now + A1's bound.
     // 1 ms past the confirmation's expiry: 0.1.0 tells writes apart by holder and expiry.
-    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 2_000 + 4_000 + 1);
+    expect(store.items.get('sandbox')?.lease?.expiresAt).toBe(clock.now() + 1_000 + 4_000 + 1);
   });
 
   it('never serves a valid token that has a lease on it, live or lapsed, and replaces a lapsed one', async () => {
