@@ -46,6 +46,13 @@ let check = false;
 let lanes = 2;
 /** The previous release (`two-releases`): a tag or commit; default the latest version tag. */
 let previousRef: string | undefined = process.env.CHAOS_PREVIOUS_REF || undefined;
+/**
+ * `--compute managed-instances` (issue 37): every scenario that runs this tree's frozen
+ * containers runs them on the local Lambda Managed Instances mode instead
+ * (`execution: 'managed-instances'`, docs/local-runtime.md); results go to
+ * `<results>/managed-instances/`. `lambda`, the default: as the scenarios say.
+ */
+let compute = 'lambda';
 /** Internal: this process is one lane of a parallel run. */
 let worker = false;
 const names: string[] = [];
@@ -66,6 +73,11 @@ for (let i = 0; i < rest.length; i += 1) {
     i += 1;
   } else if (arg.startsWith('--previous=')) {
     previousRef = arg.slice('--previous='.length);
+  } else if (arg === '--compute') {
+    compute = rest[i + 1] ?? '';
+    i += 1;
+  } else if (arg.startsWith('--compute=')) {
+    compute = arg.slice('--compute='.length);
   } else if (arg === '--worker') {
     worker = true;
   } else if (arg === '--check') {
@@ -92,7 +104,26 @@ if (unknown.length > 0) {
   );
   process.exit(2);
 }
-const selected = names.length > 0 ? SCENARIOS.filter((s) => names.includes(s.name)) : SCENARIOS;
+if (compute !== 'lambda' && compute !== 'managed-instances') {
+  process.stderr.write('--compute must be lambda or managed-instances\n');
+  process.exit(2);
+}
+const managed = compute === 'managed-instances';
+/** On Managed Instances: the scenarios of this tree's frozen containers (not the previous release's). */
+const onManaged = (s: Scenario) =>
+  (s.settings?.execution ?? 'frozen') === 'frozen' && s.release === undefined;
+const named = names.length > 0 ? SCENARIOS.filter((s) => names.includes(s.name)) : SCENARIOS;
+const selected = managed ? named.filter(onManaged) : named;
+if (managed && !worker && selected.length < named.length) {
+  log(
+    `chaos: not run on Lambda Managed Instances (always-running or the previous release): ${named
+      .filter((s) => !onManaged(s))
+      .map((s) => s.name)
+      .join(', ')}`,
+  );
+}
+const overrides = managed ? { execution: 'managed-instances' as const } : {};
+const writeDir = managed ? join(resultsDir, 'managed-instances') : resultsDir;
 
 if (previousRef !== undefined && previousRef.trim() === '') {
   process.stderr.write('--previous needs a git ref (a tag or a commit)\n');
@@ -129,7 +160,7 @@ const paths: ChaosPaths = {
   logDir: resolve(buildDir, 'logs'),
   ...(previous ? { previous: { bundle: previous.bundle, label: previous.label } } : {}),
 };
-mkdirSync(resultsDir, { recursive: true });
+mkdirSync(writeDir, { recursive: true });
 
 const { containers, durationMs, lifetimeSeconds, lambdaTimeoutMs, memoryMb } = DEFAULT_SETTINGS;
 // Lambda's CPU share of the stack's memory where the cgroup v1 cpu controller is writable
@@ -137,7 +168,14 @@ const { containers, durationMs, lifetimeSeconds, lambdaTimeoutMs, memoryMb } = D
 // cores, and the table's header says so.
 let cpuLine: string;
 try {
-  cpuLine = describeCpuShare(defaultCpuPolicy(), memoryMb);
+  const policy = defaultCpuPolicy();
+  const on = managed
+    ? 'Compute: Lambda Managed Instances (worker threads, up to 64 invocations at once per environment, never frozen). '
+    : '';
+  cpuLine =
+    managed && policy.kind === 'quota'
+      ? `${on}CPU: 1 vCPU per environment (2 GiB per vCPU; cgroup cpu quota)`
+      : `${on}${describeCpuShare(policy, memoryMb)}`;
 } catch (error) {
   process.stderr.write(`chaos: ${(error as Error).message}\n`);
   process.exit(2);
@@ -178,7 +216,7 @@ const runOne = async (scenario: Scenario): Promise<ScenarioSummary> => {
   for (let run = 1; run <= count; run += 1) {
     const started = Date.now();
     try {
-      const result = await runScenario(scenario, paths);
+      const result = await runScenario(scenario, paths, overrides);
       results.push(result);
       const t = result.tally;
       log(
@@ -228,7 +266,7 @@ const record = (summary: ScenarioSummary) => {
   if (summary.harnessError !== undefined) broken = true;
   const scenario = scenarioNamed(summary.scenario);
   writeFileSync(
-    join(resultsDir, `${summary.scenario}.json`),
+    join(writeDir, `${summary.scenario}.json`),
     `${JSON.stringify(
       {
         injects: scenario?.injects,
@@ -256,6 +294,7 @@ const runLane = (lane: readonly Scenario[]) =>
         '--worker',
         ...(runs === undefined ? [] : ['--runs', String(runs)]),
         ...(previous ? ['--previous', previous.commit] : []),
+        ...(managed ? ['--compute', compute] : []),
         ...lane.map((s) => s.name),
       ],
       { stdio: 'inherit', serialization: 'advanced' },
@@ -291,10 +330,10 @@ summaries.sort((a, b) => order(a.scenario) - order(b.scenario));
 const markdown = `${cpuLine}\n\n${table(summaries)}\nMargins (docs/protocol.md's timing assumptions; the tightest run of each scenario, chaos/margins.ts):\n\n${marginsTable(summaries)}`;
 log();
 log(markdown);
-if (selected.length === SCENARIOS.length) {
+if (named.length === SCENARIOS.length) {
   const legend = SCENARIOS.map((s) => `- \`${s.name}\`: ${s.injects}`).join('\n');
   writeFileSync(
-    join(resultsDir, 'table.md'),
+    join(writeDir, 'table.md'),
     `# Chaos results\n\nGenerated by \`npm run chaos\` on ${new Date().toISOString().slice(0, 10)} ` +
       `(${cpus().length} cores, Node ${process.versions.node}).\n\n${markdown}\n${legend}\n`,
   );
