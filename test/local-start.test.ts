@@ -303,13 +303,17 @@ describe('Local runtime: log lines and notices', () => {
       expect(banner[aws + 1]).toBe(
         '    # AWS CLI v2; v1 has no --cli-binary-format (it sends --payload as is): leave that option out. Any region and credentials do.',
       );
-      // A second invocation that logs at INFO: an invalidate of a token nobody holds.
-      const response = await fetch(`${url}/tokens/demo-v3/invalidate`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ accessToken: 'not-a-token' }),
-      });
-      expect(response.status).toBe(200);
+      // Later invocations that log at INFO: invalidates of a token nobody holds, one after the
+      // other. The first may still find the warm-up's environment busy (at the CPU share, under
+      // load) and get one of its own, cold; the second finds one that has served already.
+      for (let i = 0; i < 2; i += 1) {
+        const response = await fetch(`${url}/tokens/demo-v3/invalidate`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ accessToken: 'not-a-token' }),
+        });
+        expect(response.status).toBe(200);
+      }
       const lines = output
         .split('\n')
         .filter((line) => line.startsWith('{'))
@@ -325,8 +329,8 @@ describe('Local runtime: log lines and notices', () => {
         .split('\n')
         .filter((line) => line.includes('Invalidate request handled'))
         .map((line) => JSON.parse(line) as { cold_start?: boolean });
-      expect(after).toHaveLength(1);
-      expect(after[0]?.cold_start).toBe(false);
+      expect(after).toHaveLength(2);
+      expect(after[1]?.cold_start).toBe(false);
       // The demo connections verify reports with the simulator's protected ping: a report of a
       // token the Open API accepts replaces nothing, and the answer says so.
       const { accessToken } = (await (await fetch(`${url}/tokens/demo-v3`)).json()) as {
