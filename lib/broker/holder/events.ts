@@ -45,8 +45,8 @@ export interface HolderTerms {
 
 /** A lease write in flight (writes never overlap). */
 export interface LeaseWrite {
-  /** A heartbeat (the countdown kept), a countdown step (one lower), or the fence (0). */
-  readonly write: 'renew' | 'step' | 'fence';
+  /** A step (the countdown one lower, or kept at 1: the heartbeat), or the fence (0). */
+  readonly write: 'step' | 'fence';
   readonly countdown: number;
   readonly durationMs: number;
   /** When it was sent (monotonic): its duration counts from here. */
@@ -103,9 +103,10 @@ export type PostAnswer = 'issued' | 'failed' | 'outcome-unknown' | 'not-sent';
 
 export type HolderEvent = { readonly at: number } & (
   | { readonly type: 'started' }
-  /** The heartbeat's interval (LEASE_HEARTBEAT_MS). */
-  | { readonly type: 'heartbeat-due' }
-  /** A step has passed since the last write was answered: the next step, or the fence. */
+  /**
+   * The next periodic write is due (a step after the last answer while counting down, a
+   * heartbeat period at 1): the next step, or the fence.
+   */
   | { readonly type: 'step-due' }
   /** I3: the POST and the write after it no longer fit before the deadline. */
   | { readonly type: 'last-call' }
@@ -131,7 +132,7 @@ export type HolderEvent = { readonly at: number } & (
   | { readonly type: 'token-write-failed' }
 );
 
-export type HolderTimer = 'heartbeat' | 'step' | 'last-call' | 'post';
+export type HolderTimer = 'step' | 'last-call' | 'post';
 
 /** How the holder's flow ended, as its caller is told. */
 export type HolderOutcome =
@@ -143,7 +144,7 @@ export type HolderOutcome =
   | 'failed';
 
 export type HolderCommand =
-  /** Arms a timer (the heartbeat repeats; the others fire once), replacing one armed before. */
+  /** Arms a timer (each fires once), replacing one armed before. */
   | { readonly do: 'arm'; readonly timer: HolderTimer; readonly ms: number }
   | { readonly do: 'cancel'; readonly timer: HolderTimer }
   /**

@@ -1,6 +1,6 @@
 /**
  * The holder's driver: runs what `step` (`holder/state.ts`) commands and feeds the results back
- * as events. It owns no decision: the timers (the heartbeat every LEASE_HEARTBEAT_MS, the
+ * as events. It owns no decision: the timers (the periodic lease write, the
  * countdown's steps, the last call, the POST's budget), the lease writes (each a fresh version,
  * the DynamoDB Lock Client's pattern), the fence's answer to the flow, the signal that stops the
  * flow's upstream requests, and the flow's effects (`HolderEffects`) in the order commanded.
@@ -238,13 +238,15 @@ export class HeldLease {
   }
 
   /**
-   * A timer: the heartbeat repeats; a step is a sleep (the flow waits on it, as on the store);
-   * the last call and the POST's budget fire once.
+   * A timer, fired once: a step the countdown or the flow waits on is a sleep (as on the store);
+   * the step that keeps the lease at 1 or marks its lapse, the last call and the POST's budget
+   * are timers.
    */
   #arm(timer: HolderTimer, ms: number, fire: () => void): () => void {
     const { clock } = this.options;
-    if (timer === 'heartbeat') return clock.every(ms, fire);
-    if (timer !== 'step') return clock.after(ms, fire);
+    const { countdown, fenceAskedAt, writing } = this.#state;
+    const waitedOn = !writing && (countdown > 1 || fenceAskedAt !== undefined);
+    if (timer !== 'step' || !waitedOn) return clock.after(ms, fire);
     let armed = true;
     // Slept from the next turn: the flow that holds the lease gets under way first.
     // A sleep that fails (a broken clock) never fires the step: the last call ends the lease.
@@ -306,7 +308,6 @@ export class HeldLease {
 }
 
 const TIMER_EVENTS = {
-  heartbeat: 'heartbeat-due',
   step: 'step-due',
   'last-call': 'last-call',
   post: 'post-timer',

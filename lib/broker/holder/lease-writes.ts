@@ -1,6 +1,7 @@
 /**
- * The holder's reducer, its lease writes (`holder/state.ts` has `step`): a heartbeat, a
- * countdown step, the fence, their answers, and the lease lost. Pure, like `step`.
+ * The holder's reducer, its lease writes (`holder/state.ts` has `step`): a countdown step (one
+ * kind of write, periodic: the count lowered while above 1, kept at 1 meanwhile), the fence,
+ * their answers, and the lease lost. Pure, like `step`.
  */
 
 import { leaseTerm, postLandsWithinMs, postSendWindowMs, timingOf } from '../timing/index.js';
@@ -15,26 +16,40 @@ export const lose = (state: HolderState, reason: string): Result => {
     state: { ...state, name: 'lost', reason, ...(waiting ? { fenceAskedAt: undefined } : {}) },
     commands: [
       { do: 'abort', reason },
-      { do: 'cancel', timer: 'heartbeat' },
       { do: 'cancel', timer: 'step' },
       ...(waiting ? [{ do: 'refuse-fence' } as const] : []),
     ],
   };
 };
 
-/** A lease write that keeps (renew) or lowers (step) the countdown, for `leaseMs` cut to the deadline. */
-export const writeLease = (state: HolderState, at: number, write: 'renew' | 'step'): Result => {
-  // Judged here too: a renewal that never came back must not keep the lease alive.
+/**
+ * The periodic lease write, the step: it lowers the countdown by one, down to 1, and keeps it
+ * there until the flow asks for the fence (the lease's heartbeat is this write). Cut to the
+ * deadline.
+ */
+export const writeLease = (state: HolderState, at: number): Result => {
+  // Judged here too: a write that never came back must not keep the lease alive.
   if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
-  const countdown = write === 'step' ? state.countdown - 1 : state.countdown;
-  // Another step follows this one's answer by a step: a step to 1 too, once the flow waits at
-  // the fence (otherwise heartbeats renew the lease until it asks).
-  const counting = write === 'step' && (countdown > 1 || state.fenceAskedAt !== undefined);
+  const countdown = state.countdown > 1 ? state.countdown - 1 : state.countdown;
+  // A counting version (short) when another step follows this one's answer by a step: above 1,
+  // or at 1 once the flow waits at the fence; otherwise the next write is a lease period away.
+  const counting = countdown > 1 || state.fenceAskedAt !== undefined;
   const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at, timingOf(state.terms), counting);
   return {
-    state: { ...state, writing: { write, countdown, durationMs, sentAt: at } },
-    commands: [{ do: 'write-lease', write, countdown, durationMs }],
+    state: { ...state, writing: { write: 'step', countdown, durationMs, sentAt: at } },
+    // Nothing waits on the step timer while the write is out: it says when the lease lapses
+    // if no answer comes (a write that never came back must not keep the lease alive).
+    commands: [
+      { do: 'write-lease', write: 'step', countdown, durationMs },
+      { do: 'arm', timer: 'step', ms: state.ownedUntil - at },
+    ],
   };
+};
+
+/** When the next step is due after an answer at `answeredAt`: a step while counting down, else a heartbeat period. */
+export const nextStepMs = (state: HolderState): number => {
+  const timing = timingOf(state.terms);
+  return state.countdown > 1 ? timing.countdownStepMs : timing.leaseHeartbeatMs;
 };
 
 /**
@@ -120,19 +135,17 @@ export const landed = (state: HolderState, at: number): Result => {
     // Ours for what this version says, cut to the deadline like its duration.
     ownedUntil: Math.max(state.ownedUntil, write.sentAt + write.durationMs),
   };
-  if (next.countdown > 1) {
-    const ms = timingOf(state.terms).countdownStepMs;
-    return { state: next, commands: [{ do: 'arm', timer: 'step', ms }] };
+  if (next.countdown > 1 || next.fenceAskedAt === undefined) {
+    return { state: next, commands: [{ do: 'arm', timer: 'step', ms: nextStepMs(next) }] };
   }
   return counted(next, at);
 };
 
-/** The countdown is down to 1: a flow at the fence stops the heartbeat and is confirmed next. */
-export const counted = (state: HolderState, at: number): Result => {
-  if (state.fenceAskedAt === undefined || state.countdown > 1) return { state, commands: [] };
-  const next = fence(state, at);
-  return { state: next.state, commands: [{ do: 'cancel', timer: 'heartbeat' }, ...next.commands] };
-};
+/** The countdown is down to 1 and the flow waits at the fence: it is confirmed next. */
+export const counted = (state: HolderState, at: number): Result =>
+  state.fenceAskedAt === undefined || state.countdown > 1
+    ? { state, commands: [] }
+    : fence(state, at);
 
 /** A lease write refused (the lease went elsewhere) or failed (it may have landed). */
 export const notLanded = (state: HolderState, refused: boolean): Result => {

@@ -28,6 +28,7 @@ import {
   fence,
   landed,
   lose,
+  nextStepMs,
   notLanded,
   type Result,
   writeLease,
@@ -65,7 +66,6 @@ export const isFinal = (state: HolderState): boolean => state.finished === true;
 export const mayPost = (state: Pick<HolderState, 'name'>): boolean => state.name === 'fenced';
 
 const ALL_TIMERS: readonly HolderCommand[] = [
-  { do: 'cancel', timer: 'heartbeat' },
   { do: 'cancel', timer: 'step' },
   { do: 'cancel', timer: 'last-call' },
   { do: 'cancel', timer: 'post' },
@@ -146,7 +146,9 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
       return {
         state,
         commands: [
-          { do: 'arm', timer: 'heartbeat', ms: timing.leaseHeartbeatMs },
+          // The periodic lease write (the countdown's step, and the heartbeat at 1), from the
+          // answer of the write that took the lease.
+          { do: 'arm', timer: 'step', ms: Math.max(0, state.answeredAt + nextStepMs(state) - at) },
           // I3: a countdown (or a slow store) that has not reached the POST by the time the POST
           // and the write after it no longer fit: nothing will be sent, so the lease goes now.
           {
@@ -154,29 +156,17 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
             timer: 'last-call',
             ms: Math.max(0, deadlineAt - at - timing.storeReserveMs - timing.minPostMs),
           },
-          ...(state.countdown > 1
-            ? [
-                {
-                  do: 'arm',
-                  timer: 'step',
-                  ms: Math.max(0, state.answeredAt + timing.countdownStepMs - at),
-                } as const,
-              ]
-            : []),
         ],
       };
     }
-    case 'heartbeat-due':
+    case 'step-due':
       if (state.name !== 'counting') return none;
       if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
-      // A countdown's steps renew the lease as a heartbeat would; so does the fence.
-      if (state.writing || state.countdown > 1 || state.fenceAskedAt !== undefined) return none;
-      return at - state.answeredAt >= timing.leaseHeartbeatMs / 2
-        ? writeLease(state, at, 'renew')
-        : none;
-    case 'step-due':
-      if (state.name !== 'counting' || state.writing) return none;
-      return state.countdown > 1 ? writeLease(state, at, 'step') : fence(state, at);
+      if (state.writing) return none;
+      // At 1, the flow at the fence is confirmed; a flow not there yet keeps the lease.
+      return state.countdown <= 1 && state.fenceAskedAt !== undefined
+        ? fence(state, at)
+        : writeLease(state, at);
     case 'last-call':
       return state.name === 'counting'
         ? lose(state, 'No time left for the access-token request')

@@ -87,7 +87,7 @@ describe('Function: step (the holder)', () => {
   });
 
   it('never raises a countdown (I2)', () => {
-    const raised = step(counting(3, { writing: inFlight('renew', 4) }), ev('write-landed'));
+    const raised = step(counting(3, { writing: inFlight('step', 4) }), ev('write-landed'));
     expect(raised.state.countdown).toBe(3);
   });
 
@@ -107,16 +107,18 @@ describe('Function: step (the holder)', () => {
     });
   });
 
-  // I2.2 and I1: lease writes never overlap. A fence asked while a heartbeat's renewal is in
-  // flight waits for its answer: sent at once, the confirmation would be taken for answered by
-  // the renewal's answer, and the POST would leave on a lease write that did not cover it.
-  it('asked to fence while a renewal is in flight, waits for its answer before the confirmation (writes never overlap)', () => {
-    const renewing = counting(0, { writing: inFlight('renew', 0), answeredAt: 0 });
-    const asked = step(renewing, ev('fence-asked', 600));
+  // I2.2 and I1: lease writes never overlap. A fence asked while the step that keeps the lease
+  // at 1 is in flight waits for its answer: sent at once, the confirmation would be taken for
+  // answered by that step's answer, and the POST would leave on a write that did not cover it.
+  it('asked to fence while a step is in flight, waits for its answer before the confirmation (writes never overlap)', () => {
+    const keeping = counting(1, { writing: inFlight('step', 1), answeredAt: 0 });
+    const asked = step(keeping, ev('fence-asked', 600));
     expect(asked.commands.filter((c) => c.do === 'write-lease')).toEqual([]);
-    expect(asked.state.writing?.write).toBe('renew');
+    expect(asked.state.writing?.write).toBe('step');
+    // Its answer counts as the last one: the confirmation follows it by a step (I2.2).
     const landed = step(asked.state, ev('write-landed', 700));
-    expect(landed.commands).toContainEqual(
+    expect(landed.commands).toEqual([{ do: 'arm', timer: 'step', ms: 250 }]);
+    expect(step(landed.state, ev('step-due', 950)).commands).toContainEqual(
       expect.objectContaining({ do: 'write-lease', write: 'fence', countdown: 0 }),
     );
   });
@@ -126,7 +128,7 @@ describe('Function: step (the holder)', () => {
   // one that landed is ours, one refused is not, one that failed may be (kept unanswered).
   // Nothing more is done for it.
   it('after the flow ended, records a late lease write’s answer and does nothing else', () => {
-    const ended = holder('failed', { writing: inFlight('renew', 0), unanswered: 'v1' });
+    const ended = holder('failed', { writing: inFlight('step', 1), unanswered: 'v1' });
     const landed = step(ended, ev('write-landed'));
     expect(landed).toEqual({
       state: { ...ended, writing: undefined, version: 'v1', unanswered: undefined },
@@ -139,7 +141,7 @@ describe('Function: step (the holder)', () => {
     });
     const failed = step(ended, ev('write-failed'));
     expect(failed).toEqual({ state: { ...ended, writing: undefined }, commands: [] });
-    expect(step(ended, ev('heartbeat-due'))).toEqual({ state: ended, commands: [] });
+    expect(step(ended, ev('step-due'))).toEqual({ state: ended, commands: [] });
   });
 
   it('counts the time the flow waited at the fence, from its ask to the confirmation sent', () => {
@@ -169,7 +171,7 @@ describe('The holder’s lease versions: how long each lasts (a counting lease w
   it.each<[string, HolderState, HolderEvent, number]>([
     ['a step that leaves more to count', counting(5), ev('step-due', 300), COUNTING],
     [
-      'the step to 1 before the flow waits at the fence (heartbeats renew it then)',
+      'the step to 1 before the flow waits at the fence (kept at 1 a heartbeat period later)',
       counting(2),
       ev('step-due', 300),
       LEASE,
@@ -181,9 +183,9 @@ describe('The holder’s lease versions: how long each lasts (a counting lease w
       COUNTING,
     ],
     [
-      'a heartbeat’s renewal at countdown 1',
-      counting(1, { answeredAt: 0 }),
-      ev('heartbeat-due', 600),
+      'the step that keeps countdown 1 (the heartbeat)',
+      counting(1, { answeredAt: 0, ownedUntil: 3_000 }),
+      ev('step-due', 1_000),
       LEASE,
     ],
   ])('%s', (_title, state, event, expected) => {

@@ -28,8 +28,6 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
       ['started', ev('started', 100)],
       ['a step is due', ev('step-due', 250)],
       ['a step is due, the lease time ran out', ev('step-due', 3_000)],
-      ['the heartbeat is due (the steps renew the lease)', ev('heartbeat-due', 500)],
-      ['the heartbeat is due, the lease time ran out', ev('heartbeat-due', 3_000)],
       ['the flow asks for the fence', ev('fence-asked', 100)],
       ['the last call', ev('last-call', 9_600)],
       ['shutdown', ev('abandon', 100, { reason: 'shutdown' })],
@@ -44,7 +42,6 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
       ['the write landed', ev('write-landed', 300)],
       ['the write refused (taken over)', ev('write-refused', 300)],
       ['the write failed (it may have landed)', ev('write-failed', 300)],
-      ['the heartbeat is due, the lease time ran out', ev('heartbeat-due', 3_000)],
       ['the last call', ev('last-call', 9_600)],
       ['the flow failed for sure (authorize)', answered('failed')],
       ['shutdown', ev('abandon', 300, { reason: 'shutdown' })],
@@ -55,8 +52,8 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
     holder('counting', { countdown: 1, answeredAt: 0 }),
     [
       ['started', ev('started', 100)],
-      ['the heartbeat is due, last answer 500 ms ago', ev('heartbeat-due', 500)],
-      ['the heartbeat is due, last answer < 500 ms ago', ev('heartbeat-due', 400)],
+      ['a step is due (kept at 1: the heartbeat)', ev('step-due', 1_000)],
+      ['a step is due, the lease time ran out', ev('step-due', 3_000)],
       ['the flow asks for the fence, a step after the last answer', ev('fence-asked', 300)],
       ['the flow asks for the fence, within a step of the last answer', ev('fence-asked', 100)],
       ['the last call', ev('last-call', 9_600)],
@@ -89,7 +86,6 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
       ['the confirmation landed, stale (paused)', ev('write-landed', 2_200)],
       ['the confirmation refused', ev('write-refused', 300)],
       ['the confirmation failed or timed out', ev('write-failed', 2_250)],
-      ['the heartbeat is due, the lease time ran out', ev('heartbeat-due', 3_000)],
       ['the last call', ev('last-call', 9_600)],
       ['shutdown', ev('abandon', 300, { reason: 'shutdown' })],
     ],
@@ -176,7 +172,6 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
 
 const ALL_EVENTS: HolderEvent[] = [
   ev('started'),
-  ev('heartbeat-due'),
   ev('step-due'),
   ev('last-call'),
   ev('post-timer'),
@@ -239,7 +234,7 @@ const table = (): string => {
 };
 
 const ALL_CANCELLED = (commands: readonly HolderCommand[]) =>
-  ['heartbeat', 'step', 'last-call', 'post'].every((t) =>
+  ['step', 'last-call', 'post'].every((t) =>
     commands.some((c) => c.do === 'cancel' && c.timer === t),
   );
 
