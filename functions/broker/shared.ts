@@ -11,7 +11,7 @@ const DEFAULT_BUDGET_MS = 10_000;
  * starts after its answer (`GetTokenOptions.workUntil`): the function's timeout bounds the
  * invocation, the time the after-response extension keeps it thawed included. Made on the
  * broker's monotonic clock from the time the invocation has left, with no wall clock read
- * (docs/protocol.md, "Time").
+ * (docs/protocol.md, "Clocks").
  */
 export const deadlineOf = (
   broker: Pick<TokenBroker, 'deadlineIn' | 'timing'>,

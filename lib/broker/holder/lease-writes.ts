@@ -160,7 +160,7 @@ export const notLanded = (state: HolderState, refused: boolean): Result => {
         ? 'Lease not confirmed before the access-token request'
         : refused
           ? 'Lease taken over'
-          : 'Lease renewal failed',
+          : 'Lease write failed',
     );
   }
   const waiting = write.write === 'fence' && state.fenceAskedAt !== undefined;

@@ -49,7 +49,7 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
   ],
   [
     'counting (countdown 1), the flow authorizing',
-    holder('counting', { countdown: 1, answeredAt: 0 }),
+    holder('counting', { countdown: 1, answeredAt: 0, ownedUntil: 3_000 }),
     [
       ['started', ev('started', 100)],
       ['a step is due (kept at 1: the heartbeat)', ev('step-due', 1_000)],
