@@ -151,7 +151,7 @@ describe('Class: HeldLease (the holder’s driver)', () => {
     const lease = hold(store, clock, 10_000, 6);
     expect(await lease.fence().then(unexpected, caught)).toBeInstanceOf(LeaseLost);
     expect(store.writes).toHaveLength(2);
-    expect(lease.signal.reason).toMatchObject({ message: 'Lease renewal failed' });
+    expect(lease.signal.reason).toMatchObject({ message: 'Lease write failed' });
     expect(lease.ref).toEqual({
       holder: 'me:1',
       version: store.writes[0]?.version,
