@@ -39,8 +39,8 @@ export interface HolderTerms {
   readonly replacing: boolean;
   /** That token may already be revoked (a lease taken over after a countdown). */
   readonly suspect: boolean;
-  /** The protocol's timing (step, heartbeat, lease, reserves); the default when none. */
-  readonly timing?: ProtocolTiming | undefined;
+  /** The protocol's timing (step, heartbeat, lease, reserves). */
+  readonly timing: ProtocolTiming;
 }
 
 /** A lease write in flight (writes never overlap). */
@@ -103,7 +103,7 @@ export type PostAnswer = 'issued' | 'failed' | 'outcome-unknown' | 'not-sent';
 
 export type HolderEvent = { readonly at: number } & (
   | { readonly type: 'started' }
-  /** The heartbeat's interval (LEASE_HEARTBEAT_MS). */
+  /** The heartbeat's interval (`leaseHeartbeatMs`). */
   | { readonly type: 'heartbeat-due' }
   /** A step has passed since the last write was answered: the next step, or the fence. */
   | { readonly type: 'step-due' }

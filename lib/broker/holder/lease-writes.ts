@@ -3,7 +3,7 @@
  * countdown step, the fence, their answers, and the lease lost. Pure, like `step`.
  */
 
-import { leaseTerm, postLandsWithinMs, postSendWindowMs, timingOf } from '../timing/index.js';
+import { leaseTerm, postLandsWithinMs, postSendWindowMs, storeReserveMs } from '../timing/index.js';
 import type { HolderCommand, HolderState } from './events.js';
 
 export type Result = { readonly state: HolderState; readonly commands: readonly HolderCommand[] };
@@ -30,7 +30,7 @@ export const writeLease = (state: HolderState, at: number, write: 'renew' | 'ste
   // Another step follows this one's answer by a step: a step to 1 too, once the flow waits at
   // the fence (otherwise heartbeats renew the lease until it asks).
   const counting = write === 'step' && (countdown > 1 || state.fenceAskedAt !== undefined);
-  const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at, timingOf(state.terms), counting);
+  const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at, state.terms.timing, counting);
   return {
     state: { ...state, writing: { write, countdown, durationMs, sentAt: at } },
     commands: [{ do: 'write-lease', write, countdown, durationMs }],
@@ -47,16 +47,16 @@ export const fence = (state: HolderState, at: number): Result => {
   if (state.writing || state.fenceAskedAt === undefined || state.countdown > 1) {
     return { state, commands: [] };
   }
-  const { countdownStepMs, storeReserveMs, minPostMs } = timingOf(state.terms);
+  const { countdownStepMs, minPostMs } = state.terms.timing;
   const due = state.answeredAt + countdownStepMs;
   if (state.countdown > 0 && at < due) {
     return { state, commands: [{ do: 'arm', timer: 'step', ms: due - at }] };
   }
   const { deadlineAt, upstreamTimeoutMs } = state.terms;
   const waited = { ...state, waitedMs: state.waitedMs + (at - state.fenceAskedAt) };
-  const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs);
+  const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs(state.terms.timing));
   if (budget < minPostMs) return lose(waited, 'No time left for the access-token request');
-  const sendWindow = Math.min(budget, postSendWindowMs(timingOf(state.terms)));
+  const sendWindow = Math.min(budget, postSendWindowMs(state.terms.timing));
   const durationMs = sendWindow + postLandsWithinMs(upstreamTimeoutMs);
   return {
     state: {
@@ -94,7 +94,7 @@ export const landed = (state: HolderState, at: number): Result => {
     // Paused between the confirmation and here? Then the POST no longer fits its lease.
     const left = write.sentAt + (write.budget ?? 0) - at;
     const sendBy = write.sentAt + (write.sendWindow ?? write.budget ?? 0);
-    if (left < timingOf(state.terms).minPostMs || at >= sendBy) {
+    if (left < state.terms.timing.minPostMs || at >= sendBy) {
       return lose(kept, 'Lease confirmation is stale');
     }
     return {
@@ -121,7 +121,7 @@ export const landed = (state: HolderState, at: number): Result => {
     ownedUntil: Math.max(state.ownedUntil, write.sentAt + write.durationMs),
   };
   if (next.countdown > 1) {
-    const ms = timingOf(state.terms).countdownStepMs;
+    const ms = state.terms.timing.countdownStepMs;
     return { state: next, commands: [{ do: 'arm', timer: 'step', ms }] };
   }
   return counted(next, at);

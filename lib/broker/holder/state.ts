@@ -14,7 +14,13 @@
  * the write after it no longer fit before the deadline.
  */
 
-import { leaseTerm, postLandsWithinMs, postSendWindowMs, timingOf } from '../timing/index.js';
+import {
+  leaseHeartbeatMs,
+  leaseTerm,
+  postLandsWithinMs,
+  postSendWindowMs,
+  storeReserveMs,
+} from '../timing/index.js';
 import type {
   HolderCommand,
   HolderEvent,
@@ -46,8 +52,7 @@ export const initialState = (
   version: lease.version,
   unanswered: undefined,
   // As long as the version written lasts (`leaseTerm`: a countdown's first version is short).
-  ownedUntil:
-    lease.leasedAt + leaseTerm(0, Infinity, timingOf(terms), lease.countdown > 1).durationMs,
+  ownedUntil: lease.leasedAt + leaseTerm(0, Infinity, terms.timing, lease.countdown > 1).durationMs,
   answeredAt: lease.answeredAt,
   writing: undefined,
   fenceAskedAt: undefined,
@@ -118,7 +123,7 @@ const heldUntil = (state: HolderState, at: number): number => {
   const { postSendBy, postAbortAt } = state;
   const landsWithin = postLandsWithinMs(state.terms.upstreamTimeoutMs);
   if (postSendBy === undefined || postAbortAt === undefined) return at + landsWithin;
-  const stalled = at > postAbortAt + postSendWindowMs(timingOf(state.terms));
+  const stalled = at > postAbortAt + postSendWindowMs(state.terms.timing);
   return (stalled ? at : Math.min(at, postSendBy)) + landsWithin;
 };
 
@@ -139,20 +144,20 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
     return none;
   }
   const { at } = event;
-  const timing = timingOf(state.terms);
+  const { timing } = state.terms;
   switch (event.type) {
     case 'started': {
       const { deadlineAt } = state.terms;
       return {
         state,
         commands: [
-          { do: 'arm', timer: 'heartbeat', ms: timing.leaseHeartbeatMs },
+          { do: 'arm', timer: 'heartbeat', ms: leaseHeartbeatMs(timing) },
           // I3: a countdown (or a slow store) that has not reached the POST by the time the POST
           // and the write after it no longer fit: nothing will be sent, so the lease goes now.
           {
             do: 'arm',
             timer: 'last-call',
-            ms: Math.max(0, deadlineAt - at - timing.storeReserveMs - timing.minPostMs),
+            ms: Math.max(0, deadlineAt - at - storeReserveMs(timing) - timing.minPostMs),
           },
           ...(state.countdown > 1
             ? [
@@ -171,7 +176,7 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
       if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
       // A countdown's steps renew the lease as a heartbeat would; so does the fence.
       if (state.writing || state.countdown > 1 || state.fenceAskedAt !== undefined) return none;
-      return at - state.answeredAt >= timing.leaseHeartbeatMs / 2
+      return at - state.answeredAt >= leaseHeartbeatMs(timing) / 2
         ? writeLease(state, at, 'renew')
         : none;
     case 'step-due':
