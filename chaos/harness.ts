@@ -396,7 +396,7 @@ export const runScenario = async (
   const meter = new MarginMeter({
     upstreamTimeoutMs: UPSTREAM_TIMEOUT_MS,
     storeRoundTripMs: Number(
-      extraEnvs[0]?.BROKER_STORE_ROUND_TRIP_MS ?? DEFAULT_TIMING.stepWriteAllowanceMs,
+      extraEnvs[0]?.BROKER_STORE_ROUND_TRIP_MS ?? DEFAULT_TIMING.storeRoundTripMs,
     ),
     skewsMs: extraEnvs.map((env) => Number(env.CHAOS_CLOCK_SKEW_MS ?? 0)),
   });

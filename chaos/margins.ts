@@ -12,7 +12,7 @@
  * - **A3**, wall clocks within `skewToleranceMs` (10 s) of each other: the skew the scenario
  *   gave the containers (`CHAOS_CLOCK_SKEW_MS`), the widest pair; every other clock is this
  *   machine's.
- * - **A4**, a store round trip within `stepWriteAllowanceMs` (50 ms; 150 ms on a global table,
+ * - **A4**, a store round trip within `storeRoundTripMs` (50 ms; 150 ms on a global table,
  *   `BROKER_STORE_ROUND_TRIP_MS`), a liveness bound: at each container's DynamoDB proxy, from
  *   a call's arrival to its answer, the slowest answered (a call never answered is not a round
  *   trip: the broker's own timeout ends it).

@@ -2,6 +2,7 @@
  * The callers' side against the local broker (the built bundle behind the same Lambda emulation
  * `npm start` serves), over both transports; and the operator CLI as a process.
  */
+
 import { execFile } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -36,6 +37,7 @@ import type {
 } from '../lib/broker/index.js';
 import { issueWith } from '../lib/broker/issuance/issue-flow.js';
 import { forcingRefusal } from '../lib/broker/observer/caller-bounds.js';
+import { DEFAULT_TIMING } from '../lib/broker/timing/index.js';
 import { tokenDigest } from '../lib/broker/types.js';
 import { Deadline, systemClock } from '../lib/clock.js';
 import { ErrorCode } from '../lib/errors.js';
@@ -376,7 +378,7 @@ describe('Client behaviour', () => {
       issuedAt: now - 100_000,
       expiresAt: now - 100_000 + LIFE_MS,
     };
-    const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000 };
+    const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, timing: DEFAULT_TIMING };
     // The broker's own refusals, as its caller bounds word them.
     const tooSoon = forcingRefusal(
       {

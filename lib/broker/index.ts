@@ -45,13 +45,7 @@ import {
 } from './issuance/index.js';
 import { type CallerBoundSettings, needMsOf } from './observer/index.js';
 import { withDeadline } from './single-flight.js';
-import {
-  DEFAULT_TIMING,
-  dueForRefresh,
-  type ProtocolTiming,
-  timingOf,
-  validateTiming,
-} from './timing/index.js';
+import { dueForRefresh, type ProtocolTiming, validateTiming } from './timing/index.js';
 import type {
   BrokerLogger,
   ConnectionStatus,
@@ -89,11 +83,11 @@ export interface TokenBrokerDeps {
   /** Time, timers and random draws; the system clock unless a test injects one. */
   readonly clock?: Clock;
   /**
-   * The protocol's timing (`timing/protocol-timing.ts`): `DEFAULT_TIMING` unless a test or
-   * `npm start` runs the protocol scaled (`scaledTiming`, `BROKER_TIMING_SCALE`). Validated here,
-   * once: a timing that breaks a relation of the safety argument is refused.
+   * The protocol's timing (`timing/protocol-timing.ts`, `BrokerConfig.timing`): `DEFAULT_TIMING`
+   * unless a test or `npm start` runs it scaled (`BROKER_TIMING_SCALE`). Validated here, once: a
+   * timing that breaks a relation of the safety argument is refused.
    */
-  readonly timing?: ProtocolTiming | undefined;
+  readonly timing: ProtocolTiming;
 }
 
 export class TokenBroker {
@@ -114,7 +108,7 @@ export class TokenBroker {
       memoryRecheckMs: deps.config.memoryRecheckSeconds * 1000,
       upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
       storeOutageGraceMs: (deps.config.storeOutageGraceSeconds ?? 0) * 1000,
-      timing: validateTiming(deps.timing ?? DEFAULT_TIMING),
+      timing: validateTiming(deps.timing),
       invalidateFloorMs: deps.config.invalidateMinAgeSeconds * 1000,
       ...(deps.config.forcedMinAgeSeconds === undefined
         ? {}
@@ -168,7 +162,7 @@ export class TokenBroker {
 
   /** The protocol's timing this broker runs at (validated): the handlers' answer margin. */
   get timing(): ProtocolTiming {
-    return timingOf(this.#settings);
+    return this.#settings.timing;
   }
 
   /**

@@ -6,9 +6,10 @@
 import {
   MAX_TIMING_SCALE,
   MIN_TIMING_SCALE,
+  maxMemoryRecheckMs,
   type ProtocolTiming,
+  protocolTiming,
   scaledTiming,
-  storeRoundTripTiming,
 } from '../broker/timing/index.js';
 import { ConfigError } from '../errors.js';
 import type { ConnectionConfig } from './connections.js';
@@ -54,7 +55,7 @@ export const buildConfig = (
   const scale = decimal(env, 'BROKER_TIMING_SCALE', 1, MIN_TIMING_SCALE, MAX_TIMING_SCALE);
   const scaleProblem = timingScaleProblem(scale, env);
   if (scaleProblem) throw new ConfigError(scaleProblem);
-  // The store's round-trip bound (`ProtocolTiming.stepWriteAllowanceMs`): the default suits a
+  // The store's round-trip bound (`ProtocolTiming.storeRoundTripMs`): the default suits a
   // table in the function's region; a global table's stages set 150 (serverless.yml).
   const storeRoundTripMs = env.BROKER_STORE_ROUND_TRIP_MS?.trim()
     ? integer(env, 'BROKER_STORE_ROUND_TRIP_MS', 0, 5, 500)
@@ -66,7 +67,7 @@ export const buildConfig = (
   // At most 100 s at the default timing: the 100 ms margin between a reader's proof and a POST
   // then covers a 0.1 % rate difference between two containers' clocks (docs/protocol.md,
   // assumptions); a scaled timing scales the cap with the margin.
-  const maxRecheckSeconds = Math.floor(timing.maxMemoryRecheckMs / 1000);
+  const maxRecheckSeconds = Math.floor(maxMemoryRecheckMs(timing) / 1000);
   return Object.freeze({
     tableName,
     connections: connectionMap,
@@ -119,7 +120,7 @@ const operatorCallers = (env: Env): readonly string[] | undefined => {
 /** `timing` with the store's round-trip bound `ms`, or a `ConfigError` naming the relation it breaks. */
 const withStoreRoundTrip = (timing: ProtocolTiming, ms: number): ProtocolTiming => {
   try {
-    return storeRoundTripTiming(timing, ms);
+    return protocolTiming({ storeRoundTripMs: ms }, timing);
   } catch (error) {
     throw new ConfigError(
       `BROKER_STORE_ROUND_TRIP_MS (${ms}) does not fit the protocol's timing: ${(error as Error).message}`,

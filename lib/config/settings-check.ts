@@ -6,7 +6,7 @@
  * problem as one line, or undefined. docs/configuration.md ("Settings checked together") lists
  * every rule and message.
  */
-import { type ProtocolTiming, stepsToCover, timingOf } from '../broker/timing/index.js';
+import { type ProtocolTiming, stepsToCover, storeReserveMs } from '../broker/timing/index.js';
 import { printable } from '../errors.js';
 import { distance } from './field-typos.js';
 import type { Env } from './variables.js';
@@ -141,20 +141,20 @@ export interface TimeoutSettings {
    * (`revokesOnReissue`, the default); without any, a replacement needs its POST alone.
    */
   readonly connections?: ReadonlyMap<string, { readonly revokesOnReissue: boolean }>;
-  /** The protocol's timing (`BrokerConfig.timing`); the default when none. */
-  readonly timing?: ProtocolTiming | undefined;
+  /** The protocol's timing (`BrokerConfig.timing`). */
+  readonly timing: ProtocolTiming;
 }
 
 /**
  * The least function timeout (ms) in which a warm-up can replace a token under these settings:
  * the countdown a replacement announces (longer than a re-check, `countdownFor`), each step
- * with its lease write (`stepWriteAllowanceMs`), the shortest POST and the write after it,
+ * with its lease write (`storeRoundTripMs`), the shortest POST and the write after it,
  * and the margin kept to return the answer. The re-check counted is the longest a token can
  * get: the setting, at most a quarter of the configured window (`ownRecheckMs`). No countdown
  * when no connection's reissue revokes the token in service.
  */
 export const timeoutNeededMs = (settings: TimeoutSettings): number => {
-  const timing = timingOf(settings);
+  const { timing } = settings;
   const recheckMs = Math.min(
     settings.memoryRecheckSeconds * 1000,
     Math.max(timing.countdownStepMs, (settings.refreshWindowSeconds * 1000) / 4),
@@ -164,9 +164,9 @@ export const timeoutNeededMs = (settings: TimeoutSettings): number => {
     [...settings.connections.values()].some((c) => c.revokesOnReissue);
   const countdown = revoking ? stepsToCover(recheckMs, timing) : 0;
   return (
-    countdown * (timing.countdownStepMs + timing.stepWriteAllowanceMs) +
+    countdown * (timing.countdownStepMs + timing.storeRoundTripMs) +
     timing.minPostMs +
-    timing.storeReserveMs +
+    storeReserveMs(timing) +
     timing.answerMarginMs
   );
 };

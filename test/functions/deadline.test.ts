@@ -7,7 +7,7 @@ import type { Context } from 'aws-lambda';
 import { describe, expect, it } from 'vitest';
 import { createInvokeHandler } from '../../functions/broker/invoke.js';
 import { deadlineOf } from '../../functions/broker/shared.js';
-import { ANSWER_MARGIN_MS, STORE_RESERVE_MS } from '../../lib/broker/timing/index.js';
+import { DEFAULT_TIMING, storeReserveMs } from '../../lib/broker/timing/index.js';
 import { noMetrics } from '../../lib/metrics.js';
 import type { TokenIssuer } from '../../lib/ports.js';
 import { InMemoryTokenStore, ManualClock } from '../support/fakes.js';
@@ -42,13 +42,13 @@ describe('Function: the deadline a handler gives the broker', () => {
     const answer = await handler({ action: 'getToken', connection: 'sandbox' }, context(6_000));
     expect(answer).toMatchObject({ connection: 'sandbox' });
     // The flow keeps the time for its store write back (its deadline less that reserve).
-    expect(left).toEqual([6_000 - ANSWER_MARGIN_MS - STORE_RESERVE_MS]);
+    expect(left).toEqual([6_000 - DEFAULT_TIMING.answerMarginMs - storeReserveMs(DEFAULT_TIMING)]);
   });
 
   it('is made by the broker, and never negative', () => {
     const clock = new ManualClock(T0);
     const broker = fleetBroker(new InMemoryTokenStore(), clock, new Upstream());
-    expect(deadlineOf(broker, context(2_000)).leftMs()).toBe(2_000 - ANSWER_MARGIN_MS);
+    expect(deadlineOf(broker, context(2_000)).leftMs()).toBe(2_000 - DEFAULT_TIMING.answerMarginMs);
     expect(deadlineOf(broker, context(100)).leftMs()).toBe(0);
   });
 });

@@ -8,6 +8,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { createHandler } from '../../functions/broker/handler.js';
 import { createLogger } from '../../lib/adapters/aws.js';
 import { TokenBroker } from '../../lib/broker/index.js';
+import { DEFAULT_TIMING } from '../../lib/broker/timing/index.js';
 import { BrokerError } from '../../lib/errors.js';
 import { readJsonBody, tokenFromPayload, unwrapV3Envelope } from '../../lib/upstream/open-api.js';
 import { httpEvent, httpResponse, type LambdaHandler } from '../../local/lambda-events.js';
@@ -39,6 +40,7 @@ beforeAll(() => {
       upstreamTimeoutMs: 2_000,
       invalidateMinAgeSeconds: 2,
     },
+    timing: DEFAULT_TIMING,
     store: new InMemoryTokenStore(),
     secrets: new FakeSecretSource(),
     issuer: new FakeIssuer(),

@@ -10,6 +10,7 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHandler } from '../../functions/broker/handler.js';
 import { TokenBroker } from '../../lib/broker/index.js';
+import { DEFAULT_TIMING } from '../../lib/broker/timing/index.js';
 import { systemClock } from '../../lib/clock.js';
 import { MetricName } from '../../lib/metrics.js';
 import {
@@ -56,6 +57,7 @@ const containerWith = (
       upstreamTimeoutMs: 2_000,
       invalidateMinAgeSeconds: 2,
     },
+    timing: DEFAULT_TIMING,
     store,
     secrets: new FakeSecretSource(),
     issuer: issuerFor(up, clock, 3_600),
@@ -69,6 +71,7 @@ const containerWith = (
     timeoutSettings: {
       memoryRecheckSeconds,
       refreshWindowSeconds: 600,
+      timing: DEFAULT_TIMING,
       ...(o.connections ? { connections: o.connections } : {}),
     },
   }) as LambdaHandler;

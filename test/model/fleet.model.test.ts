@@ -66,7 +66,7 @@ import { deadlineOf } from '../../functions/broker/shared.js';
 import { ConflictRetries } from '../../lib/adapters/dynamodb-conflicts.js';
 import { afterConflict } from '../../lib/adapters/dynamodb-token-store.js';
 import type { TokenBroker } from '../../lib/broker/index.js';
-import { DEFAULT_TIMING, storeRoundTripTiming } from '../../lib/broker/timing/index.js';
+import { protocolTiming } from '../../lib/broker/timing/index.js';
 import type { BrokerLogger } from '../../lib/broker/types.js';
 import { type Clock, Deadline } from '../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../lib/errors.js';
@@ -288,7 +288,7 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
 
 /** A global table's stage: the store's round trip bounded at 150 ms (BROKER_STORE_ROUND_TRIP_MS). */
 const GLOBAL_ROUND_TRIP_MS = 150;
-const GLOBAL_TIMING = storeRoundTripTiming(DEFAULT_TIMING, GLOBAL_ROUND_TRIP_MS);
+const GLOBAL_TIMING = protocolTiming({ storeRoundTripMs: GLOBAL_ROUND_TRIP_MS });
 
 /**
  * 1–3 regions, each with its store round trip (ms), and each container's region. One region is

@@ -2,7 +2,11 @@
 
 import { ttlOf } from '../../lib/adapters/dynamodb-token-item.js';
 import type { BrokerLogger } from '../../lib/broker/index.js';
-import { type RefreshSettings, servableUntil } from '../../lib/broker/timing/index.js';
+import {
+  DEFAULT_TIMING,
+  type RefreshSettings,
+  servableUntil,
+} from '../../lib/broker/timing/index.js';
 import type { MemoryEntry } from '../../lib/broker/view/connection-state.js';
 import type { ConnectionView } from '../../lib/broker/view/connection-view.js';
 import type { Clock, Deadline } from '../../lib/clock.js';
@@ -387,7 +391,11 @@ const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
 export const confirmedAt = (
   record: TokenRecord,
   checkedAt: number,
-  settings: RefreshSettings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 },
+  settings: RefreshSettings = {
+    refreshWindowMs: 600_000,
+    memoryRecheckMs: 5_000,
+    timing: DEFAULT_TIMING,
+  },
 ): MemoryEntry => ({
   record,
   checkedAt,

@@ -4,7 +4,7 @@
  * wrapper to inject faults per container, and a broker (one container) wired to them.
  */
 import { TokenBroker } from '../../lib/broker/index.js';
-import type { ProtocolTiming } from '../../lib/broker/timing/index.js';
+import { DEFAULT_TIMING, type ProtocolTiming } from '../../lib/broker/timing/index.js';
 import { type BrokerLogger, tokenDigest } from '../../lib/broker/types.js';
 import type { ConnectionConfig } from '../../lib/config.js';
 import type {
@@ -112,7 +112,7 @@ export interface FleetBrokerOptions {
   issuer?: TokenIssuer;
   secrets?: SecretSource;
   conn?: ConnectionConfig;
-  /** The protocol's timing (a global table's stage: `stepWriteAllowanceMs` 150); the default's else. */
+  /** The protocol's timing (a global table's stage: `storeRoundTripMs` 150); the default's else. */
   timing?: ProtocolTiming;
   /** Where the broker logs (a model's trace); a captured logger, unread, otherwise. */
   logger?: BrokerLogger;
@@ -142,6 +142,6 @@ export const fleetBroker = (
     logger: o.logger ?? captureLogger(),
     metrics: new CountingMetrics(),
     clock,
-    ...(o.timing ? { timing: o.timing } : {}),
+    timing: o.timing ?? DEFAULT_TIMING,
   });
 };

@@ -1,6 +1,6 @@
 /**
  * Random protocol timings for property tests: the default, scaled ones, and timings drawn field
- * by field around the holder's constants (step, heartbeat, lease, reserves), kept to those that
+ * by field around the holder's constants (step, store round trip, lease, margin), kept to those that
  * satisfy every relation of `lib/broker/timing/relations.ts`.
  */
 import fc from 'fast-check';
@@ -13,34 +13,23 @@ import {
 
 const holds = (t: ProtocolTiming) => TIMING_RELATIONS.every((r) => r.slack(t) >= 0);
 
-/** A timing drawn field by field (the holder's and the proof's), then checked. */
+/** A timing drawn field by field (the holder's and the proof's independent constants), then checked. */
 const drawn: fc.Arbitrary<ProtocolTiming> = fc
   .record({
-    countdownStepMs: fc.integer({ min: 1, max: 600 }),
-    stepWriteAllowanceMs: fc.integer({ min: 15, max: 300 }),
-    maxStepWriteSlack: fc.integer({ min: 0, max: 200 }),
-    heartbeatSlack: fc.integer({ min: 0, max: 1_500 }),
+    countdownStepMs: fc.integer({ min: 3, max: 600 }),
+    storeRoundTripMs: fc.integer({ min: 1, max: 300 }),
     leaseSlack: fc.integer({ min: 0, max: 4_000 }),
-    storeReserveMs: fc.integer({ min: 1, max: 800 }),
     minPostMs: fc.integer({ min: 1, max: 300 }),
-    proofMarginMs: fc.integer({ min: 1, max: 200 }),
+    proofShare: fc.double({ min: 0, max: 1, noNaN: true }),
   })
-  .map(({ heartbeatSlack, leaseSlack, maxStepWriteSlack, ...t }) => {
-    const leaseHeartbeatMs = t.countdownStepMs + t.stepWriteAllowanceMs + heartbeatSlack;
-    // The longest re-check the margin covers, and whose countdown a reader believes.
-    const maxMemoryRecheckMs = Math.min(
-      100_000,
-      t.proofMarginMs * 1_000,
-      400 * t.countdownStepMs - t.proofMarginMs,
-    );
+  .map(({ leaseSlack, proofShare, ...t }) => {
+    // The widest margin whose re-check (its 1,000-fold) a reader believes, as a countdown too.
+    const widest = Math.min(100, Math.floor((400 * t.countdownStepMs) / 1_001));
     return {
       ...DEFAULT_TIMING,
       ...t,
-      leaseHeartbeatMs,
-      maxStepWriteMs: Math.max(1, t.stepWriteAllowanceMs - maxStepWriteSlack),
-      leaseMs: 2 * leaseHeartbeatMs + leaseSlack,
-      maxMemoryRecheckMs,
-      reuseMarginMs: t.proofMarginMs,
+      proofMarginMs: Math.max(1, Math.round(proofShare * widest)),
+      leaseMs: 3 * (t.countdownStepMs + t.storeRoundTripMs) + leaseSlack,
     };
   })
   .filter(holds);

@@ -29,13 +29,7 @@ import {
   waitTimedOut,
 } from '../observer/index.js';
 import { withDeadline } from '../single-flight.js';
-import {
-  leaseCountdown,
-  leaseNeedsMs,
-  readReserveMs,
-  refreshBudgetMs,
-  timingOf,
-} from '../timing/index.js';
+import { leaseCountdown, leaseNeedsMs, readReserveMs, refreshBudgetMs } from '../timing/index.js';
 import type { ServedToken } from '../types.js';
 import { ConnectionView, type ReadSent } from '../view/index.js';
 
@@ -92,7 +86,7 @@ export class LeasedIssuance {
 
   /** The last measured issuance duration of a connection (a default before the first). */
   issuanceMs(connection: string): number {
-    return this.deps.view.issuanceMs(connection) ?? timingOf(this.deps.settings).defaultIssuanceMs;
+    return this.deps.view.issuanceMs(connection) ?? this.deps.settings.timing.defaultIssuanceMs;
   }
 
   /**
@@ -157,7 +151,7 @@ export class LeasedIssuance {
         now,
         sinceReadMs,
         leftMs: by.leftMs(),
-        readReserveMs: readReserveMs(view.readMs(name), timingOf(this.deps.settings)),
+        readReserveMs: readReserveMs(view.readMs(name), this.deps.settings.timing),
         lastReadMs: view.readMs(name),
         revokesOnReissue: connection.revokesOnReissue,
         mayForce,
@@ -234,7 +228,7 @@ export class LeasedIssuance {
     const entry = view.entry(name);
     if (entry?.lease && entry.record.tokenDigest === current.tokenDigest) return undefined;
     const countdown = leaseCountdown(connection.revokesOnReissue, current, undefined, settings);
-    if (leaseNeedsMs(countdown, timingOf(settings)) >= by.leftMs()) throw notEnoughTime(countdown);
+    if (leaseNeedsMs(countdown, settings.timing) >= by.leftMs()) throw notEnoughTime(countdown);
     const outcome = await this.#acquireAndIssue(
       connection,
       {
@@ -266,7 +260,7 @@ export class LeasedIssuance {
   refreshMs(connection: ConnectionConfig, record: TokenRecord): { budget: number; least: number } {
     const { revokesOnReissue } = connection;
     const countdown = leaseCountdown(revokesOnReissue, record, undefined, this.deps.settings);
-    const timing = timingOf(this.deps.settings);
+    const { timing } = this.deps.settings;
     const budget = refreshBudgetMs(countdown, this.deps.settings.upstreamTimeoutMs, timing);
     return { budget, least: leaseNeedsMs(countdown, timing) };
   }

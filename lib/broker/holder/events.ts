@@ -39,8 +39,8 @@ export interface HolderTerms {
   readonly replacing: boolean;
   /** That token may already be revoked (a lease taken over after a countdown). */
   readonly suspect: boolean;
-  /** The protocol's timing (step, heartbeat, lease, reserves); the default when none. */
-  readonly timing?: ProtocolTiming | undefined;
+  /** The protocol's timing (step, heartbeat, lease, reserves). */
+  readonly timing: ProtocolTiming;
 }
 
 /** A lease write in flight (writes never overlap). */

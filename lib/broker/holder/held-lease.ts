@@ -6,14 +6,14 @@
  * flow's upstream requests, and the flow's effects (`HolderEffects`) in the order commanded.
  *
  * The countdown (see `Lease.countdown`): starting from the value the lease was written with,
- * each write lowers it by one, sent at least COUNTDOWN_STEP_MS after the previous write was
+ * each write lowers it by one, sent at least `countdownStepMs` after the previous write was
  * answered (monotonic); the confirmation writes 0. Writes never overlap and go out in order, so
  * a reader that saw r knows the POST leaves more than (r - 1) steps after its read was sent (I2).
  */
 import { randomUUID } from 'node:crypto';
 import { type Clock, Deadline } from '../../clock.js';
 import type { LeaseRef, TokenStore } from '../../ports.js';
-import { DEFAULT_TIMING, type ProtocolTiming } from '../timing/index.js';
+import type { ProtocolTiming } from '../timing/index.js';
 import {
   type HolderCommand,
   type HolderEvent,
@@ -58,8 +58,8 @@ export interface HeldLeaseOptions {
   /** The flow replaces a valid token; `suspect`: it may already be revoked. */
   readonly replacing: boolean;
   readonly suspect: boolean;
-  /** The protocol's timing; the default when none. */
-  readonly timing?: ProtocolTiming | undefined;
+  /** The protocol's timing. */
+  readonly timing: ProtocolTiming;
   /** Bounds a store call to `waitMs` (the POST budget). */
   readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
   readonly effects: HolderEffects;
@@ -286,7 +286,7 @@ export class HeldLease {
         durationMs: command.durationMs,
         countdown: command.countdown,
         // A step is its wait and then this write: readers aim their read at the cut-over with it.
-        stepMs: (this.options.timing ?? DEFAULT_TIMING).countdownStepMs + this.#roundTripMs,
+        stepMs: this.options.timing.countdownStepMs + this.#roundTripMs,
       },
       // A conflict (not applied) is sent again until the caller's deadline, or the command's.
       {

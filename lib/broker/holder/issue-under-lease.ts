@@ -11,7 +11,7 @@ import { MetricName } from '../../metrics.js';
 import type { TokenRecord } from '../../ports.js';
 import { recordIssued } from '../issuance/index.js';
 import { unsatisfiable } from '../observer/index.js';
-import { ownRecheckMs, timingOf } from '../timing/index.js';
+import { ownRecheckMs, storeReserveMs } from '../timing/index.js';
 import type { ServedToken } from '../types.js';
 import type { HolderDeps, LeasedFlow } from './deps.js';
 import { cleanUp } from './failed-flow.js';
@@ -83,7 +83,7 @@ export const issueUnderLease = async (
     // Authorize while the lease counts down; the fence waits for the countdown's end, then
     // confirms the lease; only then does the POST leave (I1, I2).
     const issued = await deps.issue(connection, {
-      deadline: flow.deadline.minus(timingOf(settings).storeReserveMs),
+      deadline: flow.deadline.minus(storeReserveMs(settings.timing)),
       signal: lease.signal,
       fence: () => lease.fence(),
     });
@@ -135,7 +135,7 @@ export const issueUnderLease = async (
     // memory outlast the lease that others take over (and issue under) at its duration. I2.
     const confirmedForMs =
       (lease.confirmedUntilMonotonic ?? writtenAt.sentAtMonotonic) - writtenAt.sentAtMonotonic;
-    untilAtMost = writtenAt.sentAt + confirmedForMs - timingOf(settings).proofMarginMs;
+    untilAtMost = writtenAt.sentAt + confirmedForMs - settings.timing.proofMarginMs;
   }
   view.confirmed(written, writtenAt, untilAtMost);
   if (written.expiresAt - clock.now() <= flow.needMs) throw unsatisfiable(written, flow.needMs);

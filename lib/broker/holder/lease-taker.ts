@@ -1,6 +1,6 @@
 /**
  * Taking the lease, for the observer's driver: each attempt under a holder id of its own and a
- * first version of its own (the Lock Client's record version number), for LEASE_MS cut to the
+ * first version of its own (the Lock Client's record version number), for `leaseMs` cut to the
  * caller's deadline; and letting a stale lease go (taken over exactly, released at once).
  */
 import { randomUUID } from 'node:crypto';
@@ -13,7 +13,7 @@ import type {
   TokenRecord,
   TokenStore,
 } from '../../ports.js';
-import { leaseTerm, type RefreshSettings, timingOf } from '../timing/index.js';
+import { leaseTerm, type RefreshSettings } from '../timing/index.js';
 import type { BrokerLogger } from '../types.js';
 
 export class LeaseTaker {
@@ -26,7 +26,7 @@ export class LeaseTaker {
       readonly clock: Clock;
       readonly logger: BrokerLogger;
       /** Carries the protocol's timing (the lease's duration). */
-      readonly settings?: Pick<RefreshSettings, 'timing'>;
+      readonly settings: Pick<RefreshSettings, 'timing'>;
       /** Cuts a store call to `waitMs` (I3). */
       readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
     },
@@ -49,7 +49,7 @@ export class LeaseTaker {
     const { durationMs } = leaseTerm(
       0,
       by.leftMs(),
-      timingOf(this.deps.settings),
+      this.deps.settings.timing,
       terms.countdown > 1,
     );
     const request: LeaseRequest = {

@@ -4,7 +4,13 @@
  * their answers, and the lease lost. Pure, like `step`.
  */
 
-import { leaseTerm, postLandsWithinMs, postSendWindowMs, timingOf } from '../timing/index.js';
+import {
+  leaseHeartbeatMs,
+  leaseTerm,
+  postLandsWithinMs,
+  postSendWindowMs,
+  storeReserveMs,
+} from '../timing/index.js';
 import type { HolderCommand, HolderState } from './events.js';
 
 export type Result = { readonly state: HolderState; readonly commands: readonly HolderCommand[] };
@@ -34,7 +40,7 @@ export const writeLease = (state: HolderState, at: number): Result => {
   // A counting version (short) when another step follows this one's answer by a step: above 1,
   // or at 1 once the flow waits at the fence; otherwise the next write is a lease period away.
   const counting = countdown > 1 || state.fenceAskedAt !== undefined;
-  const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at, timingOf(state.terms), counting);
+  const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at, state.terms.timing, counting);
   return {
     state: { ...state, writing: { write: 'step', countdown, durationMs, sentAt: at } },
     // Nothing waits on the step timer while the write is out: it says when the lease lapses
@@ -48,8 +54,8 @@ export const writeLease = (state: HolderState, at: number): Result => {
 
 /** When the next step is due after an answer at `answeredAt`: a step while counting down, else a heartbeat period. */
 export const nextStepMs = (state: HolderState): number => {
-  const timing = timingOf(state.terms);
-  return state.countdown > 1 ? timing.countdownStepMs : timing.leaseHeartbeatMs;
+  const { timing } = state.terms;
+  return state.countdown > 1 ? timing.countdownStepMs : leaseHeartbeatMs(timing);
 };
 
 /**
@@ -62,16 +68,16 @@ export const fence = (state: HolderState, at: number): Result => {
   if (state.writing || state.fenceAskedAt === undefined || state.countdown > 1) {
     return { state, commands: [] };
   }
-  const { countdownStepMs, storeReserveMs, minPostMs } = timingOf(state.terms);
+  const { countdownStepMs, minPostMs } = state.terms.timing;
   const due = state.answeredAt + countdownStepMs;
   if (state.countdown > 0 && at < due) {
     return { state, commands: [{ do: 'arm', timer: 'step', ms: due - at }] };
   }
   const { deadlineAt, upstreamTimeoutMs } = state.terms;
   const waited = { ...state, waitedMs: state.waitedMs + (at - state.fenceAskedAt) };
-  const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs);
+  const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs(state.terms.timing));
   if (budget < minPostMs) return lose(waited, 'No time left for the access-token request');
-  const sendWindow = Math.min(budget, postSendWindowMs(timingOf(state.terms)));
+  const sendWindow = Math.min(budget, postSendWindowMs(state.terms.timing));
   const durationMs = sendWindow + postLandsWithinMs(upstreamTimeoutMs);
   return {
     state: {
@@ -109,7 +115,7 @@ export const landed = (state: HolderState, at: number): Result => {
     // Paused between the confirmation and here? Then the POST no longer fits its lease.
     const left = write.sentAt + (write.budget ?? 0) - at;
     const sendBy = write.sentAt + (write.sendWindow ?? write.budget ?? 0);
-    if (left < timingOf(state.terms).minPostMs || at >= sendBy) {
+    if (left < state.terms.timing.minPostMs || at >= sendBy) {
       return lose(kept, 'Lease confirmation is stale');
     }
     return {

@@ -14,7 +14,7 @@
  * the write after it no longer fit before the deadline.
  */
 
-import { leaseTerm, postLandsWithinMs, postSendWindowMs, timingOf } from '../timing/index.js';
+import { leaseTerm, postLandsWithinMs, postSendWindowMs, storeReserveMs } from '../timing/index.js';
 import type {
   HolderCommand,
   HolderEvent,
@@ -47,8 +47,7 @@ export const initialState = (
   version: lease.version,
   unanswered: undefined,
   // As long as the version written lasts (`leaseTerm`: a countdown's first version is short).
-  ownedUntil:
-    lease.leasedAt + leaseTerm(0, Infinity, timingOf(terms), lease.countdown > 1).durationMs,
+  ownedUntil: lease.leasedAt + leaseTerm(0, Infinity, terms.timing, lease.countdown > 1).durationMs,
   answeredAt: lease.answeredAt,
   writing: undefined,
   fenceAskedAt: undefined,
@@ -118,7 +117,7 @@ const heldUntil = (state: HolderState, at: number): number => {
   const { postSendBy, postAbortAt } = state;
   const landsWithin = postLandsWithinMs(state.terms.upstreamTimeoutMs);
   if (postSendBy === undefined || postAbortAt === undefined) return at + landsWithin;
-  const stalled = at > postAbortAt + postSendWindowMs(timingOf(state.terms));
+  const stalled = at > postAbortAt + postSendWindowMs(state.terms.timing);
   return (stalled ? at : Math.min(at, postSendBy)) + landsWithin;
 };
 
@@ -139,7 +138,7 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
     return none;
   }
   const { at } = event;
-  const timing = timingOf(state.terms);
+  const { timing } = state.terms;
   switch (event.type) {
     case 'started': {
       const { deadlineAt } = state.terms;
@@ -154,7 +153,7 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
           {
             do: 'arm',
             timer: 'last-call',
-            ms: Math.max(0, deadlineAt - at - timing.storeReserveMs - timing.minPostMs),
+            ms: Math.max(0, deadlineAt - at - storeReserveMs(timing) - timing.minPostMs),
           },
         ],
       };

@@ -23,7 +23,7 @@
  * trips and the jitter, never later than the countdown, two issuances and a quarter issuance).
  */
 import type { Lease } from '../../ports.js';
-import type { ProtocolTiming } from '../timing/index.js';
+import { type ProtocolTiming, pollBaseMs, pollCapMs } from '../timing/index.js';
 
 export const issuanceWaitMs = (
   input: {
@@ -47,11 +47,11 @@ export const issuanceWaitMs = (
   timing: ProtocolTiming,
 ): number => {
   const { lease, now, issuanceMs, waits, draw, leaseTripMs, readTripMs } = input;
-  const spread = Math.max(timing.pollBaseMs, issuanceMs / 4);
+  const spread = Math.max(pollBaseMs(timing), issuanceMs / 4);
   if (waits > 0) {
     // Later than expected (a slow upstream, a loaded holder): read again in a growing step,
     // from half an issuance, half of it jitter.
-    const ceiling = Math.min(timing.pollCapMs, spread * 2 ** waits);
+    const ceiling = Math.min(pollCapMs(timing), spread * 2 ** waits);
     return Math.max(1, ceiling * (0.5 + draw / 2));
   }
   const sentAt = lease.expiresAt - lease.durationMs;

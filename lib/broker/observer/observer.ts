@@ -27,7 +27,6 @@ import {
   leaseNeedsMs,
   pollWaitMs,
   replacementMayBeOut,
-  timingOf,
   windowMs,
 } from '../timing/index.js';
 import type { Seen } from '../view/index.js';
@@ -114,7 +113,7 @@ export const decide = (o: Observation): Decision => {
     o.revokesOnReissue &&
     servable.expiresAt - o.now <= windowMs(servable, o.settings) &&
     servable.expiresAt - o.now <= needMs &&
-    leaseNeedsMs(lease.countdown, timingOf(o.settings)) < o.leftMs;
+    leaseNeedsMs(lease.countdown, o.settings.timing) < o.leftMs;
   if (servable && lease && o.leaseStale && !takeOverDue)
     return { do: 'let-go', stale: lease, record: servable };
 
@@ -154,7 +153,7 @@ export const decide = (o: Observation): Decision => {
     // runs behind: its replacement is announced too. So is one this container cannot read (a
     // key it lacks): others may read and serve it.
     const stored = token ?? o.state.unreadable;
-    const timing = timingOf(o.settings);
+    const { timing } = o.settings;
     const recent = stored && stored.expiresAt + timing.skewToleranceMs > o.now ? stored : undefined;
     const countdown = leaseCountdown(o.revokesOnReissue, recent, lease, o.settings);
     // A recent token under a lease that counted down (its successor's POST may be out) is
@@ -216,7 +215,7 @@ export const decide = (o: Observation): Decision => {
             leaseTripMs: o.sinceReadMs,
             readTripMs: o.lastReadMs,
           },
-          timingOf(o.settings),
+          o.settings.timing,
         )
       : pollWaitMs(
           {
@@ -227,7 +226,7 @@ export const decide = (o: Observation): Decision => {
             waits: o.waits,
             draw: o.draw,
           },
-          timingOf(o.settings),
+          o.settings.timing,
         );
   // A holder that stopped (frozen, its region cut off) is found at the read after its version
   // has stood for its duration: that read is not left to the jitter (liveness only).

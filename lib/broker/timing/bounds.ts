@@ -14,34 +14,29 @@
  *                          │ old token is served until the countdown ends, then the new one
  */
 import type { Lease, TokenRecord } from '../../ports.js';
-import { DEFAULT_TIMING, type ProtocolTiming, type Timed, timingOf } from './protocol-timing.js';
+import {
+  DEFAULT_TIMING,
+  leaseHeartbeatMs,
+  maxMemoryRecheckMs,
+  type ProtocolTiming,
+  reuseMarginMs,
+  storeReserveMs,
+} from './protocol-timing.js';
 
 /** What the timing reads of a token: its times and the re-check its writer recorded. */
 export type TokenTimes = Pick<TokenRecord, 'issuedAt' | 'expiresAt' | 'recheckMs'>;
 
 /** The settings the protocol reads, in milliseconds, and the timing it runs at. */
-export interface RefreshSettings extends Timed {
+export interface RefreshSettings {
+  /** The protocol's timing (validated once, by the broker). */
+  readonly timing: ProtocolTiming;
   /** BROKER_REFRESH_WINDOW_SECONDS, in ms (before clamping to the token's lifetime). */
   readonly refreshWindowMs: number;
-  /** BROKER_MEMORY_RECHECK_SECONDS, in ms (at most `ProtocolTiming.maxMemoryRecheckMs`). */
+  /** BROKER_MEMORY_RECHECK_SECONDS, in ms (at most `maxMemoryRecheckMs`). */
   readonly memoryRecheckMs: number;
   /** BROKER_STORE_OUTAGE_GRACE_SECONDS, in ms (0 unless an operator trades the guarantee). */
   readonly storeOutageGraceMs?: number;
 }
-
-/*
- * The defaults of `ProtocolTiming` (protocol-timing.ts, each field with its reason), under the
- * names the protocol's prose and the tests use. The core reads the injected timing, never these.
- */
-export const COUNTDOWN_STEP_MS = DEFAULT_TIMING.countdownStepMs;
-export const PROOF_MARGIN_MS = DEFAULT_TIMING.proofMarginMs;
-export const REUSE_MARGIN_MS = DEFAULT_TIMING.reuseMarginMs;
-export const SKEW_TOLERANCE_MS = DEFAULT_TIMING.skewToleranceMs;
-export const LEASE_MS = DEFAULT_TIMING.leaseMs;
-export const LEASE_HEARTBEAT_MS = DEFAULT_TIMING.leaseHeartbeatMs;
-export const STORE_RESERVE_MS = DEFAULT_TIMING.storeReserveMs;
-export const MIN_POST_MS = DEFAULT_TIMING.minPostMs;
-export const STALE_IF_ERROR_MARGIN_MS = DEFAULT_TIMING.staleIfErrorMarginMs;
 
 /**
  * How long after a token's expiry DynamoDB's TTL may delete its item, s. A container whose clock
@@ -60,7 +55,7 @@ export const TTL_MARGIN_SECONDS = 60;
  * I1 and I2 (see `dynamodb-token-item.ts`).
  */
 /** BROKER_MEMORY_RECHECK_SECONDS is at most 100 s (the default timing's `maxMemoryRecheckMs`), ms. */
-export const MAX_MEMORY_RECHECK_MS = DEFAULT_TIMING.maxMemoryRecheckMs;
+export const MAX_MEMORY_RECHECK_MS = maxMemoryRecheckMs(DEFAULT_TIMING);
 /** BROKER_UPSTREAM_TIMEOUT_MS is at most 60 s. */
 const MAX_UPSTREAM_TIMEOUT_MS = 60_000;
 
@@ -79,7 +74,7 @@ export const postLandsWithinMs = (upstreamTimeoutMs: number): number => 2 * upst
  * is sent; the confirmation covers it and A1's bound after it, not the POST's whole budget, so
  * an unknown outcome holds the lease about as long as A1 says, not a budget longer.
  */
-export const postSendWindowMs = (timing: ProtocolTiming): number => timing.leaseHeartbeatMs;
+export const postSendWindowMs = (timing: ProtocolTiming): number => leaseHeartbeatMs(timing);
 
 /**
  * The longest lease version: the fence, which covers the POST's budget (at most a timeout: the
@@ -110,7 +105,7 @@ export const windowMs = (record: TokenTimes, settings: RefreshSettings): number 
 export const ownRecheckMs = (record: TokenTimes, settings: RefreshSettings): number =>
   Math.min(
     settings.memoryRecheckMs,
-    Math.max(timingOf(settings).countdownStepMs, windowMs(record, settings) / 4),
+    Math.max(settings.timing.countdownStepMs, windowMs(record, settings) / 4),
   );
 
 /**
@@ -134,11 +129,11 @@ export const stepsToCover = (recheck: number, timing: ProtocolTiming): number =>
  * this container's and the one the token's writer recorded (readers apply the shorter).
  */
 export const countdownFor = (record: TokenTimes, settings: RefreshSettings): number =>
-  stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0), timingOf(settings));
+  stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0), settings.timing);
 
 /**
  * The longest countdown a lease of this protocol announces: a fresh one over the longest
- * re-check, at the default timing (a scaled timing announces the same count: relations.ts).
+ * re-check, at the default timing (no valid timing announces more: relations.ts).
  */
 export const MAX_COUNTDOWN = stepsToCover(MAX_MEMORY_RECHECK_MS, DEFAULT_TIMING);
 
@@ -160,7 +155,7 @@ export const proofMs = (
   lease: Lease | undefined,
   settings: RefreshSettings,
 ): number => {
-  const timing = timingOf(settings);
+  const { timing } = settings;
   // Any replacement counts down at least this reader's re-check (see `recheckMs`).
   const unleased =
     stepsToCover(recheckMs(record, settings), timing) * timing.countdownStepMs -
@@ -204,18 +199,19 @@ export const reusableUntil = (
   settings: RefreshSettings,
 ): number => {
   const proof = Math.min(entry.until, entry.checkedAt + recheckMs(entry.record, settings));
-  return Math.min(proof - timingOf(settings).reuseMarginMs, entry.record.expiresAt - needMs);
+  return Math.min(proof - reuseMarginMs(settings.timing), entry.record.expiresAt - needMs);
 };
 
 /**
- * What is kept between the end of a stale-if-error grant and `record`'s expiry, ms: a minute,
- * or a tenth of the lifetime of a shorter-lived token (a 40 s token keeps 4 s). The caller's
- * own validity floor (the client's `marginSeconds`, a call's `minValidity`) applies on top:
- * this one is the broker's, so that a token used stale still has the time a request with it
- * needs to reach the upstream and be answered, whatever the caller set.
+ * What is kept between the end of a stale-if-error grant and `record`'s expiry, ms: a minute
+ * (`TTL_MARGIN_SECONDS`'s: past any skew allowed, the expiry being on its writer's clock, with
+ * room; fixed, not timing), or a tenth of the lifetime of a shorter-lived token (a 40 s token
+ * keeps 4 s). The caller's own validity floor (the client's `marginSeconds`, a call's
+ * `minValidity`) applies on top: this one is the broker's, so that a token used stale still
+ * has the time a request with it needs to reach the upstream and be answered.
  */
-export const staleMarginMs = (record: TokenTimes, timing: ProtocolTiming): number =>
-  Math.min(timing.staleIfErrorMarginMs, (record.expiresAt - record.issuedAt) / 10);
+export const staleMarginMs = (record: TokenTimes): number =>
+  Math.min(TTL_MARGIN_SECONDS * 1000, (record.expiresAt - record.issuedAt) / 10);
 
 /**
  * A trade against I2, bounded by the grant (docs/adr/0017). How long (ms) after `reusableUntil`
@@ -237,11 +233,10 @@ export const staleIfErrorMs = (
   },
   reusableUntil: number,
   now: number,
-  timing: ProtocolTiming,
 ): number =>
   entry.lease || entry.reported || entry.unstored || reusableUntil <= now
     ? 0
-    : Math.max(0, entry.record.expiresAt - staleMarginMs(entry.record, timing) - reusableUntil);
+    : Math.max(0, entry.record.expiresAt - staleMarginMs(entry.record) - reusableUntil);
 
 /**
  * I1 and I3. The least time (ms) a lease with `countdown` needs before its POST can leave and
@@ -249,7 +244,7 @@ export const staleIfErrorMs = (
  * taken with less time left (it would be let go by the fence, and taken again, in a loop).
  */
 export const leaseNeedsMs = (countdown: number, timing: ProtocolTiming): number =>
-  countdown * timing.countdownStepMs + timing.minPostMs + timing.storeReserveMs;
+  countdown * timing.countdownStepMs + timing.minPostMs + storeReserveMs(timing);
 
 /**
  * How long a lease version lasts while its holder counts down, ms: one step, two store round
@@ -263,7 +258,7 @@ export const leaseNeedsMs = (countdown: number, timing: ProtocolTiming): number 
  * version seen, and goes on from the countdown seen (I1, I2 hold whatever the duration).
  */
 export const countingLeaseMs = (timing: ProtocolTiming): number =>
-  timing.countdownStepMs + 2 * timing.stepWriteAllowanceMs + timing.leaseHeartbeatMs / 2;
+  timing.countdownStepMs + 2 * timing.storeRoundTripMs + leaseHeartbeatMs(timing) / 2;
 
 /**
  * I1. The expiry (holder's wall clock) and duration of a lease version written at `sentAt`,

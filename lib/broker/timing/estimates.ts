@@ -6,21 +6,18 @@
  */
 import type { TokenRecord } from '../../ports.js';
 import { countdownFor, leaseNeedsMs, type RefreshSettings, windowMs } from './bounds.js';
-import { DEFAULT_TIMING, type ProtocolTiming, timingOf } from './protocol-timing.js';
+import {
+  cutOverRereadMs,
+  maxStepWriteMs,
+  type ProtocolTiming,
+  pollBaseMs,
+  pollCapMs,
+  readReserveFloorMs,
+  storeReserveMs,
+} from './protocol-timing.js';
 
-/*
- * The defaults of `ProtocolTiming`'s estimates (protocol-timing.ts, each with its reason), under
- * the names the tests use. The core reads the injected timing, never these.
- */
-export const POLL_BASE_MS = DEFAULT_TIMING.pollBaseMs;
-export const POLL_CAP_MS = DEFAULT_TIMING.pollCapMs;
-export const MAX_STEP_WRITE_MS = DEFAULT_TIMING.maxStepWriteMs;
-export const READ_RESERVE_MS = DEFAULT_TIMING.readReserveMs;
-export const CUT_OVER_REREAD_MS = DEFAULT_TIMING.cutOverRereadMs;
-export const ANSWER_MARGIN_MS = DEFAULT_TIMING.answerMarginMs;
-export const STEP_WRITE_ALLOWANCE_MS = DEFAULT_TIMING.stepWriteAllowanceMs;
-export const XFETCH_BETA = DEFAULT_TIMING.xfetchBeta;
-export const DEFAULT_ISSUANCE_MS = DEFAULT_TIMING.defaultIssuanceMs;
+/** XFetch's β (an algorithm constant, no unit): 1, the paper's optimum for a single recompute. */
+export const XFETCH_BETA = 1;
 
 /**
  * XFetch (Vattani et al., VLDB 2015), aimed so that the cut-over lands at the middle of the
@@ -36,12 +33,12 @@ export const dueForRefresh = (
   now: number,
   settings: RefreshSettings,
   draw: number,
-  issuanceMs = timingOf(settings).defaultIssuanceMs,
+  issuanceMs = settings.timing.defaultIssuanceMs,
 ): boolean => {
-  const timing = timingOf(settings);
+  const { timing } = settings;
   const half = windowMs(record, settings) / 2;
   const lead = Math.min(half, countdownFor(record, settings) * timing.countdownStepMs);
-  const earliness = Math.min(half - lead, -issuanceMs * timing.xfetchBeta * Math.log(1 - draw));
+  const earliness = Math.min(half - lead, -issuanceMs * XFETCH_BETA * Math.log(1 - draw));
   return now + earliness >= record.expiresAt - half - lead;
 };
 
@@ -55,15 +52,15 @@ export const refreshBudgetMs = (
   timing: ProtocolTiming,
 ): number =>
   Math.max(
-    countdown * (timing.countdownStepMs + timing.stepWriteAllowanceMs) +
+    countdown * (timing.countdownStepMs + timing.storeRoundTripMs) +
       2 * upstreamTimeoutMs +
-      timing.storeReserveMs,
+      storeReserveMs(timing),
     leaseNeedsMs(countdown, timing),
   );
 
-/** Time kept before a deadline for one more read of the store, ms (see `readReserveMs`). */
+/** Kept before a deadline for one more read, ms: twice the last, at least `readReserveFloorMs`. */
 export const readReserveMs = (lastReadMs: number | undefined, timing: ProtocolTiming): number =>
-  Math.max(timing.readReserveMs, 2 * (lastReadMs ?? 0));
+  Math.max(readReserveFloorMs(timing), 2 * (lastReadMs ?? 0));
 
 /**
  * When a countdown read at `checkedAt` should have ended and its successor be stored (local ms):
@@ -99,10 +96,10 @@ export const stepEstimateMs = (
   announcedStepMs?: number,
 ): number =>
   announcedStepMs === undefined
-    ? timing.countdownStepMs + Math.min(lastReadMs ?? 0, timing.maxStepWriteMs)
+    ? timing.countdownStepMs + Math.min(lastReadMs ?? 0, maxStepWriteMs(timing))
     : Math.min(
         Math.max(announcedStepMs, timing.countdownStepMs),
-        timing.countdownStepMs + timing.stepWriteAllowanceMs,
+        timing.countdownStepMs + timing.storeRoundTripMs,
       );
 
 /**
@@ -110,7 +107,7 @@ export const stepEstimateMs = (
  * a slow one not waited for whole) and the token write.
  */
 export const lastStretchMs = (issuanceMs: number, stepMs: number, timing: ProtocolTiming): number =>
-  Math.min(issuanceMs / 2, timing.pollCapMs) + (stepMs - timing.countdownStepMs);
+  Math.min(issuanceMs / 2, pollCapMs(timing)) + (stepMs - timing.countdownStepMs);
 
 /**
  * How long to wait before reading a lease held elsewhere again, ms: full jitter below a doubling
@@ -131,10 +128,10 @@ export const pollWaitMs = (
   },
   timing: ProtocolTiming,
 ): number => {
-  const { pollBaseMs, pollCapMs, countdownStepMs } = timing;
-  const base = input.replacing ? Math.max(pollBaseMs, input.issuanceMs / 2) : pollBaseMs;
-  const ceiling = Math.min(pollCapMs, base * 2 ** input.waits);
-  const counting = (input.countdown - 1) * countdownStepMs - input.sinceReadMs;
+  const first = pollBaseMs(timing);
+  const base = input.replacing ? Math.max(first, input.issuanceMs / 2) : first;
+  const ceiling = Math.min(pollCapMs(timing), base * 2 ** input.waits);
+  const counting = (input.countdown - 1) * timing.countdownStepMs - input.sinceReadMs;
   return Math.max(1, input.draw * ceiling, counting);
 };
 
@@ -148,5 +145,5 @@ export const rereadNearCutOver = (
   timing: ProtocolTiming,
 ): boolean =>
   entry.lease !== undefined &&
-  entry.until - entry.checkedAt > 2 * timing.cutOverRereadMs &&
-  now >= entry.until - timing.cutOverRereadMs;
+  entry.until - entry.checkedAt > 2 * cutOverRereadMs(timing) &&
+  now >= entry.until - cutOverRereadMs(timing);

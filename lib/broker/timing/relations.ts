@@ -15,10 +15,12 @@ import {
   stepsToCover,
   TTL_MARGIN_SECONDS,
 } from './bounds.js';
-import { DEFAULT_TIMING, DURATION_FIELDS, type ProtocolTiming } from './protocol-timing.js';
-
-/** Clock rates differ by at most 1 in this many (0.1 %): the assumption of docs/protocol.md. */
-export const CLOCK_RATE_TOLERANCE = 1_000;
+import {
+  CLOCK_RATE_TOLERANCE,
+  DEFAULT_TIMING,
+  maxMemoryRecheckMs,
+  type ProtocolTiming,
+} from './protocol-timing.js';
 
 /** One relation: `holds` is the slack (ms, or steps), negative by how much it fails. */
 export interface TimingRelation {
@@ -26,13 +28,19 @@ export interface TimingRelation {
   readonly step: string;
   /** What it keeps, as a sentence. */
   readonly name: string;
-  /** The relation as a formula over `ProtocolTiming`'s fields. */
+  /** The relation as a formula over `ProtocolTiming`'s (independent) fields. */
   readonly formula: string;
   /** Its slack: >= 0 when it holds; otherwise by how much it fails (the unit of `formula`). */
   readonly slack: (timing: ProtocolTiming) => number;
 }
 
-/** Every relation a timing must satisfy, in the order of the safety argument. */
+/**
+ * Every relation a timing must satisfy, in the order of the safety argument, over the
+ * independent constants only. Those between derived values hold by their derivation: the
+ * reuse and proof margins cover the drift over the longest re-check (I2.5, I2.6), the heartbeat
+ * is a third of the lease, a reader's step-write cap is the store's bound, the poll cap is
+ * above its base (and every poll waits at least 1 ms, `pollWaitMs`).
+ */
 export const TIMING_RELATIONS: readonly TimingRelation[] = [
   {
     step: 'I1.2',
@@ -61,57 +69,33 @@ export const TIMING_RELATIONS: readonly TimingRelation[] = [
   {
     step: 'I2.2',
     name: 'the longest re-check is one a reader of the item believes',
-    formula: `maxMemoryRecheckMs <= ${MAX_MEMORY_RECHECK_MS} (a longer recorded re-check is read as 0)`,
-    slack: (t) => MAX_MEMORY_RECHECK_MS - t.maxMemoryRecheckMs,
+    formula: `proofMarginMs * ${CLOCK_RATE_TOLERANCE} <= ${MAX_MEMORY_RECHECK_MS} (maxMemoryRecheckMs; a longer recorded re-check is read as 0)`,
+    slack: (t) => MAX_MEMORY_RECHECK_MS - maxMemoryRecheckMs(t),
   },
   {
     step: 'I2.2',
     name: 'the longest countdown is one a reader of the item believes',
-    formula: `ceil((maxMemoryRecheckMs + proofMarginMs) / countdownStepMs) <= ${MAX_COUNTDOWN} (a longer one is read as ended)`,
+    formula: `ceil((proofMarginMs * ${CLOCK_RATE_TOLERANCE + 1}) / countdownStepMs) <= ${MAX_COUNTDOWN} (a longer one is read as ended)`,
     slack: (t) =>
-      t.countdownStepMs >= 1 ? MAX_COUNTDOWN - stepsToCover(t.maxMemoryRecheckMs, t) : -1,
+      t.countdownStepMs >= 1 ? MAX_COUNTDOWN - stepsToCover(maxMemoryRecheckMs(t), t) : -1,
   },
   {
-    step: 'I2.5',
-    name: "the reuse margin covers the drift between this clock and a caller's over a re-check",
-    formula: `reuseMarginMs * ${CLOCK_RATE_TOLERANCE} >= maxMemoryRecheckMs`,
-    slack: (t) => t.reuseMarginMs - t.maxMemoryRecheckMs / CLOCK_RATE_TOLERANCE,
-  },
-  {
-    step: 'I2.6',
-    name: 'the proof margin covers the drift between two containers over a re-check',
-    formula: `proofMarginMs * ${CLOCK_RATE_TOLERANCE} >= maxMemoryRecheckMs`,
-    slack: (t) => t.proofMarginMs - t.maxMemoryRecheckMs / CLOCK_RATE_TOLERANCE,
+    step: 'I2.3',
+    name: 'a reader stops serving a scheduling bound (A2) before the replacement may leave',
+    formula: 'proofMarginMs >= 1',
+    slack: (t) => t.proofMarginMs - 1,
   },
   {
     step: 'I3',
     name: 'the write after the POST and the read that ends a wait have time kept for them',
-    formula: 'storeReserveMs >= 1 and readReserveMs >= 1',
-    slack: (t) => Math.min(t.storeReserveMs, t.readReserveMs) - 1,
+    formula: 'storeRoundTripMs >= 1 (storeReserveMs, readReserveFloorMs)',
+    slack: (t) => t.storeRoundTripMs - 1,
   },
   {
     step: 'liveness',
-    name: 'the heartbeat renews the lease before it runs out (renewing at most half a beat late)',
-    formula: '2 * leaseHeartbeatMs <= leaseMs',
-    slack: (t) => t.leaseMs - 2 * t.leaseHeartbeatMs,
-  },
-  {
-    step: 'liveness',
-    name: "a countdown's steps renew the lease at least as often as the heartbeat",
-    formula: 'countdownStepMs + stepWriteAllowanceMs <= leaseHeartbeatMs',
-    slack: (t) => t.leaseHeartbeatMs - t.countdownStepMs - t.stepWriteAllowanceMs,
-  },
-  {
-    step: 'liveness',
-    name: "a reader expects no step slower than a refresh's budget allows",
-    formula: 'maxStepWriteMs <= stepWriteAllowanceMs',
-    slack: (t) => t.stepWriteAllowanceMs - t.maxStepWriteMs,
-  },
-  {
-    step: 'liveness',
-    name: 'a poll waits at least a millisecond, and its cap is above its base',
-    formula: '1 <= pollBaseMs <= pollCapMs',
-    slack: (t) => Math.min(t.pollBaseMs - 1, t.pollCapMs - t.pollBaseMs),
+    name: "a countdown's steps renew the lease at least as often as the heartbeat (leaseMs / 3)",
+    formula: '3 * (countdownStepMs + storeRoundTripMs) <= leaseMs',
+    slack: (t) => t.leaseMs - 3 * (t.countdownStepMs + t.storeRoundTripMs),
   },
 ];
 
@@ -132,12 +116,23 @@ export class TimingRelationError extends Error {
 }
 
 /**
- * Checks `timing` once: every duration a finite number >= 0 (β > 0), then every relation.
+ * Checks `timing` once: only `ProtocolTiming`'s fields (a derived value is never a field), each
+ * a finite number of ms >= 0, then every relation.
  *
  * @throws {TimingRelationError} naming the first field or relation that fails, and by how much.
  */
 export const validateTiming = (timing: ProtocolTiming): ProtocolTiming => {
-  for (const field of DURATION_FIELDS) {
+  for (const key of Object.keys(timing)) {
+    if (!(key in DEFAULT_TIMING)) {
+      throw new TimingRelationError(
+        'field',
+        key,
+        Number.NaN,
+        `${key} is not a ProtocolTiming field`,
+      );
+    }
+  }
+  for (const field of Object.keys(DEFAULT_TIMING) as (keyof ProtocolTiming)[]) {
     const value = timing[field];
     if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
       throw new TimingRelationError(
@@ -147,14 +142,6 @@ export const validateTiming = (timing: ProtocolTiming): ProtocolTiming => {
         `ProtocolTiming.${field} must be a finite number of ms >= 0, not ${String(value)}`,
       );
     }
-  }
-  if (!(Number.isFinite(timing.xfetchBeta) && timing.xfetchBeta > 0)) {
-    throw new TimingRelationError(
-      'field',
-      'xfetchBeta',
-      Number.NaN,
-      `ProtocolTiming.xfetchBeta must be a finite number > 0, not ${String(timing.xfetchBeta)}`,
-    );
   }
   for (const relation of TIMING_RELATIONS) {
     const slack = relation.slack(timing);
@@ -171,69 +158,42 @@ export const validateTiming = (timing: ProtocolTiming): ProtocolTiming => {
 };
 
 /**
- * The default timing with `overrides`, validated and frozen.
+ * The default timing with `overrides` (or `base`'s), validated and frozen.
  *
- * @throws {TimingRelationError} (see `validateTiming`); a key that is not a field too.
+ * @throws {TimingRelationError} (see `validateTiming`).
  */
-export const protocolTiming = (overrides: Partial<ProtocolTiming> = {}): ProtocolTiming => {
-  for (const key of Object.keys(overrides)) {
-    if (!(key in DEFAULT_TIMING)) {
-      throw new TimingRelationError(
-        'field',
-        key,
-        Number.NaN,
-        `${key} is not a ProtocolTiming field`,
-      );
-    }
-  }
-  return Object.freeze(validateTiming({ ...DEFAULT_TIMING, ...overrides }));
-};
-
-/**
- * Round trips the token write after the POST may take: the write of the item, then its read
- * copies' puts (ADR 0024), and one retry of a replicated write conflict.
- */
-export const TOKEN_WRITE_ROUND_TRIPS = 3;
-
-/**
- * `timing` for a store whose writes and strong reads take up to `ms` (`BROKER_STORE_ROUND_TRIP_MS`;
- * a global table's stages set 150): each countdown step's write allowance, and the time kept for
- * the token write after the POST (`storeReserveMs`), at least {@link TOKEN_WRITE_ROUND_TRIPS} of
- * them, so that on a global table a write is not cut and its token kept in memory only (which
- * costs the fleet a second issuance once the lease runs out).
- *
- * @throws {TimingRelationError} when the timing cannot hold it (see `validateTiming`).
- */
-export const storeRoundTripTiming = (timing: ProtocolTiming, ms: number): ProtocolTiming =>
-  protocolTiming({
-    ...timing,
-    stepWriteAllowanceMs: ms,
-    maxStepWriteMs: ms,
-    storeReserveMs: Math.max(timing.storeReserveMs, TOKEN_WRITE_ROUND_TRIPS * ms),
-  });
+export const protocolTiming = (
+  overrides: Partial<ProtocolTiming> = {},
+  base: ProtocolTiming = DEFAULT_TIMING,
+): ProtocolTiming => Object.freeze(validateTiming({ ...base, ...overrides }));
 
 /** The factors `scaledTiming` takes: faster than real down to a hundredth, never slower. */
 export const MIN_TIMING_SCALE = 0.01;
 export const MAX_TIMING_SCALE = 1;
 
-/** Margins and reserves: rounded up when scaled (more slack), never down. */
-const ROUNDED_UP: ReadonlySet<keyof ProtocolTiming> = new Set([
-  'countdownStepMs',
-  'proofMarginMs',
-  'reuseMarginMs',
-  'skewToleranceMs',
-  'storeReserveMs',
-  'minPostMs',
-  'readReserveMs',
-  'answerMarginMs',
-]);
+const up = Math.ceil;
+const nearest = (ms: number) => Math.max(1, Math.round(ms));
+/**
+ * How each constant is rounded when scaled: margins, reserves (the store's bound sets them) and
+ * the step up (more slack); the lease and the issuance to the nearest; the proof margin down,
+ * at least 1: its 1,000-fold, the longest re-check, must stay a countdown the item believes.
+ */
+const ROUNDING: Readonly<Record<keyof ProtocolTiming, (ms: number) => number>> = {
+  countdownStepMs: up,
+  proofMarginMs: (ms) => Math.max(1, Math.floor(ms)),
+  skewToleranceMs: up,
+  leaseMs: nearest,
+  storeRoundTripMs: up,
+  minPostMs: up,
+  answerMarginMs: up,
+  defaultIssuanceMs: nearest,
+};
 
 /**
- * The default timing with every duration times `factor` (in [0.01, 1]), in whole ms: margins,
- * reserves and the step rounded up, the longest re-check down, the rest to the nearest (at
- * least 1). Every relation holds at every such factor (property-tested): each relation is
- * linear in the durations, and the rounding leans towards its slack. Tests and `npm start` run
- * the protocol faster with it (`BROKER_TIMING_SCALE`); a deployment never does.
+ * The default timing with every independent constant times `factor` (in [0.01, 1]), in whole ms
+ * (`ROUNDING`); the derived ones follow. Every relation holds at every such factor
+ * (property-tested). Tests and `npm start` run the protocol faster with it
+ * (`BROKER_TIMING_SCALE`); a deployment never does.
  *
  * @throws {RangeError} for a factor outside [0.01, 1].
  */
@@ -244,15 +204,10 @@ export const scaledTiming = (factor: number): ProtocolTiming => {
     );
   }
   if (factor === 1) return DEFAULT_TIMING;
-  const scaled: Record<string, number> = { ...DEFAULT_TIMING };
-  for (const field of DURATION_FIELDS) {
+  const scaled: Record<keyof ProtocolTiming, number> = { ...DEFAULT_TIMING };
+  for (const field of Object.keys(ROUNDING) as (keyof ProtocolTiming)[]) {
     // To a millionth of a ms first: 250 * 0.1 is 25.000000000000004 in floating point.
-    const exact = Math.round(DEFAULT_TIMING[field] * factor * 1e6) / 1e6;
-    scaled[field] = ROUNDED_UP.has(field)
-      ? Math.ceil(exact)
-      : field === 'maxMemoryRecheckMs'
-        ? Math.floor(exact)
-        : Math.max(1, Math.round(exact));
+    scaled[field] = ROUNDING[field](Math.round(DEFAULT_TIMING[field] * factor * 1e6) / 1e6);
   }
-  return protocolTiming(scaled as unknown as ProtocolTiming);
+  return protocolTiming(scaled);
 };

@@ -26,7 +26,6 @@ import {
   reusableUntil,
   servableUnconfirmed,
   staleIfErrorMs,
-  timingOf,
 } from '../timing/index.js';
 import {
   type ConnectionEvent,
@@ -136,7 +135,7 @@ export class ConnectionView {
 
   /** The protocol's timing this container runs at (the settings', else the default). */
   get timing(): ProtocolTiming {
-    return timingOf(this.settings);
+    return this.settings.timing;
   }
 
   /** Drops whatever is kept for `name`. */
@@ -272,7 +271,7 @@ export class ConnectionView {
     const until = reusableUntil(entry, needMs, this.settings);
     return {
       reusableUntil: until,
-      staleIfErrorMs: unconfirmed ? 0 : staleIfErrorMs(entry, until, now, this.timing),
+      staleIfErrorMs: unconfirmed ? 0 : staleIfErrorMs(entry, until, now),
     };
   }
 
@@ -329,7 +328,7 @@ export const servableFromMemory = (
   entry.record.expiresAt - now > needMs &&
   now < entry.until &&
   now - entry.checkedAt < recheckMs(entry.record, settings) &&
-  !rereadNearCutOver(entry, now, timingOf(settings));
+  !rereadNearCutOver(entry, now, settings.timing);
 
 /** Failures after which the last good token may stand in for a newer one. */
 const isUpstreamFailure = (error: unknown): boolean =>

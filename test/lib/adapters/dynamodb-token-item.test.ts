@@ -11,7 +11,6 @@ import {
   ABSURD_LEASE_DURATION_MS,
   countdownFor,
   DEFAULT_TIMING,
-  LEASE_MS,
   leaseNeedsMs,
   MAX_COUNTDOWN,
   MAX_LEASE_DURATION_MS,
@@ -44,7 +43,7 @@ const leased = (lease: { durationMs?: string; countdown?: string; expiresAt?: st
   });
 
 const read = (raw: Item) => fromItem(raw, undefined);
-const settings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 };
+const settings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, timing: DEFAULT_TIMING };
 
 describe('Function: fromItem, the numbers of an item checked when read', () => {
   describe('recheckMs (readers take the shorter, holders count down the longer)', () => {
@@ -112,7 +111,7 @@ describe('Function: fromItem, the numbers of an item checked when read', () => {
       expect((await read(leased({ durationMs: '2500.5' }))).lease?.durationMs).toBe(2500.5);
       const legacy = leased({});
       delete legacy.leaseDurationMs;
-      expect((await read(legacy)).lease?.durationMs).toBe(LEASE_MS);
+      expect((await read(legacy)).lease?.durationMs).toBe(DEFAULT_TIMING.leaseMs);
     });
   });
 

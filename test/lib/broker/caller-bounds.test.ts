@@ -5,6 +5,7 @@
  * `guarantees/caller-word-bounded.test.ts`; these are the rules it is built from, each stated
  * from docs/protocol.md rather than from the code.
  */
+
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
@@ -14,6 +15,7 @@ import {
   needMsOf,
   waitBeforeReplacing,
 } from '../../../lib/broker/observer/caller-bounds.js';
+import { DEFAULT_TIMING } from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import {
   BadRequestError,
@@ -25,7 +27,7 @@ import type { TokenRecord } from '../../../lib/ports.js';
 const T0 = 1_795_262_400_000;
 const LIFE_MS = 1_200_000;
 /** A 60 s window: shorter than half the 1,200 s lifetime. */
-const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000 };
+const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, timing: DEFAULT_TIMING };
 const WINDOW_MS = 60_000;
 
 const token = (forced = false, expiresAt = T0 + LIFE_MS): TokenRecord => ({

@@ -7,7 +7,9 @@
  * it is read, and judged on the monotonic clock from then on ("Time"). A wall clock stepped back
  * (an NTP correction) must not serve a token past its expiry.
  */
+
 import { describe, expect, it } from 'vitest';
+import { DEFAULT_TIMING } from '../../../lib/broker/timing/index.js';
 import {
   applyEvent,
   type ConnectionEvent,
@@ -28,7 +30,7 @@ import type { Lease } from '../../../lib/ports.js';
 import { connection, ManualClock } from '../../support/fakes.js';
 import { record, T0 } from './setup.js';
 
-const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 10_000 };
+const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 10_000, timing: DEFAULT_TIMING };
 
 /** A token with 6 s left, kept at T0; then 8 s pass while the wall clock steps back 5 s. */
 const steppedBack = async (keep: (clock: ManualClock) => void) => {

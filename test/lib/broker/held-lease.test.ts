@@ -8,9 +8,8 @@ import { HeldLease, type HolderEffects, LeaseLost } from '../../../lib/broker/ho
 import {
   countingLeaseMs,
   DEFAULT_TIMING,
-  LEASE_HEARTBEAT_MS,
-  MIN_POST_MS,
-  STORE_RESERVE_MS,
+  leaseHeartbeatMs,
+  storeReserveMs,
 } from '../../../lib/broker/timing/index.js';
 import { Deadline } from '../../../lib/clock.js';
 import type { LeaseRef, LeaseTerms, TokenStore } from '../../../lib/ports.js';
@@ -57,6 +56,7 @@ const hold = (store: TokenStore, clock: ManualClock, deadlineMs: number, countdo
     upstreamTimeoutMs: 2_000,
     replacing: true,
     suspect: false,
+    timing: DEFAULT_TIMING,
     bounded: (operation) => operation,
     effects,
   });
@@ -74,7 +74,7 @@ describe('Class: HeldLease (the holder’s driver)', () => {
     expect(deadlineMs).toBeLessThan(countingLeaseMs(DEFAULT_TIMING));
     const lease = hold(store, clock, deadlineMs, 5);
     const fenced = lease.fence().then(unexpected, caught);
-    const lastCall = deadlineMs - STORE_RESERVE_MS - MIN_POST_MS;
+    const lastCall = deadlineMs - storeReserveMs(DEFAULT_TIMING) - DEFAULT_TIMING.minPostMs;
     // A millisecond at a time: the holder's own step sleeps move this clock too.
     while (clock.monotonic() < lastCall - 1) await clock.advance(1);
     expect(clock.monotonic()).toBe(lastCall - 1);
@@ -98,7 +98,7 @@ describe('Class: HeldLease (the holder’s driver)', () => {
     const fenced = lease.fence().then(unexpected, caught);
     // Every write of a countdown lasts a counting lease: readers find it stale that soon too.
     // A millisecond at a time: the holder's own step sleeps move this clock too.
-    while (clock.monotonic() < countingLeaseMs(DEFAULT_TIMING) + LEASE_HEARTBEAT_MS) {
+    while (clock.monotonic() < countingLeaseMs(DEFAULT_TIMING) + leaseHeartbeatMs(DEFAULT_TIMING)) {
       await clock.advance(1);
     }
     expect(store.writes.map((w) => w.durationMs)).toEqual([countingLeaseMs(DEFAULT_TIMING)]);
@@ -195,6 +195,7 @@ describe('Class: HeldLease (the holder’s driver)', () => {
       upstreamTimeoutMs: 2_000,
       replacing: true,
       suspect: false,
+      timing: DEFAULT_TIMING,
       bounded: (operation) => operation,
       effects,
     });

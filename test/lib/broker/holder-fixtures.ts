@@ -11,7 +11,7 @@ import {
   type LeaseWrite,
   type PostAnswer,
 } from '../../../lib/broker/holder/state.js';
-import type { ProtocolTiming } from '../../../lib/broker/timing/index.js';
+import { DEFAULT_TIMING, type ProtocolTiming } from '../../../lib/broker/timing/index.js';
 
 export const DEADLINE_AT = 10_000;
 export const TIMEOUT_MS = 2_000;
@@ -27,7 +27,7 @@ export const started = (
       upstreamTimeoutMs: TIMEOUT_MS,
       replacing: true,
       suspect: !!o.suspect,
-      ...(o.timing ? { timing: o.timing } : {}),
+      timing: o.timing ?? DEFAULT_TIMING,
     },
     { version: 'v0', countdown, leasedAt: 0, answeredAt: 0 },
   );

@@ -15,12 +15,16 @@ import {
   type HolderTimer,
   step,
 } from '../../../lib/broker/holder/state.js';
-import type { ProtocolTiming } from '../../../lib/broker/timing/index.js';
+import {
+  leaseHeartbeatMs,
+  type ProtocolTiming,
+  storeReserveMs,
+} from '../../../lib/broker/timing/index.js';
 import { validTimings } from '../../support/timing-arbitraries.js';
 import { DEADLINE_AT, started } from './holder-fixtures.js';
 
 /** The instant after which no POST may leave: the POST and the write after it no longer fit. */
-const lastCallAt = (t: ProtocolTiming) => DEADLINE_AT - t.storeReserveMs - t.minPostMs;
+const lastCallAt = (t: ProtocolTiming) => DEADLINE_AT - storeReserveMs(t) - t.minPostMs;
 
 /** One choice of the world: which enabled action happens next, and after how long. */
 const choice = fc.record({ pick: fc.nat(), delay: fc.nat({ max: 900 }) });
@@ -203,7 +207,7 @@ describe('Function: step, over random runs (I1–I3)', () => {
               const down = before.countdown > 1;
               expect(c.countdown).toBe(down ? before.countdown - 1 : before.countdown);
               expect(event.at).toBeGreaterThanOrEqual(
-                before.answeredAt + (down ? timing.countdownStepMs : timing.leaseHeartbeatMs),
+                before.answeredAt + (down ? timing.countdownStepMs : leaseHeartbeatMs(timing)),
               );
             }
             if (c.write === 'fence') {
@@ -227,7 +231,7 @@ describe('Function: step, over random runs (I1–I3)', () => {
           expect(event.at).toBeLessThanOrEqual(lastCallAt(timing));
           const post = commands.find((c) => c.do === 'arm' && c.timer === 'post');
           const ms = post && 'ms' in post ? post.ms : Number.POSITIVE_INFINITY;
-          expect(event.at + ms).toBeLessThanOrEqual(DEADLINE_AT - timing.storeReserveMs);
+          expect(event.at + ms).toBeLessThanOrEqual(DEADLINE_AT - storeReserveMs(timing));
         }
         for (const { event, after } of w.log) {
           if (event.at > lastCallAt(timing) && after.name === 'counting') {

@@ -66,8 +66,8 @@ const situations: [string, HolderState, [string, HolderEvent][]][] = [
     holder('counting', { countdown: 1, answeredAt: 0, fenceAskedAt: 100 }),
     [
       ['a step is due', ev('step-due', 250)],
-      ['a step is due, just time for the POST and the write after it', ev('step-due', 9_600)],
-      ['a step is due, no time left for the POST', ev('step-due', 9_650)],
+      ['a step is due, just time for the POST and the write after it', ev('step-due', 9_750)],
+      ['a step is due, no time left for the POST', ev('step-due', 9_800)],
       ['the last call', ev('last-call', 9_600)],
       ['shutdown', ev('abandon', 100, { reason: 'shutdown' })],
     ],

@@ -2,13 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { LeasedIssuance } from '../../../lib/broker/fleet/leased-issuance.js';
 import type { Issue } from '../../../lib/broker/issuance/credential-rotation.js';
 import {
-  COUNTDOWN_STEP_MS,
   countdownFor,
   DEFAULT_TIMING,
-  LEASE_HEARTBEAT_MS,
-  LEASE_MS,
   leaseCountdown,
+  leaseHeartbeatMs,
   leaseNeedsMs,
+  storeReserveMs,
 } from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import { Deadline } from '../../../lib/clock.js';
@@ -30,6 +29,8 @@ import {
 } from '../../support/fakes.js';
 
 const T0 = 1_795_262_400_000;
+const { countdownStepMs, leaseMs } = DEFAULT_TIMING;
+const heartbeatMs = leaseHeartbeatMs(DEFAULT_TIMING);
 const HOUR = 3_600_000;
 
 const record = (accessToken: string, expiresAt: number): TokenRecord => ({
@@ -63,7 +64,12 @@ const container = (
       calls.push(clock.now());
       return issue(c, deadline);
     },
-    settings: { refreshWindowMs: 600_000, memoryRecheckMs, upstreamTimeoutMs: 2_000 },
+    settings: {
+      refreshWindowMs: 600_000,
+      memoryRecheckMs,
+      upstreamTimeoutMs: 2_000,
+      timing: DEFAULT_TIMING,
+    },
     logger,
     metrics,
   });
@@ -76,8 +82,8 @@ const sandbox: ConnectionConfig = connection();
 const countingLease = (countdown: number, stepMs?: number) => ({
   holder: 'other:1',
   version: `v-${countdown}`,
-  expiresAt: T0 + LEASE_MS,
-  durationMs: LEASE_MS,
+  expiresAt: T0 + leaseMs,
+  durationMs: leaseMs,
   countdown,
   ...(stepMs === undefined ? {} : { stepMs }),
 });
@@ -122,7 +128,7 @@ describe('Class: LeasedIssuance', () => {
     store.renewLease = async () => false; // its heartbeats no longer land
     const by = Deadline.in(clock, 60_000);
     const pending = slow.issuance.obtain(sandbox, 60_000, by, false);
-    await clock.advance(LEASE_MS + 1);
+    await clock.advance(leaseMs + 1);
     const fast = container(store, clock);
     const theirs = await fast.issuance.obtain(sandbox, 60_000, by, false);
     expect(theirs).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
@@ -143,7 +149,7 @@ describe('Class: LeasedIssuance', () => {
       return renew(name, lease, next);
     };
     const { issuance } = container(store, clock, async () => {
-      await clock.sleep(2 * LEASE_HEARTBEAT_MS + 10);
+      await clock.sleep(2 * heartbeatMs + 10);
       return {
         accessToken: 'slow',
         expiresIn: 3600,
@@ -152,10 +158,7 @@ describe('Class: LeasedIssuance', () => {
       };
     });
     await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 60_000), false);
-    expect(renewals).toEqual([
-      T0 + LEASE_HEARTBEAT_MS + LEASE_MS,
-      T0 + 2 * LEASE_HEARTBEAT_MS + LEASE_MS,
-    ]);
+    expect(renewals).toEqual([T0 + heartbeatMs + leaseMs, T0 + 2 * heartbeatMs + leaseMs]);
     expect(clock.pending()).toBe(0);
   });
 
@@ -178,7 +181,7 @@ describe('Class: LeasedIssuance', () => {
       return renew(_name, lease, next);
     };
     const { issuance } = container(store, clock, async () => {
-      await clock.sleep(LEASE_HEARTBEAT_MS);
+      await clock.sleep(heartbeatMs);
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
     await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 1_500), false);
@@ -205,9 +208,13 @@ describe('Class: LeasedIssuance', () => {
       expect(refreshed?.record.accessToken).toBe('issued');
       // The authorization code is asked for at once, while the lease counts down.
       expect(calls).toEqual([T0]);
-      const steps = countdownFor(current, { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 });
+      const steps = countdownFor(current, {
+        refreshWindowMs: 600_000,
+        memoryRecheckMs: 5_000,
+        timing: DEFAULT_TIMING,
+      });
       expect(steps).toBe(21); // (5 s re-check + 100 ms margin) / 250 ms steps
-      expect(posts).toEqual([revokesOnReissue ? T0 + steps * COUNTDOWN_STEP_MS : T0]);
+      expect(posts).toEqual([revokesOnReissue ? T0 + steps * countdownStepMs : T0]);
       // Writes lower it by one each (a heartbeat would repeat a value), down to the
       // confirmation's 0.
       expect(written).toEqual(
@@ -245,8 +252,8 @@ describe('Class: LeasedIssuance', () => {
       lease: {
         holder: 'other:1',
         version: 'v-other:1',
-        expiresAt: T0 + LEASE_MS,
-        durationMs: LEASE_MS,
+        expiresAt: T0 + leaseMs,
+        durationMs: leaseMs,
         countdown: 18,
       },
     });
@@ -255,7 +262,7 @@ describe('Class: LeasedIssuance', () => {
     expect(store.calls.acquire).toBe(1);
     // The refused write showed the countdown: the token is kept, served until it ends.
     expect(memory.entry('sandbox')).toMatchObject({
-      until: T0 + 17 * COUNTDOWN_STEP_MS - 100,
+      until: T0 + 17 * countdownStepMs - 100,
       lease: { countdown: 18 },
     });
     for (let i = 0; i < 10; i += 1) {
@@ -272,8 +279,8 @@ describe('Class: LeasedIssuance', () => {
     const lease = {
       holder: 'other:1',
       version: 'v-other:1',
-      expiresAt: T0 + LEASE_MS,
-      durationMs: LEASE_MS,
+      expiresAt: T0 + leaseMs,
+      durationMs: leaseMs,
     };
     store.items.set('sandbox', { token: current, lease: { ...lease, countdown: 21 } });
     const { issuance, memory } = container(store, clock);
@@ -283,9 +290,9 @@ describe('Class: LeasedIssuance', () => {
     // and still serves the token it proved safe until the countdown's end.
     store.items.set('sandbox', {
       token: current,
-      lease: { ...lease, expiresAt: T0 + 2 * LEASE_MS, countdown: 7 },
+      lease: { ...lease, expiresAt: T0 + 2 * leaseMs, countdown: 7 },
     });
-    await clock.advance(LEASE_MS + 500);
+    await clock.advance(leaseMs + 500);
     expect(clock.now()).toBeLessThan(memory.entry('sandbox')?.until ?? 0);
     expect(await issuance.refresh(sandbox, current, Deadline.in(clock, 10_000))).toBeUndefined();
     // Every busy container would make this write once per countdown: a fleet-sized write load
@@ -302,8 +309,8 @@ describe('Class: LeasedIssuance', () => {
     const dead = {
       holder: 'dead:1',
       version: 'v-dead:1',
-      expiresAt: T0 + LEASE_MS,
-      durationMs: LEASE_MS,
+      expiresAt: T0 + leaseMs,
+      durationMs: leaseMs,
       countdown: 7,
     };
     store.items.set('sandbox', { token: current, lease: dead });
@@ -320,9 +327,9 @@ describe('Class: LeasedIssuance', () => {
     const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
     expect(served.record.accessToken).toBe('issued');
     expect(takeovers).toHaveLength(1);
-    expect(takeovers[0]).toBeGreaterThanOrEqual(T0 + LEASE_MS); // stale on our clock only then
+    expect(takeovers[0]).toBeGreaterThanOrEqual(T0 + leaseMs); // stale on our clock only then
     expect(written).toEqual([6, 5, 4, 3, 2, 1, 0]);
-    expect(posts).toEqual([(takeovers[0] ?? 0) + 7 * COUNTDOWN_STEP_MS]);
+    expect(posts).toEqual([(takeovers[0] ?? 0) + 7 * countdownStepMs]);
   });
 
   it('at a cut-over, reads once when the successor is due rather than chasing the countdown', async () => {
@@ -333,8 +340,8 @@ describe('Class: LeasedIssuance', () => {
     const lease = {
       holder: 'other:1',
       version: 'v-other:1',
-      expiresAt: T0 + LEASE_MS,
-      durationMs: LEASE_MS,
+      expiresAt: T0 + leaseMs,
+      durationMs: leaseMs,
     };
     // The holder elsewhere: countdown 3 at T0, 1 from T0 + 500, its token written at T0 + 850.
     store.read = async () => {
@@ -353,7 +360,7 @@ describe('Class: LeasedIssuance', () => {
     expect(next.record.accessToken).toBe('successor');
     expect(store.calls.read).toBe(2);
     // Its countdown's end (3 steps) plus half an issuance (300 ms by default), no later.
-    expect(clock.now()).toBe(T0 + 3 * COUNTDOWN_STEP_MS + 150);
+    expect(clock.now()).toBe(T0 + 3 * countdownStepMs + 150);
   });
 
   // Issue 25's cut-over bound and issue 26's: what a read proves runs out up to a step, the
@@ -364,13 +371,13 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     const current = record('current', T0 + 200_000);
     // A holder in a far region: its steps take 300 ms (250 and a 50 ms write, the most the
-    // default timing's `stepWriteAllowanceMs` lets a reader believe).
-    const lease = { holder: 'other:1', version: 'v-other:1', expiresAt: T0 + LEASE_MS };
+    // default timing's `storeRoundTripMs` lets a reader believe).
+    const lease = { holder: 'other:1', version: 'v-other:1', expiresAt: T0 + leaseMs };
     store.read = async () => {
       store.calls.read += 1;
       return {
         token: current,
-        lease: { ...lease, durationMs: LEASE_MS, countdown: 8, stepMs: 300 },
+        lease: { ...lease, durationMs: leaseMs, countdown: 8, stepMs: 300 },
       };
     };
     const { issuance } = container(store, clock);
@@ -412,7 +419,7 @@ describe('Class: LeasedIssuance', () => {
     const current = record('current', T0 + 200_000);
     const successor = record('successor', T0 + HOUR);
     // A holder in another region: its steps take 250 ms and a 40 ms write; ours reads in 2 ms.
-    const STEP = COUNTDOWN_STEP_MS + 40;
+    const STEP = countdownStepMs + 40;
     const writtenAt = T0 + 8 * STEP + 150 + 40;
     store.read = async () => {
       store.calls.read += 1;
@@ -439,7 +446,7 @@ describe('Class: LeasedIssuance', () => {
     const current = record('current', T0 + 200_000);
     const successor = record('successor', T0 + HOUR);
     const ROUND_TRIP = 12;
-    const STEP = COUNTDOWN_STEP_MS + ROUND_TRIP; // each write is sent a step after the last answer
+    const STEP = countdownStepMs + ROUND_TRIP; // each write is sent a step after the last answer
     const confirmedAt = T0 + 21 * STEP;
     const writtenAt = confirmedAt + 150 + ROUND_TRIP; // the POST, then the token's write
     // The holder elsewhere took the lease at T0 with a countdown of 21 (a 5 s re-check).
@@ -452,8 +459,8 @@ describe('Class: LeasedIssuance', () => {
       const lease = {
         holder: 'other:1',
         version: 'v-other:1',
-        expiresAt: T0 + LEASE_MS + (21 - countdown) * STEP,
-        durationMs: LEASE_MS,
+        expiresAt: T0 + leaseMs + (21 - countdown) * STEP,
+        durationMs: leaseMs,
         countdown,
       };
       return { token: current, lease };
@@ -528,7 +535,7 @@ describe('Class: LeasedIssuance', () => {
       lease: {
         holder: 'other:1',
         version: 'v-other:1',
-        expiresAt: T0 + LEASE_MS,
+        expiresAt: T0 + leaseMs,
         durationMs: 3_000,
         countdown: 0,
       },
@@ -548,7 +555,12 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     const current = record('current', T0 + 200_000);
     store.setToken(current);
-    const settings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, upstreamTimeoutMs: 2_000 };
+    const settings = {
+      refreshWindowMs: 600_000,
+      memoryRecheckMs: 5_000,
+      upstreamTimeoutMs: 2_000,
+      timing: DEFAULT_TIMING,
+    };
     const least = leaseNeedsMs(leaseCountdown(true, current, undefined, settings), DEFAULT_TIMING);
     const { issuance, calls } = container(store, clock);
     const error = await issuance
@@ -641,8 +653,8 @@ describe('Class: LeasedIssuance', () => {
         lease: {
           holder: 'other:1',
           version: 'v-other:1',
-          expiresAt: clock.now() + LEASE_MS,
-          durationMs: LEASE_MS,
+          expiresAt: clock.now() + leaseMs,
+          durationMs: leaseMs,
           countdown: 0,
         },
       });
@@ -676,8 +688,8 @@ describe('Class: LeasedIssuance', () => {
     const lease = {
       holder: 'other:1',
       version: 'v-other:1',
-      expiresAt: takenAt + LEASE_MS,
-      durationMs: LEASE_MS,
+      expiresAt: takenAt + leaseMs,
+      durationMs: leaseMs,
       countdown: 0,
     };
     const writtenAt = T0 + 230;
@@ -704,8 +716,8 @@ describe('Class: LeasedIssuance', () => {
     const lease = {
       holder: 'other:1',
       version: 'v-other:1',
-      expiresAt: T0 + LEASE_MS,
-      durationMs: LEASE_MS,
+      expiresAt: T0 + leaseMs,
+      durationMs: leaseMs,
       countdown: 0,
     };
     const writtenAt = T0 + 1_500; // a slow upstream: five times the estimate
@@ -729,8 +741,8 @@ describe('Class: LeasedIssuance', () => {
     const theirs = {
       holder: 'other:1',
       version: 'v-other:1',
-      expiresAt: T0 + LEASE_MS,
-      durationMs: LEASE_MS,
+      expiresAt: T0 + leaseMs,
+      durationMs: leaseMs,
       countdown: 0,
     };
     const acquire = store.acquireLease.bind(store);
@@ -824,6 +836,7 @@ describe('Class: LeasedIssuance', () => {
         memoryRecheckMs: 5_000,
         upstreamTimeoutMs: 2_000,
         storeOutageGraceMs: 60_000,
+        timing: DEFAULT_TIMING,
       },
       logger: captureLogger(),
       metrics: new CountingMetrics(),
@@ -853,7 +866,7 @@ describe('Class: LeasedIssuance', () => {
     const start = clock.monotonic();
     await issuance.refresh(sandbox, current, Deadline.in(clock, 10_000));
     // 21 steps of 250 ms waited out at the fence: not counted.
-    expect(clock.monotonic() - start).toBe(21 * COUNTDOWN_STEP_MS + 420);
+    expect(clock.monotonic() - start).toBe(21 * countdownStepMs + 420);
     expect(issuance.issuanceMs('sandbox')).toBe(420);
   });
 
@@ -939,7 +952,7 @@ describe('Class: LeasedIssuance under faults', () => {
       store.renewLease = async () => {
         throw new Error('DynamoDB unreachable');
       };
-      await clock.advance(LEASE_HEARTBEAT_MS); // a heartbeat fires, and fails
+      await clock.advance(heartbeatMs); // a heartbeat fires, and fails
       aborted = options.signal?.aborted ?? false;
       await options.fence?.();
       posts += 1;
@@ -1045,7 +1058,7 @@ describe('Class: LeasedIssuance under faults', () => {
     const posts: number[] = [];
     const { issuance } = container(store, clock, fencedIssue(clock, posts, 7200));
     await issuance.obtain(sandbox, 1_200_000, Deadline.in(clock, 10_000), false);
-    expect(posts).toEqual([T0 + 21 * COUNTDOWN_STEP_MS]);
+    expect(posts).toEqual([T0 + 21 * countdownStepMs]);
   });
 
   it('refuses at once a replacement whose countdown cannot end before the deadline', async () => {
@@ -1066,7 +1079,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
   const slowIssue = (clock: ManualClock, during: () => void) =>
     (async (_c, options) => {
       during();
-      await clock.advance(LEASE_HEARTBEAT_MS);
+      await clock.advance(heartbeatMs);
       await options.fence?.();
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     }) satisfies Issue;
@@ -1102,7 +1115,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
     let posts = 0;
     const { issuance } = container(store, clock, async (_c, options) => {
       store.renewLease = () => new Promise<boolean>(() => undefined); // renewals hang
-      await clock.advance(LEASE_MS + LEASE_HEARTBEAT_MS);
+      await clock.advance(leaseMs + heartbeatMs);
       await options.fence?.();
       posts += 1;
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
@@ -1137,6 +1150,8 @@ describe('Class: LeasedIssuance, lease edges', () => {
       posts += 1;
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
+    // 500 ms of authorization leave 300 ms: less than the shortest POST and the write after it.
+    expect(DEFAULT_TIMING.minPostMs + storeReserveMs(DEFAULT_TIMING)).toBe(400);
     await expect(
       issuance.obtain(sandbox, 60_000, Deadline.in(clock, 800), false),
     ).rejects.toBeInstanceOf(UpstreamUnavailableError);

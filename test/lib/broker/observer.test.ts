@@ -6,13 +6,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { type Decision, decide, type Observation } from '../../../lib/broker/observer/observer.js';
-import {
-  DEFAULT_TIMING,
-  leaseNeedsMs,
-  SKEW_TOLERANCE_MS,
-  timingOf,
-  windowMs,
-} from '../../../lib/broker/timing/index.js';
+import { DEFAULT_TIMING, leaseNeedsMs, windowMs } from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 import type { Lease, TokenRecord } from '../../../lib/ports.js';
 import { validTimings } from '../../support/timing-arbitraries.js';
@@ -23,6 +17,7 @@ const settings = {
   refreshWindowMs: 60_000,
   memoryRecheckMs: 5_000,
   invalidateFloorMs: 2_000,
+  timing: DEFAULT_TIMING,
 };
 
 const token = (name: string, expiresAt: number, extra: Partial<TokenRecord> = {}): TokenRecord => ({
@@ -280,7 +275,7 @@ describe('Function: decide (the observer)', () => {
   const arbitrary = {
     token: fc.option(
       fc.record({
-        expiresIn: fc.integer({ min: -SKEW_TOLERANCE_MS * 2, max: LIFETIME }),
+        expiresIn: fc.integer({ min: -DEFAULT_TIMING.skewToleranceMs * 2, max: LIFETIME }),
         forced: fc.boolean(),
         reported: fc.boolean(),
       }),
@@ -362,7 +357,7 @@ describe('Function: decide (the observer)', () => {
       fc.property(drawn, (o) => {
         const d = decide(o);
         if (d.do === 'acquire')
-          expect(leaseNeedsMs(d.countdown, timingOf(o.settings))).toBeLessThan(o.leftMs);
+          expect(leaseNeedsMs(d.countdown, o.settings.timing)).toBeLessThan(o.leftMs);
         if (d.do === 'wait') {
           expect(d.ms).toBeGreaterThan(0);
           expect(d.ms).toBeLessThanOrEqual(o.leftMs - o.readReserveMs);
@@ -378,7 +373,7 @@ describe('Function: decide (the observer)', () => {
         const d = decide(o);
         if (d.do !== 'acquire' || d.takeOver || !o.revokesOnReissue) return;
         const t = o.state.token;
-        const timing = timingOf(o.settings);
+        const timing = o.settings.timing;
         if (t && t.expiresAt + timing.skewToleranceMs > o.now) {
           // Its steps outlast the longest re-check a reader applies (5 s here) plus the margin:
           // the POST leaves only after every proof of a read sent before the lease was written.
@@ -495,9 +490,9 @@ describe('Function: decide, at its edges', () => {
       );
       return d.do === 'acquire' ? d.countdown : undefined;
     };
-    expect(countdownAfter(SKEW_TOLERANCE_MS - 1)).toBeGreaterThan(1);
-    expect(countdownAfter(SKEW_TOLERANCE_MS)).toBe(0);
-    expect(countdownAfter(10 * SKEW_TOLERANCE_MS)).toBe(0);
+    expect(countdownAfter(DEFAULT_TIMING.skewToleranceMs - 1)).toBeGreaterThan(1);
+    expect(countdownAfter(DEFAULT_TIMING.skewToleranceMs)).toBe(0);
+    expect(countdownAfter(10 * DEFAULT_TIMING.skewToleranceMs)).toBe(0);
     expect(decide(observe({ state: { token: undefined, lease: undefined } }))).toMatchObject({
       do: 'acquire',
       countdown: 0,

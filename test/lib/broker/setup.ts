@@ -14,6 +14,7 @@ import { afterEach, beforeEach, vi } from 'vitest';
 import { LeasedIssuance } from '../../../lib/broker/fleet/leased-issuance.js';
 import { TokenBroker, tokenDigest } from '../../../lib/broker/index.js';
 import type { Issue } from '../../../lib/broker/issuance/issue-flow.js';
+import { DEFAULT_TIMING } from '../../../lib/broker/timing/index.js';
 import { type Clock, Deadline, systemClock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import type { TokenProbe, TokenRecord, TokenStore } from '../../../lib/ports.js';
@@ -85,6 +86,7 @@ export const setup = (overrides: SetupOptions = {}) => {
       upstreamTimeoutMs: 2_000,
       invalidateMinAgeSeconds: overrides.invalidateFloor ?? 0,
     },
+    timing: DEFAULT_TIMING,
     store,
     secrets,
     issuer,
@@ -149,6 +151,7 @@ export const issuance = (
       refreshWindowMs: (o.window ?? 60) * 1000,
       memoryRecheckMs: (o.recheck ?? 5) * 1000,
       upstreamTimeoutMs: o.timeout ?? 5_000,
+      timing: DEFAULT_TIMING,
     },
     logger: captureLogger(),
     metrics: new CountingMetrics(),

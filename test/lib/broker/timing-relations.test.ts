@@ -10,40 +10,53 @@ import { describe, expect, it } from 'vitest';
 import { TokenBroker } from '../../../lib/broker/index.js';
 import {
   countingLeaseMs,
+  cutOverRereadMs,
   DEFAULT_TIMING,
-  DURATION_FIELDS,
+  leaseHeartbeatMs,
   MAX_COUNTDOWN,
+  maxMemoryRecheckMs,
+  maxStepWriteMs,
   type ProtocolTiming,
+  pollBaseMs,
+  pollCapMs,
+  postSendWindowMs,
   protocolTiming,
+  readReserveFloorMs,
+  reuseMarginMs,
   scaledTiming,
+  staleMarginMs,
+  storeReserveMs,
   TimingRelationError,
-  timingOf,
   validateTiming,
+  XFETCH_BETA,
 } from '../../../lib/broker/timing/index.js';
 import { loadConfig } from '../../../lib/config.js';
 import { ConfigError } from '../../../lib/errors.js';
 import { validTimings } from '../../support/timing-arbitraries.js';
 
-/** Every relation, written out again: what the safety argument needs of a timing. */
+/** Every relation, written out again over the independent constants: what the argument needs. */
 const oracle = (t: ProtocolTiming): boolean =>
-  Object.entries(t).every(
-    ([k, v]) => Number.isFinite(v) && (k === 'xfetchBeta' ? v > 0 : v >= 0),
-  ) &&
+  Object.values(t).every((v) => Number.isFinite(v) && v >= 0) &&
   t.leaseMs <= 180_000 && // I1.2: a reader believes durations up to the fence's: 3 upstream timeouts
   t.minPostMs >= 1 && // I1.3
   t.skewToleranceMs < 60_000 && // I1.5: TTL_MARGIN_SECONDS
   t.countdownStepMs >= 1 && // I2.2
-  t.maxMemoryRecheckMs <= 100_000 && // I2.2: the stored re-check cap
-  Math.ceil((t.maxMemoryRecheckMs + t.proofMarginMs) / t.countdownStepMs) <= 401 && // I2.2
-  t.reuseMarginMs * 1000 >= t.maxMemoryRecheckMs && // I2.5
-  t.proofMarginMs * 1000 >= t.maxMemoryRecheckMs && // I2.6
-  t.storeReserveMs >= 1 &&
-  t.readReserveMs >= 1 && // I3
-  2 * t.leaseHeartbeatMs <= t.leaseMs &&
-  t.countdownStepMs + t.stepWriteAllowanceMs <= t.leaseHeartbeatMs &&
-  t.maxStepWriteMs <= t.stepWriteAllowanceMs &&
-  t.pollBaseMs >= 1 &&
-  t.pollBaseMs <= t.pollCapMs;
+  t.proofMarginMs * 1000 <= 100_000 && // I2.2: the stored re-check cap
+  Math.ceil((t.proofMarginMs * 1000 + t.proofMarginMs) / t.countdownStepMs) <= 401 && // I2.2
+  t.proofMarginMs >= 1 && // I2.3: A2
+  t.storeRoundTripMs >= 1 && // I3: the reserves
+  3 * (t.countdownStepMs + t.storeRoundTripMs) <= t.leaseMs; // liveness: steps as often as beats
+
+/** The relations between derived values, which hold by their derivation in every valid timing. */
+const derivedRelationsHold = (t: ProtocolTiming): boolean =>
+  reuseMarginMs(t) * 1000 >= maxMemoryRecheckMs(t) && // I2.5
+  t.proofMarginMs * 1000 >= maxMemoryRecheckMs(t) && // I2.6
+  storeReserveMs(t) >= 1 &&
+  readReserveFloorMs(t) >= 1 && // I3
+  2 * leaseHeartbeatMs(t) <= t.leaseMs &&
+  t.countdownStepMs + t.storeRoundTripMs <= leaseHeartbeatMs(t) &&
+  maxStepWriteMs(t) <= t.storeRoundTripMs &&
+  pollBaseMs(t) <= pollCapMs(t);
 
 /** Overrides of a few fields, each anywhere from 0 to three times its default. */
 const overrides = fc
@@ -57,6 +70,55 @@ const overrides = fc
   )
   .map((entries) => Object.fromEntries(entries) as Partial<ProtocolTiming>);
 
+describe('ProtocolTiming: at most eight independent constants, the rest derived', () => {
+  it('holds only the independent constants', () => {
+    expect(Object.keys(DEFAULT_TIMING).length).toBeLessThanOrEqual(8);
+    expect(Object.keys(DEFAULT_TIMING).sort()).toEqual([
+      'answerMarginMs',
+      'countdownStepMs',
+      'defaultIssuanceMs',
+      'leaseMs',
+      'minPostMs',
+      'proofMarginMs',
+      'skewToleranceMs',
+      'storeRoundTripMs',
+    ]);
+  });
+
+  // Each derived value at the default timing: the figure it had as a field before issue 36, or
+  // (the last two) the honest derivation's, which changed it.
+  const hour = { issuedAt: 0, expiresAt: 3_600_000 };
+  it.each<[string, (t: ProtocolTiming) => number, number]>([
+    ['reuseMarginMs = proofMarginMs', reuseMarginMs, 100],
+    ['maxMemoryRecheckMs = proofMarginMs × 1000', maxMemoryRecheckMs, 100_000],
+    ['leaseHeartbeatMs = leaseMs / 3', leaseHeartbeatMs, 1_000],
+    ['postSendWindowMs = leaseHeartbeatMs', postSendWindowMs, 1_000],
+    ['countingLeaseMs = step + 2 round trips + half a beat', countingLeaseMs, 850],
+    ['cutOverRereadMs = 4 × countdownStepMs', cutOverRereadMs, 1_000],
+    ['pollBaseMs = countdownStepMs / 10', pollBaseMs, 25],
+    ['pollCapMs = 2 × countdownStepMs', pollCapMs, 500],
+    ['readReserveFloorMs = storeRoundTripMs', readReserveFloorMs, 50],
+    ['stale-if-error margin = TTL_MARGIN_SECONDS (fixed)', () => staleMarginMs(hour), 60_000],
+    ['XFetch β (an algorithm constant)', () => XFETCH_BETA, 1],
+    ['storeReserveMs = 2 × (storeRoundTripMs + proofMarginMs)', storeReserveMs, 300],
+    ['maxStepWriteMs = storeRoundTripMs (was 15)', maxStepWriteMs, 50],
+  ])('derives %s: %s at the default', (_name, derive, value) => {
+    expect(derive(DEFAULT_TIMING)).toBe(value);
+  });
+
+  it('refuses a derived value as a field: it follows its source and cannot be set apart from it', () => {
+    for (const derived of ['leaseHeartbeatMs', 'storeReserveMs', 'maxMemoryRecheckMs']) {
+      const timing = { ...DEFAULT_TIMING, [derived]: 1 } as ProtocolTiming;
+      expect(() => validateTiming(timing)).toThrow(`${derived} is not a ProtocolTiming field`);
+      expect(() => protocolTiming({ [derived]: 1 })).toThrow(
+        expect.objectContaining({ step: 'field', relation: derived }),
+      );
+    }
+    const longer = protocolTiming({ leaseMs: 6_000, storeRoundTripMs: 150 });
+    expect([leaseHeartbeatMs(longer), storeReserveMs(longer)]).toEqual([2_000, 500]);
+  });
+});
+
 describe('ProtocolTiming: the relations, validated once', () => {
   it('accepts the default timing, today’s constants, with every relation holding', () => {
     expect(validateTiming(DEFAULT_TIMING)).toBe(DEFAULT_TIMING);
@@ -64,7 +126,7 @@ describe('ProtocolTiming: the relations, validated once', () => {
     expect(MAX_COUNTDOWN).toBe(401);
   });
 
-  it('accepts exactly the timings that satisfy every relation, for random overrides', () => {
+  it('accepts exactly the timings that satisfy every relation, for random overrides; the derived relations follow', () => {
     fc.assert(
       fc.property(overrides, (o) => {
         const t = { ...DEFAULT_TIMING, ...o };
@@ -75,6 +137,7 @@ describe('ProtocolTiming: the relations, validated once', () => {
           error = e;
         }
         expect(error === undefined).toBe(oracle(t));
+        if (!error) expect(derivedRelationsHold(t)).toBe(true);
         if (error) {
           expect(error).toBeInstanceOf(TimingRelationError);
           const { step, shortBy } = error as TimingRelationError;
@@ -85,20 +148,20 @@ describe('ProtocolTiming: the relations, validated once', () => {
     );
   });
 
-  it('names the step a failing relation serves, and by how much it fails', () => {
+  it('names the step a failing relation serves, the independent constants, and by how much it fails', () => {
     const error = (() => {
       try {
-        protocolTiming({ proofMarginMs: 60 });
+        protocolTiming({ proofMarginMs: 101 });
       } catch (e) {
         return e as TimingRelationError;
       }
       return undefined;
     })();
-    expect(error).toMatchObject({ name: 'TimingRelationError', step: 'I2.6', shortBy: 40 });
+    expect(error).toMatchObject({ name: 'TimingRelationError', step: 'I2.2', shortBy: 1_000 });
     expect(error?.message).toBe(
-      'ProtocolTiming breaks I2.6 (the proof margin covers the drift between two containers over a re-check): proofMarginMs * 1000 >= maxMemoryRecheckMs fails by 40',
+      'ProtocolTiming breaks I2.2 (the longest re-check is one a reader of the item believes): proofMarginMs * 1000 <= 100000 (maxMemoryRecheckMs; a longer recorded re-check is read as 0) fails by 1000',
     );
-    expect(() => protocolTiming({ leaseHeartbeatMs: 2_000 })).toThrow(/liveness.*fails by 1000/);
+    expect(() => protocolTiming({ storeRoundTripMs: 800 })).toThrow(/liveness.*fails by 150$/);
     expect(() => protocolTiming({ countdownStepMs: Number.NaN })).toThrow(
       /countdownStepMs must be a finite number/,
     );
@@ -124,98 +187,37 @@ describe('ProtocolTiming: the relations, validated once', () => {
     [
       'I2.2 step',
       { countdownStepMs: 0 },
-      { countdownStepMs: 1, maxMemoryRecheckMs: 300, proofMarginMs: 100, reuseMarginMs: 100 },
+      // The shortest step that holds any margin: a 1 ms margin's 1 s re-check in 334 steps.
+      { countdownStepMs: 3, proofMarginMs: 1 },
       'I2.2',
       'countdownStepMs >= 1',
       1,
     ],
     [
       'I2.2 re-check',
-      { maxMemoryRecheckMs: 100_001, proofMarginMs: 101, reuseMarginMs: 101 },
-      { maxMemoryRecheckMs: 100_000 },
+      { proofMarginMs: 101 },
+      { proofMarginMs: 100 },
       'I2.2',
-      'maxMemoryRecheckMs <= 100000',
-      1,
+      'proofMarginMs * 1000 <= 100000',
+      1_000,
     ],
     [
       'I2.2 countdown',
       { countdownStepMs: 249 },
       { countdownStepMs: 250 },
       'I2.2',
-      'ceil((maxMemoryRecheckMs + proofMarginMs) / countdownStepMs) <= 401',
+      'ceil((proofMarginMs * 1001) / countdownStepMs) <= 401',
       2,
     ],
-    [
-      'I2.5',
-      { reuseMarginMs: 99 },
-      { reuseMarginMs: 100 },
-      'I2.5',
-      'reuseMarginMs * 1000 >= maxMemoryRecheckMs',
-      1,
-    ],
-    [
-      'I2.6',
-      { proofMarginMs: 99 },
-      { proofMarginMs: 100 },
-      'I2.6',
-      'proofMarginMs * 1000 >= maxMemoryRecheckMs',
-      1,
-    ],
-    [
-      'I3 store',
-      { storeReserveMs: 0 },
-      { storeReserveMs: 1 },
-      'I3',
-      'storeReserveMs >= 1 and readReserveMs >= 1',
-      1,
-    ],
-    [
-      'I3 read',
-      { readReserveMs: 0 },
-      { readReserveMs: 1 },
-      'I3',
-      'storeReserveMs >= 1 and readReserveMs >= 1',
-      1,
-    ],
-    [
-      'heartbeat',
-      { leaseHeartbeatMs: 1_501 },
-      { leaseHeartbeatMs: 1_500 },
-      'liveness',
-      '2 * leaseHeartbeatMs <= leaseMs',
-      2,
-    ],
+    ['I2.3', { proofMarginMs: 0 }, { proofMarginMs: 1 }, 'I2.3', 'proofMarginMs >= 1', 1],
+    ['I3', { storeRoundTripMs: 0 }, { storeRoundTripMs: 1 }, 'I3', 'storeRoundTripMs >= 1', 1],
     [
       'steps',
-      { stepWriteAllowanceMs: 751 },
-      { stepWriteAllowanceMs: 750 },
+      { storeRoundTripMs: 751 },
+      { storeRoundTripMs: 750 },
       'liveness',
-      'countdownStepMs + stepWriteAllowanceMs <= leaseHeartbeatMs',
-      1,
-    ],
-    [
-      'step writes',
-      { maxStepWriteMs: 51 },
-      { maxStepWriteMs: 50 },
-      'liveness',
-      'maxStepWriteMs <= stepWriteAllowanceMs',
-      1,
-    ],
-    [
-      'poll base',
-      { pollBaseMs: 0 },
-      { pollBaseMs: 1 },
-      'liveness',
-      '1 <= pollBaseMs <= pollCapMs',
-      1,
-    ],
-    [
-      'poll cap',
-      { pollCapMs: 24 },
-      { pollCapMs: 25 },
-      'liveness',
-      '1 <= pollBaseMs <= pollCapMs',
-      1,
+      '3 * (countdownStepMs + storeRoundTripMs) <= leaseMs',
+      3,
     ],
   ])('refuses a timing just past the edge of %s, and accepts one at it', (_n, past, at, step, relation, shortBy) => {
     expect(() => protocolTiming(past)).toThrow(
@@ -229,19 +231,10 @@ describe('ProtocolTiming: the relations, validated once', () => {
     expect(() => protocolTiming(at)).not.toThrow();
   });
 
-  it('refuses a field that is no duration (negative, not finite, not a number) or a β that is not > 0, naming the field', () => {
+  it('refuses a field that is no duration (negative, not finite, not a number), naming the field', () => {
     for (const bad of [-1, Number.POSITIVE_INFINITY, '5' as unknown as number]) {
-      expect(() => protocolTiming({ cutOverRereadMs: bad })).toThrow(
-        expect.objectContaining({ step: 'field', relation: 'cutOverRereadMs' }),
-      );
-    }
-    for (const beta of [0, -1, Number.NaN]) {
-      expect(() => protocolTiming({ xfetchBeta: beta })).toThrow(
-        expect.objectContaining({
-          step: 'field',
-          relation: 'xfetchBeta',
-          message: `ProtocolTiming.xfetchBeta must be a finite number > 0, not ${beta}`,
-        }),
+      expect(() => protocolTiming({ answerMarginMs: bad })).toThrow(
+        expect.objectContaining({ step: 'field', relation: 'answerMarginMs' }),
       );
     }
     expect(() => protocolTiming({ stepMs: 1 } as Partial<ProtocolTiming>)).toThrow(
@@ -255,25 +248,27 @@ describe('ProtocolTiming: the relations, validated once', () => {
       fc.property(fc.double({ min: 0.01, max: 1, noNaN: true }), (f) => {
         const t = scaledTiming(f);
         expect(oracle(t)).toBe(true);
+        expect(derivedRelationsHold(t)).toBe(true);
         expect(t.countdownStepMs).toBeGreaterThanOrEqual(DEFAULT_TIMING.countdownStepMs * f);
         expect(t.leaseMs).toBeLessThanOrEqual(DEFAULT_TIMING.leaseMs);
       }),
     );
     expect(scaledTiming(1)).toBe(DEFAULT_TIMING);
-    // XFetch's β has no unit: a scale moves every duration and leaves it.
-    expect(scaledTiming(0.1).xfetchBeta).toBe(DEFAULT_TIMING.xfetchBeta);
-    expect(DURATION_FIELDS).not.toContain('xfetchBeta');
-    expect(DURATION_FIELDS).toHaveLength(Object.keys(DEFAULT_TIMING).length - 1);
-    // Settings that carry no timing (or none at all) run the default.
-    expect(timingOf(undefined)).toBe(DEFAULT_TIMING);
-    expect(timingOf({})).toBe(DEFAULT_TIMING);
-    expect(scaledTiming(0.1)).toMatchObject({
+    const tenth = scaledTiming(0.1);
+    expect(tenth).toEqual({
       countdownStepMs: 25,
       proofMarginMs: 10,
+      skewToleranceMs: 1_000,
       leaseMs: 300,
-      leaseHeartbeatMs: 100,
-      maxMemoryRecheckMs: 10_000,
+      storeRoundTripMs: 5,
+      minPostMs: 10,
+      answerMarginMs: 50,
+      defaultIssuanceMs: 30,
     });
+    // The derived ones follow the scaled independent ones.
+    expect([leaseHeartbeatMs(tenth), maxMemoryRecheckMs(tenth), storeReserveMs(tenth)]).toEqual([
+      100, 10_000, 30,
+    ]);
     for (const f of [0, 0.005, 1.5, Number.NaN]) expect(() => scaledTiming(f)).toThrow(RangeError);
   });
 
@@ -305,11 +300,13 @@ describe('ProtocolTiming: injected', () => {
     expect(() => new TokenBroker(deps({ ...DEFAULT_TIMING, proofMarginMs: 0 }))).toThrow(
       TimingRelationError,
     );
+    const desynchronised = { ...DEFAULT_TIMING, leaseHeartbeatMs: 5 } as ProtocolTiming;
+    expect(() => new TokenBroker(deps(desynchronised))).toThrow(/leaseHeartbeatMs is not/);
     // Accepted, and run at: the broker's timing is the one injected, not the default.
     expect(new TokenBroker(deps(scaledTiming(0.1))).timing).toEqual(scaledTiming(0.1));
   });
 
-  it('no side of the core reads a default constant: only the injected timing (timing/ aside)', () => {
+  it('no side of the core falls back to the default timing: only the injected one (timing/ aside)', () => {
     const root = resolve(import.meta.dirname, '../../../lib/broker');
     const files = (dir: string): string[] =>
       readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
@@ -319,11 +316,9 @@ describe('ProtocolTiming: injected', () => {
             : files(join(dir, e.name))
           : [join(dir, e.name)],
       );
-    const defaults =
-      /\b(COUNTDOWN_STEP_MS|PROOF_MARGIN_MS|REUSE_MARGIN_MS|SKEW_TOLERANCE_MS|LEASE_MS|LEASE_HEARTBEAT_MS|STORE_RESERVE_MS|MIN_POST_MS|STALE_IF_ERROR_MARGIN_MS|POLL_BASE_MS|POLL_CAP_MS|MAX_STEP_WRITE_MS|READ_RESERVE_MS|CUT_OVER_REREAD_MS|ANSWER_MARGIN_MS|STEP_WRITE_ALLOWANCE_MS|XFETCH_BETA|DEFAULT_ISSUANCE_MS)\b/;
     const readers = files(root).filter((file) => {
       const code = readFileSync(file, 'utf8').replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, '');
-      return defaults.test(code);
+      return /\b(DEFAULT_TIMING|timingOf)\b/.test(code);
     });
     expect(readers.map((f) => f.slice(root.length + 1))).toEqual([]);
   });
@@ -390,26 +385,22 @@ describe('ProtocolTiming: BROKER_STORE_ROUND_TRIP_MS (a global table’s stages 
 
   it('is the bound a refresh budgets per countdown step, and what a counting lease lasts on', () => {
     const timing = loadConfig({ ...env, BROKER_STORE_ROUND_TRIP_MS: '150' }).timing;
-    expect(timing).toMatchObject({ stepWriteAllowanceMs: 150, maxStepWriteMs: 150 });
+    expect(timing).toMatchObject({ storeRoundTripMs: 150 });
+    expect(maxStepWriteMs(timing)).toBe(150);
     // One step, two cross-region round trips, half a heartbeat of scheduling slack.
     expect(countingLeaseMs(timing)).toBe(1_050);
     expect(countingLeaseMs(DEFAULT_TIMING)).toBe(850);
   });
 
-  it('keeps three of its round trips for the token write after the POST (the item, its copies, a conflict), never less than the default', () => {
-    expect(loadConfig({ ...env, BROKER_STORE_ROUND_TRIP_MS: '150' }).timing.storeReserveMs).toBe(
-      450,
-    );
-    expect(DEFAULT_TIMING.storeReserveMs).toBe(300);
-    expect(loadConfig({ ...env, BROKER_STORE_ROUND_TRIP_MS: '50' }).timing.storeReserveMs).toBe(
-      300,
-    );
-    expect(loadConfig(env).timing.storeReserveMs).toBe(300);
+  it('keeps two of its round trips, each after a scheduling delay, for the token write after the POST (the item, then its copies)', () => {
+    const reserve = (ms?: string) =>
+      storeReserveMs(loadConfig(ms ? { ...env, BROKER_STORE_ROUND_TRIP_MS: ms } : env).timing);
+    expect([reserve('150'), reserve('50'), reserve()]).toEqual([500, 300, 300]);
   });
 
   it('refuses a bound outside 5-500 ms, or one the timing cannot hold, naming the relation', () => {
     expect(() => loadConfig({ ...env, BROKER_STORE_ROUND_TRIP_MS: '1000' })).toThrow(ConfigError);
-    // At a tenth of the timing, a 150 ms write no longer fits between two 100 ms heartbeats.
+    // At a tenth of the timing, a 25 ms step and a 150 ms write no longer fit a 100 ms heartbeat.
     const local = {
       ...env,
       BROKER_TIMING_SCALE: '0.1',
@@ -417,7 +408,7 @@ describe('ProtocolTiming: BROKER_STORE_ROUND_TRIP_MS (a global table’s stages 
       BROKER_STORE_ROUND_TRIP_MS: '150',
     };
     expect(() => loadConfig(local)).toThrow(
-      /^BROKER_STORE_ROUND_TRIP_MS \(150\) does not fit the protocol's timing: .*countdownStepMs \+ stepWriteAllowanceMs <= leaseHeartbeatMs/,
+      /^BROKER_STORE_ROUND_TRIP_MS \(150\) does not fit the protocol's timing: .*3 \* \(countdownStepMs \+ storeRoundTripMs\) <= leaseMs/,
     );
   });
 });

@@ -2,32 +2,32 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   announcedMs,
-  COUNTDOWN_STEP_MS,
-  CUT_OVER_REREAD_MS,
   countdownFor,
   cutOverExpectedAt,
+  cutOverRereadMs,
   DEFAULT_TIMING,
   dueForRefresh,
   leaseNeedsMs,
   leaseTerm,
-  PROOF_MARGIN_MS,
   pollWaitMs,
   type RefreshSettings,
   readReserveMs,
   recheckMs,
   refreshBudgetMs,
   replacementMayBeOut,
-  STALE_IF_ERROR_MARGIN_MS,
   servableUnconfirmed,
   servableUntil,
   staleIfErrorMs,
   staleMarginMs,
+  TTL_MARGIN_SECONDS,
   windowMs,
 } from '../../../lib/broker/timing/index.js';
 import { servableFromMemory } from '../../../lib/broker/view/connection-view.js';
 import type { TokenRecord } from '../../../lib/ports.js';
 
 const T0 = 1_795_262_400_000;
+const { countdownStepMs, proofMarginMs } = DEFAULT_TIMING;
+const timing = DEFAULT_TIMING;
 
 /** A token issued at T0 living `lifetimeMs`, and settings in whole seconds as config gives them. */
 const arbitraries = {
@@ -35,6 +35,7 @@ const arbitraries = {
   settings: fc.record({
     refreshWindowMs: fc.integer({ min: 1, max: 86_400 }).map((s) => s * 1000),
     memoryRecheckMs: fc.integer({ min: 1, max: 3_600 }).map((s) => s * 1000),
+    timing: fc.constant(DEFAULT_TIMING),
   }),
   draw: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
   issuanceMs: fc.integer({ min: 1, max: 60_000 }),
@@ -124,10 +125,10 @@ describe('Module: timing (bounds and estimates)', () => {
         const interval = recheckMs(record, settings);
         expect(interval).toBeLessThanOrEqual(settings.memoryRecheckMs);
         expect(interval).toBeLessThanOrEqual(
-          Math.max(COUNTDOWN_STEP_MS, windowMs(record, settings) / 4),
+          Math.max(countdownStepMs, windowMs(record, settings) / 4),
         );
         expect(interval).toBeGreaterThanOrEqual(
-          Math.min(COUNTDOWN_STEP_MS, settings.memoryRecheckMs),
+          Math.min(countdownStepMs, settings.memoryRecheckMs),
         );
       }),
     );
@@ -149,6 +150,7 @@ describe('Module: timing (bounds and estimates)', () => {
         fc.record({
           refreshWindowMs: fc.integer({ min: 1, max: 86_400 }).map((s) => s * 1000),
           memoryRecheckMs: fc.integer({ min: 0, max: 30 }).map((s) => s * 1000),
+          timing: fc.constant(DEFAULT_TIMING),
         }),
         fc.array(fc.tuple(delay, delay, delay), { minLength: 1, maxLength: 50 }),
         // Reads aimed just before one of the holder's writes takes effect: [write, how long
@@ -164,13 +166,13 @@ describe('Module: timing (bounds and estimates)', () => {
           let answeredAt = T0 + beforeLease;
           for (let value = countdown - 1; value >= 0; value -= 1) {
             const [extra, toApply, toAnswer] = network[value % network.length] ?? [0, 0, 0];
-            const applied = answeredAt + COUNTDOWN_STEP_MS + extra + toApply;
+            const applied = answeredAt + countdownStepMs + extra + toApply;
             writes.push([applied, value]);
             answeredAt = applied + toAnswer;
           }
           const postAt = answeredAt; // sent once the last write (0) is answered
           expect(servableUntil(record, undefined, T0, settings)).toBeLessThanOrEqual(
-            postAt - PROOF_MARGIN_MS,
+            postAt - proofMarginMs,
           );
           for (const [index, before, lag] of reads) {
             const target = writes[index % writes.length];
@@ -183,7 +185,7 @@ describe('Module: timing (bounds and estimates)', () => {
               : undefined;
             if (replacementMayBeOut(lease, DEFAULT_TIMING)) continue; // not served
             const until = servableUntil(record, lease, sentAt, settings);
-            expect(until).toBeLessThanOrEqual(postAt - PROOF_MARGIN_MS);
+            expect(until).toBeLessThanOrEqual(postAt - proofMarginMs);
           }
         },
       ),
@@ -197,11 +199,11 @@ describe('Module: timing (bounds and estimates)', () => {
         const record = token(lifetime);
         const fresh = { holder: 'h', version: 'v-h', expiresAt: 0, durationMs: 0 };
         // A reader that found no lease: the lease and `countdown` more writes come after it.
-        expect(countdownFor(record, settings) * COUNTDOWN_STEP_MS).toBeGreaterThanOrEqual(
-          recheckMs(record, settings) + PROOF_MARGIN_MS,
+        expect(countdownFor(record, settings) * countdownStepMs).toBeGreaterThanOrEqual(
+          recheckMs(record, settings) + proofMarginMs,
         );
         expect(announcedMs({ ...fresh, countdown: 3 }, DEFAULT_TIMING)).toBe(
-          2 * COUNTDOWN_STEP_MS - PROOF_MARGIN_MS,
+          2 * countdownStepMs - proofMarginMs,
         );
         expect(replacementMayBeOut({ ...fresh, countdown: 1 }, DEFAULT_TIMING)).toBe(true);
         expect(replacementMayBeOut({ ...fresh, countdown: 0 }, DEFAULT_TIMING)).toBe(true);
@@ -212,7 +214,7 @@ describe('Module: timing (bounds and estimates)', () => {
   });
 
   it('serves memory only while valid for the need, read less than a re-check ago, and inside what that read proved', () => {
-    const settings: RefreshSettings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 };
+    const settings: RefreshSettings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, timing };
     fc.assert(
       fc.property(
         fc.integer({ min: 0, max: 3_600_000 }),
@@ -267,7 +269,7 @@ describe('Module: timing (bounds and estimates)', () => {
         (graceMs, untilIn, expiresIn) => {
           const record = { ...token(3_600_000), expiresAt: T0 + expiresIn };
           const entry = { record, until: T0 + untilIn };
-          const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000 };
+          const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, timing };
           const served = servableUnconfirmed(entry, T0, {
             ...settings,
             storeOutageGraceMs: graceMs,
@@ -277,7 +279,12 @@ describe('Module: timing (bounds and estimates)', () => {
       ),
     );
     // At the edges: expiring now, or the proof and grace ending now, is not servable.
-    const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, storeOutageGraceMs: 1_000 };
+    const settings = {
+      refreshWindowMs: 60_000,
+      memoryRecheckMs: 5_000,
+      storeOutageGraceMs: 1_000,
+      timing,
+    };
     const record = token(3_600_000);
     const late = { record, until: record.expiresAt + 10 };
     expect(servableUnconfirmed(late, record.expiresAt, settings)).toBe(false);
@@ -287,7 +294,7 @@ describe('Module: timing (bounds and estimates)', () => {
   });
 
   it('reads a countdown read more than 2 s before its end once more, a second before that end', () => {
-    const settings: RefreshSettings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 };
+    const settings: RefreshSettings = { refreshWindowMs: 600_000, memoryRecheckMs: 5_000, timing };
     const record = token(3_600_000);
     const lease = {
       holder: 'h:1',
@@ -314,7 +321,8 @@ describe('Module: timing (bounds and estimates)', () => {
           expect(plain).toBe(now < entry.until);
           expect(counted).toBe(
             now < entry.until &&
-              (untilAfterCheck <= 2 * CUT_OVER_REREAD_MS || now < entry.until - CUT_OVER_REREAD_MS),
+              (untilAfterCheck <= 2 * cutOverRereadMs(timing) ||
+                now < entry.until - cutOverRereadMs(timing)),
           );
         },
       ),
@@ -364,7 +372,7 @@ describe('Module: timing, each estimate never below the bound it stands in for',
           const wait = pollWaitMs(input, DEFAULT_TIMING);
           expect(wait).toBeGreaterThanOrEqual(1);
           expect(wait).toBeGreaterThanOrEqual(
-            (input.countdown - 1) * COUNTDOWN_STEP_MS - input.sinceReadMs,
+            (input.countdown - 1) * countdownStepMs - input.sinceReadMs,
           );
         },
       ),
@@ -391,30 +399,24 @@ describe('Module: timing, stale-if-error (how long a caller that cannot reach th
 
   it('runs from the reuse time to the expiry less a minute, or a tenth of a short lifetime', () => {
     const hour = token(3600_000);
-    expect(staleIfErrorMs({ record: hour }, T0 + 4_900, T0, DEFAULT_TIMING)).toBe(
-      3600_000 - 60_000 - 4_900,
-    );
+    expect(staleIfErrorMs({ record: hour }, T0 + 4_900, T0)).toBe(3600_000 - 60_000 - 4_900);
     const short = token(40_000);
-    expect(staleMarginMs(short, DEFAULT_TIMING)).toBe(4_000);
-    expect(staleIfErrorMs({ record: short }, T0 + 1_900, T0, DEFAULT_TIMING)).toBe(
-      40_000 - 4_000 - 1_900,
-    );
+    expect(staleMarginMs(short)).toBe(4_000);
+    expect(staleIfErrorMs({ record: short }, T0 + 1_900, T0)).toBe(40_000 - 4_000 - 1_900);
   });
 
   it.each([
     ['a lease announced on the token (its replacement is under way)', { lease }],
     ['a token reported as rejected', { reported: true }],
   ])('is 0 for %s', (_name, extra) => {
-    expect(
-      staleIfErrorMs({ record: token(3600_000), ...extra }, T0 + 4_900, T0, DEFAULT_TIMING),
-    ).toBe(0);
+    expect(staleIfErrorMs({ record: token(3600_000), ...extra }, T0 + 4_900, T0)).toBe(0);
   });
 
   it('is 0 for an answer not to be reused at all (its proof is spent), and never negative', () => {
-    expect(staleIfErrorMs({ record: token(3600_000) }, T0, T0, DEFAULT_TIMING)).toBe(0);
-    expect(staleIfErrorMs({ record: token(3600_000) }, T0 - 1, T0, DEFAULT_TIMING)).toBe(0);
+    expect(staleIfErrorMs({ record: token(3600_000) }, T0, T0)).toBe(0);
+    expect(staleIfErrorMs({ record: token(3600_000) }, T0 - 1, T0)).toBe(0);
     // Reusable up to where the margin begins: nothing left to use stale.
-    expect(staleIfErrorMs({ record: token(100_000) }, T0 + 95_000, T0, DEFAULT_TIMING)).toBe(0);
+    expect(staleIfErrorMs({ record: token(100_000) }, T0 + 95_000, T0)).toBe(0);
   });
 
   it('never lets the reuse and the stale use together run past the expiry less the margin', () => {
@@ -426,15 +428,13 @@ describe('Module: timing, stale-if-error (how long a caller that cannot reach th
         (lifetime, reusable, elapsed) => {
           const record = token(lifetime);
           const now = T0 + elapsed;
-          const stale = staleIfErrorMs({ record }, T0 + reusable, now, DEFAULT_TIMING);
+          const stale = staleIfErrorMs({ record }, T0 + reusable, now);
           expect(stale).toBeGreaterThanOrEqual(0);
           if (stale > 0) {
             expect(T0 + reusable + stale).toBeLessThanOrEqual(
-              record.expiresAt - staleMarginMs(record, DEFAULT_TIMING),
+              record.expiresAt - staleMarginMs(record),
             );
-            expect(staleMarginMs(record, DEFAULT_TIMING)).toBeLessThanOrEqual(
-              STALE_IF_ERROR_MARGIN_MS,
-            );
+            expect(staleMarginMs(record)).toBeLessThanOrEqual(TTL_MARGIN_SECONDS * 1000);
             expect(T0 + reusable).toBeGreaterThan(now);
           }
         },

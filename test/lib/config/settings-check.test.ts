@@ -5,11 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import {
-  ANSWER_MARGIN_MS,
-  DEFAULT_TIMING,
-  leaseNeedsMs,
-} from '../../../lib/broker/timing/index.js';
+import { DEFAULT_TIMING, leaseNeedsMs } from '../../../lib/broker/timing/index.js';
 import {
   KNOWN_VARIABLES,
   nearestVariable,
@@ -52,15 +48,25 @@ describe('Function: timeoutNeededMs', () => {
         const recheck = Math.min(r * 1000, Math.max(250, (w * 1000) / 4));
         const countdown = Math.ceil((recheck + 100) / 250);
         expect(
-          timeoutNeededMs({ memoryRecheckSeconds: r, refreshWindowSeconds: w }),
-        ).toBeGreaterThanOrEqual(leaseNeedsMs(countdown, DEFAULT_TIMING) + ANSWER_MARGIN_MS);
+          timeoutNeededMs({
+            memoryRecheckSeconds: r,
+            refreshWindowSeconds: w,
+            timing: DEFAULT_TIMING,
+          }),
+        ).toBeGreaterThanOrEqual(
+          leaseNeedsMs(countdown, DEFAULT_TIMING) + DEFAULT_TIMING.answerMarginMs,
+        );
       }),
     );
   });
 
   it('lets the stack’s 10 s timeout hold re-checks up to 7 s, the default 5 s in 7.2 s', () => {
     const needs = (r: number) =>
-      timeoutNeededMs({ memoryRecheckSeconds: r, refreshWindowSeconds: 600 });
+      timeoutNeededMs({
+        memoryRecheckSeconds: r,
+        refreshWindowSeconds: 600,
+        timing: DEFAULT_TIMING,
+      });
     expect(needs(5)).toBe(7_200);
     expect(needs(7)).toBeLessThanOrEqual(10_000);
     expect(needs(8)).toBeGreaterThan(10_000);

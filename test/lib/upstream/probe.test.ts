@@ -10,6 +10,7 @@ import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TokenBroker } from '../../../lib/broker/index.js';
 import { issueWith } from '../../../lib/broker/issuance/issue-flow.js';
+import { DEFAULT_TIMING } from '../../../lib/broker/timing/index.js';
 import { Deadline, systemClock } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import { OpenApiClient, probeRequest, probeVerdict } from '../../../lib/upstream/open-api.js';
@@ -172,6 +173,7 @@ describe('Verified reports end to end: the facade with the Open API client', () 
         // A report would wait a whole minute on age alone.
         invalidateMinAgeSeconds: 60,
       },
+      timing: DEFAULT_TIMING,
       store: new InMemoryTokenStore(),
       secrets: new FakeSecretSource(client),
       issuer: upstream,

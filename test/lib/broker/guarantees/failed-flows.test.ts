@@ -3,7 +3,9 @@
  * mutation run of issue 18 left (docs/benchmarks.md, mutation testing). Each test kills the
  * mutant named above it.
  */
+
 import { describe, expect, it } from 'vitest';
+import { DEFAULT_TIMING } from '../../../../lib/broker/timing/index.js';
 import { ConnectionView } from '../../../../lib/broker/view/connection-view.js';
 import { Deadline } from '../../../../lib/clock.js';
 import { UpstreamRejectedError, UpstreamUnavailableError } from '../../../../lib/errors.js';
@@ -139,7 +141,11 @@ describe('I2: a freeze the monotonic clock did not count', () => {
   // wall clock ran ahead of the monotonic one, stretching its proof by the freeze.
   it('I2: memory’s proof ends by the wall clock when the monotonic clock missed a freeze', () => {
     const clock = new ManualClock(T0);
-    const view = new ConnectionView(clock, { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 });
+    const view = new ConnectionView(clock, {
+      refreshWindowMs: 600_000,
+      memoryRecheckMs: 5_000,
+      timing: DEFAULT_TIMING,
+    });
     const record = {
       connection: 'sandbox',
       accessToken: 'held',

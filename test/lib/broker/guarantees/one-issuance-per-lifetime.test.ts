@@ -7,9 +7,11 @@
  * Issuance counts here are exact: each one beyond the first replaces, and so revokes, the
  * fleet's token.
  */
+
 import { describe, expect, it, vi } from 'vitest';
 import { ttlOf } from '../../../../lib/adapters/dynamodb-token-item.js';
 import { issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
+import { DEFAULT_TIMING } from '../../../../lib/broker/timing/index.js';
 import { ConnectionView } from '../../../../lib/broker/view/connection-view.js';
 import { Deadline } from '../../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
@@ -248,7 +250,11 @@ describe('I1: one issuance per lifetime', () => {
     // Found in issue 18 (d25ce50): on the wall clock, a live lease was taken over.
     it('I1: a lease version seen for 100 ms is not stale because the wall clock stepped forward 5 s: staleness is judged on the monotonic clock', async () => {
       const clock = new ManualClock(T0);
-      const view = new ConnectionView(clock, { refreshWindowMs: 600_000, memoryRecheckMs: 5_000 });
+      const view = new ConnectionView(clock, {
+        refreshWindowMs: 600_000,
+        memoryRecheckMs: 5_000,
+        timing: DEFAULT_TIMING,
+      });
       const lease = {
         holder: 'b:1',
         version: 'v-b:1',
