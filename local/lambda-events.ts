@@ -40,16 +40,25 @@ export const DEFAULT_LAMBDA: LambdaSettings = {
   accountId: '000000000000',
 };
 
+/** The function's ARN, with `:<qualifier>` when one was invoked (as `invokedFunctionArn`). */
+export const functionArn = (settings: LambdaSettings, qualifier?: string): string =>
+  `arn:aws:lambda:${settings.region}:${settings.accountId}:function:${settings.functionName}${qualifier === undefined ? '' : `:${qualifier}`}`;
+
+/**
+ * What Lambda hands the handler with each event. `qualifier`: the alias (or version, or
+ * `$LATEST`) the invoker named, which `invokedFunctionArn` carries; none: invoked unqualified.
+ */
 export const createContext = (
   settings: LambdaSettings = DEFAULT_LAMBDA,
   requestId: string = randomUUID(),
+  qualifier?: string,
 ): Context => {
   const deadline = Date.now() + settings.timeoutMs;
   return {
     callbackWaitsForEmptyEventLoop: true,
     functionName: settings.functionName,
     functionVersion: '$LATEST',
-    invokedFunctionArn: `arn:aws:lambda:${settings.region}:${settings.accountId}:function:${settings.functionName}`,
+    invokedFunctionArn: functionArn(settings, qualifier),
     memoryLimitInMB: '256',
     awsRequestId: requestId,
     logGroupName: `/aws/lambda/${settings.functionName}`,

@@ -56,15 +56,23 @@ export interface Invocation {
   readonly log?: string;
 }
 
+/** How one invocation is made. */
+export interface InvocationOptions {
+  /** Keep the invocation's log, as `X-Amz-Log-Type: Tail` asks. */
+  readonly tail?: boolean;
+  /** The qualifier invoked (`invokedFunctionArn`'s last part); none: unqualified. */
+  readonly qualifier?: string | undefined;
+}
+
 /** Invokes like Lambda: a thrown error becomes `{ errorType, errorMessage }`. */
 export const runInvocation = async (
   handler: LambdaHandler,
   event: unknown,
   settings: LambdaSettings = DEFAULT_LAMBDA,
-  { tail = false }: { tail?: boolean } = {},
+  { tail = false, qualifier }: InvocationOptions = {},
 ): Promise<Invocation> => {
   const requestId = randomUUID();
-  const context = createContext(settings, requestId);
+  const context = createContext(settings, requestId, qualifier);
   const lines: string[] = [];
   const started = performance.now();
   if (tail) captureOutput();
@@ -108,12 +116,13 @@ export const runInvocation = async (
   return { outcome, requestId, log };
 };
 
-/** Invokes like Lambda and returns only the outcome. */
+/** Invokes like Lambda (through `options.qualifier`, when given) and returns only the outcome. */
 export const invokeHandler = async (
   handler: LambdaHandler,
   event: unknown,
   settings: LambdaSettings = DEFAULT_LAMBDA,
-): Promise<InvokeOutcome> => (await runInvocation(handler, event, settings)).outcome;
+  options: Pick<InvocationOptions, 'qualifier'> = {},
+): Promise<InvokeOutcome> => (await runInvocation(handler, event, settings, options)).outcome;
 
 /** The last 4 KB of a log, base64, as `X-Amz-Log-Result` carries it. */
 export const logResult = (log: string): string =>
