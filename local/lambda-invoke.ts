@@ -4,7 +4,8 @@
  * `aws lambda invoke --endpoint-url` get the answers real Lambda gives:
  *
  * - the function name is checked (name, `name:$LATEST`, full or partial ARN, `?Qualifier=`):
- *   anything else is 404 `ResourceNotFoundException`;
+ *   anything else is 404 `ResourceNotFoundException`; the function's `invokedFunctionArn`
+ *   carries the qualifier named, as in Lambda;
  * - `X-Amz-Invocation-Type`: `RequestResponse` (200), `Event` (202, runs in the background),
  *   `DryRun` (204, runs nothing);
  * - a failed function answers 200 with `X-Amz-Function-Error: Unhandled` and
@@ -175,7 +176,7 @@ const target = (name: string, qualifier: string | null, settings: LambdaSettings
     (account ?? partialAccount ?? settings.accountId) === settings.accountId &&
     version === '$LATEST' &&
     (inlineQualifier === undefined || qualifier === null || qualifier === inlineQualifier);
-  return { found, name };
+  return { found, name, qualifier: inlineQualifier ?? qualifier ?? undefined };
 };
 
 /**
@@ -209,7 +210,7 @@ export const createInvokeApi =
     }
     // Lambda's own limit on a function name or ARN; longer is never ours, and is not echoed.
     name = name.slice(0, 170);
-    const { found } = target(name, request.query.get('Qualifier'), settings);
+    const { found, qualifier } = target(name, request.query.get('Qualifier'), settings);
     if (!found) {
       return serviceError(
         404,
@@ -258,11 +259,12 @@ export const createInvokeApi =
     }
     if (invocationType === 'Event') {
       // Lambda queues the event and answers at once; the outcome only reaches the logs.
-      void runInvocation(handler, event, settings);
+      void runInvocation(handler, event, settings, { qualifier });
       return { status: 202, headers: { 'x-amzn-requestid': randomUUID() }, body: '' };
     }
     const { outcome, requestId, log } = await runInvocation(handler, event, settings, {
       tail: logType === 'Tail',
+      qualifier,
     });
     const headers: Record<string, string> = {
       'content-type': 'application/json',
