@@ -327,9 +327,9 @@ export const forgedEvent = () => ({
 });
 
 /**
- * The forged event sent by direct invoke to `functionName`: refused with WrongQualifierError
- * (the broker serves HTTP requests only through the Function URL's alias) is ok; served, or
- * failed otherwise, fails.
+ * The forged event sent by direct invoke to `functionName`: answered 403 WRONG_QUALIFIER (the
+ * broker serves HTTP requests only through the Function URL's alias) is ok; served, or answered
+ * or failed otherwise, fails.
  */
 const forgedCheck = async (
   target: { readonly functionName: string; readonly endpoint?: string | undefined },
@@ -353,27 +353,37 @@ const forgedCheck = async (
       { abortSignal: AbortSignal.timeout(timeoutMs) },
     );
     const text = new TextDecoder().decode(answer.Payload ?? new Uint8Array());
-    let body: { errorType?: unknown; errorMessage?: unknown; statusCode?: unknown } | undefined;
+    let body:
+      | { errorType?: unknown; errorMessage?: unknown; statusCode?: unknown; body?: unknown }
+      | undefined;
     try {
       body = JSON.parse(text) as typeof body;
     } catch {
       body = undefined;
     }
     if (answer.FunctionError) {
-      if (body?.errorType === 'WrongQualifierError') {
-        return ok(
-          FORGED,
-          `${where}, naming ${FORGED_CALLER}: refused (WrongQualifierError): only the Function URL's alias serves HTTP requests`,
-        );
-      }
       return fail(
         FORGED,
-        `${where}: failed with ${String(body?.errorType ?? answer.FunctionError)}, not WrongQualifierError: ${String(body?.errorMessage ?? '').slice(0, 200)}`,
+        `${where}: failed with ${String(body?.errorType ?? answer.FunctionError)} (a function error), not 403 WRONG_QUALIFIER: ${String(body?.errorMessage ?? '').slice(0, 200)}`,
+      );
+    }
+    let code: unknown;
+    try {
+      code = (JSON.parse(String(body?.body)) as { error?: { code?: unknown } }).error?.code;
+    } catch {
+      code = undefined;
+    }
+    if (body?.statusCode === 403 && code === 'WRONG_QUALIFIER') {
+      return ok(
+        FORGED,
+        `${where}, naming ${FORGED_CALLER}: refused (403 WRONG_QUALIFIER): only the Function URL's alias serves HTTP requests`,
       );
     }
     return fail(
       FORGED,
-      `${where}: served (HTTP ${String(body?.statusCode ?? '?')}) as ${FORGED_CALLER}: a direct invoker can claim any caller identity (a release before issue 37, or BROKER_URL_QUALIFIER unset)`,
+      body?.statusCode === 200
+        ? `${where}: served (HTTP 200) as ${FORGED_CALLER}: a direct invoker can claim any caller identity (a release before issue 37, or BROKER_URL_QUALIFIER unset)`
+        : `${where}: answered HTTP ${String(body?.statusCode ?? '?')}${code ? ` ${String(code)}` : ''}, not 403 WRONG_QUALIFIER`,
     );
   } catch (error) {
     return fail(FORGED, `${where}: ${describeError(error)}`);

@@ -131,7 +131,7 @@ describe('npm run smoke -- --endpoint: against the local runtime', () => {
     }
     // npm start serves HTTP requests only through its URL's alias, as the stack (issue 37).
     expect(rowOf(rows, 'http event by direct invoke').detail).toBe(
-      `to token-broker, naming ${FORGED_CALLER}: refused (WrongQualifierError): only the Function URL's alias serves HTTP requests`,
+      `to token-broker, naming ${FORGED_CALLER}: refused (403 WRONG_QUALIFIER): only the Function URL's alias serves HTTP requests`,
     );
     for (const check of [
       'stack',
@@ -314,7 +314,7 @@ describe('npm run smoke -- --stage: against AWS stand-ins', () => {
       /^token-broker-dev-url: last d-ABCDEF124 Succeeded/,
     );
     expect(rowOf(rows, 'http event by direct invoke').detail).toBe(
-      `to arn:aws:lambda:eu-west-1:111122223333:function:token-broker-dev-broker:live, naming ${FORGED_CALLER}: refused (WrongQualifierError): only the Function URL's alias serves HTTP requests`,
+      `to arn:aws:lambda:eu-west-1:111122223333:function:token-broker-dev-broker:live, naming ${FORGED_CALLER}: refused (403 WRONG_QUALIFIER): only the Function URL's alias serves HTTP requests`,
     );
     expect(rowOf(rows, 'table pitr').detail).toContain('DISABLED, as the stack declares (off)');
     expect(rowOf(rows, 'table deletion protection').detail).toContain('off, as the stage declares');

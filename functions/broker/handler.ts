@@ -12,12 +12,13 @@ import type { TimeoutSettings } from '../../lib/config/settings-check.js';
 import { BadRequestError } from '../../lib/errors.js';
 import { type BrokerMetrics, noMetrics } from '../../lib/metrics.js';
 import type { Invocations } from './after-response.js';
-import { logRefusal } from './errors.js';
+import { errorBody, logRefusal } from './errors.js';
 import type { createHttpHandler } from './http.js';
 import { type HttpEvent, isHttpEvent } from './http-event.js';
 import { createInvokeHandler, isInvokeEvent } from './invoke.js';
 import { wrongQualifier } from './qualifier.js';
 import { createScheduleHandler, isScheduledEvent } from './schedule.js';
+import { httpStatusOf } from './status.js';
 import { timeoutGate } from './timeout-gate.js';
 
 export interface HandlerDeps {
@@ -91,6 +92,17 @@ export const createHandler = ({
         );
         if (refused) {
           logRefusal(logger, refused);
+          // An HTTP-shaped event is answered as every refused HTTP request is (403, its code):
+          // a thrown error is a function error, which the function-errors alarm counts, and
+          // anyone allowed to invoke could fire it at will (npm run smoke sends one each run).
+          // Any other event is a direct invoke's, refused as direct invokes are: thrown.
+          if (http) {
+            return {
+              statusCode: httpStatusOf(refused),
+              headers: { 'content-type': 'application/json', 'cache-control': 'no-store' },
+              body: JSON.stringify({ error: errorBody(refused) }),
+            };
+          }
           throw refused;
         }
         if (http) return (await httpHandler())(event as HttpEvent, context);

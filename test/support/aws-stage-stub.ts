@@ -5,7 +5,7 @@
  * stand-ins:
  * - CloudFormation (query protocol, XML): DescribeStacks, GetTemplate;
  * - Lambda (REST JSON): GetAlias (live and url), ListVersionsByFunction (two versions a page),
- *   Invoke (an HTTP-shaped event refused as WrongQualifierError, as the broker does on live);
+ *   Invoke (an HTTP-shaped event answered 403 WRONG_QUALIFIER, as the broker does on live);
  * - CodeDeploy (JSON 1.1): GetDeploymentGroup;
  * - CloudWatch (JSON 1.0, query-compatible): DescribeAlarms;
  * - DynamoDB (JSON 1.0): DescribeTable, DescribeTimeToLive, DescribeContinuousBackups;
@@ -188,13 +188,16 @@ export const startStageStub = async (stage: StubStage): Promise<StageStub> => {
               res,
               200,
               {
-                errorType: 'WrongQualifierError',
-                errorMessage: "An HTTP request was invoked directly (through 'live')",
+                statusCode: 403,
+                headers: { 'content-type': 'application/json' },
+                body: JSON.stringify({
+                  error: {
+                    code: 'WRONG_QUALIFIER',
+                    message: "An HTTP request was invoked directly (through 'live')",
+                  },
+                }),
               },
-              {
-                'x-amz-executed-version': stage.aliasVersion,
-                'x-amz-function-error': 'Unhandled',
-              },
+              { 'x-amz-executed-version': stage.aliasVersion },
             );
       }
       const body = event.action === 'ready' ? readyReport() : tokenAnswer(String(event.connection));
