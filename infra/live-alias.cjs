@@ -1,13 +1,16 @@
-// A local serverless plugin: points the alias `live` (infra/rollout.yml) at the version this
-// package publishes, and provisions it when the stage asks. Plain CloudFormation cannot name
-// that version: osls gives it a logical ID with a hash of the code and configuration
-// (BrokerLambdaVersion<hash>), new whenever either changes, which is what makes each release
-// a new version and each deploy a CodeDeploy deployment of the alias.
-// osls's own alias (set by `provisionedConcurrency` on a function) would be a second alias,
+// A local serverless plugin: points the aliases `live` and `url` (infra/rollout.yml) at the
+// version this package publishes, and provisions `live` when the stage asks. Plain
+// CloudFormation cannot name that version: osls gives it a logical ID with a hash of the code
+// and configuration (BrokerLambdaVersion<hash>), new whenever either changes, which is what
+// makes each release a new version and each deploy a CodeDeploy deployment of each alias.
+// osls's own alias (set by `provisionedConcurrency` on a function) would be a third alias,
 // named `provisioned`, outside CodeDeploy: the stage's `provisionedConcurrency` is put on
 // `live` here instead.
 const FUNCTION = 'broker';
+/** The alias direct invokers and the warm-up invoke: the one provisioned. */
 const ALIAS = 'BrokerLiveAlias';
+/** Every alias of a release: live, and the Function URL's (issue 37). */
+const ALIASES = [ALIAS, 'BrokerUrlAlias'];
 
 class LiveAlias {
   constructor(serverless) {
@@ -16,16 +19,20 @@ class LiveAlias {
     };
     const point = () => {
       const resources = serverless.service.provider.compiledCloudFormationTemplate.Resources;
-      const alias = resources[ALIAS];
-      if (alias === undefined)
-        fail(`${ALIAS} is missing: serverless.yml must include infra/rollout.yml`);
+      for (const id of ALIASES) {
+        if (resources[id] === undefined)
+          fail(`${id} is missing: serverless.yml must include infra/rollout.yml`);
+      }
       const { versionLogicalId } = serverless.service.getFunction(FUNCTION);
       if (versionLogicalId === undefined || resources[versionLogicalId] === undefined) {
         fail(
-          `The ${FUNCTION} function publishes no version: keep provider.versionFunctions on (the alias live needs one)`,
+          `The ${FUNCTION} function publishes no version: keep provider.versionFunctions on (the aliases live and url need one)`,
         );
       }
-      alias.Properties.FunctionVersion = { 'Fn::GetAtt': [versionLogicalId, 'Version'] };
+      for (const id of ALIASES) {
+        resources[id].Properties.FunctionVersion = { 'Fn::GetAtt': [versionLogicalId, 'Version'] };
+      }
+      const alias = resources[ALIAS];
       const provisioned = serverless.service.custom?.liveAlias?.provisionedConcurrency;
       if (provisioned !== undefined && provisioned !== null && provisioned !== '') {
         // `--param` gives text; npm run validate has checked it is a whole number.

@@ -3,14 +3,16 @@
  * deploy. One table, check | result | detail; exit 1 on any failure, each named.
  *
  * - `--stage <s> [--region <r>]`: finds the stack `token-broker-<s>` and from its outputs the
- *   alias `live`, the Function URL and the deployment group; gets a token through `live` over the
- *   Function URL (SigV4) and by direct invoke, with the project's own client; calls `ready`; and
- *   checks that `live` is on the latest published version, the deployment group's last
- *   deployment, the stage's alarms (each with its state) and the table's TTL, point-in-time
- *   recovery and deletion protection against what the stack's template declares.
+ *   aliases `live` and `url`, the Function URL and the deployment groups; gets a token over the
+ *   Function URL (SigV4; it serves `url`) and by direct invoke of `live`, with the project's own
+ *   client; sends `live` an HTTP-shaped event naming a caller it is not, which must be refused
+ *   (issue 37); calls `ready`; and checks that both aliases are on the latest published version,
+ *   each deployment group's last deployment, the stage's alarms (each with its state) and the
+ *   table's TTL, point-in-time recovery and deletion protection against what the stack's
+ *   template declares.
  * - `--endpoint <url> [--function <name>]`: a broker at a URL (`npm start`): health, a token over
- *   HTTP, `ready`, and a token by direct invoke through the URL's Lambda Invoke API with
- *   `--function`; every AWS-only check is shown as skipped.
+ *   HTTP, `ready`, and with `--function` a token by direct invoke through the URL's Lambda Invoke
+ *   API and the HTTP-shaped event sent there; every AWS-only check is shown as skipped.
  *
  * A token is never printed: its length and the first characters of its digest (the `tokenDigest`
  * that `status` shows) only.
@@ -37,6 +39,7 @@ import {
 } from '@aws-sdk/client-dynamodb';
 import {
   GetAliasCommand,
+  InvokeCommand,
   LambdaClient,
   paginateListVersionsByFunction,
 } from '@aws-sdk/client-lambda';
@@ -57,8 +60,15 @@ import { tokenDigest } from '../lib/broker/types.js';
 
 /** serverless.yml's `service`: the stack of stage `s` is `token-broker-<s>`. */
 export const SERVICE = 'token-broker';
-/** The alias every caller invokes (infra/rollout.yml). */
+/** The alias direct invokers and the warm-up invoke (infra/rollout.yml). */
 export const ALIAS = 'live';
+/** The alias the Function URL serves, and nothing else (infra/rollout.yml; issue 37). */
+export const URL_ALIAS = 'url';
+/**
+ * Who the HTTP-shaped event sent by direct invoke claims to be: no principal of any account
+ * (000000000000 is none). A broker that served it would trust any direct invoker's word.
+ */
+export const FORGED_CALLER = 'arn:aws:iam::000000000000:user/token-broker-smoke-forged-caller';
 /** Each call's limit, ms. */
 export const CALL_TIMEOUT_MS = 15_000;
 /** Characters of the token's digest printed: enough to tell tokens apart, none of the token. */
@@ -96,7 +106,7 @@ export const USAGE = [
   '',
   '  --stage       the deployed stage: its stack token-broker-<stage> in --region (default: your AWS region)',
   '  --endpoint    a broker URL (npm start: http://127.0.0.1:3000); AWS-only checks are skipped',
-  '  --function    with --endpoint: also get a token by direct invoke, through the Invoke API at that URL',
+  '  --function    with --endpoint: also get a token by direct invoke, through the Invoke API at that URL, and send it an HTTP-shaped event (which must be refused)',
   '  --connection  the connection to get tokens of (default: the first /health lists, else ready)',
   '',
   'Exit 0: every check passed (notes are not failures); 1: a check failed, named; 2: wrong usage, or no AWS region or credentials for --stage (nothing was sent).',
@@ -290,6 +300,97 @@ interface BrokerTargets {
 
 const HTTP_TOKEN = 'token over HTTP';
 const INVOKE_TOKEN = 'token by direct invoke';
+const FORGED = 'http event by direct invoke';
+
+/**
+ * What a direct invoker could send to claim a caller identity: the event a Function URL builds
+ * (payload format 2.0), for `/health` (nothing to issue, nothing secret), naming
+ * {@link FORGED_CALLER}.
+ */
+export const forgedEvent = () => ({
+  version: '2.0',
+  routeKey: '$default',
+  rawPath: '/health',
+  rawQueryString: '',
+  headers: {},
+  requestContext: {
+    http: {
+      method: 'GET',
+      path: '/health',
+      protocol: 'HTTP/1.1',
+      sourceIp: '127.0.0.1',
+      userAgent: 'token-broker-smoke',
+    },
+    authorizer: { iam: { userArn: FORGED_CALLER } },
+  },
+  isBase64Encoded: false,
+});
+
+/**
+ * The forged event sent by direct invoke to `functionName`: answered 403 WRONG_QUALIFIER (the
+ * broker serves HTTP requests only through the Function URL's alias) is ok; served, or answered
+ * or failed otherwise, fails.
+ */
+const forgedCheck = async (
+  target: { readonly functionName: string; readonly endpoint?: string | undefined },
+  signing: Signing,
+  timeoutMs: number,
+): Promise<Row> => {
+  if ('error' in signing) return notRun(FORGED, signing.error);
+  const lambda = new LambdaClient({
+    region: signing.region,
+    credentials: signing.credentials,
+    ...(target.endpoint ? { endpoint: target.endpoint } : {}),
+    requestHandler: { requestTimeout: timeoutMs, connectionTimeout: timeoutMs },
+  });
+  const where = `to ${target.functionName}`;
+  try {
+    const answer = await lambda.send(
+      new InvokeCommand({
+        FunctionName: target.functionName,
+        Payload: new TextEncoder().encode(JSON.stringify(forgedEvent())),
+      }),
+      { abortSignal: AbortSignal.timeout(timeoutMs) },
+    );
+    const text = new TextDecoder().decode(answer.Payload ?? new Uint8Array());
+    let body:
+      | { errorType?: unknown; errorMessage?: unknown; statusCode?: unknown; body?: unknown }
+      | undefined;
+    try {
+      body = JSON.parse(text) as typeof body;
+    } catch {
+      body = undefined;
+    }
+    if (answer.FunctionError) {
+      return fail(
+        FORGED,
+        `${where}: failed with ${String(body?.errorType ?? answer.FunctionError)} (a function error), not 403 WRONG_QUALIFIER: ${String(body?.errorMessage ?? '').slice(0, 200)}`,
+      );
+    }
+    let code: unknown;
+    try {
+      code = (JSON.parse(String(body?.body)) as { error?: { code?: unknown } }).error?.code;
+    } catch {
+      code = undefined;
+    }
+    if (body?.statusCode === 403 && code === 'WRONG_QUALIFIER') {
+      return ok(
+        FORGED,
+        `${where}, naming ${FORGED_CALLER}: refused (403 WRONG_QUALIFIER): only the Function URL's alias serves HTTP requests`,
+      );
+    }
+    return fail(
+      FORGED,
+      body?.statusCode === 200
+        ? `${where}: served (HTTP 200) as ${FORGED_CALLER}: a direct invoker can claim any caller identity (a release before issue 37, or BROKER_URL_QUALIFIER unset)`
+        : `${where}: answered HTTP ${String(body?.statusCode ?? '?')}${code ? ` ${String(code)}` : ''}, not 403 WRONG_QUALIFIER`,
+    );
+  } catch (error) {
+    return fail(FORGED, `${where}: ${describeError(error)}`);
+  } finally {
+    lambda.destroy();
+  }
+};
 
 /** How requests to the broker's URL are signed: the region and credentials, or why none. */
 type Signing =
@@ -486,13 +587,19 @@ const brokerChecks = async (
   };
   const overHttp = await getToken(HTTP_TOKEN, http, `over ${base.origin}`);
   let byInvoke: Row;
-  if ('skipped' in targets.invoke) byInvoke = skipped(INVOKE_TOKEN, targets.invoke.skipped);
-  else if ('notRun' in targets.invoke) byInvoke = notRun(INVOKE_TOKEN, targets.invoke.notRun);
-  else {
-    const target = targets.invoke as { functionName: string };
+  let forged: Row;
+  if ('skipped' in targets.invoke) {
+    byInvoke = skipped(INVOKE_TOKEN, targets.invoke.skipped);
+    forged = skipped(FORGED, targets.invoke.skipped);
+  } else if ('notRun' in targets.invoke) {
+    byInvoke = notRun(INVOKE_TOKEN, targets.invoke.notRun);
+    forged = notRun(FORGED, targets.invoke.notRun);
+  } else {
+    const target = targets.invoke as { functionName: string; endpoint?: string };
     byInvoke = await getToken(INVOKE_TOKEN, invoke as TokenClient, `from ${target.functionName}`);
+    forged = await forgedCheck(target, signing, targets.timeoutMs);
   }
-  return [healthy.row, overHttp, byInvoke, ready.row];
+  return [healthy.row, overHttp, byInvoke, forged, ready.row];
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -571,11 +678,15 @@ const stackRow = (stack: Stack, missing: readonly string[]): Row => {
   return ok('stack', what);
 };
 
-const aliasCheck = async (lambda: LambdaClient, functionName: string): Promise<Row> => {
-  const check = 'alias live';
+const aliasCheck = async (
+  lambda: LambdaClient,
+  functionName: string,
+  name: string,
+): Promise<Row> => {
+  const check = `alias ${name}`;
   try {
     const [alias, latest] = await Promise.all([
-      lambda.send(new GetAliasCommand({ FunctionName: functionName, Name: ALIAS })),
+      lambda.send(new GetAliasCommand({ FunctionName: functionName, Name: name })),
       (async () => {
         let highest = 0;
         for await (const page of paginateListVersionsByFunction(
@@ -592,36 +703,41 @@ const aliasCheck = async (lambda: LambdaClient, functionName: string): Promise<R
     ]);
     const at = alias.FunctionVersion;
     const weights = Object.entries(alias.RoutingConfig?.AdditionalVersionWeights ?? {});
-    if (latest === 0) return fail(check, `live → ${at}; the function has no published version`);
+    if (latest === 0) return fail(check, `${name} → ${at}; the function has no published version`);
     if (weights.length > 0) {
       const shifting = weights
         .map(([version, weight]) => `${Math.round(weight * 100)} % to ${version}`)
         .join(', ');
-      return fail(check, `live → ${at}, shifting ${shifting}: a deployment is under way`);
+      return fail(check, `${name} → ${at}, shifting ${shifting}: a deployment is under way`);
     }
     if (at !== String(latest)) {
       return fail(
         check,
-        `live → ${at}, but ${latest} is the latest published version (rolled back, or not shifted yet)`,
+        `${name} → ${at}, but ${latest} is the latest published version (rolled back, or not shifted yet)`,
       );
     }
-    return ok(check, `live → ${at}, the latest published version`);
+    return ok(check, `${name} → ${at}, the latest published version`);
   } catch (error) {
     return fail(check, `${functionName}: ${describeError(error)}`);
   }
 };
 
-const deploymentCheck = async (codedeploy: CodeDeployClient, group: string): Promise<Row> => {
-  const check = 'deployment';
+const deploymentCheck = async (
+  codedeploy: CodeDeployClient,
+  application: string,
+  group: string,
+  alias: string,
+): Promise<Row> => {
+  const check = `deployment ${alias}`;
   try {
     const { deploymentGroupInfo: info } = await codedeploy.send(
-      new GetDeploymentGroupCommand({ applicationName: group, deploymentGroupName: group }),
+      new GetDeploymentGroupCommand({ applicationName: application, deploymentGroupName: group }),
     );
     const last = info?.lastAttemptedDeployment;
     if (!last?.deploymentId) {
       return note(
         check,
-        `${group}: none yet (a stack's first deploy creates live without CodeDeploy)`,
+        `${group}: none yet (a stack's first deploy creates ${alias} without CodeDeploy)`,
       );
     }
     const when = (last.endTime ?? last.createTime)?.toISOString();
@@ -764,14 +880,23 @@ const tableChecks = async (
 const AWS_ONLY = [
   ['stack', 'the stack token-broker-<stage> and its outputs'],
   ['alias live', 'live on the latest published version'],
-  ['deployment', "the deployment group's last deployment"],
+  ['alias url', 'url on the latest published version'],
+  ['deployment live', "live's deployment group's last deployment"],
+  ['deployment url', "url's deployment group's last deployment"],
   ['alarms', 'the alarms token-broker-<stage>-* and their states'],
   ['table ttl', "the table's TTL"],
   ['table pitr', "the table's point-in-time recovery"],
   ['table deletion protection', "the table's deletion protection"],
 ] as const;
 
-const OUTPUTS = ['BrokerLiveAliasArn', 'BrokerDeploymentGroupName', 'BrokerLambdaFunctionUrl'];
+const OUTPUTS = [
+  'BrokerLiveAliasArn',
+  'BrokerUrlAliasArn',
+  'BrokerDeployApplicationName',
+  'BrokerDeploymentGroupName',
+  'BrokerUrlDeploymentGroupName',
+  'BrokerLambdaFunctionUrl',
+];
 
 const stageChecks = async (
   options: Extract<SmokeOptions, { mode: 'stage' }>,
@@ -827,9 +952,14 @@ const stageChecks = async (
         : `${stackName} in ${region}: ${describeError(error)}`;
       return [
         fail('stack', why),
-        ...['health', HTTP_TOKEN, INVOKE_TOKEN, 'ready', ...AWS_ONLY.slice(1).map(([c]) => c)].map(
-          (check) => notRun(check, 'needs the stack'),
-        ),
+        ...[
+          'health',
+          HTTP_TOKEN,
+          INVOKE_TOKEN,
+          FORGED,
+          'ready',
+          ...AWS_ONLY.slice(1).map(([c]) => c),
+        ].map((check) => notRun(check, 'needs the stack')),
       ];
     }
     if (!stack) return [fail('stack', `${stackName}: DescribeStacks named no stack`)];
@@ -849,7 +979,11 @@ const stageChecks = async (
     }
     const aliasArn = outputs.get('BrokerLiveAliasArn');
     const url = outputs.get('BrokerLambdaFunctionUrl');
-    const group = outputs.get('BrokerDeploymentGroupName');
+    const application = outputs.get('BrokerDeployApplicationName');
+    const groups = [
+      [ALIAS, outputs.get('BrokerDeploymentGroupName'), 'BrokerDeploymentGroupName'],
+      [URL_ALIAS, outputs.get('BrokerUrlDeploymentGroupName'), 'BrokerUrlDeploymentGroupName'],
+    ] as const;
     const tableName = outputs.get('TokenTableName');
     const functionName = aliasArn ? /:function:([^:]+)/.exec(aliasArn)?.[1] : undefined;
 
@@ -869,18 +1003,27 @@ const stageChecks = async (
           tokens,
         )
       : Promise.resolve(
-          ['health', HTTP_TOKEN, INVOKE_TOKEN, 'ready'].map((check) =>
+          ['health', HTTP_TOKEN, INVOKE_TOKEN, FORGED, 'ready'].map((check) =>
             notRun(check, 'no BrokerLambdaFunctionUrl output'),
           ),
         );
     const results = await Promise.all([
       broker,
       functionName
-        ? aliasCheck(clients.lambda, functionName).then((row) => [row])
-        : [notRun('alias live', 'no BrokerLiveAliasArn output')],
-      group
-        ? deploymentCheck(clients.codedeploy, group).then((row) => [row])
-        : [notRun('deployment', 'no BrokerDeploymentGroupName output')],
+        ? Promise.all(
+            [ALIAS, URL_ALIAS].map((name) => aliasCheck(clients.lambda, functionName, name)),
+          )
+        : [ALIAS, URL_ALIAS].map((name) => notRun(`alias ${name}`, 'no BrokerLiveAliasArn output')),
+      Promise.all(
+        groups.map(([alias, group, output]) =>
+          group && application
+            ? deploymentCheck(clients.codedeploy, application, group, alias)
+            : notRun(
+                `deployment ${alias}`,
+                `no ${application ? output : 'BrokerDeployApplicationName'} output`,
+              ),
+        ),
+      ),
       alarmChecks(clients.cloudwatch, `${SERVICE}-${options.stage}-`, declared.alarms),
       tableName
         ? tableChecks(clients.dynamodb, tableName, declared.table)

@@ -70,6 +70,13 @@ export interface BrokerConfig {
    */
   readonly operatorCallers: readonly string[] | undefined;
   /**
+   * The alias the Function URL serves (`BROKER_URL_QUALIFIER`; the stack's `url`): an HTTP
+   * request is served only when invoked through it, for only the URL's own request context says
+   * who called, and it serves nothing else (issue 37). Undefined: every qualifier serves every
+   * kind of event (tests that run the handler in process).
+   */
+  readonly urlQualifier: string | undefined;
+  /**
    * The protocol's timing: the default, or every constant scaled by `BROKER_TIMING_SCALE` (the
    * local runtime and tests only: refused unless the store is a loopback endpoint).
    */

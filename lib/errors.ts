@@ -11,6 +11,7 @@
 export const ErrorCode = {
   BAD_REQUEST: 'BAD_REQUEST',
   CALLER_NOT_ALLOWED: 'CALLER_NOT_ALLOWED',
+  WRONG_QUALIFIER: 'WRONG_QUALIFIER',
   UNKNOWN_CONNECTION: 'UNKNOWN_CONNECTION',
   ROUTE_NOT_FOUND: 'ROUTE_NOT_FOUND',
   MIN_VALIDITY_UNSATISFIABLE: 'MIN_VALIDITY_UNSATISFIABLE',
@@ -62,6 +63,18 @@ export class BadRequestError extends BrokerError {
 export class CallerNotAllowedError extends BrokerError {
   override readonly name = 'CallerNotAllowedError';
   readonly code = ErrorCode.CALLER_NOT_ALLOWED;
+}
+
+/**
+ * An event reached the function through a qualifier that does not serve its kind (issue 37): an
+ * HTTP request other than through the Function URL's alias (`BROKER_URL_QUALIFIER`), whose
+ * request context alone says who called, or any other event through that alias. A direct
+ * invoker can send the event a Function URL would build, naming any IAM ARN: it is refused here
+ * rather than served as the caller it names.
+ */
+export class WrongQualifierError extends BrokerError {
+  override readonly name = 'WrongQualifierError';
+  readonly code = ErrorCode.WRONG_QUALIFIER;
 }
 
 /** The connection name is not configured in `BROKER_CONNECTIONS`. */

@@ -11,7 +11,7 @@
  */
 import { pathToFileURL } from 'node:url';
 import { applyLambdaEnvironment } from './lambda-environment.js';
-import { DEFAULT_LAMBDA, type LambdaHandler } from './lambda-events.js';
+import { DEFAULT_LAMBDA, type LambdaHandler, withUrlQualifierOf } from './lambda-events.js';
 import { startLambdaServer } from './lambda-server.js';
 
 const bundle = process.argv[2];
@@ -22,7 +22,9 @@ if (!bundle) {
 applyLambdaEnvironment();
 const timeoutMs = Number(process.env.BROKER_LOCAL_TIMEOUT_MS ?? DEFAULT_LAMBDA.timeoutMs);
 const { handler } = (await import(pathToFileURL(bundle).href)) as { handler: LambdaHandler };
-const server = await startLambdaServer(handler, { settings: { ...DEFAULT_LAMBDA, timeoutMs } });
+const server = await startLambdaServer(handler, {
+  settings: withUrlQualifierOf({ ...DEFAULT_LAMBDA, timeoutMs }, process.env),
+});
 process.stdout.write(`READY ${server.url}\n`);
 const stop = () => server.close().then(() => process.exit(0));
 process.once('SIGTERM', stop);

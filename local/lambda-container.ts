@@ -34,7 +34,12 @@ import {
 import { invokeAt, startContainer } from './fleet.js';
 import { ManagedInstancesPool } from './lambda-env/managed-pool.js';
 import { EnvironmentPool, type EnvironmentSnapshot } from './lambda-env/pool.js';
-import { DEFAULT_LAMBDA, type InvokeOutcome, scheduledEvent } from './lambda-events.js';
+import {
+  DEFAULT_LAMBDA,
+  type InvokeOutcome,
+  scheduledEvent,
+  withUrlQualifierOf,
+} from './lambda-events.js';
 import { type LocalLambdaServer, startLambdaServer } from './lambda-server.js';
 
 /**
@@ -315,7 +320,11 @@ export const startLambdaContainer = async (spec: LambdaContainerSpec): Promise<L
       // started on arrival, would count a cold start's init and answer "Task timed out" for a
       // broker that answered within its deadline (fresh-clone CI runs failed on it: callers
       // held to 500 ms before their deadline, in a new environment whose init took longer).
-      settings: { ...DEFAULT_LAMBDA, timeoutMs, timedByEnvironment: true },
+      // Its HTTP requests through the URL's alias the function is told (BROKER_URL_QUALIFIER).
+      settings: withUrlQualifierOf(
+        { ...DEFAULT_LAMBDA, timeoutMs, timedByEnvironment: true },
+        spec.env,
+      ),
       localRoutes: {
         // Local only (no such route in AWS): which environments exist, and in which state.
         '/__local/environments': () =>

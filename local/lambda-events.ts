@@ -31,6 +31,11 @@ export interface LambdaSettings {
   readonly timedByEnvironment?: boolean;
   readonly region: string;
   readonly accountId: string;
+  /**
+   * The alias the Function URL serves (the stack's `url`): an HTTP request is invoked through
+   * it, as AWS invokes the URL's qualifier; a direct invoke through what its caller named.
+   */
+  readonly urlQualifier?: string;
 }
 
 export const DEFAULT_LAMBDA: LambdaSettings = {
@@ -38,18 +43,40 @@ export const DEFAULT_LAMBDA: LambdaSettings = {
   timeoutMs: 10_000,
   region: 'us-east-1',
   accountId: '000000000000',
+  urlQualifier: 'url',
 };
 
+/**
+ * The settings with the URL's alias the function is told (`BROKER_URL_QUALIFIER` of its
+ * environment), so that the local Function URL invokes the alias the function trusts.
+ */
+export const withUrlQualifierOf = (
+  settings: LambdaSettings,
+  env: Readonly<Record<string, string | undefined>>,
+): LambdaSettings => {
+  const named = env.BROKER_URL_QUALIFIER?.trim();
+  return named ? { ...settings, urlQualifier: named } : settings;
+};
+
+/** The function's ARN, with `:<qualifier>` when one was invoked (as `invokedFunctionArn`). */
+export const functionArn = (settings: LambdaSettings, qualifier?: string): string =>
+  `arn:aws:lambda:${settings.region}:${settings.accountId}:function:${settings.functionName}${qualifier === undefined ? '' : `:${qualifier}`}`;
+
+/**
+ * What Lambda hands the handler with each event. `qualifier`: the alias (or version, or
+ * `$LATEST`) the invoker named, which `invokedFunctionArn` carries; none: invoked unqualified.
+ */
 export const createContext = (
   settings: LambdaSettings = DEFAULT_LAMBDA,
   requestId: string = randomUUID(),
+  qualifier?: string,
 ): Context => {
   const deadline = Date.now() + settings.timeoutMs;
   return {
     callbackWaitsForEmptyEventLoop: true,
     functionName: settings.functionName,
     functionVersion: '$LATEST',
-    invokedFunctionArn: `arn:aws:lambda:${settings.region}:${settings.accountId}:function:${settings.functionName}`,
+    invokedFunctionArn: functionArn(settings, qualifier),
     memoryLimitInMB: '256',
     awsRequestId: requestId,
     logGroupName: `/aws/lambda/${settings.functionName}`,

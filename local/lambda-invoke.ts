@@ -4,7 +4,8 @@
  * `aws lambda invoke --endpoint-url` get the answers real Lambda gives:
  *
  * - the function name is checked (name, `name:$LATEST`, full or partial ARN, `?Qualifier=`):
- *   anything else is 404 `ResourceNotFoundException`;
+ *   anything else is 404 `ResourceNotFoundException`; the function's `invokedFunctionArn`
+ *   carries the qualifier named, as in Lambda;
  * - `X-Amz-Invocation-Type`: `RequestResponse` (200), `Event` (202, runs in the background),
  *   `DryRun` (204, runs nothing);
  * - a failed function answers 200 with `X-Amz-Function-Error: Unhandled` and
@@ -56,15 +57,23 @@ export interface Invocation {
   readonly log?: string;
 }
 
+/** How one invocation is made. */
+export interface InvocationOptions {
+  /** Keep the invocation's log, as `X-Amz-Log-Type: Tail` asks. */
+  readonly tail?: boolean;
+  /** The qualifier invoked (`invokedFunctionArn`'s last part); none: unqualified. */
+  readonly qualifier?: string | undefined;
+}
+
 /** Invokes like Lambda: a thrown error becomes `{ errorType, errorMessage }`. */
 export const runInvocation = async (
   handler: LambdaHandler,
   event: unknown,
   settings: LambdaSettings = DEFAULT_LAMBDA,
-  { tail = false }: { tail?: boolean } = {},
+  { tail = false, qualifier }: InvocationOptions = {},
 ): Promise<Invocation> => {
   const requestId = randomUUID();
-  const context = createContext(settings, requestId);
+  const context = createContext(settings, requestId, qualifier);
   const lines: string[] = [];
   const started = performance.now();
   if (tail) captureOutput();
@@ -108,12 +117,13 @@ export const runInvocation = async (
   return { outcome, requestId, log };
 };
 
-/** Invokes like Lambda and returns only the outcome. */
+/** Invokes like Lambda (through `options.qualifier`, when given) and returns only the outcome. */
 export const invokeHandler = async (
   handler: LambdaHandler,
   event: unknown,
   settings: LambdaSettings = DEFAULT_LAMBDA,
-): Promise<InvokeOutcome> => (await runInvocation(handler, event, settings)).outcome;
+  options: Pick<InvocationOptions, 'qualifier'> = {},
+): Promise<InvokeOutcome> => (await runInvocation(handler, event, settings, options)).outcome;
 
 /** The last 4 KB of a log, base64, as `X-Amz-Log-Result` carries it. */
 export const logResult = (log: string): string =>
@@ -166,7 +176,7 @@ const target = (name: string, qualifier: string | null, settings: LambdaSettings
     (account ?? partialAccount ?? settings.accountId) === settings.accountId &&
     version === '$LATEST' &&
     (inlineQualifier === undefined || qualifier === null || qualifier === inlineQualifier);
-  return { found, name };
+  return { found, name, qualifier: inlineQualifier ?? qualifier ?? undefined };
 };
 
 /**
@@ -200,7 +210,7 @@ export const createInvokeApi =
     }
     // Lambda's own limit on a function name or ARN; longer is never ours, and is not echoed.
     name = name.slice(0, 170);
-    const { found } = target(name, request.query.get('Qualifier'), settings);
+    const { found, qualifier } = target(name, request.query.get('Qualifier'), settings);
     if (!found) {
       return serviceError(
         404,
@@ -249,11 +259,12 @@ export const createInvokeApi =
     }
     if (invocationType === 'Event') {
       // Lambda queues the event and answers at once; the outcome only reaches the logs.
-      void runInvocation(handler, event, settings);
+      void runInvocation(handler, event, settings, { qualifier });
       return { status: 202, headers: { 'x-amzn-requestid': randomUUID() }, body: '' };
     }
     const { outcome, requestId, log } = await runInvocation(handler, event, settings, {
       tail: logType === 'Tail',
+      qualifier,
     });
     const headers: Record<string, string> = {
       'content-type': 'application/json',

@@ -2,8 +2,9 @@
  * Serves a Lambda handler over HTTP on one port, as AWS would put it behind two doors:
  * - `POST /2015-03-31/functions/{name}/invocations` is the Lambda Invoke API (lambda-invoke.ts);
  * - every other request becomes an API Gateway HTTP API event (payload format 2.0) with an IAM
- *   authorizer. SigV4 is not checked here: the caller is whatever the `x-local-caller-arn`
- *   header says (default `arn:aws:iam::<account>:user/local-developer`).
+ *   authorizer, invoked through the URL's alias (`settings.urlQualifier`), as a Function URL's
+ *   are. SigV4 is not checked here: the caller is whatever the `x-local-caller-arn` header says
+ *   (default `arn:aws:iam::<account>:user/local-developer`).
  *
  * `localRoutes` adds `GET` routes of the local runtime itself under `/__local/` (the execution
  * environments, say): answered here with JSON, never sent to the function, and not in AWS.
@@ -130,7 +131,10 @@ export const startLambdaServer = async (
       },
       settings,
     );
-    const response = httpResponse(await invokeHandler(handler, event, settings));
+    // Through the URL's alias, as AWS invokes a Function URL's qualifier (issue 37).
+    const response = httpResponse(
+      await invokeHandler(handler, event, settings, { qualifier: settings.urlQualifier }),
+    );
     return respond(res, response.status, response.headers, response.body);
   };
 

@@ -88,6 +88,9 @@ env.AWS_REGION ??= 'us-east-1';
 env.POWERTOOLS_METRICS_DISABLED ??= 'true';
 env.AWS_ACCESS_KEY_ID ??= 'local';
 env.AWS_SECRET_ACCESS_KEY ??= 'local';
+// As the stack: HTTP requests are served only through the Function URL's alias (issue 37). The
+// local URL invokes that alias; the Invoke API the qualifier its caller names (none, $LATEST).
+env.BROKER_URL_QUALIFIER ??= DEFAULT_LAMBDA.urlQualifier;
 await ensureTable(localDynamoDBClient(env.AWS_ENDPOINT_URL_DYNAMODB), env.BROKER_TABLE_NAME).catch(
   (error: unknown) =>
     fail(

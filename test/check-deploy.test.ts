@@ -69,7 +69,7 @@ describe('CodeDeploy role (infra/rollout.yml)', () => {
 
   it('fails with the function:<name>:*-only grant: UpdateAlias and GetAlias are authorized on the unqualified ARN', async () => {
     const template = rollout();
-    const alias = statementsOf(template).find((s: { Sid: string }) => s.Sid === 'LiveAlias');
+    const alias = statementsOf(template).find((s: { Sid: string }) => s.Sid === 'Aliases');
     alias.Resource = alias.Resource.filter((r: { 'Fn::Sub': string }) =>
       r['Fn::Sub'].endsWith(':*'),
     );
@@ -77,9 +77,9 @@ describe('CodeDeploy role (infra/rollout.yml)', () => {
     const report = await checkTemplate(template);
     expect(report.findings).toEqual([
       expect.stringMatching(
-        /^CodeDeployServiceRole\/token-broker-dev-rollout LiveAlias: lambda:GetAlias is authorized on function ARNs, and none of .*function:token-broker-dev-broker:\* can match one$/,
+        /^CodeDeployServiceRole\/token-broker-dev-rollout Aliases: lambda:GetAlias is authorized on function ARNs, and none of .*function:token-broker-dev-broker:\* can match one$/,
       ),
-      expect.stringMatching(/LiveAlias: lambda:UpdateAlias is authorized on function ARNs/),
+      expect.stringMatching(/Aliases: lambda:UpdateAlias is authorized on function ARNs/),
     ]);
   });
 
@@ -312,5 +312,128 @@ describe('resolving intrinsics', () => {
         { F: { Type: 'AWS::Lambda::Function' } },
       ),
     ).toEqual([]);
+  });
+});
+
+describe("the Function URL's alias: invoked through the URL only (issue 37)", () => {
+  const FN = 'arn:aws:lambda:eu-west-1:123456789012:function:token-broker-dev-broker';
+  /** A function, its aliases live and url, and a Function URL on url. */
+  const stack: Template['Resources'] = {
+    Fn: { Type: 'AWS::Lambda::Function', Properties: { FunctionName: 'token-broker-dev-broker' } },
+    Live: {
+      Type: 'AWS::Lambda::Alias',
+      Properties: { Name: 'live', FunctionName: { Ref: 'Fn' } },
+    },
+    UrlAlias: {
+      Type: 'AWS::Lambda::Alias',
+      Properties: { Name: 'url', FunctionName: { Ref: 'Fn' } },
+    },
+    Url: {
+      Type: 'AWS::Lambda::Url',
+      Properties: {
+        AuthType: 'AWS_IAM',
+        TargetFunctionArn: { 'Fn::GetAtt': ['Fn', 'Arn'] },
+        Qualifier: 'url',
+      },
+    },
+  };
+  const permission = (properties: Record<string, unknown>) =>
+    checkTemplate({
+      Resources: {
+        ...stack,
+        Grant: {
+          Type: 'AWS::Lambda::Permission',
+          Properties: { Principal: '111122223333', ...properties },
+        },
+      },
+    }).then((report) => report.findings);
+  const VIA_URL = { Bool: { 'lambda:InvokedViaFunctionUrl': 'true' } };
+
+  it.each<[string, Record<string, unknown>]>([
+    ['on the alias', { Resource: `${FN}:url` }],
+    ['on every qualifier', { Resource: `${FN}:*` }],
+    ['on the function and its qualifiers', { Resource: `${FN}*` }],
+    ['with lambda:Invoke*', { Action: 'lambda:Invoke*', Resource: `${FN}:url` }],
+    [
+      'under BoolIfExists, which a direct invoke passes',
+      { Resource: `${FN}:url`, Condition: { BoolIfExists: VIA_URL.Bool } },
+    ],
+  ])('an identity policy granting plain lambda:InvokeFunction %s is a finding', async (_, statement) => {
+    expect(await findings({ Action: 'lambda:InvokeFunction', ...statement }, stack)).toEqual([
+      expect.stringMatching(
+        /^Role\/p S: lambda:InvokeFunction on the Function URL's alias 'url' \(.*\) without the condition Bool lambda:InvokedViaFunctionUrl/,
+      ),
+    ]);
+  });
+
+  it("takes an alias's ARN for invoking (Lambda's guide), not for the alias actions", async () => {
+    expect(await findings({ Action: 'lambda:InvokeFunction', Resource: `${FN}:live` })).toEqual([]);
+    expect(await findings({ Action: 'lambda:InvokeFunctionUrl', Resource: `${FN}:url` })).toEqual(
+      [],
+    );
+    expect(await findings({ Action: 'lambda:GetAlias', Resource: `${FN}:live` })).toEqual([
+      expect.stringContaining('lambda:GetAlias is authorized on function ARNs, and none of'),
+      expect.stringContaining('matches no ARN any of its actions'),
+    ]);
+  });
+
+  it('passes grants under lambda:InvokedViaFunctionUrl, on live, or of the URL action alone', async () => {
+    expect(
+      await findings(
+        { Action: 'lambda:InvokeFunction', Resource: `${FN}:url`, Condition: VIA_URL },
+        stack,
+      ),
+    ).toEqual([]);
+    expect(
+      await findings(
+        {
+          Action: 'lambda:InvokeFunction',
+          Resource: `${FN}:url`,
+          Condition: { bool: { 'LAMBDA:InvokedViaFunctionUrl': true } },
+        },
+        stack,
+      ),
+    ).toEqual([]);
+    expect(
+      await findings({ Action: 'lambda:InvokeFunction', Resource: `${FN}:live` }, stack),
+    ).toEqual([]);
+    expect(
+      await findings({ Action: 'lambda:InvokeFunctionUrl', Resource: `${FN}:url` }, stack),
+    ).toEqual([]);
+    // Without a Function URL in the template there is nothing to guard.
+    expect(await findings({ Action: 'lambda:InvokeFunction', Resource: `${FN}:url` })).toEqual([]);
+  });
+
+  it("a Lambda permission on the URL's alias: InvokedViaFunctionUrl or the URL action, never plain InvokeFunction", async () => {
+    expect(
+      await permission({ FunctionName: { Ref: 'UrlAlias' }, Action: 'lambda:InvokeFunction' }),
+    ).toEqual([
+      expect.stringMatching(
+        /^Grant: lambda:InvokeFunction on the Function URL's alias 'url' without InvokedViaFunctionUrl/,
+      ),
+    ]);
+    expect(
+      await permission({ FunctionName: 'token-broker-dev-broker:url', Action: 'lambda:*' }),
+    ).toHaveLength(1);
+    expect(
+      await permission({ FunctionName: `${FN}:url`, Action: 'lambda:InvokeFunction' }),
+    ).toHaveLength(1);
+    for (const ok of [
+      {
+        FunctionName: { Ref: 'UrlAlias' },
+        Action: 'lambda:InvokeFunction',
+        InvokedViaFunctionUrl: true,
+      },
+      {
+        FunctionName: { Ref: 'UrlAlias' },
+        Action: 'lambda:InvokeFunctionUrl',
+        FunctionUrlAuthType: 'AWS_IAM',
+      },
+      { FunctionName: { Ref: 'Live' }, Action: 'lambda:InvokeFunction' },
+      { FunctionName: 'token-broker-dev-broker:live', Action: 'lambda:InvokeFunction' },
+      { FunctionName: { Ref: 'Fn' }, Action: 'lambda:InvokeFunction' },
+    ]) {
+      expect(await permission(ok), JSON.stringify(ok)).toEqual([]);
+    }
   });
 });

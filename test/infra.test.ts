@@ -17,6 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { checkTemplate } from '../infra/iam-check.js';
 import { checkStage, MRSC_REGION_SETS, type PrintedConfig } from '../infra/stage-check.js';
 import { loadConfig } from '../lib/config.js';
 import { root } from './support/build.js';
@@ -360,9 +361,10 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     else expect(parameter.Default).toBe('');
   });
 
-  // Issue 25, rollout: callers invoke the alias `live`, never $LATEST, so that a release reaches
-  // them only as CodeDeploy shifts the alias to it.
-  it('serves every caller through the alias live: the Function URL, the schedule, its permission', () => {
+  // Issue 25, rollout: callers invoke an alias, never $LATEST, so that a release reaches them
+  // only as CodeDeploy shifts the alias to it. Issue 37: the Function URL has an alias of its
+  // own, `url`, which only the URL invokes; direct invoke and the warm-up keep `live`.
+  it('serves direct invoke and the warm-up through the alias live: the schedule, its permission', () => {
     const alias = template().Resources.BrokerLiveAlias;
     expect(alias?.Type).toBe('AWS::Lambda::Alias');
     expect(alias?.Properties).toMatchObject({
@@ -373,12 +375,6 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     const [[version] = [], ...more] = resourcesOfType(template(), 'AWS::Lambda::Version');
     expect(more).toEqual([]);
     expect(alias?.Properties.FunctionVersion).toEqual({ 'Fn::GetAtt': [version, 'Version'] });
-    const url = template().Resources.BrokerLambdaFunctionUrl;
-    expect(url?.Properties).toMatchObject({
-      TargetFunctionArn: { 'Fn::GetAtt': ['BrokerLambdaFunction', 'Arn'] },
-      Qualifier: 'live',
-    });
-    expect([url?.DependsOn].flat()).toContain('BrokerLiveAlias');
     const rules = resourcesOfType(template(), 'AWS::Events::Rule');
     expect(rules.flatMap(([, r]) => r.Properties.Targets.map((t: Json) => t.Arn))).toEqual([
       { Ref: 'BrokerLiveAlias' },
@@ -388,6 +384,84 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     for (const [, permission] of permissions) {
       expect(permission.Properties.FunctionName).toEqual({ Ref: 'BrokerLiveAlias' });
     }
+  });
+
+  it('serves the Function URL through an alias of its own, url, which the function is told and which moves with live', () => {
+    const resources = template().Resources;
+    const alias = resources.BrokerUrlAlias;
+    expect(alias?.Type).toBe('AWS::Lambda::Alias');
+    expect(alias?.Properties).toMatchObject({
+      Name: 'url',
+      FunctionName: { Ref: 'BrokerLambdaFunction' },
+      // The same version as live: one release, two doors.
+      FunctionVersion: resources.BrokerLiveAlias?.Properties.FunctionVersion,
+    });
+    const url = resources.BrokerLambdaFunctionUrl;
+    expect(url?.Properties).toMatchObject({
+      TargetFunctionArn: { 'Fn::GetAtt': ['BrokerLambdaFunction', 'Arn'] },
+      AuthType: 'AWS_IAM',
+      Qualifier: 'url',
+    });
+    expect([url?.DependsOn].flat()).toContain('BrokerUrlAlias');
+    // The function serves HTTP requests only through that alias (functions/broker/qualifier.ts).
+    expect(fn().Environment.Variables.BROKER_URL_QUALIFIER).toBe(url?.Properties.Qualifier);
+    expect(loadConfig(resolvedEnv(fn().Environment.Variables)).urlQualifier).toBe('url');
+    // CodeDeploy moves it too, in a deployment group of its own: one deployment at a time per
+    // group, and both aliases move in the same stack update.
+    expect(alias?.UpdatePolicy).toEqual({
+      CodeDeployLambdaAliasUpdate: {
+        ApplicationName: { Ref: 'BrokerDeployApplication' },
+        DeploymentGroupName: { Ref: 'BrokerUrlDeploymentGroup' },
+      },
+    });
+    const live = resources.BrokerDeploymentGroup?.Properties;
+    const urlGroup = resources.BrokerUrlDeploymentGroup;
+    expect(urlGroup?.Type).toBe('AWS::CodeDeploy::DeploymentGroup');
+    // The same application, role, configuration and alarms as live's: only the name differs.
+    const { DeploymentGroupName, ...rest } = urlGroup?.Properties ?? {};
+    const { DeploymentGroupName: liveName, ...liveRest } = live ?? {};
+    expect(rest).toEqual(liveRest);
+    expect(DeploymentGroupName).toBe(`token-broker-${stage}-url`);
+    expect(liveName).toBe(`token-broker-${stage}`);
+    // What callers are given: each alias's ARN, and the deployment groups to watch.
+    const outputs = (template() as unknown as { Outputs: Record<string, { Value: unknown }> })
+      .Outputs;
+    expect(outputs.BrokerUrlAliasArn?.Value).toEqual({ Ref: 'BrokerUrlAlias' });
+    expect(outputs.BrokerLiveAliasArn?.Value).toEqual({ Ref: 'BrokerLiveAlias' });
+    expect(outputs.BrokerUrlDeploymentGroupName?.Value).toEqual({
+      Ref: 'BrokerUrlDeploymentGroup',
+    });
+    expect(outputs.BrokerDeployApplicationName?.Value).toEqual({
+      Ref: 'BrokerDeployApplication',
+    });
+  });
+
+  it('grants nobody plain lambda:InvokeFunction on the URL’s alias: only the URL invokes it', async () => {
+    const resources = template().Resources;
+    // No resource policy names it (same-account callers need none; the schedule invokes live).
+    for (const [id, permission] of resourcesOfType(template(), 'AWS::Lambda::Permission')) {
+      expect(permission.Properties.FunctionName, id).not.toEqual({ Ref: 'BrokerUrlAlias' });
+    }
+    // No policy of the stack reaches it by lambda:InvokeFunction without
+    // lambda:InvokedViaFunctionUrl (infra/iam-check.ts, as npm run check:deploy applies it).
+    const report = await checkTemplate(template() as never);
+    expect(report.findings.filter((line) => line.includes('Function URL'))).toEqual([]);
+    // And the check sees it: the same template with a plain grant on it fails.
+    const granted = structuredClone(template()) as Template;
+    granted.Resources.UrlCaller = {
+      Type: 'AWS::Lambda::Permission',
+      Properties: {
+        FunctionName: { Ref: 'BrokerUrlAlias' },
+        Action: 'lambda:InvokeFunction',
+        Principal: '123456789012',
+      },
+    };
+    expect((await checkTemplate(granted as never)).findings).toEqual([
+      expect.stringMatching(
+        /^UrlCaller: lambda:InvokeFunction on the Function URL's alias 'url' without InvokedViaFunctionUrl/,
+      ),
+    ]);
+    expect(resources.BrokerUrlAlias).toBeDefined();
   });
 
   it('shifts each release onto live with CodeDeploy, rolling back on the broker’s alarms', () => {
@@ -463,6 +537,9 @@ describe.each(['dev', 'prod'])('Template: stage %s', (stage) => {
     expect(template().Resources.BrokerLiveAlias?.Properties.ProvisionedConcurrencyConfig).toBe(
       undefined,
     );
+    expect(template().Resources.BrokerUrlAlias?.Properties.ProvisionedConcurrencyConfig).toBe(
+      undefined,
+    );
   });
 
   it('attaches a VPC only where the stage asks for one', () => {
@@ -486,8 +563,15 @@ describe('Template: a stage with reserved and provisioned concurrency (issue 25)
     );
     const alias = template().Resources.BrokerLiveAlias?.Properties;
     expect(alias.ProvisionedConcurrencyConfig).toEqual({ ProvisionedConcurrentExecutions: 2 });
-    // Provisioned on the alias callers invoke, not on a second one (osls's `provisioned`).
-    expect(resourcesOfType(template(), 'AWS::Lambda::Alias')).toHaveLength(1);
+    // Provisioned on live, not on a third alias (osls's `provisioned`); the URL's has none.
+    expect(
+      resourcesOfType(template(), 'AWS::Lambda::Alias')
+        .map(([id]) => id)
+        .sort(),
+    ).toEqual(['BrokerLiveAlias', 'BrokerUrlAlias']);
+    expect(template().Resources.BrokerUrlAlias?.Properties.ProvisionedConcurrencyConfig).toBe(
+      undefined,
+    );
   });
 });
 
@@ -542,10 +626,12 @@ describe('Template: a stage on Lambda Managed Instances (compute: managed-instan
     expect(
       template().Resources.IamRoleLambdaExecution?.Properties.ManagedPolicyArns,
     ).toBeUndefined();
-    // Every caller still invokes the alias live, of a published version (Managed Instances run
-    // published versions only).
-    const alias = template().Resources.BrokerLiveAlias?.Properties;
-    expect(alias.FunctionVersion['Fn::GetAtt'][0]).toMatch(/^BrokerLambdaVersion/);
+    // Every caller still invokes an alias, live or url, of a published version (Managed
+    // Instances run published versions only).
+    for (const id of ['BrokerLiveAlias', 'BrokerUrlAlias']) {
+      const alias = template().Resources[id]?.Properties;
+      expect(alias.FunctionVersion['Fn::GetAtt'][0], id).toMatch(/^BrokerLambdaVersion/);
+    }
   });
 
   it('changes nothing else of the stage', () => {
@@ -664,13 +750,16 @@ describe('Template: a global stage in one of its regions (stage global, eu-west-
     for (const arn of resources) expect(arn).toMatch(/^arn:aws:secretsmanager:eu-west-2:/);
   });
 
-  it('rolls each region out on its own: its own alias live and a canary deployment group (issue 25)', () => {
+  it('rolls each region out on its own: its own aliases live and url and canary deployment groups (issues 25, 37)', () => {
     const resources = template().Resources;
     expect(resources.BrokerLiveAlias?.Properties.Name).toBe('live');
-    expect(resources.BrokerLambdaFunctionUrl?.Properties.Qualifier).toBe('live');
-    expect(resources.BrokerDeploymentGroup?.Properties.DeploymentConfigName).toBe(
-      'CodeDeployDefault.LambdaCanary10Percent10Minutes',
-    );
+    expect(resources.BrokerUrlAlias?.Properties.Name).toBe('url');
+    expect(resources.BrokerLambdaFunctionUrl?.Properties.Qualifier).toBe('url');
+    for (const id of ['BrokerDeploymentGroup', 'BrokerUrlDeploymentGroup']) {
+      expect(resources[id]?.Properties.DeploymentConfigName, id).toBe(
+        'CodeDeployDefault.LambdaCanary10Percent10Minutes',
+      );
+    }
   });
 
   it('runs its own warm-up, and watches this region’s replica', () => {

@@ -244,6 +244,40 @@ describe.skipIf(!writable)("Function: startLambdaContainer, Lambda's CPU share (
   });
 });
 
+describe('Function: startLambdaContainer, the qualifier invoked (issue 37)', () => {
+  const arn = 'arn:aws:lambda:us-east-1:000000000000:function:token-broker';
+  const seen = async (response: Response) =>
+    ((await response.json()) as { invokedFunctionArn: string }).invokedFunctionArn;
+
+  it.each<Execution>([
+    'frozen',
+    'always-running',
+    'managed-instances',
+  ])('%s: HTTP requests through the URL’s alias (BROKER_URL_QUALIFIER, else url), direct invokes through what the caller named', async (execution) => {
+    for (const [env, alias] of [
+      [{}, 'url'],
+      [{ BROKER_URL_QUALIFIER: 'function-url' }, 'function-url'],
+    ] as const) {
+      const container = await start(execution, env);
+      expect(await seen(await fetch(`${container.url}/tokens/x`))).toBe(`${arn}:${alias}`);
+      const invoke = (path: string) =>
+        fetch(`${container.url}/2015-03-31/functions/${path}`, { method: 'POST', body: '{}' });
+      expect(await seen(await invoke('token-broker/invocations'))).toBe(arn);
+      expect(await seen(await invoke('token-broker%3A%24LATEST/invocations'))).toBe(
+        `${arn}:$LATEST`,
+      );
+      expect(await seen(await invoke('token-broker/invocations?Qualifier=%24LATEST'))).toBe(
+        `${arn}:$LATEST`,
+      );
+      // The container's own Invoke API call (chaos, bench): unqualified.
+      const outcome = await container.invoke({});
+      expect(outcome.ok && (outcome.result as { invokedFunctionArn: string })).toMatchObject({
+        invokedFunctionArn: arn,
+      });
+    }
+  });
+});
+
 describe('Function: startLambdaContainer, event-loop delays (issue 35, A2)', () => {
   it("counts a pause while the function runs, not the environment's freezes between invocations", async () => {
     // Prepare

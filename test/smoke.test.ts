@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
+  FORGED_CALLER,
   main,
   parseSmokeArgs,
   type Row,
@@ -94,7 +95,7 @@ describe('npm run smoke -- --endpoint: against the local runtime', () => {
     }
   });
 
-  it('passes: health, a token over HTTP and by direct invoke, ready; AWS-only checks skipped; no token printed', async () => {
+  it('passes: health, a token over HTTP and by direct invoke, an HTTP-shaped direct invoke refused, ready; AWS-only checks skipped; no token printed', async () => {
     const { code, stdout, stderr } = await smokeCli([
       '--endpoint',
       url,
@@ -108,23 +109,44 @@ describe('npm run smoke -- --endpoint: against the local runtime', () => {
       'health',
       'token over HTTP',
       'token by direct invoke',
+      'http event by direct invoke',
       'ready',
       'alias live',
-      'deployment',
+      'alias url',
+      'deployment live',
+      'deployment url',
       'alarms',
       'table ttl',
       'table pitr',
       'table deletion protection',
     ]);
-    for (const check of ['health', 'token over HTTP', 'token by direct invoke', 'ready']) {
+    for (const check of [
+      'health',
+      'token over HTTP',
+      'token by direct invoke',
+      'http event by direct invoke',
+      'ready',
+    ]) {
       expect(rowOf(rows, check).result, check).toBe('ok');
     }
-    for (const check of ['stack', 'alias live', 'deployment', 'alarms', 'table pitr']) {
+    // npm start serves HTTP requests only through its URL's alias, as the stack (issue 37).
+    expect(rowOf(rows, 'http event by direct invoke').detail).toBe(
+      `to token-broker, naming ${FORGED_CALLER}: refused (403 WRONG_QUALIFIER): only the Function URL's alias serves HTTP requests`,
+    );
+    for (const check of [
+      'stack',
+      'alias live',
+      'alias url',
+      'deployment live',
+      'deployment url',
+      'alarms',
+      'table pitr',
+    ]) {
       expect(rowOf(rows, check).result).toBe('skipped (endpoint mode)');
     }
     expect(rowOf(rows, 'health').detail).toContain('demo-v3, demo-legacy');
     expect(rowOf(rows, 'ready').detail).toBe('ready (GET /ready): demo-v3, demo-legacy');
-    expect(stdout).toMatch(/smoke: passed: 4 ok, 0 note\(s\), 7 skipped \(endpoint mode\)/);
+    expect(stdout).toMatch(/smoke: passed: 5 ok, 0 note\(s\), 9 skipped \(endpoint mode\)/);
     // The token the broker serves now (the one the smoke test got: no refresh in between) is
     // nowhere in what it printed; its digest's first characters are.
     const { accessToken } = (await (await fetch(`${url}/tokens/demo-v3`)).json()) as {
@@ -152,6 +174,7 @@ describe('npm run smoke -- --endpoint: against the local runtime', () => {
     expect(rowOf(rows, 'ready').result).toBe('FAIL');
     expect(rowOf(rows, 'token over HTTP').result).toBe('not run');
     expect(rowOf(rows, 'token by direct invoke').result).toBe('skipped (endpoint mode)');
+    expect(rowOf(rows, 'http event by direct invoke').result).toBe('skipped (endpoint mode)');
     expect(stdout).toMatch(/smoke: FAILED: health, ready; not run: token over HTTP \(/);
     // Told the connection, it asks, each way, and each fails for the reason.
     const named = await smokeCli([
@@ -166,8 +189,11 @@ describe('npm run smoke -- --endpoint: against the local runtime', () => {
     const tokenRows = tableOf(named.stdout).filter((row) => row.check.startsWith('token '));
     expect(tokenRows.map((row) => row.result)).toEqual(['FAIL', 'FAIL']);
     for (const row of tokenRows) expect(row.detail).toContain('ECONNREFUSED');
+    expect(rowOf(tableOf(named.stdout), 'http event by direct invoke').detail).toContain(
+      'ECONNREFUSED',
+    );
     expect(named.stdout).toMatch(
-      /smoke: FAILED: health, token over HTTP, token by direct invoke, ready \(/,
+      /smoke: FAILED: health, token over HTTP, token by direct invoke, http event by direct invoke, ready \(/,
     );
   }, 60_000);
 });
@@ -195,9 +221,12 @@ const goodStage = (): StubStage => {
     stackStatus: 'UPDATE_COMPLETE',
     template,
     aliasVersion: '5',
+    urlAliasVersion: '5',
     versions: 5,
     routing: undefined,
     lastDeployment: { id: 'd-ABCDEF123', status: 'Succeeded' },
+    urlLastDeployment: { id: 'd-ABCDEF124', status: 'Succeeded' },
+    servesForgedEvents: false,
     alarms: Object.fromEntries(alarmNames(template).map((name) => [name, { state: 'OK' }])),
     table: {
       name: 'token-broker-dev-TokenTable-ABC123',
@@ -265,9 +294,12 @@ describe('npm run smoke -- --stage: against AWS stand-ins', () => {
       'health',
       'token over HTTP',
       'token by direct invoke',
+      'http event by direct invoke',
       'ready',
       'alias live',
-      'deployment',
+      'alias url',
+      'deployment live',
+      'deployment url',
       ...alarmNames(devTemplate()).map((name) => `alarm ${name.replace('token-broker-dev-', '')}`),
       'table ttl',
       'table pitr',
@@ -277,6 +309,13 @@ describe('npm run smoke -- --stage: against AWS stand-ins', () => {
       'token-broker-dev UPDATE_COMPLETE (2026-11-27T10:00:00.000Z)',
     );
     expect(rowOf(rows, 'alias live').detail).toBe('live → 5, the latest published version');
+    expect(rowOf(rows, 'alias url').detail).toBe('url → 5, the latest published version');
+    expect(rowOf(rows, 'deployment url').detail).toMatch(
+      /^token-broker-dev-url: last d-ABCDEF124 Succeeded/,
+    );
+    expect(rowOf(rows, 'http event by direct invoke').detail).toBe(
+      `to arn:aws:lambda:eu-west-1:111122223333:function:token-broker-dev-broker:live, naming ${FORGED_CALLER}: refused (403 WRONG_QUALIFIER): only the Function URL's alias serves HTTP requests`,
+    );
     expect(rowOf(rows, 'table pitr').detail).toContain('DISABLED, as the stack declares (off)');
     expect(rowOf(rows, 'table deletion protection').detail).toContain('off, as the stage declares');
     expect(stdout + stderr).not.toContain(TOKEN);
@@ -310,8 +349,9 @@ describe('npm run smoke -- --stage: against AWS stand-ins', () => {
         'DynamoDB.DescribeTable',
       ]),
     );
-    // Every page of versions was read (two a page): 5 is on the third.
-    expect(stub.calls.filter((call) => call === 'Lambda.ListVersionsByFunction')).toHaveLength(3);
+    // Every page of versions was read (two a page), for each alias: 5 is on the third.
+    expect(stub.calls.filter((call) => call === 'Lambda.ListVersionsByFunction')).toHaveLength(6);
+    expect(stub.calls.filter((call) => call === 'CodeDeploy.GetDeploymentGroup')).toHaveLength(2);
   });
 
   it.each<[string, (stage: StubStage) => void, string, RegExp]>([
@@ -331,6 +371,30 @@ describe('npm run smoke -- --stage: against AWS stand-ins', () => {
       },
       'alias live',
       /^live → 4, shifting 10 % to 5: a deployment is under way$/,
+    ],
+    [
+      'url on an older version (its canary rolled back)',
+      (stage) => {
+        stage.urlAliasVersion = '4';
+      },
+      'alias url',
+      /^url → 4, but 5 is the latest published version/,
+    ],
+    [
+      'url’s last deployment rolled back',
+      (stage) => {
+        stage.urlLastDeployment = { id: 'd-URL', status: 'Stopped' };
+      },
+      'deployment url',
+      /^token-broker-dev-url: last d-URL Stopped .*rolled back/,
+    ],
+    [
+      'live serves an HTTP-shaped direct invoke as the caller it names',
+      (stage) => {
+        stage.servesForgedEvents = true;
+      },
+      'http event by direct invoke',
+      /: served \(HTTP 200\) as arn:aws:iam::000000000000:user\/token-broker-smoke-forged-caller: a direct invoker can claim any caller identity/,
     ],
     [
       'an alarm in ALARM',
@@ -392,7 +456,7 @@ describe('npm run smoke -- --stage: against AWS stand-ins', () => {
       (stage) => {
         stage.lastDeployment = { id: 'd-XYZ', status: 'Stopped' };
       },
-      'deployment',
+      'deployment live',
       /^token-broker-dev: last d-XYZ Stopped .*rolled back/,
     ],
     [
@@ -425,6 +489,7 @@ describe('npm run smoke -- --stage: against AWS stand-ins', () => {
   it('notes, not failures: an alarm without data, no deployment yet, a global table’s TTL', async () => {
     stub.stage.alarms['token-broker-dev-warm-up-stopped'] = { state: 'INSUFFICIENT_DATA' };
     stub.stage.lastDeployment = undefined;
+    stub.stage.urlLastDeployment = undefined;
     const template = devTemplate();
     delete template.Resources.TokenTable;
     stub.stage.template = template;
@@ -439,7 +504,8 @@ describe('npm run smoke -- --stage: against AWS stand-ins', () => {
     expect(
       rows.filter((row) => row.result === 'note').map((row) => [row.check, row.detail]),
     ).toEqual([
-      ['deployment', expect.stringMatching(/none yet/)],
+      ['deployment live', expect.stringMatching(/none yet/)],
+      ['deployment url', expect.stringMatching(/none yet \(a stack's first deploy creates url/)],
       ['alarm warm-up-stopped', expect.stringMatching(/^INSUFFICIENT_DATA since .*: no data yet/)],
       ['table ttl', expect.stringMatching(/has no TTL/)],
     ]);

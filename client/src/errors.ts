@@ -13,6 +13,7 @@
 export const BrokerErrorCode = {
   BAD_REQUEST: 'BAD_REQUEST',
   CALLER_NOT_ALLOWED: 'CALLER_NOT_ALLOWED',
+  WRONG_QUALIFIER: 'WRONG_QUALIFIER',
   UNKNOWN_CONNECTION: 'UNKNOWN_CONNECTION',
   ROUTE_NOT_FOUND: 'ROUTE_NOT_FOUND',
   MIN_VALIDITY_UNSATISFIABLE: 'MIN_VALIDITY_UNSATISFIABLE',
@@ -218,6 +219,9 @@ type ErrorClass = new (
 const BY_CODE: { readonly [code in BrokerErrorCode]: ErrorClass } = {
   BAD_REQUEST: BadRequestError,
   ROUTE_NOT_FOUND: BadRequestError,
+  // The function was invoked through an alias that does not serve the request's kind: the
+  // client's functionName names the Function URL's alias (use live), or its url another alias.
+  WRONG_QUALIFIER: BadRequestError,
   MIN_VALIDITY_UNSATISFIABLE: MinValidityUnsatisfiableError,
   FORCE_NOT_ALLOWED: ForceNotAllowedError,
   REPLACEMENT_TOO_SOON: ReplacementTooSoonError,
@@ -241,6 +245,7 @@ const CODE_BY_NAME = new Map<string, BrokerErrorCode>([
   ['ForceNotAllowedError', 'FORCE_NOT_ALLOWED'],
   ['ReplacementTooSoonError', 'REPLACEMENT_TOO_SOON'],
   ['CallerNotAllowedError', 'CALLER_NOT_ALLOWED'],
+  ['WrongQualifierError', 'WRONG_QUALIFIER'],
   ['UnknownConnectionError', 'UNKNOWN_CONNECTION'],
   ['UpstreamRejectedError', 'UPSTREAM_REJECTED'],
   ['UpstreamBadResponseError', 'UPSTREAM_BAD_RESPONSE'],

@@ -1,6 +1,7 @@
 /**
  * One Lambda, three kinds of caller: HTTP (payload 2.0), direct invoke, and the scheduled
- * warm-up. They share one container, so one memory cache serves them all.
+ * warm-up. They share one container, so one memory cache serves them all. Each comes through an
+ * alias of its own: HTTP through the Function URL's, the others through `live` (`qualifier.ts`).
  */
 import type { Logger } from '@aws-lambda-powertools/logger';
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
@@ -11,11 +12,13 @@ import type { TimeoutSettings } from '../../lib/config/settings-check.js';
 import { BadRequestError } from '../../lib/errors.js';
 import { type BrokerMetrics, noMetrics } from '../../lib/metrics.js';
 import type { Invocations } from './after-response.js';
-import { logRefusal } from './errors.js';
+import { errorBody, logRefusal } from './errors.js';
 import type { createHttpHandler } from './http.js';
-import { isHttpEvent } from './http-event.js';
+import { type HttpEvent, isHttpEvent } from './http-event.js';
 import { createInvokeHandler, isInvokeEvent } from './invoke.js';
+import { wrongQualifier } from './qualifier.js';
 import { createScheduleHandler, isScheduledEvent } from './schedule.js';
+import { httpStatusOf } from './status.js';
 import { timeoutGate } from './timeout-gate.js';
 
 export interface HandlerDeps {
@@ -35,6 +38,11 @@ export interface HandlerDeps {
    * (`BROKER_OPERATOR_CALLERS`); undefined: every caller IAM lets in.
    */
   readonly operatorCallers?: readonly string[] | undefined;
+  /**
+   * The alias the Function URL serves (`BROKER_URL_QUALIFIER`): HTTP requests are served only
+   * through it, and it serves nothing else; undefined: every qualifier serves every event.
+   */
+  readonly urlQualifier?: string | undefined;
 }
 
 export const createHandler = ({
@@ -44,6 +52,7 @@ export const createHandler = ({
   invocations,
   timeoutSettings,
   operatorCallers,
+  urlQualifier,
 }: HandlerDeps) => {
   const gate = timeoutGate(timeoutSettings, {
     refuse: (problem) => broker.refuseIssuance(problem),
@@ -72,7 +81,31 @@ export const createHandler = ({
         onError: (request) => invocations?.finished(request.context.awsRequestId),
       })
       .handler(async (event: unknown, context: Context) => {
-        if (isHttpEvent(event)) return (await httpHandler())(event, context);
+        const http = isHttpEvent(event);
+        // Before anything else: a caller identity is trusted only from the Function URL's own
+        // request context, never from a direct invoker's hand-made event (issue 37).
+        const refused = wrongQualifier(
+          http,
+          context.invokedFunctionArn,
+          urlQualifier,
+          http ? (event as HttpEvent).requestContext.authorizer?.iam?.userArn : undefined,
+        );
+        if (refused) {
+          logRefusal(logger, refused);
+          // An HTTP-shaped event is answered as every refused HTTP request is (403, its code):
+          // a thrown error is a function error, which the function-errors alarm counts, and
+          // anyone allowed to invoke could fire it at will (npm run smoke sends one each run).
+          // Any other event is a direct invoke's, refused as direct invokes are: thrown.
+          if (http) {
+            return {
+              statusCode: httpStatusOf(refused),
+              headers: { 'content-type': 'application/json', 'cache-control': 'no-store' },
+              body: JSON.stringify({ error: errorBody(refused) }),
+            };
+          }
+          throw refused;
+        }
+        if (http) return (await httpHandler())(event as HttpEvent, context);
         if (isScheduledEvent(event)) return schedule(event, context);
         if (isInvokeEvent(event)) return invoke(event, context);
         const error = new BadRequestError(

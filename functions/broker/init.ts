@@ -89,5 +89,6 @@ const wire = async (
     invocations,
     timeoutSettings: config,
     operatorCallers: config.operatorCallers,
+    urlQualifier: config.urlQualifier,
   });
 };

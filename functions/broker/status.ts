@@ -8,6 +8,7 @@ import { type BrokerError, ErrorCode } from '../../lib/errors.js';
 export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.freeze({
   [ErrorCode.BAD_REQUEST]: 400,
   [ErrorCode.CALLER_NOT_ALLOWED]: 403,
+  [ErrorCode.WRONG_QUALIFIER]: 403,
   [ErrorCode.UNKNOWN_CONNECTION]: 404,
   [ErrorCode.ROUTE_NOT_FOUND]: 404,
   [ErrorCode.MIN_VALIDITY_UNSATISFIABLE]: 400,

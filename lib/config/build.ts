@@ -93,6 +93,7 @@ export const buildConfig = (
     kmsKeyId: kmsKeyId(env.BROKER_KMS_KEY_ID),
     refreshAhead: oneOf(env, 'BROKER_REFRESH_AHEAD', ['background', 'off'], 'background'),
     operatorCallers: operatorCallers(env),
+    urlQualifier: urlQualifier(env),
     timing,
   });
 };
@@ -115,6 +116,24 @@ const operatorCallers = (env: Env): readonly string[] | undefined => {
     );
   }
   return Object.freeze(patterns);
+};
+
+/** Lambda's alias names: letters, digits, `-` and `_`, not only digits (that is a version). */
+const ALIAS_NAME = /^(?!\d+$)[A-Za-z0-9_-]{1,128}$/;
+
+/**
+ * `BROKER_URL_QUALIFIER`: the alias the Function URL serves (issue 37); undefined when unset or
+ * blank. An alias, never `$LATEST` or a version: those are reached by direct invoke too.
+ */
+const urlQualifier = (env: Env): string | undefined => {
+  const raw = env.BROKER_URL_QUALIFIER?.trim();
+  if (!raw) return undefined;
+  if (!ALIAS_NAME.test(raw)) {
+    throw new ConfigError(
+      'BROKER_URL_QUALIFIER must be the name of the alias the Function URL serves (1 to 128 letters, digits, - or _, not only digits; not $LATEST)',
+    );
+  }
+  return raw;
 };
 
 /** `timing` with the store's round-trip bound `ms`, or a `ConfigError` naming the relation it breaks. */

@@ -190,6 +190,11 @@ export interface InvokeOptions {
    * API passes its own, so that `X-Amzn-RequestId` and the function's log lines agree, as in Lambda.
    */
   readonly requestId?: string;
+  /**
+   * The ARN the function sees invoked (`context.invokedFunctionArn`), with the qualifier its
+   * caller named; default the unqualified function ARN.
+   */
+  readonly invokedFunctionArn?: string;
 }
 
 export type InitResult =
@@ -576,7 +581,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
       api.deliver({
         requestId,
         deadlineMs: deadlineAt,
-        invokedFunctionArn: arn,
+        invokedFunctionArn: invokeOptions.invokedFunctionArn ?? arn,
         traceId: traceHeader(),
         payload,
       });

@@ -96,6 +96,8 @@ interface Invocation {
   readonly scope: <R>(fn: () => R) => R;
   readonly timer: NodeJS.Timeout;
   readonly payload: string;
+  /** `context.invokedFunctionArn`: the qualifier the caller named, if any. */
+  readonly invokedFunctionArn: string;
   delivered: boolean;
   readonly answer: (outcome: InvokeOutcome) => void;
 }
@@ -130,7 +132,7 @@ export const startManagedEnvironment = async (
       const delivered = api.deliver({
         requestId: invocation.requestId,
         deadlineMs: invocation.deadlineAt,
-        invokedFunctionArn: arn,
+        invokedFunctionArn: invocation.invokedFunctionArn,
         traceId: traceHeader(),
         payload: invocation.payload,
       });
@@ -374,6 +376,7 @@ export const startManagedEnvironment = async (
         deadlineAt,
         scope: AsyncLocalStorage.snapshot(),
         payload: JSON.stringify(event === undefined ? null : event),
+        invokedFunctionArn: invokeOptions.invokedFunctionArn ?? arn,
         delivered: false,
         answer,
         // Reported, not enforced: the caller hears of it, the function goes on.

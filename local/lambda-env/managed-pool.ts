@@ -160,7 +160,10 @@ export class ManagedInstancesPool {
     onInvocation?: (invocation: PoolInvocation) => void;
   } = {}): LambdaHandler {
     return async (event, context) => {
-      const invocation = await this.invoke(event, { requestId: context?.awsRequestId });
+      const invocation = await this.invoke(event, {
+        requestId: context?.awsRequestId,
+        invokedFunctionArn: context?.invokedFunctionArn,
+      });
       onInvocation?.(invocation);
       await nextTurn();
       const { outcome } = invocation;

@@ -258,7 +258,10 @@ export class EnvironmentPool {
     onInvocation?: (invocation: PoolInvocation) => void;
   } = {}): LambdaHandler {
     return async (event, context) => {
-      const invocation = await this.invoke(event, { requestId: context?.awsRequestId });
+      const invocation = await this.invoke(event, {
+        requestId: context?.awsRequestId,
+        invokedFunctionArn: context?.invokedFunctionArn,
+      });
       onInvocation?.(invocation);
       const { outcome } = invocation;
       // The runtime writes its lines before it posts its answer, but the two reach this process

@@ -6,7 +6,12 @@
  * needs a first replacement at once).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { httpEvent, httpResponse, type LambdaHandler } from '../../local/lambda-events.js';
+import {
+  DEFAULT_LAMBDA,
+  httpEvent,
+  httpResponse,
+  type LambdaHandler,
+} from '../../local/lambda-events.js';
 import { invokeHandler } from '../../local/lambda-invoke.js';
 import { applyEnv, type Stack, startStack } from '../../local/stack.js';
 import { captureOutput, newContainer } from '../support/lambda.js';
@@ -131,11 +136,22 @@ describe('Edge: a caller’s word is bounded', () => {
     expect(report.json.deferredSeconds).toBeGreaterThan(590);
   });
 
-  // Review 5: Lambda's Invoke API takes any payload. A caller with `lambda:InvokeFunction` only
-  // (no Function URL, no IAM identity) sends the event a Function URL would have built, naming
-  // an operator's ARN: the handler reads it as an HTTP request by that operator. Pinned, with
-  // the docs saying so: the function cannot tell the two apart.
-  it('answers a direct invoke that sends a hand-made HTTP event as the IAM identity it claims: forcing past forceCallers (a gap only IAM closes)', async () => {
+  // Review 5, issue 37: Lambda's Invoke API takes any payload. A caller with plain
+  // `lambda:InvokeFunction` sends the event a Function URL would have built, naming an operator's
+  // ARN. Through `live` it is refused (test/functions/url-qualifier.test.ts); through the URL's
+  // own alias nothing in it tells it from the URL's, so only IAM keeps such callers off that
+  // alias (a grant of lambda:InvokeFunction there only under lambda:InvokedViaFunctionUrl). Pinned,
+  // with the threat model saying so.
+  it('answers an HTTP-shaped direct invoke through the URL’s alias as the identity it claims, forcing past forceCallers (what only IAM closes), and refuses it through live', async () => {
+    const saved = process.env.BROKER_URL_QUALIFIER;
+    process.env.BROKER_URL_QUALIFIER = 'url';
+    let guarded: LambdaHandler;
+    try {
+      guarded = newContainer();
+    } finally {
+      if (saved === undefined) delete process.env.BROKER_URL_QUALIFIER;
+      else process.env.BROKER_URL_QUALIFIER = saved;
+    }
     const before = (await http('GET', '/tokens/fenced', SERVICE)).json.accessToken as string;
     await aSecond();
     const forged = {
@@ -150,12 +166,15 @@ describe('Edge: a caller’s word is bounded', () => {
         authorizer: { iam: { userArn: OPERATOR } },
       },
     };
-    const outcome = await invokeHandler(handler, forged);
-    // Nothing in the event tells it from a Function URL's: the forcing goes through, and only a
-    // grant of lambda:InvokeFunction under lambda:InvokedViaFunctionUrl keeps such callers out
-    // (docs/contract.md, "What a caller may force"; docs/operations.md, step 5).
-    expect(outcome.ok && httpResponse(outcome).status).toBe(200);
-    const after = (await http('GET', '/tokens/fenced', SERVICE)).json.accessToken as string;
-    expect(after).not.toBe(before);
+    const issued = stack.simulator.stats().issuances;
+    const throughLive = await invokeHandler(guarded, forged, DEFAULT_LAMBDA, { qualifier: 'live' });
+    expect(throughLive.ok && httpResponse(throughLive).status).toBe(403);
+    expect(stack.simulator.stats().issuances).toBe(issued);
+    const throughUrl = await invokeHandler(guarded, forged, DEFAULT_LAMBDA, { qualifier: 'url' });
+    expect(throughUrl.ok && httpResponse(throughUrl).status).toBe(200);
+    // A replacement: forced, as the operator it named may.
+    const forcedToken = JSON.parse(httpResponse(throughUrl).body).accessToken as string;
+    expect(forcedToken).not.toBe(before);
+    expect(stack.simulator.isValid(forcedToken)).toBe(true);
   });
 });

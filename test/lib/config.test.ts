@@ -416,6 +416,19 @@ describe('Function: loadConfig', () => {
     }
   });
 
+  it('reads BROKER_URL_QUALIFIER as an alias name, and refuses $LATEST, a version or other characters', () => {
+    expect(loadConfig(good).urlQualifier).toBeUndefined();
+    expect(loadConfig({ ...good, BROKER_URL_QUALIFIER: ' ' }).urlQualifier).toBeUndefined();
+    for (const alias of ['url', 'url-2', 'Url_alias', 'v1', 'a'.repeat(128)]) {
+      expect(loadConfig({ ...good, BROKER_URL_QUALIFIER: alias }).urlQualifier).toBe(alias);
+    }
+    for (const value of ['$LATEST', '12', 'url:live', 'u r l', 'a'.repeat(129)]) {
+      expect(failure({ ...good, BROKER_URL_QUALIFIER: value }), value).toContain(
+        'BROKER_URL_QUALIFIER must be the name of the alias the Function URL serves',
+      );
+    }
+  });
+
   it('refuses a refresh window that is not shorter than the maximum lifetime', () => {
     const env = {
       ...good,

@@ -4,7 +4,8 @@
  * through `AWS_ENDPOINT_URL_<SERVICE>` as the local runtime reaches its Secrets Manager and KMS
  * stand-ins:
  * - CloudFormation (query protocol, XML): DescribeStacks, GetTemplate;
- * - Lambda (REST JSON): GetAlias, ListVersionsByFunction (two versions a page), Invoke;
+ * - Lambda (REST JSON): GetAlias (live and url), ListVersionsByFunction (two versions a page),
+ *   Invoke (an HTTP-shaped event answered 403 WRONG_QUALIFIER, as the broker does on live);
  * - CodeDeploy (JSON 1.1): GetDeploymentGroup;
  * - CloudWatch (JSON 1.0, query-compatible): DescribeAlarms;
  * - DynamoDB (JSON 1.0): DescribeTable, DescribeTimeToLive, DescribeContinuousBackups;
@@ -28,11 +29,19 @@ export interface StubStage {
   stackStatus: string | undefined;
   /** The template GetTemplate answers (a packaged one, from test/__snapshots__). */
   template: unknown;
+  /** The version live points at. */
   aliasVersion: string;
+  /** The version url (the Function URL's alias) points at. */
+  urlAliasVersion: string;
   versions: number;
-  /** Traffic the alias sends to other versions (a shift under way). */
+  /** Traffic live sends to other versions (a shift under way). */
   routing: Record<string, number> | undefined;
+  /** Live's deployment group's last deployment. */
   lastDeployment: { readonly id: string; readonly status: string } | undefined;
+  /** Url's deployment group's last deployment. */
+  urlLastDeployment: { readonly id: string; readonly status: string } | undefined;
+  /** Whether live serves an HTTP-shaped event as the caller it names (a broker before issue 37). */
+  servesForgedEvents: boolean;
   alarms: Record<string, StubAlarm>;
   table: {
     name: string;
@@ -81,8 +90,8 @@ export const startStageStub = async (stage: StubStage): Promise<StageStub> => {
   const invoked: string[] = [];
   let url = '';
   const functionName = () => `token-broker-${stage.stage}-broker`;
-  const aliasArn = () =>
-    `arn:aws:lambda:${stage.region}:${stage.account}:function:${functionName()}:live`;
+  const aliasArn = (name = 'live') =>
+    `arn:aws:lambda:${stage.region}:${stage.account}:function:${functionName()}:${name}`;
 
   const tokenAnswer = (connection: string) => ({
     connection,
@@ -131,7 +140,10 @@ export const startStageStub = async (stage: StubStage): Promise<StageStub> => {
     }
     const outputs = {
       BrokerLiveAliasArn: aliasArn(),
+      BrokerUrlAliasArn: aliasArn('url'),
+      BrokerDeployApplicationName: `token-broker-${stage.stage}`,
       BrokerDeploymentGroupName: `token-broker-${stage.stage}`,
+      BrokerUrlDeploymentGroupName: `token-broker-${stage.stage}-url`,
       BrokerLambdaFunctionUrl: `${url}/`,
       TokenTableName: stage.table.name,
     };
@@ -158,7 +170,36 @@ export const startStageStub = async (stage: StubStage): Promise<StageStub> => {
     if (req.method === 'POST' && rest === 'invocations') {
       calls.push('Lambda.Invoke');
       invoked.push(fn);
-      const event = JSON.parse(await readBody(req)) as { action?: string; connection?: string };
+      const event = JSON.parse(await readBody(req)) as {
+        action?: string;
+        connection?: string;
+        version?: string;
+      };
+      if (event.version === '2.0') {
+        // An HTTP-shaped event by direct invoke (issue 37).
+        return stage.servesForgedEvents
+          ? sendJson(
+              res,
+              200,
+              { statusCode: 200, body: JSON.stringify({ status: 'ok' }) },
+              { 'x-amz-executed-version': stage.aliasVersion },
+            )
+          : sendJson(
+              res,
+              200,
+              {
+                statusCode: 403,
+                headers: { 'content-type': 'application/json' },
+                body: JSON.stringify({
+                  error: {
+                    code: 'WRONG_QUALIFIER',
+                    message: "An HTTP request was invoked directly (through 'live')",
+                  },
+                }),
+              },
+              { 'x-amz-executed-version': stage.aliasVersion },
+            );
+      }
       const body = event.action === 'ready' ? readyReport() : tokenAnswer(String(event.connection));
       return sendJson(res, 200, body, { 'x-amz-executed-version': stage.aliasVersion });
     }
@@ -177,6 +218,14 @@ export const startStageStub = async (stage: StubStage): Promise<StageStub> => {
         Name: 'live',
         FunctionVersion: stage.aliasVersion,
         ...(stage.routing ? { RoutingConfig: { AdditionalVersionWeights: stage.routing } } : {}),
+      });
+    }
+    if (rest === 'aliases/url') {
+      calls.push('Lambda.GetAlias');
+      return sendJson(res, 200, {
+        AliasArn: aliasArn('url'),
+        Name: 'url',
+        FunctionVersion: stage.urlAliasVersion,
       });
     }
     if (rest === 'versions') {
@@ -215,17 +264,33 @@ export const startStageStub = async (stage: StubStage): Promise<StageStub> => {
           CompositeAlarms: [],
         });
       }
-      case 'CodeDeploy_20141006.GetDeploymentGroup':
+      case 'CodeDeploy_20141006.GetDeploymentGroup': {
+        const application = `token-broker-${stage.stage}`;
+        const last =
+          input.deploymentGroupName === `${application}-url`
+            ? stage.urlLastDeployment
+            : stage.lastDeployment;
+        if (
+          input.applicationName !== application ||
+          ![application, `${application}-url`].includes(String(input.deploymentGroupName))
+        ) {
+          return sendJson(
+            res,
+            400,
+            { __type: 'DeploymentGroupDoesNotExistException', message: 'No such group' },
+            { 'content-type': 'application/x-amz-json-1.1' },
+          );
+        }
         return sendAmzJson(res, '1.1', {
           deploymentGroupInfo: {
             applicationName: input.applicationName,
             deploymentGroupName: input.deploymentGroupName,
             computePlatform: 'Lambda',
-            ...(stage.lastDeployment
+            ...(last
               ? {
                   lastAttemptedDeployment: {
-                    deploymentId: stage.lastDeployment.id,
-                    status: stage.lastDeployment.status,
+                    deploymentId: last.id,
+                    status: last.status,
                     endTime: epoch(),
                     createTime: epoch() - 700,
                   },
@@ -233,6 +298,7 @@ export const startStageStub = async (stage: StubStage): Promise<StageStub> => {
               : {}),
           },
         });
+      }
       case 'DynamoDB_20120810.DescribeTimeToLive':
         return sendAmzJson(res, '1.0', {
           TimeToLiveDescription: {

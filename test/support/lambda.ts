@@ -14,6 +14,7 @@ export const newContainer = (): LambdaHandler => {
     logger,
     metrics,
     operatorCallers: config.operatorCallers,
+    urlQualifier: config.urlQualifier,
   }) as LambdaHandler;
 };
 

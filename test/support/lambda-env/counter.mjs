@@ -19,6 +19,7 @@ export const handler = async (event, context) => {
     pid: process.pid,
     requestId: context.awsRequestId,
     functionName: context.functionName,
+    invokedFunctionArn: context.invokedFunctionArn,
     remainingMs: context.getRemainingTimeInMillis(),
     traceId: process.env._X_AMZN_TRACE_ID,
     runtimeApi: process.env.AWS_LAMBDA_RUNTIME_API,
