@@ -5,12 +5,10 @@
  * only inside what the last read proved).
  */
 
-import type { Clock } from '../../clock.js';
 import { StoreUnavailableError } from '../../errors.js';
 import type { TokenState, TokenStore } from '../../ports.js';
 import type { BrokerLogger, ServedToken } from '../types.js';
-import type { ConnectionView } from '../view/index.js';
-import type { Need } from './observer.js';
+import type { ConnectionView, ServingRequest } from '../view/index.js';
 
 const MESSAGES = {
   read: 'The token store could not be read; retry shortly',
@@ -53,20 +51,19 @@ export class StoreReachability {
 
 /**
  * Reads the store within `waitMs` (less, after a read that failed: {@link StoreReachability});
- * when it is down, falls back to a token in memory that meets `need` (none when `need` is
- * undefined: the warm-up never falls back).
+ * when it is down, falls back to the token in memory if the serving rule lets it (`servable`:
+ * never for the warm-up).
  */
 export const readStore = async (
   deps: {
     readonly store: TokenStore;
     readonly view: ConnectionView;
-    readonly clock: Clock;
     readonly logger: BrokerLogger;
     readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
     readonly reachability?: StoreReachability | undefined;
   },
   name: string,
-  need: Need | undefined,
+  request: ServingRequest,
   waitMs: number,
 ): Promise<TokenState | ServedToken> => {
   const { reachability } = deps;
@@ -77,9 +74,7 @@ export const readStore = async (
     return state;
   } catch (error) {
     reachability?.answered(false);
-    const needMs = need === 'outside-window' ? Number.POSITIVE_INFINITY : need;
-    const held =
-      needMs === undefined ? undefined : deps.view.whileStoreDown(name, deps.clock.now(), needMs);
+    const held = deps.view.servable(name, request, 'store-down').record;
     if (!held) throw storeFailure('read', error);
     deps.logger.warn('Token store unreadable; serving the token held in memory', {
       connection: name,
