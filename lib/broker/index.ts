@@ -38,7 +38,7 @@ import type {
   TokenAnswer,
   WarmUpReport,
 } from './types.js';
-import { ConnectionView, type TokenRequest } from './view/index.js';
+import { ConnectionView, ownRequest, type TokenRequest } from './view/index.js';
 
 export type { ConnectionReadiness, ReadinessReport } from './callers/index.js';
 export { isCredentialRejection } from './issuance/index.js';
@@ -84,46 +84,34 @@ export class TokenBroker {
   readonly #metrics: BrokerMetrics;
 
   constructor(private readonly deps: TokenBrokerDeps) {
-    this.#clock = deps.clock ?? systemClock;
-    this.#metrics = deps.metrics ?? noMetrics;
-    this.#settings = {
-      refreshWindowMs: deps.config.refreshWindowSeconds * 1000,
-      memoryRecheckMs: deps.config.memoryRecheckSeconds * 1000,
-      upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
-      storeOutageGraceMs: (deps.config.storeOutageGraceSeconds ?? 0) * 1000,
+    const { config, store, logger, probe } = deps;
+    const clock = deps.clock ?? systemClock;
+    const metrics = deps.metrics ?? noMetrics;
+    const settings = {
+      refreshWindowMs: config.refreshWindowSeconds * 1000,
+      memoryRecheckMs: config.memoryRecheckSeconds * 1000,
+      upstreamTimeoutMs: config.upstreamTimeoutMs,
+      storeOutageGraceMs: (config.storeOutageGraceSeconds ?? 0) * 1000,
       timing: validateTiming(deps.timing),
-      invalidateFloorMs: deps.config.invalidateMinAgeSeconds * 1000,
-      ...(deps.config.forcedMinAgeSeconds === undefined
+      invalidateFloorMs: config.invalidateMinAgeSeconds * 1000,
+      ...(config.forcedMinAgeSeconds === undefined
         ? {}
-        : { forcedMinAgeMs: deps.config.forcedMinAgeSeconds * 1000 }),
+        : { forcedMinAgeMs: config.forcedMinAgeSeconds * 1000 }),
     };
-    this.#view = new ConnectionView(this.#clock, this.#settings);
-    this.#reports = new Reports({
-      store: deps.store,
-      view: this.#view,
-      clock: this.#clock,
-      settings: this.#settings,
-      logger: deps.logger,
-      metrics: this.#metrics,
-      probe: deps.probe,
-      upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
+    const view = new ConnectionView(clock, settings);
+    const common = { store, clock, view, settings, logger, metrics };
+    const issuance = new LeasedIssuance({
+      ...common,
+      issue: withCredentialRotation({ ...deps, clock }),
     });
-    this.#issuance = new LeasedIssuance({
-      store: deps.store,
-      clock: this.#clock,
-      issue: withCredentialRotation({ ...deps, clock: this.#clock }),
-      view: this.#view,
-      settings: this.#settings,
-      logger: deps.logger,
-      metrics: this.#metrics,
-    });
-    this.#loads = new SharedLoads(this.#issuance, this.#clock, this.#settings);
-    this.#refreshAhead = new RefreshAhead({
-      issuance: this.#issuance,
-      clock: this.#clock,
-      logger: deps.logger,
-      metrics: this.#metrics,
-    });
+    this.#clock = clock;
+    this.#metrics = metrics;
+    this.#settings = settings;
+    this.#view = view;
+    this.#issuance = issuance;
+    this.#reports = new Reports({ ...common, probe, upstreamTimeoutMs: config.upstreamTimeoutMs });
+    this.#loads = new SharedLoads(issuance, clock, settings);
+    this.#refreshAhead = new RefreshAhead({ issuance, clock, logger, metrics });
   }
 
   /** Names of every configured connection. */
@@ -201,8 +189,7 @@ export class TokenBroker {
           : undefined;
       const background = this.deps.config.refreshAhead !== 'off';
       if (cause && background && !this.#loads.has(name)) {
-        const { caller, workUntil } = request;
-        this.#refreshAhead.start(connection, served.record, caller, cause, workUntil);
+        this.#refreshAhead.start(connection, served.record, cause, request);
       }
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
@@ -287,13 +274,7 @@ export class TokenBroker {
     return warmUp(this.deps.config.connections.values(), {
       // The same window as every other path: a token outside its (clamped) window is fresh.
       load: (connection) =>
-        this.#loads.load(connection, {
-          minValidityMs: 'outside-window',
-          explicit: false,
-          deadline,
-          caller: trigger,
-          mayForce: true,
-        }),
+        this.#loads.load(connection, ownRequest('outside-window', deadline, trigger)),
       now: () => this.#clock.now(),
       logger: this.deps.logger,
       metrics: this.#metrics,

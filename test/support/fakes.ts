@@ -9,7 +9,7 @@ import {
 } from '../../lib/broker/timing/index.js';
 import type { MemoryEntry } from '../../lib/broker/view/connection-state.js';
 import type { ConnectionView } from '../../lib/broker/view/connection-view.js';
-import type { TokenRequest } from '../../lib/broker/view/serving.js';
+import { ownRequest, type TokenRequest } from '../../lib/broker/view/serving.js';
 import type { Clock, Deadline } from '../../lib/clock.js';
 import type { ConnectionConfig } from '../../lib/config.js';
 import type { BrokerMetrics, MetricName } from '../../lib/metrics.js';
@@ -420,11 +420,4 @@ export const asks = (
   minValidityMs: TokenRequest['minValidityMs'],
   deadline: Deadline,
   more: Partial<TokenRequest> = {},
-): TokenRequest => ({
-  minValidityMs,
-  explicit: false,
-  deadline,
-  caller: 'unnamed caller',
-  mayForce: true,
-  ...more,
-});
+): TokenRequest => ({ ...ownRequest(minValidityMs, deadline, 'unnamed caller'), ...more });

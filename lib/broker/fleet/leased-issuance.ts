@@ -10,7 +10,7 @@ import { MetricName } from '../../metrics.js';
 import type { TokenRecord, TokenState } from '../../ports.js';
 import type { HolderDeps, LeasedFlow } from '../holder/index.js';
 import { issueUnderLease, LeaseTaker, LOST } from '../holder/index.js';
-import { IssuanceCause, isCallersWord, type Trigger, UNNAMED_TRIGGER } from '../issuance/index.js';
+import { IssuanceCause, isCallersWord, UNNAMED_TRIGGER } from '../issuance/index.js';
 import {
   type AcquirePlan,
   notEnoughTime,
@@ -21,7 +21,7 @@ import {
 import { withDeadline } from '../single-flight.js';
 import { leaseCountdown, leaseNeedsMs, refreshBudgetMs } from '../timing/index.js';
 import type { ServedToken } from '../types.js';
-import { ConnectionView, type ReadSent, type TokenRequest } from '../view/index.js';
+import { ConnectionView, ownRequest, type ReadSent, type TokenRequest } from '../view/index.js';
 
 export { unsatisfiable } from '../observer/index.js';
 
@@ -31,7 +31,6 @@ export type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view'> & {
 };
 
 export class LeasedIssuance {
-  readonly #holder: HolderDeps;
   readonly #leases: LeaseTaker;
   /** Whether the store answered the last read (a short wait for the next one if not). */
   readonly #reachability = new StoreReachability();
@@ -46,7 +45,6 @@ export class LeasedIssuance {
       held: new Set(),
       bounded: (operation, waitMs) => this.#bounded(operation, waitMs),
     };
-    this.#holder = this.deps;
     this.#leases = new LeaseTaker(this.deps);
   }
 
@@ -75,11 +73,10 @@ export class LeasedIssuance {
 
   /** Reads the store until it holds a token that meets `request`, issuing it under the lease. */
   obtain(connection: ConnectionConfig, request: TokenRequest): Promise<ServedToken> {
-    const { name } = connection;
-    const by = request.deadline;
     return obtain({ ...this.deps, reachability: this.#reachability }, connection, request, {
-      letGo: (stale, record) => this.#leases.letGo(name, stale, record, by),
-      acquire: (plan) => this.#acquireAndIssue(connection, plan, by, request.caller),
+      letGo: (stale, record) =>
+        this.#leases.letGo(connection.name, stale, record, request.deadline),
+      acquire: (plan) => this.#acquireAndIssue(connection, plan, request),
     });
   }
 
@@ -93,10 +90,11 @@ export class LeasedIssuance {
     connection: ConnectionConfig,
     current: TokenRecord,
     by: Deadline,
-    trigger: Trigger = UNNAMED_TRIGGER,
+    caller: string = UNNAMED_TRIGGER,
     cause: IssuanceCause = IssuanceCause.RefreshAhead,
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
+    const request = ownRequest(0, by, caller);
     const { clock, view, settings } = this.deps;
     // A countdown announced at our last read is left to its holder. Whether that holder died
     // only a read can tell (the same version seen again after its duration): that read comes
@@ -120,8 +118,7 @@ export class LeasedIssuance {
         cause,
         forced: isCallersWord(cause),
       },
-      by,
-      trigger,
+      request,
       cause === IssuanceCause.Invalidate
         ? 'Replacing a reported token'
         : 'Refreshing the token ahead of expiry',
@@ -131,14 +128,7 @@ export class LeasedIssuance {
     if (outcome.state) view.observe(connection, outcome.state, outcome.read, clock.now());
     // Lost during the flow: our token request may have gone out and revoked `current`, which
     // must not be served; whatever the store holds now (ours, or the new holder's) is.
-    if (!outcome.lost) return undefined;
-    return this.obtain(connection, {
-      minValidityMs: 0,
-      explicit: false,
-      deadline: by,
-      caller: trigger,
-      mayForce: true,
-    });
+    return outcome.lost ? this.obtain(connection, request) : undefined;
   }
 
   /** How long a refresh of `record` may take, and the least it needs (countdown, POST, write), ms. */
@@ -157,8 +147,7 @@ export class LeasedIssuance {
   async #acquireAndIssue(
     connection: ConnectionConfig,
     plan: AcquirePlan,
-    by: Deadline,
-    trigger: Trigger,
+    { deadline: by, caller }: TokenRequest,
     announce?: string,
   ): Promise<ServedToken | { state?: TokenState; read: ReadSent; lost?: boolean }> {
     const { name } = connection;
@@ -198,9 +187,9 @@ export class LeasedIssuance {
       countdown: plan.countdown,
       cause: plan.cause,
       forced: plan.forced,
-      trigger,
+      trigger: caller,
     };
-    const issued = await issueUnderLease(this.#holder, connection, flow, (ms) =>
+    const issued = await issueUnderLease(this.deps, connection, flow, (ms) =>
       this.deps.view.measured(name, 'issuance', ms),
     );
     // Our lease was taken over while we ran: the new holder's token wins.

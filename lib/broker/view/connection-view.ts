@@ -90,12 +90,7 @@ export class ConnectionView {
     if (!valid || suspect) {
       this.apply(name, { type: 'token-dropped' });
       // Not kept, but learned: its age (I4) counts from this first sight.
-      if (valid)
-        this.apply(name, {
-          type: 'token-learned',
-          digest: valid.tokenDigest,
-          at: this.clock.monotonic(),
-        });
+      if (valid) this.learned(valid);
       return { valid, suspect, proofMs: 0, leaseStale, staleInMs };
     }
     const proof = proofMs(valid, announced, this.settings);
@@ -144,7 +139,7 @@ export class ConnectionView {
     this.apply(name, { type: 'token-reported', digest });
   }
 
-  /** `record` read from the store (for a report): its age (I4) counts from now if unknown. */
+  /** `record` read from the store: its age (I4) counts from now if unknown. */
   learned(record: TokenRecord): void {
     const at = this.clock.monotonic();
     this.apply(record.connection, { type: 'token-learned', digest: record.tokenDigest, at });

@@ -45,6 +45,13 @@ export interface TokenRequest {
   readonly mayForce: boolean;
 }
 
+/** A request the broker makes itself (the warm-up, a refresh's fallback): it may force. */
+export const ownRequest = (
+  minValidityMs: TokenRequest['minValidityMs'],
+  deadline: Deadline,
+  caller: string,
+): TokenRequest => ({ minValidityMs, explicit: false, deadline, caller, mayForce: true });
+
 /** What the serving rule reads of a request. */
 export type ServingRequest = Pick<TokenRequest, 'minValidityMs' | 'explicit'>;
 
