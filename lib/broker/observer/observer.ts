@@ -1,7 +1,7 @@
 /**
  * The observer: what a container that needs a token does after each read of the store, as one
  * pure decision from the read, what the container knows, and the time (client-go's
- * `tryAcquireOrRenew` as a function: no I/O, no clock). `leased-issuance.ts` drives it.
+ * `tryAcquireOrRenew` as a function: no I/O, no clock). `obtain.ts` drives it.
  *
  *   read ─┬─ valid, no lease or a countdown still running, read in time ────────────▸ serve
  *         ├─ valid, answer older than its proof ─────────────────────────────────────▸ reread

@@ -1,9 +1,7 @@
 /**
  * The observer's loop: reads the store until it holds a token that meets the request, doing what
- * `decide` says after each read (serve, read again, let a stale lease go, refuse, take the lease
- * and issue under it, or wait for the holder). Taking and letting go a lease are the holder's
- * (`LeaseActions`, given by `fleet/leased-issuance.ts`). Deadlines are judged on the monotonic
- * clock (I3).
+ * `decide` says after each read. Taking a lease and letting one go are the holder's side's
+ * (`LeaseActions`: observer/ does not import holder/). Deadlines are on the monotonic clock (I3).
  */
 import type { Clock } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
@@ -33,7 +31,6 @@ export interface ObserverDeps {
 /** A decision to take the lease, as the holder's side carries it out. */
 export type AcquirePlan = Omit<Extract<Decision, { do: 'acquire' }>, 'do'>;
 
-/** What only the holder's side does: observer/ does not import holder/. */
 export interface LeaseActions {
   letGo(stale: Lease, record: TokenRecord): Promise<void>;
   /** Takes the lease as `plan` says and issues under it; else the state that won, if read. */
@@ -55,10 +52,7 @@ export const obtain = async (
   // token then comes within a step or the POST (a waiter whose backoff had grown at countdown
   // 1 slept 452 ms past the successor on a global table: `regions-three`, 2026-11-25).
   let polls = { countdown: undefined as number | undefined, since: 0 };
-  const cutOverMs = await awaitCutOver(deps, name, by, {
-    issuanceMs: view.issuanceMs(name),
-    lastReadMs: view.readMs(name),
-  });
+  const cutOverMs = await awaitCutOver(deps, name, by);
   if (cutOverMs > 0)
     logger.debug('Waited for the announced cut-over', { connection: name, cutOverMs });
   for (;;) {

@@ -1,5 +1,5 @@
 /**
- * Calls to the token store as the observer's driver makes them: failures as callers are told
+ * Calls to the token store as the observer's loop makes them: failures as callers are told
  * them (a typed error with a stable code, whatever the SDK threw: its message stays in the
  * cause, for the logs), and a read that falls back to memory while the store is down (I2's rule:
  * only inside what the last read proved).

@@ -28,16 +28,13 @@ import type { MemoryEntry } from './connection-state.js';
 
 /** What one caller asks of a connection, validated once where it comes in. */
 export interface TokenRequest {
-  /**
-   * The validity the token must still have, ms; or the warm-up's: outside its refresh window,
-   * as the store holds it (memory never serves it).
-   */
+  /** Validity the token must still have, ms; the warm-up's: outside its window (not memory's). */
   readonly minValidityMs: number | 'outside-window';
   /** The caller named its validity: no last good token stands in for it after a failure. */
   readonly explicit: boolean;
   /** By when it is answered (I3). */
   readonly deadline: Deadline;
-  /** By when work it starts after its answer (a refresh ahead) must be over; none: its own budget. */
+  /** By when work it starts after its answer (a refresh ahead) must be over, if it must. */
   readonly workUntil?: Deadline | undefined;
   /** Who asks: logged with a refusal or an issuance it causes. */
   readonly caller: string;
