@@ -15,7 +15,7 @@ import { type Clock, Deadline, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
 import { toBrokerError, UnknownConnectionError } from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
-import type { SecretSource, TokenIssuer, TokenProbe, TokenRecord, TokenStore } from '../ports.js';
+import type { SecretSource, TokenIssuer, TokenProbe, TokenStore } from '../ports.js';
 import {
   checkReadiness,
   type ReadinessReport,
@@ -182,14 +182,17 @@ export class TokenBroker {
     }
     if (served.source !== 'upstream') {
       // One refresh at a time in a container, and none while a load runs here.
-      const cause = this.#reports.due(served.record)
+      const { record } = served;
+      const now = this.#clock.now();
+      const issuanceMs = this.#view.issuanceMs(name);
+      const cause = this.#reports.due(record)
         ? IssuanceCause.Invalidate
-        : this.#dueForRefresh(served.record)
+        : dueForRefresh(record, now, this.#settings, this.#clock.random(), issuanceMs)
           ? IssuanceCause.RefreshAhead
           : undefined;
       const background = this.deps.config.refreshAhead !== 'off';
       if (cause && background && !this.#loads.has(name)) {
-        this.#refreshAhead.start(connection, served.record, cause, request);
+        this.#refreshAhead.start(connection, record, cause, request);
       }
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
@@ -300,15 +303,5 @@ export class TokenBroker {
     // Served as a fallback after a failure: no second upstream attempt in this request.
     this.#metrics.record(MetricName.TokensServed, name, 1, 'memory');
     return { record, source: 'memory', reusableUntil, staleIfErrorMs };
-  }
-
-  #dueForRefresh(record: TokenRecord): boolean {
-    return dueForRefresh(
-      record,
-      this.#clock.now(),
-      this.#settings,
-      this.#clock.random(),
-      this.#view.issuanceMs(record.connection),
-    );
   }
 }

@@ -14,7 +14,7 @@ import type { ConnectionView, ReadSent, TokenRequest } from '../view/index.js';
 import type { CallerBoundSettings } from './caller-bounds.js';
 import { awaitCutOver } from './cut-over-wait.js';
 import { type Decision, decide, waitTimedOut } from './observer.js';
-import { readStore, type StoreReachability } from './store-calls.js';
+import { type StoreReachability, storeFailure } from './store-calls.js';
 
 export interface ObserverDeps {
   readonly store: TokenStore;
@@ -59,7 +59,7 @@ export const obtain = async (
     // 1. Read the store, or take the state that won a lost acquisition. What a read proves
     //    counts from when it was sent.
     const read = known?.read ?? { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-    const state = known?.state ?? (await readStore(deps, name, request, by.leftMs()));
+    const state = known?.state ?? (await readStore(deps, name, request));
     const fresh = known === undefined;
     known = undefined;
     if ('source' in state) return state; // the store is down; memory had a usable token
@@ -130,6 +130,29 @@ export const obtain = async (
         await clock.sleep(decision.ms);
         if (by.passed()) throw waitTimedOut(decision.suspect);
     }
+  }
+};
+
+/**
+ * Reads the store within the request's time left (less after a read that went unanswered: see
+ * `StoreReachability`); when it is down, memory's token if the serving rule lets it (I2).
+ */
+const readStore = async (
+  { store, view, logger, bounded, reachability }: ObserverDeps,
+  name: string,
+  request: TokenRequest,
+): Promise<TokenState | ServedToken> => {
+  try {
+    const waitMs = reachability.waitMs(request.deadline.leftMs(), view.readMs(name));
+    const state = await bounded(store.read(name), waitMs);
+    reachability.answered(true);
+    return state;
+  } catch (error) {
+    reachability.answered(false);
+    const held = view.servable(name, request, 'store-down').record;
+    if (!held) throw storeFailure('read', error);
+    logger.warn('Token store unreadable; serving the token held in memory', { connection: name });
+    return { record: held, source: 'memory' };
   }
 };
 

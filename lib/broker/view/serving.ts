@@ -81,16 +81,13 @@ export const suspectToken = (
     : undefined;
 };
 
-/** The rule by which memory serves its token. */
-export type ServedBy = 'proved' | 'store-down' | 'outage-grace' | 'last-good';
-
 /** Why memory is asked: first (none), the store could not be read, or the request failed. */
 export type Asked = undefined | 'store-down' | { readonly failed: unknown };
 
 export interface Servable {
   /** Memory's token, if a rule (`why`) lets it be served now, until `until` (else now). */
   readonly record?: TokenRecord | undefined;
-  readonly why?: ServedBy | undefined;
+  readonly why?: 'proved' | 'store-down' | 'outage-grace' | 'last-good' | undefined;
   readonly until: number;
   /** I2 in callers' caches: until when a caller may reuse memory's token (`maxAgeMs`)... */
   readonly reusableUntil: number;
@@ -129,7 +126,7 @@ export const servable = (
     staleIfErrorMs: failed ? 0 : staleIfErrorMs(entry, reuse, now),
   };
   let until: number;
-  let why: ServedBy;
+  let why: Servable['why'];
   if (asked === undefined) {
     // A countdown read long before its end is read once more near it (liveness only).
     const early = cutOverRereadMs(settings.timing);
