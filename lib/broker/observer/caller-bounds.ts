@@ -115,7 +115,7 @@ export const tokenRequest = (
   options: GetTokenOptions,
   config: { readonly defaultMinValiditySeconds: number; readonly maxTokenLifetimeSeconds: number },
 ): TokenRequest => {
-  const { minValiditySeconds = config.defaultMinValiditySeconds, caller, mayForce } = options;
+  const minValiditySeconds = options.minValiditySeconds ?? config.defaultMinValiditySeconds;
   if (!Number.isInteger(minValiditySeconds) || minValiditySeconds < 0) {
     throw new BadRequestError('minValidity must be a whole number of seconds, 0 or more');
   }
@@ -129,7 +129,7 @@ export const tokenRequest = (
     explicit: options.minValiditySeconds !== undefined,
     deadline: options.deadline,
     workUntil: options.workUntil,
-    caller: caller ?? UNNAMED_TRIGGER,
-    mayForce: mayForce ?? true,
+    caller: options.caller ?? UNNAMED_TRIGGER,
+    mayForce: options.mayForce ?? true,
   };
 };

@@ -47,7 +47,10 @@ export const ownRequest = (
   minValidityMs: TokenRequest['minValidityMs'],
   deadline: Deadline,
   caller: string,
-): TokenRequest => ({ minValidityMs, explicit: false, deadline, caller, mayForce: true });
+): TokenRequest => {
+  // Stryker disable next-line BooleanLiteral: equivalent: only a failed getToken asks for a last good token
+  return { minValidityMs, explicit: false, deadline, caller, mayForce: true };
+};
 
 /** What the serving rule reads of a request. */
 export type ServingRequest = Pick<TokenRequest, 'minValidityMs' | 'explicit'>;
@@ -125,6 +128,10 @@ export const servable = (
     reusableUntil: reuse,
     staleIfErrorMs: failed ? 0 : staleIfErrorMs(entry, reuse, now),
   };
+  // After a failure that may have revoked it, or for a caller that named its validity: none.
+  if (failed && (request.explicit || !saysNothingAgainst(asked.failed))) {
+    return { until: now, ...answer };
+  }
   let until: number;
   let why: Servable['why'];
   if (asked === undefined) {
@@ -135,8 +142,6 @@ export const servable = (
     const recheck = entry.checkedAt + recheckMs(record, settings);
     until = Math.min(entry.until, recheck, reread, record.expiresAt - need);
     why = 'proved';
-  } else if (failed && (request.explicit || !saysNothingAgainst(asked.failed))) {
-    return { until: now, ...answer };
   } else {
     // Unconfirmed; the last good token stands in with whatever validity it has left.
     const grace = entry.until + (settings.storeOutageGraceMs ?? 0);

@@ -18,6 +18,7 @@ import {
   type Servable,
   type ServingRequest,
   servable,
+  suspectToken,
 } from '../../../lib/broker/view/serving.js';
 import {
   BadRequestError,
@@ -25,6 +26,7 @@ import {
   UpstreamRejectedError,
   UpstreamUnavailableError,
 } from '../../../lib/errors.js';
+import type { TokenState } from '../../../lib/ports.js';
 import { record, T0 } from './setup.js';
 
 const settings: RefreshSettings = {
@@ -291,5 +293,46 @@ describe('Function: servable (I2), by state × rule', () => {
       ...row.expected,
       ...(row.expected.why ? { record: entry?.record } : {}),
     });
+  });
+});
+
+describe('Function: suspectToken (I2), by what a read found', () => {
+  const skew = DEFAULT_TIMING.skewToleranceMs;
+  const lease = (left: number) => ({ ...countdown, countdown: left });
+  const { accessToken: _, ...sealed } = token;
+  // What was read, whether the upstream revokes on re-issue, now (ms after the token's expiry),
+  // and whether the token found is suspect.
+  const cases: [string, TokenState, boolean, number, boolean][] = [
+    ['a valid token, its countdown at 1', { token, lease: lease(1) }, true, -1_000, true],
+    ['a valid token, its countdown at 0', { token, lease: lease(0) }, true, -1_000, true],
+    ['a valid token, its countdown still at 2', { token, lease: lease(2) }, true, -1_000, false],
+    ['a valid token, no lease', { token, lease: undefined }, true, -1_000, false],
+    [
+      'an upstream that does not revoke on re-issue',
+      { token, lease: lease(0) },
+      false,
+      -1_000,
+      false,
+    ],
+    [
+      'expired here by less than the skew allowed',
+      { token, lease: lease(0) },
+      true,
+      skew - 1,
+      true,
+    ],
+    ['expired here by the skew allowed', { token, lease: lease(0) }, true, skew, false],
+    [
+      'a token this container cannot read',
+      { token: undefined, unreadable: sealed, lease: lease(0) },
+      true,
+      -1_000,
+      true,
+    ],
+    ['no token', { token: undefined, lease: lease(0) }, true, -1_000, false],
+  ];
+  it.each(cases)('%s', (_name, state, revokes, afterExpiry, suspect) => {
+    const found = suspectToken(state, revokes, token.expiresAt + afterExpiry, DEFAULT_TIMING);
+    expect(found).toBe(suspect ? (state.token ?? state.unreadable) : undefined);
   });
 });
