@@ -196,13 +196,8 @@ export class TokenBroker {
       }
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
-    const { reusableUntil, staleIfErrorMs } = this.#view.servable(
-      name,
-      request,
-      undefined,
-      served.record.tokenDigest,
-    );
-    return { ...served, reusableUntil, staleIfErrorMs };
+    const held = this.#view.servable(name, request, undefined, served.record.tokenDigest);
+    return { ...served, reusableUntil: held.reusableUntil, staleIfErrorMs: held.staleIfErrorMs };
   }
 
   /**

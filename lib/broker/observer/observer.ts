@@ -148,11 +148,9 @@ export const decide = (o: Observation): Decision => {
     const { timing } = o.settings;
     const recent = stored && stored.expiresAt + timing.skewToleranceMs > o.now ? stored : undefined;
     const countdown = leaseCountdown(o.revokesOnReissue, recent, lease, o.settings);
-    // A recent token under a lease that counted down (its successor's POST may be out) is
-    // suspect here too, though expired on this clock, or unreadable here: a slower clock, or a
-    // container with the key, may still serve it. So a flow that ends without a token drops
-    // it rather than leave it servable there (I2; review 4:
-    // test/lib/broker/suspect-recent-token.test.ts).
+    // Suspect too, though expired on this clock or unreadable here (`suspectToken`): a flow
+    // that ends without a token drops it rather than leave it servable where a slower clock, or
+    // the key, is (I2; review 4: test/lib/broker/suspect-recent-token.test.ts).
     const mayBeRevoked =
       valid === undefined ? suspectToken(o.state, o.revokesOnReissue, o.now, timing) : undefined;
     if (leaseNeedsMs(countdown, timing) >= o.leftMs) return refuse(notEnoughTime(countdown));

@@ -84,9 +84,7 @@ export class ConnectionView {
     const valid = token && token.expiresAt > now ? token : undefined;
     // Where the upstream does not revoke on re-issue, a replacement harms nobody.
     const announced = connection.revokesOnReissue ? lease : undefined;
-    const suspect =
-      valid !== undefined &&
-      suspectToken(state, connection.revokesOnReissue, now, this.timing) !== undefined;
+    const suspect = !!valid && !!suspectToken(state, connection.revokesOnReissue, now, this.timing);
     if (!valid || suspect) {
       this.apply(name, { type: 'token-dropped' });
       // Not kept, but learned: its age (I4) counts from this first sight.
