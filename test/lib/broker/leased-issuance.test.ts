@@ -804,7 +804,7 @@ describe('Class: LeasedIssuance', () => {
   it('falls back to memory when the store is unreadable only while no replacement elsewhere can have revoked it', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
-    const { issuance, memory } = container(store, clock);
+    const { issuance, memory, logger } = container(store, clock);
     store.failing = true;
     // Confirmed 50 ms ago: any replacement elsewhere is still draining (5 s + 100 ms here).
     primed(memory, clock, record('remembered', T0 + HOUR), T0 - 50);
@@ -814,15 +814,25 @@ describe('Class: LeasedIssuance', () => {
       source: 'memory',
       record: { accessToken: 'remembered' },
     });
+    expect(logger.lines.filter((line) => line.level === 'warn')).toEqual([
+      {
+        level: 'warn',
+        message: 'Token store unreadable; serving the token held in memory',
+        attributes: [{ connection: 'sandbox' }],
+      },
+    ]);
+    const unreadable = async (minValidityMs: number | 'outside-window') => {
+      const failed = await issuance
+        .obtain(sandbox, asks(minValidityMs, Deadline.in(clock, 5_000)))
+        .then(unexpected, caught);
+      expect(failed).toBeInstanceOf(StoreUnavailableError);
+      expect(failed.message).toBe('The token store could not be read; retry shortly');
+    };
     // Unless told not to (the warm-up).
-    await expect(
-      issuance.obtain(sandbox, asks('outside-window', Deadline.in(clock, 5_000))),
-    ).rejects.toBeInstanceOf(StoreUnavailableError);
+    await unreadable('outside-window');
     // Confirmed 10 s ago: another container may have replaced (and so revoked) it since.
     primed(memory, clock, record('remembered', T0 + HOUR), T0 - 10_000);
-    await expect(
-      issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000))),
-    ).rejects.toBeInstanceOf(StoreUnavailableError);
+    await unreadable(60_000);
   });
 
   it('serves an unconfirmed token through an outage for as long as the operator allowed', async () => {
