@@ -13,6 +13,7 @@ export default {
   // out: its tests need DynamoDB servers.
   mutate: [
     'lib/broker/observer/observer.ts',
+    'lib/broker/observer/obtain.ts',
     'lib/broker/observer/caller-bounds.ts',
     'lib/broker/holder/state.ts',
     'lib/broker/holder/lease-writes.ts',
@@ -26,6 +27,7 @@ export default {
     'lib/broker/timing/estimates.ts',
     'lib/broker/view/connection-state.ts',
     'lib/broker/view/connection-view.ts',
+    'lib/broker/view/serving.ts',
   ],
   // One worker: the machine has 2 cores and is shared.
   concurrency: 1,

@@ -2,32 +2,20 @@
  * The broker core's facade: serves a valid token for a connection from memory, else from the
  * shared store, else by running the upstream flow — once for the whole fleet, under a lease
  * held in the store. It knows nothing of AWS or of event shapes; adapters and handlers plug
- * into its ports. The parts, one idea each:
+ * into its ports. The sides (docs/protocol.md, "Layout"): `timing/` (constants, bounds,
+ * estimates), `view/` (what a container knows; the request and the one serving rule),
+ * `observer/` (the decision after each read, and its loop), `holder/` (the lease holder),
+ * `issuance/` (one upstream flow), `callers/` (reports, status, warm-up, readiness), `fleet/`
+ * (shared loads, leased issuance, refresh ahead).
  *
- * - `timing/`: every protocol constant and bound, and the estimates that tune speed (pure);
- * - `observer.ts` and `leased-issuance.ts`: what a container that needs a token decides after
- *   each read (pure), and the loop that does it;
- * - `holder/state.ts`, `held-lease.ts`, `issue-under-lease.ts`: the lease holder as one reducer
- *   (pure), its driver (lease writes, timers, effects), its flow (authorize, fence, POST, write);
- * - `connection-state.ts`, `connection-view.ts`: what this container knows of each connection
- *   (changed only by `apply(event)`), and the serving rules;
- * - `credential-rotation.ts`: re-read a rejected secret and retry once if it was rotated;
- * - `shared-loads.ts` and `single-flight.ts`: concurrent misses in a container share one load,
- *   each within its deadline;
- * - `reports.ts`, `probe-verdicts.ts`: a caller's invalidate report, verified by the probe,
- *   acted on at once or kept until it may be;
- * - `caller-bounds.ts`: how often a caller's word may replace a token (I4).
- *
- * - `refresh-ahead.ts`: refresh ahead of expiry, in the background of a request;
- * - `operator.ts`: status and the warm-up.
- *
- * This file adds input checks and the last-good fallback, and starts refresh ahead.
+ * This file makes each call's one `TokenRequest` (checked once), serves the last good token
+ * after a failure, and starts refresh ahead.
  */
 import { type Clock, Deadline, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
 import { toBrokerError, UnknownConnectionError } from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
-import type { SecretSource, TokenIssuer, TokenProbe, TokenRecord, TokenStore } from '../ports.js';
+import type { SecretSource, TokenIssuer, TokenProbe, TokenStore } from '../ports.js';
 import {
   checkReadiness,
   type ReadinessReport,
@@ -37,13 +25,8 @@ import {
   warmUp,
 } from './callers/index.js';
 import { LeasedIssuance, RefreshAhead, SharedLoads } from './fleet/index.js';
-import {
-  IssuanceCause,
-  type Trigger,
-  UNNAMED_TRIGGER,
-  withCredentialRotation,
-} from './issuance/index.js';
-import { type CallerBoundSettings, needMsOf } from './observer/index.js';
+import { IssuanceCause, type Trigger, withCredentialRotation } from './issuance/index.js';
+import { type CallerBoundSettings, tokenRequest } from './observer/index.js';
 import { withDeadline } from './single-flight.js';
 import { dueForRefresh, type ProtocolTiming, validateTiming } from './timing/index.js';
 import type {
@@ -55,7 +38,7 @@ import type {
   TokenAnswer,
   WarmUpReport,
 } from './types.js';
-import { ConnectionView } from './view/index.js';
+import { ConnectionView, ownRequest, type TokenRequest } from './view/index.js';
 
 export type { ConnectionReadiness, ReadinessReport } from './callers/index.js';
 export { isCredentialRejection } from './issuance/index.js';
@@ -101,46 +84,34 @@ export class TokenBroker {
   readonly #metrics: BrokerMetrics;
 
   constructor(private readonly deps: TokenBrokerDeps) {
-    this.#clock = deps.clock ?? systemClock;
-    this.#metrics = deps.metrics ?? noMetrics;
-    this.#settings = {
-      refreshWindowMs: deps.config.refreshWindowSeconds * 1000,
-      memoryRecheckMs: deps.config.memoryRecheckSeconds * 1000,
-      upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
-      storeOutageGraceMs: (deps.config.storeOutageGraceSeconds ?? 0) * 1000,
+    const { config, store, logger, probe } = deps;
+    const clock = deps.clock ?? systemClock;
+    const metrics = deps.metrics ?? noMetrics;
+    const settings = {
+      refreshWindowMs: config.refreshWindowSeconds * 1000,
+      memoryRecheckMs: config.memoryRecheckSeconds * 1000,
+      upstreamTimeoutMs: config.upstreamTimeoutMs,
+      storeOutageGraceMs: (config.storeOutageGraceSeconds ?? 0) * 1000,
       timing: validateTiming(deps.timing),
-      invalidateFloorMs: deps.config.invalidateMinAgeSeconds * 1000,
-      ...(deps.config.forcedMinAgeSeconds === undefined
+      invalidateFloorMs: config.invalidateMinAgeSeconds * 1000,
+      ...(config.forcedMinAgeSeconds === undefined
         ? {}
-        : { forcedMinAgeMs: deps.config.forcedMinAgeSeconds * 1000 }),
+        : { forcedMinAgeMs: config.forcedMinAgeSeconds * 1000 }),
     };
-    this.#view = new ConnectionView(this.#clock, this.#settings);
-    this.#reports = new Reports({
-      store: deps.store,
-      view: this.#view,
-      clock: this.#clock,
-      settings: this.#settings,
-      logger: deps.logger,
-      metrics: this.#metrics,
-      probe: deps.probe,
-      upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
+    const view = new ConnectionView(clock, settings);
+    const common = { store, clock, view, settings, logger, metrics };
+    const issuance = new LeasedIssuance({
+      ...common,
+      issue: withCredentialRotation({ ...deps, clock }),
     });
-    this.#issuance = new LeasedIssuance({
-      store: deps.store,
-      clock: this.#clock,
-      issue: withCredentialRotation({ ...deps, clock: this.#clock }),
-      view: this.#view,
-      settings: this.#settings,
-      logger: deps.logger,
-      metrics: this.#metrics,
-    });
-    this.#loads = new SharedLoads(this.#issuance, this.#clock, this.#settings);
-    this.#refreshAhead = new RefreshAhead({
-      issuance: this.#issuance,
-      clock: this.#clock,
-      logger: deps.logger,
-      metrics: this.#metrics,
-    });
+    this.#clock = clock;
+    this.#metrics = metrics;
+    this.#settings = settings;
+    this.#view = view;
+    this.#issuance = issuance;
+    this.#reports = new Reports({ ...common, probe, upstreamTimeoutMs: config.upstreamTimeoutMs });
+    this.#loads = new SharedLoads(issuance, clock, settings);
+    this.#refreshAhead = new RefreshAhead({ issuance, clock, logger, metrics });
   }
 
   /** Names of every configured connection. */
@@ -185,22 +156,15 @@ export class TokenBroker {
 
   /**
    * Returns a token valid for at least `minValiditySeconds`, issuing one only when needed, with
-   * how long the caller may reuse it, and use it stale (see `ConnectionView.reuse`).
+   * how long the caller may reuse it, and use it stale (see `servable`).
    */
   async getToken(name: string, options: GetTokenOptions): Promise<TokenAnswer> {
     const connection = this.connection(name);
-    const trigger = options.caller ?? UNNAMED_TRIGGER;
-    const needMs = needMsOf(options.minValiditySeconds, this.deps.config);
-    const decide = async (): Promise<ServedToken> =>
-      this.#fromMemory(name, needMs) ??
-      (await this.#loads.load(
-        connection,
-        needMs,
-        options.deadline,
-        false,
-        trigger,
-        options.mayForce ?? true,
-      ));
+    const request = tokenRequest(options, this.deps.config);
+    const decide = async (): Promise<ServedToken> => {
+      const { record } = this.#view.servable(name, request);
+      return record ? { record, source: 'memory' } : this.#loads.load(connection, request);
+    };
     let served: ServedToken;
     try {
       served = await decide();
@@ -209,35 +173,31 @@ export class TokenBroker {
       if (!this.#view.stillProves(served.record, this.#clock.now())) {
         this.deps.logger.warn(
           'A stall outlasted the proof of the token about to be served; asking again',
-          {
-            connection: name,
-          },
+          { connection: name },
         );
         served = await decide();
       }
     } catch (error) {
-      const last = this.#lastGood(name, error, options.minValiditySeconds !== undefined);
-      return { ...last, ...this.#reuse(last.record, needMs, true) };
+      return this.#lastGood(name, request, error);
     }
     if (served.source !== 'upstream') {
       // One refresh at a time in a container, and none while a load runs here.
-      const cause = this.#reports.due(served.record)
+      const { record } = served;
+      const now = this.#clock.now();
+      const issuanceMs = this.#view.issuanceMs(name);
+      const cause = this.#reports.due(record)
         ? IssuanceCause.Invalidate
-        : this.#dueForRefresh(served.record)
+        : dueForRefresh(record, now, this.#settings, this.#clock.random(), issuanceMs)
           ? IssuanceCause.RefreshAhead
           : undefined;
       const background = this.deps.config.refreshAhead !== 'off';
       if (cause && background && !this.#loads.has(name)) {
-        this.#refreshAhead.start(connection, served.record, trigger, cause, options.workUntil);
+        this.#refreshAhead.start(connection, record, cause, request);
       }
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
-    return { ...served, ...this.#reuse(served.record, needMs) };
-  }
-
-  /** How long the caller may reuse `record`, and use it stale unless `unconfirmed` (I2). */
-  #reuse(record: TokenRecord, needMs: number, unconfirmed = false) {
-    return this.#view.reuse(record, needMs, this.#clock.now(), unconfirmed);
+    const held = this.#view.servable(name, request, undefined, served.record.tokenDigest);
+    return { ...served, reusableUntil: held.reusableUntil, staleIfErrorMs: held.staleIfErrorMs };
   }
 
   /**
@@ -311,7 +271,8 @@ export class TokenBroker {
     for (const name of this.connectionNames()) this.#metrics.record(MetricName.WarmUpRuns, name);
     return warmUp(this.deps.config.connections.values(), {
       // The same window as every other path: a token outside its (clamped) window is fresh.
-      load: (connection) => this.#loads.load(connection, 'outside-window', deadline, true, trigger),
+      load: (connection) =>
+        this.#loads.load(connection, ownRequest('outside-window', deadline, trigger)),
       now: () => this.#clock.now(),
       logger: this.deps.logger,
       metrics: this.#metrics,
@@ -321,11 +282,13 @@ export class TokenBroker {
   /**
    * Serve the last good token: a caller that asked for nothing special gets a token that is
    * still valid rather than an error, while the failure is logged and counted (I2: only where
-   * the failure says nothing against that token; see ConnectionView.lastGood).
+   * the failure says nothing against that token; see `servable`).
    */
-  #lastGood(name: string, error: unknown, explicit: boolean): ServedToken {
-    const last = explicit ? undefined : this.#view.lastGood(name, this.#clock.now(), error);
-    if (!last) throw error;
+  #lastGood(name: string, request: TokenRequest, error: unknown): TokenAnswer {
+    const { record, reusableUntil, staleIfErrorMs } = this.#view.servable(name, request, {
+      failed: error,
+    });
+    if (!record) throw error;
     const failure = toBrokerError(error);
     this.deps.logger.warn('Could not get a newer token; serving the last good one', {
       connection: name,
@@ -334,22 +297,6 @@ export class TokenBroker {
     this.#metrics.record(MetricName.LastGoodTokenServed, name);
     // Served as a fallback after a failure: no second upstream attempt in this request.
     this.#metrics.record(MetricName.TokensServed, name, 1, 'memory');
-    return { record: last, source: 'memory' };
-  }
-
-  /** The token in memory, if valid for `needMs` and confirmed recently enough (I2). */
-  #fromMemory(name: string, needMs: number): ServedToken | undefined {
-    const record = this.#view.fromMemory(name, this.#clock.now(), needMs);
-    return record && { record, source: 'memory' };
-  }
-
-  #dueForRefresh(record: TokenRecord): boolean {
-    return dueForRefresh(
-      record,
-      this.#clock.now(),
-      this.#settings,
-      this.#clock.random(),
-      this.#issuance.issuanceMs(record.connection),
-    );
+    return { record, source: 'memory', reusableUntil, staleIfErrorMs };
   }
 }

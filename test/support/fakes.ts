@@ -9,6 +9,7 @@ import {
 } from '../../lib/broker/timing/index.js';
 import type { MemoryEntry } from '../../lib/broker/view/connection-state.js';
 import type { ConnectionView } from '../../lib/broker/view/connection-view.js';
+import { ownRequest, type TokenRequest } from '../../lib/broker/view/serving.js';
 import type { Clock, Deadline } from '../../lib/clock.js';
 import type { ConnectionConfig } from '../../lib/config.js';
 import type { BrokerMetrics, MetricName } from '../../lib/metrics.js';
@@ -413,3 +414,10 @@ export const primed = (
     sentAt: checkedAt,
     sentAtMonotonic: clock.monotonic() - (clock.now() - checkedAt),
   });
+
+/** A `TokenRequest` for `minValidityMs` by `deadline`: an unnamed caller, which may force. */
+export const asks = (
+  minValidityMs: TokenRequest['minValidityMs'],
+  deadline: Deadline,
+  more: Partial<TokenRequest> = {},
+): TokenRequest => ({ ...ownRequest(minValidityMs, deadline, 'unnamed caller'), ...more });

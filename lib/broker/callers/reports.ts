@@ -64,7 +64,8 @@ export class Reports {
     // under a lease this container never saw, and a `valid` verdict would be reused for a
     // revoked token (review 3).
     const current = entry?.record.tokenDigest === digest ? entry : undefined;
-    const held = current && view.fromMemory(name, now, 0) !== undefined ? current : undefined;
+    const proved = view.servable(name, { minValidityMs: 0, explicit: false }).why === 'proved';
+    const held = current && proved ? current : undefined;
     // The token as this container holds it, else as the store does (its `forced` mark decides
     // how long it is kept): a report about any other token changes nothing, and is not probed.
     const { token, lease } = held

@@ -1,39 +1,28 @@
 /**
- * The observer's driver: reads the store until it holds a token that meets the caller's need,
- * doing what `observer.ts` decides after each read (serve, read again, let a stale lease go,
- * refuse, take the lease and issue under it, or wait for the holder). The holder's side is
- * `issue-under-lease.ts` and `held-lease.ts`; what the container knows, `connection-view.ts`;
- * all timing, `timing/`. Deadlines are judged on the monotonic clock (I3).
+ * A container's way to a token under the fleet's lease: the observer's loop (`observer/obtain.ts`)
+ * with the holder's side plugged in (taking the lease and issuing under it, letting a stale one
+ * go), and the refresh of a token that is still valid. Deadlines are on the monotonic clock (I3).
  */
 import type { Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
-import {
-  FunctionTimeoutTooShortError,
-  ReplacementRefusedError,
-  StoreUnavailableError,
-} from '../../errors.js';
+import { FunctionTimeoutTooShortError, StoreUnavailableError } from '../../errors.js';
 import { MetricName } from '../../metrics.js';
 import type { TokenRecord, TokenState } from '../../ports.js';
 import type { HolderDeps, LeasedFlow } from '../holder/index.js';
 import { issueUnderLease, LeaseTaker, LOST } from '../holder/index.js';
-import { IssuanceCause, isCallersWord, type Trigger, UNNAMED_TRIGGER } from '../issuance/index.js';
+import { IssuanceCause, isCallersWord, UNNAMED_TRIGGER } from '../issuance/index.js';
 import {
-  awaitCutOver,
-  type Decision,
-  decide,
-  type Need,
+  type AcquirePlan,
   notEnoughTime,
-  readStore,
+  obtain,
   StoreReachability,
   storeFailure,
-  waitTimedOut,
 } from '../observer/index.js';
 import { withDeadline } from '../single-flight.js';
-import { leaseCountdown, leaseNeedsMs, readReserveMs, refreshBudgetMs } from '../timing/index.js';
+import { leaseCountdown, leaseNeedsMs, refreshBudgetMs } from '../timing/index.js';
 import type { ServedToken } from '../types.js';
-import { ConnectionView, type ReadSent } from '../view/index.js';
+import { ConnectionView, ownRequest, type ReadSent, type TokenRequest } from '../view/index.js';
 
-export type { Need } from '../observer/index.js';
 export { unsatisfiable } from '../observer/index.js';
 
 export type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view'> & {
@@ -42,7 +31,6 @@ export type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view'> & {
 };
 
 export class LeasedIssuance {
-  readonly #holder: HolderDeps;
   readonly #leases: LeaseTaker;
   /** Whether the store answered the last read (a short wait for the next one if not). */
   readonly #reachability = new StoreReachability();
@@ -57,7 +45,6 @@ export class LeasedIssuance {
       held: new Set(),
       bounded: (operation, waitMs) => this.#bounded(operation, waitMs),
     };
-    this.#holder = this.deps;
     this.#leases = new LeaseTaker(this.deps);
   }
 
@@ -84,125 +71,13 @@ export class LeasedIssuance {
     return this.deps.view;
   }
 
-  /** The last measured issuance duration of a connection (a default before the first). */
-  issuanceMs(connection: string): number {
-    return this.deps.view.issuanceMs(connection) ?? this.deps.settings.timing.defaultIssuanceMs;
-  }
-
-  /**
-   * Reads the store until it holds a token that meets `need`, issuing it under the lease.
-   * @param by the caller's deadline
-   * @param bypassMemory never fall back to memory when the store is unreadable (the warm-up)
-   * @param trigger who asked (logged with an issuance)
-   * @param mayForce whether the caller may force a replacement (see `caller-bounds.ts`)
-   */
-  async obtain(
-    connection: ConnectionConfig,
-    need: Need,
-    by: Deadline,
-    bypassMemory: boolean,
-    trigger: Trigger = UNNAMED_TRIGGER,
-    mayForce = true,
-  ): Promise<ServedToken> {
-    const { name } = connection;
-    const { clock, view, settings } = this.deps;
-    let known: { state: TokenState; read: ReadSent } | undefined;
-    let waits = 0;
-    // Polls since the countdown last moved: the backoff starts again when it does, for the
-    // token then comes within a step or the POST (a waiter whose backoff had grown at countdown
-    // 1 slept 452 ms past the successor on a global table: `regions-three`, 2026-11-25).
-    let polls = { countdown: undefined as number | undefined, since: 0 };
-    const cutOverMs = await awaitCutOver(this.deps, name, by, {
-      issuanceMs: this.issuanceMs(name),
-      lastReadMs: view.readMs(name),
+  /** Reads the store until it holds a token that meets `request`, issuing it under the lease. */
+  obtain(connection: ConnectionConfig, request: TokenRequest): Promise<ServedToken> {
+    return obtain({ ...this.deps, reachability: this.#reachability }, connection, request, {
+      letGo: (stale, record) =>
+        this.#leases.letGo(connection.name, stale, record, request.deadline),
+      acquire: (plan) => this.#acquireAndIssue(connection, plan, request),
     });
-    if (cutOverMs > 0) {
-      this.deps.logger.debug('Waited for the announced cut-over', { connection: name, cutOverMs });
-    }
-    for (;;) {
-      // 1. Read the store, or take the state that won a lost acquisition. What a read proves
-      //    counts from when it was sent.
-      const read = known?.read ?? { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-      const state =
-        known?.state ??
-        (await readStore(
-          { ...this.deps, reachability: this.#reachability },
-          name,
-          bypassMemory ? undefined : need,
-          by.leftMs(),
-        ));
-      const fresh = known === undefined;
-      known = undefined;
-      if ('source' in state) return state; // the store is down; memory had a usable token
-      // 2. Keep what it says (I2's proof, the lease watch).
-      const now = clock.now();
-      const sinceReadMs = clock.monotonic() - read.sentAtMonotonic;
-      // Stryker disable next-line StringLiteral: equivalent: `measured` tells only 'issuance' apart
-      if (fresh) view.measured(name, 'read', sinceReadMs);
-      const seen = view.observe(connection, state, read, now);
-      if (state.lease?.countdown !== polls.countdown) {
-        polls = { countdown: state.lease?.countdown, since: 0 };
-      }
-      // 3. Decide.
-      const decision = decide({
-        ...seen,
-        state,
-        need,
-        now,
-        sinceReadMs,
-        leftMs: by.leftMs(),
-        readReserveMs: readReserveMs(view.readMs(name), this.deps.settings.timing),
-        lastReadMs: view.readMs(name),
-        revokesOnReissue: connection.revokesOnReissue,
-        mayForce,
-        knownForMs: seen.valid ? view.knownFor(name, seen.valid.tokenDigest) : 0,
-        waits: polls.since,
-        issuanceMs: this.issuanceMs(name),
-        draw: clock.random(),
-        settings,
-      });
-      // Why a caller waited, read again or took the lease: DEBUG only (no credential in it).
-      this.deps.logger.debug('Store read decided', {
-        connection: name,
-        decision: decision.do,
-        ...(decision.do === 'wait' ? { waitMs: Math.round(decision.ms) } : {}),
-        countdown: state.lease?.countdown,
-        readMs: Math.round(sinceReadMs),
-        waits,
-      });
-      // 4. Act.
-      switch (decision.do) {
-        case 'serve':
-          return { record: decision.record, source: 'dynamodb' };
-        // Stryker disable next-line StringLiteral: equivalent: a decision no case matches loops too
-        case 'reread':
-          continue;
-        case 'refuse':
-          if (decision.callersWord) this.#refused(name, decision.error, need, trigger);
-          throw decision.error;
-        case 'let-go':
-          await this.#leases.letGo(name, decision.stale, decision.record, by);
-          continue;
-        case 'acquire': {
-          const outcome = await this.#acquireAndIssue(connection, decision, by, trigger);
-          if ('record' in outcome) return outcome;
-          if (outcome.state) known = { state: outcome.state, read: outcome.read };
-          continue;
-        }
-        case 'wait':
-          if (waits === 0) {
-            this.deps.metrics.record(MetricName.LeaseWaits, name);
-            this.deps.logger.info('Waiting for another container to issue the token', {
-              connection: name,
-              leaseExpiresInMs: decision.lease.expiresAt - now,
-            });
-          }
-          waits += 1;
-          polls.since += 1;
-          await clock.sleep(decision.ms);
-          if (by.passed()) throw waitTimedOut(decision.suspect);
-      }
-    }
   }
 
   /**
@@ -215,10 +90,11 @@ export class LeasedIssuance {
     connection: ConnectionConfig,
     current: TokenRecord,
     by: Deadline,
-    trigger: Trigger = UNNAMED_TRIGGER,
+    caller: string = UNNAMED_TRIGGER,
     cause: IssuanceCause = IssuanceCause.RefreshAhead,
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
+    const request = ownRequest(0, by, caller);
     const { clock, view, settings } = this.deps;
     // A countdown announced at our last read is left to its holder. Whether that holder died
     // only a read can tell (the same version seen again after its duration): that read comes
@@ -242,8 +118,7 @@ export class LeasedIssuance {
         cause,
         forced: isCallersWord(cause),
       },
-      by,
-      trigger,
+      request,
       cause === IssuanceCause.Invalidate
         ? 'Replacing a reported token'
         : 'Refreshing the token ahead of expiry',
@@ -253,7 +128,7 @@ export class LeasedIssuance {
     if (outcome.state) view.observe(connection, outcome.state, outcome.read, clock.now());
     // Lost during the flow: our token request may have gone out and revoked `current`, which
     // must not be served; whatever the store holds now (ours, or the new holder's) is.
-    return outcome.lost ? this.obtain(connection, 0, by, false, trigger) : undefined;
+    return outcome.lost ? this.obtain(connection, request) : undefined;
   }
 
   /** How long a refresh of `record` may take, and the least it needs (countdown, POST, write), ms. */
@@ -271,9 +146,8 @@ export class LeasedIssuance {
    */
   async #acquireAndIssue(
     connection: ConnectionConfig,
-    plan: Omit<Extract<Decision, { do: 'acquire' }>, 'do'>,
-    by: Deadline,
-    trigger: Trigger,
+    plan: AcquirePlan,
+    { deadline: by, caller }: TokenRequest,
     announce?: string,
   ): Promise<ServedToken | { state?: TokenState; read: ReadSent; lost?: boolean }> {
     const { name } = connection;
@@ -313,26 +187,13 @@ export class LeasedIssuance {
       countdown: plan.countdown,
       cause: plan.cause,
       forced: plan.forced,
-      trigger,
+      trigger: caller,
     };
-    const issued = await issueUnderLease(this.#holder, connection, flow, (ms) =>
+    const issued = await issueUnderLease(this.deps, connection, flow, (ms) =>
       this.deps.view.measured(name, 'issuance', ms),
     );
     // Our lease was taken over while we ran: the new holder's token wins.
     return issued === LOST ? { read, lost: true } : issued;
-  }
-
-  /** Logs and counts a caller's word refused (I4). */
-  #refused(name: string, error: Error, need: Need, trigger: Trigger): void {
-    if (!(error instanceof ReplacementRefusedError)) return;
-    this.deps.metrics.record(MetricName.ReplacementsRefused, name);
-    this.deps.logger.info('Replacement on a caller’s word refused', {
-      connection: name,
-      caller: trigger,
-      code: error.code,
-      minValidity: typeof need === 'number' ? Math.ceil(need / 1000) : undefined,
-      availableMinValidity: error.availableMinValidity,
-    });
   }
 
   /** A store call cut to `waitMs` (I3; see `withDeadline`). */

@@ -11,8 +11,9 @@ import type { ConnectionConfig } from '../../config.js';
 import { toBrokerError } from '../../errors.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
 import type { TokenRecord } from '../../ports.js';
-import type { IssuanceCause, Trigger } from '../issuance/index.js';
+import type { IssuanceCause } from '../issuance/index.js';
 import type { BrokerLogger } from '../types.js';
+import type { TokenRequest } from '../view/index.js';
 import type { LeasedIssuance } from './leased-issuance.js';
 
 export class RefreshAhead {
@@ -34,18 +35,15 @@ export class RefreshAhead {
   }
 
   /**
-   * Starts one try to replace `current` unless one is running here already.
-   *
-   * @param workUntil by when the work must be over (the invocation's end, in Lambda): the
-   *   refresh's budget is cut to it, and none is started that could not take its lease and
-   *   post before it (a later request's will). Undefined: its own budget only.
+   * Starts one try to replace `current` for `request` unless one is running here already. Its
+   * budget is cut to the request's `workUntil` (the invocation's end, in Lambda), and none is
+   * started that could not take its lease and post before it (a later request's will).
    */
   start(
     connection: ConnectionConfig,
     current: TokenRecord,
-    trigger: Trigger,
     cause: IssuanceCause,
-    workUntil?: Deadline,
+    { caller, workUntil }: Pick<TokenRequest, 'caller' | 'workUntil'>,
   ): void {
     const { name } = connection;
     const { issuance, clock, logger, metrics } = this.deps;
@@ -56,7 +54,7 @@ export class RefreshAhead {
     // a refresh that cannot have its countdown and POST in time is not started at all.
     if (least >= deadline.leftMs()) return;
     const run = issuance
-      .refresh(connection, current, deadline, trigger, cause)
+      .refresh(connection, current, deadline, caller, cause)
       .then(
         () => undefined,
         (error: unknown) => {

@@ -3,14 +3,14 @@
  * caller bounded by its own deadline (I3). A joiner whose need the shared load did not meet asks
  * anew; a refusal of a caller's word answers the caller that asked, not the ones that joined.
  */
-import type { Clock, Deadline } from '../../clock.js';
+import type { Clock } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import { ReplacementRefusedError, UpstreamUnavailableError } from '../../errors.js';
-import type { Trigger } from '../issuance/index.js';
-import { type Need, unsatisfiable } from '../observer/index.js';
+import { unsatisfiable } from '../observer/index.js';
 import { SingleFlight } from '../single-flight.js';
-import { type RefreshSettings, windowMs } from '../timing/index.js';
+import type { RefreshSettings } from '../timing/index.js';
 import type { ServedToken } from '../types.js';
+import { type TokenRequest, validityNeeded } from '../view/index.js';
 import type { LeasedIssuance } from './leased-issuance.js';
 
 const joinTimedOut = () =>
@@ -34,21 +34,13 @@ export class SharedLoads {
     return this.#flight.has(name);
   }
 
-  /** @param by the caller's deadline */
-  async load(
-    connection: ConnectionConfig,
-    need: Need,
-    by: Deadline,
-    bypassMemory: boolean,
-    trigger: Trigger,
-    mayForce = true,
-  ): Promise<ServedToken> {
-    const obtain = () =>
-      this.issuance.obtain(connection, need, by, bypassMemory, trigger, mayForce);
+  /** A token for `request`, each caller within its own deadline. */
+  async load(connection: ConnectionConfig, request: TokenRequest): Promise<ServedToken> {
+    const obtain = () => this.issuance.obtain(connection, request);
     const joining = this.#flight.has(connection.name);
     let outcome: { readonly value: ServedToken; readonly joined: boolean };
     try {
-      outcome = await this.#flight.run(connection.name, obtain, by, joinTimedOut);
+      outcome = await this.#flight.run(connection.name, obtain, request.deadline, joinTimedOut);
     } catch (error) {
       // A refusal answers the caller that asked, not the ones that joined it: they ask anew.
       if (joining && error instanceof ReplacementRefusedError) return obtain();
@@ -56,7 +48,7 @@ export class SharedLoads {
     }
     const { value: shared, joined } = outcome;
     const now = this.clock.now();
-    const needMs = need === 'outside-window' ? windowMs(shared.record, this.settings) : need;
+    const needMs = validityNeeded(request, shared.record, this.settings);
     if (!joined || shared.record.expiresAt - now > needMs) return shared;
     // The shared load asked for less validity than this caller needs.
     if (shared.source === 'upstream') throw unsatisfiable(shared.record, needMs);

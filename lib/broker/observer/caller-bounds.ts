@@ -20,7 +20,10 @@
  */
 import { BadRequestError, ForceNotAllowedError, ReplacementTooSoonError } from '../../errors.js';
 import type { TokenRecord } from '../../ports.js';
+import { UNNAMED_TRIGGER } from '../issuance/index.js';
 import { type RefreshSettings, windowMs } from '../timing/index.js';
+import type { GetTokenOptions } from '../types.js';
+import type { TokenRequest } from '../view/index.js';
 
 export interface CallerBoundSettings extends RefreshSettings {
   /** BROKER_INVALIDATE_MIN_AGE_SECONDS, in ms (0 when not given). */
@@ -104,22 +107,29 @@ export const forcingRefusal = (
 };
 
 /**
- * The validity (ms) a caller needs, after checking what it asked for: a whole number of seconds,
- * the default when it asked for none, and below the longest lifetime a token may have.
+ * The one `TokenRequest` of a `getToken` call, its `minValidity` checked here, once: a whole
+ * number of seconds (the default when none is asked), below the longest lifetime a token may have.
  * @throws {BadRequestError}
  */
-export const needMsOf = (
-  minValiditySeconds: number | undefined,
+export const tokenRequest = (
+  options: GetTokenOptions,
   config: { readonly defaultMinValiditySeconds: number; readonly maxTokenLifetimeSeconds: number },
-): number => {
-  const minValidity = minValiditySeconds ?? config.defaultMinValiditySeconds;
-  if (!Number.isInteger(minValidity) || minValidity < 0) {
+): TokenRequest => {
+  const minValiditySeconds = options.minValiditySeconds ?? config.defaultMinValiditySeconds;
+  if (!Number.isInteger(minValiditySeconds) || minValiditySeconds < 0) {
     throw new BadRequestError('minValidity must be a whole number of seconds, 0 or more');
   }
-  if (minValidity >= config.maxTokenLifetimeSeconds) {
+  if (minValiditySeconds >= config.maxTokenLifetimeSeconds) {
     throw new BadRequestError(
       `minValidity must be below the maximum token lifetime (${config.maxTokenLifetimeSeconds}s)`,
     );
   }
-  return minValidity * 1000;
+  return {
+    minValidityMs: minValiditySeconds * 1000,
+    explicit: options.minValiditySeconds !== undefined,
+    deadline: options.deadline,
+    workUntil: options.workUntil,
+    caller: options.caller ?? UNNAMED_TRIGGER,
+    mayForce: options.mayForce ?? true,
+  };
 };

@@ -25,9 +25,9 @@ export const awaitCutOver = async (
   { clock, view }: { readonly clock: Clock; readonly view: ConnectionView },
   name: string,
   by: Deadline,
-  measured: { readonly issuanceMs: number; readonly lastReadMs: number | undefined },
 ): Promise<number> => {
   const entry = view.entry(name);
+  const measured = { issuanceMs: view.issuanceMs(name), lastReadMs: view.readMs(name) };
   if (!entry?.lease) return 0;
   // A countdown that did not move between two reads (its holder gone or starved) announces
   // nothing to wait for.

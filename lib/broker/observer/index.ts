@@ -1,12 +1,14 @@
 /**
  * The observer side: a container that reads the item and decides, as a pure function
- * (`observer.ts`, `decide()`), whether to serve, wait for the holder, take the lease or refuse;
- * how far a caller's word may go (`caller-bounds.ts`, I4); the wait across a cut-over
- * (`cut-over-wait.ts`) and for a token the container does not have (`issuance-wait.ts`); and the store calls as callers are told them (`store-calls.ts`).
+ * (`observer.ts`, `decide()`), whether to serve, wait for the holder, take the lease or refuse,
+ * and the loop that does it (`obtain.ts`); how far a caller's word may go (`caller-bounds.ts`,
+ * I4); the wait across a cut-over (`cut-over-wait.ts`) and for a token the container does not
+ * have (`issuance-wait.ts`); and the store calls as callers are told them (`store-calls.ts`).
  * Depends on `timing/`, `view/` and `issuance/`.
  */
 export * from './caller-bounds.js';
 export * from './cut-over-wait.js';
 export * from './issuance-wait.js';
 export * from './observer.js';
+export * from './obtain.js';
 export * from './store-calls.js';

@@ -1,7 +1,7 @@
 /**
  * The observer: what a container that needs a token does after each read of the store, as one
  * pure decision from the read, what the container knows, and the time (client-go's
- * `tryAcquireOrRenew` as a function: no I/O, no clock). `leased-issuance.ts` drives it.
+ * `tryAcquireOrRenew` as a function: no I/O, no clock). `obtain.ts` drives it.
  *
  *   read ─┬─ valid, no lease or a countdown still running, read in time ────────────▸ serve
  *         ├─ valid, answer older than its proof ─────────────────────────────────────▸ reread
@@ -22,24 +22,15 @@ import {
 } from '../../errors.js';
 import type { Lease, ReplacedToken, TokenRecord, TokenState } from '../../ports.js';
 import { causeOf, type IssuanceCause, isCallersWord } from '../issuance/index.js';
-import {
-  leaseCountdown,
-  leaseNeedsMs,
-  pollWaitMs,
-  replacementMayBeOut,
-  windowMs,
-} from '../timing/index.js';
-import type { Seen } from '../view/index.js';
+import { leaseCountdown, leaseNeedsMs, pollWaitMs, windowMs } from '../timing/index.js';
+import { type Seen, suspectToken, type TokenRequest, validityNeeded } from '../view/index.js';
 import { type CallerBoundSettings, forcingRefusal } from './caller-bounds.js';
 import { issuanceWaitMs } from './issuance-wait.js';
-
-/** Validity a caller needs, in ms, or "not inside its refresh window" (the warm-up's need). */
-export type Need = number | 'outside-window';
 
 /** Everything the decision reads: one read of the store, and this container's view of it. */
 export interface Observation extends Seen {
   readonly state: TokenState;
-  readonly need: Need;
+  readonly request: Pick<TokenRequest, 'minValidityMs' | 'mayForce'>;
   /** Wall clock when the read was answered: token expiry only. */
   readonly now: number;
   /** Monotonic ms since the read was sent. */
@@ -51,7 +42,6 @@ export interface Observation extends Seen {
   /** This container's last measured read round trip, ms, if any (the holder's token write). */
   readonly lastReadMs?: number | undefined;
   readonly revokesOnReissue: boolean;
-  readonly mayForce: boolean;
   /** How long this container has known the valid token (I4), ms. */
   readonly knownForMs: number;
   /** Waits for a holder since the countdown last moved (the backoff starts again when it does). */
@@ -95,7 +85,8 @@ export const decide = (o: Observation): Decision => {
   // 1. What the read shows: a valid token, and whether it may be served at all (I2).
   const valid = o.valid;
   const servable = valid && !o.suspect ? valid : undefined;
-  const needMs = o.need === 'outside-window' ? (valid ? windowMs(valid, o.settings) : 0) : o.need;
+  const warmUp = o.request.minValidityMs === 'outside-window';
+  const needMs = validityNeeded(o.request, valid, o.settings);
 
   // 2. A countdown nobody advances (its holder died before the cut-over): readers would re-read
   //    at each of its ends. A caller the token does not satisfy (the warm-up, or a need longer
@@ -136,9 +127,10 @@ export const decide = (o: Observation): Decision => {
   // 5. A caller's word that only a replacement satisfies, with none under way: bounded (I4).
   const leaseLive = lease !== undefined && !o.leaseStale;
   // Stryker disable next-line ConditionalExpression,StringLiteral: equivalent: the warm-up's need is the window, which forcesReplacement never counts as forcing
-  if (servable && !leaseLive && o.need !== 'outside-window') {
+  if (servable && !leaseLive && !warmUp) {
+    const { mayForce } = o.request;
     const refusal = forcingRefusal(
-      { record: servable, needMs, now: o.now, knownForMs: o.knownForMs, mayForce: o.mayForce },
+      { record: servable, needMs, now: o.now, knownForMs: o.knownForMs, mayForce },
       o.settings,
     );
     if (refusal) return { do: 'refuse', error: refusal, callersWord: true };
@@ -156,20 +148,12 @@ export const decide = (o: Observation): Decision => {
     const { timing } = o.settings;
     const recent = stored && stored.expiresAt + timing.skewToleranceMs > o.now ? stored : undefined;
     const countdown = leaseCountdown(o.revokesOnReissue, recent, lease, o.settings);
-    // A recent token under a lease that counted down (its successor's POST may be out) is
-    // suspect here too, though expired on this clock, or unreadable here: a slower clock, or a
-    // container with the key, may still serve it. So a flow that ends without a token drops
-    // it rather than leave it servable there (I2; review 4:
-    // test/lib/broker/suspect-recent-token.test.ts).
+    // Suspect too, though expired on this clock or unreadable here (`suspectToken`): a flow
+    // that ends without a token drops it rather than leave it servable where a slower clock, or
+    // the key, is (I2; review 4: test/lib/broker/suspect-recent-token.test.ts).
     const mayBeRevoked =
-      valid === undefined &&
-      recent !== undefined &&
-      o.revokesOnReissue &&
-      replacementMayBeOut(lease, timing)
-        ? recent
-        : undefined;
+      valid === undefined ? suspectToken(o.state, o.revokesOnReissue, o.now, timing) : undefined;
     if (leaseNeedsMs(countdown, timing) >= o.leftMs) return refuse(notEnoughTime(countdown));
-    const warmUp = o.need === 'outside-window';
     // A token inside its window is due: its replacement is routine whatever the need was.
     const inWindow = valid !== undefined && valid.expiresAt - o.now <= windowMs(valid, o.settings);
     const cause = causeOf({

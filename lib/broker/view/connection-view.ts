@@ -3,36 +3,25 @@
  * (`connection-state.ts`), each changed only by the events applied to it. Its commands
  * (`observe`, `confirmed`, `drop`, `forget`, `report`, `measured`) only turn what happened into
  * events, stamped with this container's clocks, and apply them; everything else is a query and
- * writes nothing. Every rule for serving a token without a fresh read lives here: from memory,
- * while the store is down, and as the last good one. The rules' arithmetic is `timing/`'s.
+ * writes nothing. Serving a token without a fresh read is one rule, `servable` (`serving.ts`).
  */
 import type { Clock } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
-import {
-  isOutcomeUnknown,
-  StoreUnavailableError,
-  UpstreamBadResponseError,
-  UpstreamRejectedError,
-  UpstreamUnavailableError,
-} from '../../errors.js';
 import type { Lease, ProbeVerdict, TokenRecord, TokenState } from '../../ports.js';
-import {
-  type ProtocolTiming,
-  proofMs,
-  type RefreshSettings,
-  recheckMs,
-  replacementMayBeOut,
-  rereadNearCutOver,
-  reusableUntil,
-  servableUnconfirmed,
-  staleIfErrorMs,
-} from '../timing/index.js';
+import { type ProtocolTiming, proofMs, type RefreshSettings } from '../timing/index.js';
 import {
   type ConnectionEvent,
   ConnectionState,
   type Instant,
   type MemoryEntry,
 } from './connection-state.js';
+import {
+  type Asked,
+  type Servable,
+  type ServingRequest,
+  servable,
+  suspectToken,
+} from './serving.js';
 
 /** When a read of the store was sent, on both clocks (what it proves counts from there). */
 export interface ReadSent {
@@ -95,16 +84,11 @@ export class ConnectionView {
     const valid = token && token.expiresAt > now ? token : undefined;
     // Where the upstream does not revoke on re-issue, a replacement harms nobody.
     const announced = connection.revokesOnReissue ? lease : undefined;
-    const suspect = valid !== undefined && replacementMayBeOut(announced, this.timing);
+    const suspect = !!valid && !!suspectToken(state, connection.revokesOnReissue, now, this.timing);
     if (!valid || suspect) {
       this.apply(name, { type: 'token-dropped' });
       // Not kept, but learned: its age (I4) counts from this first sight.
-      if (valid)
-        this.apply(name, {
-          type: 'token-learned',
-          digest: valid.tokenDigest,
-          at: this.clock.monotonic(),
-        });
+      if (valid) this.learned(valid);
       return { valid, suspect, proofMs: 0, leaseStale, staleInMs };
     }
     const proof = proofMs(valid, announced, this.settings);
@@ -153,7 +137,7 @@ export class ConnectionView {
     this.apply(name, { type: 'token-reported', digest });
   }
 
-  /** `record` read from the store (for a report): its age (I4) counts from now if unknown. */
+  /** `record` read from the store: its age (I4) counts from now if unknown. */
   learned(record: TokenRecord): void {
     const at = this.clock.monotonic();
     this.apply(record.connection, { type: 'token-learned', digest: record.tokenDigest, at });
@@ -198,9 +182,9 @@ export class ConnectionView {
     return this.#states.get(name)?.verdict(digest, this.clock.monotonic());
   }
 
-  /** The last measured issuance duration of `name`, if any. */
-  issuanceMs(name: string): number | undefined {
-    return this.#states.get(name)?.issuanceMs;
+  /** The last measured issuance duration of `name` (a default before the first). */
+  issuanceMs(name: string): number {
+    return this.#states.get(name)?.issuanceMs ?? this.timing.defaultIssuanceMs;
   }
 
   /** The last measured store read round trip of `name`, if any. */
@@ -209,70 +193,13 @@ export class ConnectionView {
   }
 
   /**
-   * I2. The token in memory, if it may be served for a caller who needs `needMs` more validity
-   * without reading the store: valid long enough, read less than a re-check ago, and still
-   * inside the time that read proved it safe (a countdown read long before its end is read
-   * again near it). Why re-check at all: another container may have replaced the token.
+   * I2. The serving rule (`servable`) on what memory holds of `name` now, after `asked`; with
+   * `digest`, only if memory holds that token (one it no longer holds may have been revoked).
    */
-  fromMemory(name: string, now: number, needMs: number): TokenRecord | undefined {
+  servable(name: string, request: ServingRequest, asked?: Asked, digest?: string): Servable {
     const entry = this.entry(name);
-    return entry && servableFromMemory(entry, now, needMs, this.settings)
-      ? entry.record
-      : undefined;
-  }
-
-  /**
-   * I2. The token in memory, if it may be served for `needMs` while the store cannot be read:
-   * only inside what the last read proved (or an operator's explicit outage grace).
-   */
-  whileStoreDown(name: string, now: number, needMs: number): TokenRecord | undefined {
-    const entry = this.entry(name);
-    return entry &&
-      entry.record.expiresAt - now > needMs &&
-      servableUnconfirmed(entry, now, this.settings)
-      ? entry.record
-      : undefined;
-  }
-
-  /**
-   * The last good token, which may stand in for a newer one after `error`, for a caller who
-   * asked for nothing special: a failure that says nothing against it (not a replacement under
-   * way elsewhere, nor a request whose outcome is unknown, either of which may have revoked
-   * it), and only while unconfirmed for less than a replacement elsewhere needs. I2.
-   */
-  lastGood(name: string, now: number, error: unknown): TokenRecord | undefined {
-    const suspect =
-      (error instanceof UpstreamUnavailableError && error.refreshInProgress === true) ||
-      isOutcomeUnknown(error);
-    if (suspect || !isUpstreamFailure(error)) return undefined;
-    const entry = this.entry(name);
-    return entry && entry.record.expiresAt > now && servableUnconfirmed(entry, now, this.settings)
-      ? entry.record
-      : undefined;
-  }
-
-  /**
-   * I2 in callers' caches. How long the caller may reuse `record` (`reusableUntil`): what memory
-   * holds of it now, whichever path served it; and for how long after that it may use it if it
-   * cannot reach the broker (`staleIfErrorMs`, see `timing`): none for a token served
-   * `unconfirmed` (the last good one after a failure). A token memory no longer holds (replaced,
-   * dropped) is not to be reused at all, nor used stale.
-   */
-  reuse(
-    record: TokenRecord,
-    needMs: number,
-    now: number,
-    unconfirmed = false,
-  ): { readonly reusableUntil: number; readonly staleIfErrorMs: number } {
-    const entry = this.entry(record.connection);
-    if (entry?.record.tokenDigest !== record.tokenDigest) {
-      return { reusableUntil: now, staleIfErrorMs: 0 };
-    }
-    const until = reusableUntil(entry, needMs, this.settings);
-    return {
-      reusableUntil: until,
-      staleIfErrorMs: unconfirmed ? 0 : staleIfErrorMs(entry, until, now),
-    };
+    const held = digest === undefined || entry?.record.tokenDigest === digest ? entry : undefined;
+    return servable(held, request, this.clock.now(), this.settings, asked);
   }
 
   /** Keeps `entry` as its connection's token (and learns the token), as of now. */
@@ -289,11 +216,7 @@ export class ConnectionView {
    * clock elsewhere moves nothing here. Only a lease whose own expiry is further in the past
    * than any plausible skew is stale at first sight (a holder that died long ago), so a new
    * container need not wait out a lease nobody renews. A version new here is recorded (an
-   * event), and is not stale.
-   */
-  /**
-   * In how long `lease` is stale here (I1: its version unchanged for its duration, or its own
-   * expiry further past than the skew allowed): <= 0 once it is.
+   * event), and is not stale. Returns in how long it is stale here: <= 0 once it is.
    */
   #staleInMs(name: string, lease: Lease, now: number): number {
     const pastSkew = lease.expiresAt + this.timing.skewToleranceMs - now;
@@ -317,22 +240,3 @@ export class ConnectionView {
     return { wall: this.clock.now(), monotonic: this.clock.monotonic() };
   }
 }
-
-/** I2. The rule of `ConnectionView.fromMemory`, on one entry (pure). */
-export const servableFromMemory = (
-  entry: MemoryEntry,
-  now: number,
-  needMs: number,
-  settings: RefreshSettings,
-): boolean =>
-  entry.record.expiresAt - now > needMs &&
-  now < entry.until &&
-  now - entry.checkedAt < recheckMs(entry.record, settings) &&
-  !rereadNearCutOver(entry, now, settings.timing);
-
-/** Failures after which the last good token may stand in for a newer one. */
-const isUpstreamFailure = (error: unknown): boolean =>
-  error instanceof UpstreamUnavailableError ||
-  error instanceof UpstreamRejectedError ||
-  error instanceof UpstreamBadResponseError ||
-  error instanceof StoreUnavailableError;

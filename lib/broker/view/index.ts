@@ -3,7 +3,8 @@
  * when (the proof I2 rests on). `connection-state.ts` holds one connection's knowledge (its
  * copy of the token, the tokens it has learned, the lease version last seen, probe verdicts,
  * measured durations), changed only by `apply(event)`; `connection-view.ts` keeps one state per
- * connection and the serving rules, as queries. Depends on `timing/` only.
+ * connection; `serving.ts` holds the request and the one serving rule. Depends on `timing/` only.
  */
 export * from './connection-state.js';
 export * from './connection-view.js';
+export * from './serving.js';

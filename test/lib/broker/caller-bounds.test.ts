@@ -12,17 +12,19 @@ import {
   availableMinValidity,
   forcesReplacement,
   forcingRefusal,
-  needMsOf,
+  tokenRequest,
   waitBeforeReplacing,
 } from '../../../lib/broker/observer/caller-bounds.js';
 import { DEFAULT_TIMING } from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
+import { Deadline } from '../../../lib/clock.js';
 import {
   BadRequestError,
   ForceNotAllowedError,
   ReplacementTooSoonError,
 } from '../../../lib/errors.js';
 import type { TokenRecord } from '../../../lib/ports.js';
+import { ManualClock } from '../../support/fakes.js';
 
 const T0 = 1_795_262_400_000;
 const LIFE_MS = 1_200_000;
@@ -138,22 +140,42 @@ describe('I4: what a refusal says can be had', () => {
   });
 });
 
-describe('What a request may ask for', () => {
+describe('What a request may ask for: one TokenRequest, checked once', () => {
   const config = { defaultMinValiditySeconds: 60, maxTokenLifetimeSeconds: 86_400 };
+  const deadline = Deadline.in(new ManualClock(T0), 1_000);
+  const minValidityMs = (minValiditySeconds: number | undefined) =>
+    tokenRequest({ minValiditySeconds, deadline }, config).minValidityMs;
 
   it('takes a whole number of seconds from 0 to below the longest lifetime, and the default when none', () => {
-    expect(needMsOf(undefined, config)).toBe(60_000);
-    expect(needMsOf(0, config)).toBe(0);
-    expect(needMsOf(86_399, config)).toBe(86_399_000);
+    expect(minValidityMs(undefined)).toBe(60_000);
+    expect(minValidityMs(0)).toBe(0);
+    expect(minValidityMs(86_399)).toBe(86_399_000);
+  });
+
+  it('says whether the caller named its validity, and who asks: an unnamed caller that may force by default', () => {
+    expect(tokenRequest({ deadline }, config)).toEqual({
+      minValidityMs: 60_000,
+      explicit: false,
+      deadline,
+      workUntil: undefined,
+      caller: 'unnamed caller',
+      mayForce: true,
+    });
+    const named = { minValiditySeconds: 60, deadline, caller: 'svc', mayForce: false };
+    expect(tokenRequest(named, config)).toMatchObject({
+      explicit: true,
+      caller: 'svc',
+      mayForce: false,
+    });
   });
 
   it('refuses a fraction, a negative value and one the longest lifetime cannot give', () => {
     for (const bad of [1.5, -1, Number.NaN]) {
-      expect(() => needMsOf(bad, config)).toThrow(
+      expect(() => minValidityMs(bad)).toThrow(
         new BadRequestError('minValidity must be a whole number of seconds, 0 or more'),
       );
     }
-    expect(() => needMsOf(86_400, config)).toThrow(
+    expect(() => minValidityMs(86_400)).toThrow(
       new BadRequestError('minValidity must be below the maximum token lifetime (86400s)'),
     );
   });

@@ -26,11 +26,13 @@ import {
   StoreUnavailableError,
   UpstreamUnavailableError,
 } from '../../../lib/errors.js';
-import type { Lease } from '../../../lib/ports.js';
+import type { Lease, TokenRecord } from '../../../lib/ports.js';
 import { connection, ManualClock } from '../../support/fakes.js';
 import { record, T0 } from './setup.js';
 
 const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 10_000, timing: DEFAULT_TIMING };
+/** What the serving rule reads of a request that needs `minValidityMs`. */
+const need = (minValidityMs: number) => ({ minValidityMs, explicit: false });
 
 /** A token with 6 s left, kept at T0; then 8 s pass while the wall clock steps back 5 s. */
 const steppedBack = async (keep: (clock: ManualClock) => void) => {
@@ -71,13 +73,14 @@ describe('Class: ConnectionState, on a wall clock stepped back', () => {
 
   it('serves nothing from memory past the expiry the monotonic clock counts', async () => {
     let view: ConnectionView | undefined;
-    const clock = await steppedBack((c) => {
+    await steppedBack((c) => {
       view = new ConnectionView(c, settings);
       view.confirmed(record('t', T0 + 6_000), { sentAt: T0, sentAtMonotonic: c.monotonic() });
     });
     // Before: 3 s left on the stepped wall clock, so a caller needing 1 s got an expired token.
-    expect(view?.fromMemory('sandbox', clock.now(), 1_000)).toBeUndefined();
-    expect(view?.lastGood('sandbox', clock.now(), new Error('any'))).toBeUndefined();
+    expect(view?.servable('sandbox', need(1_000)).record).toBeUndefined();
+    const failed = { failed: new UpstreamUnavailableError('down') };
+    expect(view?.servable('sandbox', need(0), failed).record).toBeUndefined();
   });
 
   it('leaves a kept token as it is while the two clocks agree', async () => {
@@ -85,7 +88,7 @@ describe('Class: ConnectionState, on a wall clock stepped back', () => {
     const view = new ConnectionView(clock, settings);
     view.confirmed(record('t', T0 + 6_000), { sentAt: T0, sentAtMonotonic: clock.monotonic() });
     await clock.advance(3_000);
-    expect(view.fromMemory('sandbox', clock.now(), 1_000)?.expiresAt).toBe(T0 + 6_000);
+    expect(view.servable('sandbox', need(1_000)).record?.expiresAt).toBe(T0 + 6_000);
   });
 });
 
@@ -410,10 +413,13 @@ describe('Class: ConnectionView: queries write nothing', () => {
     const clock = new ManualClock(T0);
     const view = new ConnectionView(clock, settings);
     view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
-    expect(view.reuse(held, 0, T0).reusableUntil).toBeGreaterThan(T0);
-    expect(view.reuse(other, 0, T0)).toEqual({ reusableUntil: T0, staleIfErrorMs: 0 });
+    const reuse = (token: TokenRecord) =>
+      view.servable('sandbox', need(0), undefined, token.tokenDigest);
+    expect(reuse(held).reusableUntil).toBeGreaterThan(T0);
+    const none = { until: T0, reusableUntil: T0, staleIfErrorMs: 0 };
+    expect(reuse(other)).toEqual(none);
     view.drop('sandbox');
-    expect(view.reuse(held, 0, T0)).toEqual({ reusableUntil: T0, staleIfErrorMs: 0 });
+    expect(reuse(held)).toEqual(none);
   });
 
   // I2: the last good token stands in only after a failure that says nothing against it: not
@@ -424,7 +430,9 @@ describe('Class: ConnectionView: queries write nothing', () => {
     const clock = new ManualClock(T0);
     const view = new ConnectionView(clock, settings);
     view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
-    const lastGood = (error: unknown) => view.lastGood('sandbox', T0 + 1_000, error);
+    clock.advanceNow(1_000);
+    const lastGood = (error: unknown) =>
+      view.servable('sandbox', need(0), { failed: error }).record;
     expect(lastGood(new UpstreamUnavailableError('down'))).toBe(held);
     expect(lastGood(new StoreUnavailableError('down'))).toBe(held);
     expect(lastGood(new UpstreamUnavailableError('wait', { refreshInProgress: true }))).toBe(
@@ -447,8 +455,8 @@ describe('Class: ConnectionView: queries write nothing', () => {
     const view = new ConnectionView(clock, settings);
     view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
     const left = held.expiresAt - T0;
-    expect(view.whileStoreDown('sandbox', T0, left - 1)).toBe(held);
-    expect(view.whileStoreDown('sandbox', T0, left)).toBeUndefined();
+    expect(view.servable('sandbox', need(left - 1), 'store-down').record).toBe(held);
+    expect(view.servable('sandbox', need(left), 'store-down').record).toBeUndefined();
   });
 
   // I1: a lease is stale (taken over) once this container has seen the same version unchanged
@@ -482,8 +490,13 @@ describe('Class: ConnectionView: queries write nothing', () => {
     const clock = new ManualClock(T0);
     const view = new ConnectionView(clock, settings);
     view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
-    expect(view.reuse(held, 0, T0).staleIfErrorMs).toBeGreaterThan(0);
-    expect(view.reuse(held, 0, T0, true).staleIfErrorMs).toBe(0);
+    expect(view.servable('sandbox', need(0)).staleIfErrorMs).toBeGreaterThan(0);
+    const failed = { failed: new UpstreamUnavailableError('down') };
+    expect(view.servable('sandbox', need(0), failed)).toMatchObject({
+      record: held,
+      why: 'last-good',
+      staleIfErrorMs: 0,
+    });
   });
 
   it('queries leave the state as it was', async () => {
@@ -494,10 +507,10 @@ describe('Class: ConnectionView: queries write nothing', () => {
     const before = view.state('sandbox')?.knowledge;
     await clock.advance(2_000);
     view.entry('sandbox');
-    view.fromMemory('sandbox', clock.now(), 0);
-    view.whileStoreDown('sandbox', clock.now(), 0);
-    view.lastGood('sandbox', clock.now(), new Error('any'));
-    view.reuse(held, 0, clock.now());
+    view.servable('sandbox', need(0));
+    view.servable('sandbox', need(0), 'store-down');
+    view.servable('sandbox', need(0), { failed: new UpstreamUnavailableError('down') });
+    view.servable('sandbox', need(0), undefined, held.tokenDigest);
     view.knownFor('sandbox', other.tokenDigest);
     view.leaseFirstSeen('sandbox', { ...lease, version: 'v2' });
     view.verdict('sandbox', held.tokenDigest);

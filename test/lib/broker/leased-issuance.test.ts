@@ -20,6 +20,7 @@ import {
 import type { TokenRecord } from '../../../lib/ports.js';
 import { caught, unexpected } from '../../support/errors.js';
 import {
+  asks,
   CountingMetrics,
   captureLogger,
   connection,
@@ -127,10 +128,10 @@ describe('Class: LeasedIssuance', () => {
     });
     store.renewLease = async () => false; // its heartbeats no longer land
     const by = Deadline.in(clock, 60_000);
-    const pending = slow.issuance.obtain(sandbox, 60_000, by, false);
+    const pending = slow.issuance.obtain(sandbox, asks(60_000, by));
     await clock.advance(leaseMs + 1);
     const fast = container(store, clock);
-    const theirs = await fast.issuance.obtain(sandbox, 60_000, by, false);
+    const theirs = await fast.issuance.obtain(sandbox, asks(60_000, by));
     expect(theirs).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
     release?.();
     const served = await pending;
@@ -157,7 +158,7 @@ describe('Class: LeasedIssuance', () => {
         requestedAt: T0,
       };
     });
-    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 60_000), false);
+    await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 60_000)));
     expect(renewals).toEqual([T0 + heartbeatMs + leaseMs, T0 + 2 * heartbeatMs + leaseMs]);
     expect(clock.pending()).toBe(0);
   });
@@ -184,7 +185,7 @@ describe('Class: LeasedIssuance', () => {
       await clock.sleep(heartbeatMs);
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
-    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 1_500), false);
+    await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 1_500)));
     // The lease was taken until the deadline; the heartbeat repeats that expiry, and is still a
     // new version (a watcher sees it change, so takes no live lease over): no "+1 ms".
     expect(renewals).toEqual([T0 + 1_500]);
@@ -324,7 +325,7 @@ describe('Class: LeasedIssuance', () => {
     const posts: number[] = [];
     const { issuance } = container(store, clock, fencedIssue(clock, posts));
     // The caller's reads see the lease unchanged for its duration: then it takes it over.
-    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
+    const served = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 10_000)));
     expect(served.record.accessToken).toBe('issued');
     expect(takeovers).toHaveLength(1);
     expect(takeovers[0]).toBeGreaterThanOrEqual(T0 + leaseMs); // stale on our clock only then
@@ -351,12 +352,12 @@ describe('Class: LeasedIssuance', () => {
       return { token: current, lease: { ...lease, countdown: now >= T0 + 500 ? 1 : 3 } };
     };
     const { issuance } = container(store, clock);
-    const first = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    const first = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(first.record.accessToken).toBe('current'); // served: 2 steps announced
     // Past what that read proved (2 × 250 ms − 100 ms), within a step and the POST (250 + 150
     // ms) of the successor's expected time: it waits for it.
     await clock.advance(560);
-    const next = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    const next = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(next.record.accessToken).toBe('successor');
     expect(store.calls.read).toBe(2);
     // Its countdown's end (3 steps) plus half an issuance (300 ms by default), no later.
@@ -381,11 +382,11 @@ describe('Class: LeasedIssuance', () => {
       };
     };
     const { issuance } = container(store, clock);
-    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     // Past what the read proved (7 × 250 − 100 ms); the successor expected at T0 + 8 × 300 +
     // 150 + 50 = T0 + 2,600: 900 ms away, more than two steps and the POST (800 ms).
     await clock.advance(1_700);
-    const next = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    const next = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(next.record.accessToken).toBe('current');
     expect(store.calls.read).toBe(2);
     expect(clock.now()).toBe(T0 + 1_700); // not held at all
@@ -405,7 +406,7 @@ describe('Class: LeasedIssuance', () => {
       return { token: current, lease: countingLease(now >= T0 + 1_000 ? 0 : 1) };
     };
     const { issuance } = container(store, clock);
-    const got = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
+    const got = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 10_000)));
     expect(got.record.accessToken).toBe('successor');
     // Polls at 0, 148, 445 and 940 ms (countdown 1: 150, 300, then the 500 ms cap), 1,435 (the
     // fence: the backoff starts again at 150 ms), 1,583: the successor. Without the reset, the
@@ -430,9 +431,9 @@ describe('Class: LeasedIssuance', () => {
       return { token: current, lease: countingLease(countdown, STEP) };
     };
     const { issuance } = container(store, clock);
-    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
+    await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 10_000)));
     await clock.advance(writtenAt - T0 - 300); // within a step and the POST of the successor
-    const next = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    const next = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(next.record.accessToken).toBe('successor');
     expect(store.calls.read).toBe(2);
     // Guessing the holder's write from its own 2 ms read, it read 8 × 38 ms early, found the
@@ -466,12 +467,12 @@ describe('Class: LeasedIssuance', () => {
       return { token: current, lease };
     };
     const { issuance } = container(store, clock);
-    const first = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
+    const first = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 10_000)));
     expect(first.record.accessToken).toBe('current');
     // Past what that read proved (20 × 250 ms − 100 ms), within a step and the POST of the
     // successor's expected time.
     await clock.advance(5_300 - ROUND_TRIP);
-    const next = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    const next = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(next.record.accessToken).toBe('successor');
     // One read at the cut-over, not one before the token was there and more after.
     expect(store.calls.read).toBe(2);
@@ -494,7 +495,7 @@ describe('Class: LeasedIssuance', () => {
     const ask = async () => {
       const started = clock.monotonic();
       const outcome = issuance
-        .obtain(sandbox, 60_000, Deadline.in(clock, 3_000), false)
+        .obtain(sandbox, asks(60_000, Deadline.in(clock, 3_000)))
         .then((served) => served.record.accessToken, caught);
       let settled = false;
       void outcome.then(() => {
@@ -609,7 +610,7 @@ describe('Class: LeasedIssuance', () => {
     const { issuance, calls, metrics, logger } = container(store, clock);
     const caller = 'arn:aws:iam::123456789012:role/svc';
     const forced = await issuance
-      .obtain(sandbox, 1_100_500, Deadline.in(clock, 10_000), false, caller, false)
+      .obtain(sandbox, asks(1_100_500, Deadline.in(clock, 10_000), { caller, mayForce: false }))
       .then(unexpected, caught);
     expect(forced).toMatchObject({ code: 'FORCE_NOT_ALLOWED' });
     expect(metrics.totals.get('ReplacementsRefused')).toBe(1);
@@ -629,7 +630,7 @@ describe('Class: LeasedIssuance', () => {
       },
     ]);
     const beyond = await issuance
-      .obtain(sandbox, 2 * HOUR, Deadline.in(clock, 10_000), false, undefined, false)
+      .obtain(sandbox, asks(2 * HOUR, Deadline.in(clock, 10_000), { mayForce: false }))
       .then(unexpected, caught);
     expect(beyond).toBeInstanceOf(MinValidityUnsatisfiableError);
     expect(metrics.totals.get('ReplacementsRefused')).toBe(1);
@@ -668,7 +669,7 @@ describe('Class: LeasedIssuance', () => {
         requestedAt: T0,
       };
     });
-    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(memory.entry('sandbox')?.record.accessToken).toBe('current');
     const outcome = await issuance
       .refresh(sandbox, current, Deadline.in(clock, 20_000))
@@ -701,7 +702,7 @@ describe('Class: LeasedIssuance', () => {
     };
     const { issuance, calls } = container(store, clock);
     clock.draw = 0.5;
-    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    const served = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(served.record.accessToken).toBe('first');
     expect(calls).toEqual([]);
     // The read that found the lease, and one when the token is due: the lease's send plus an
@@ -728,7 +729,7 @@ describe('Class: LeasedIssuance', () => {
         : { token: undefined, lease };
     };
     const { issuance } = container(store, clock);
-    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    const served = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(served.record.accessToken).toBe('first');
     // At 0 and 300 ms, then steps of 75, 150, 250, 250 … ms (draw 0): 8 reads, not 1,500.
     expect(store.calls.read).toBe(8);
@@ -756,7 +757,7 @@ describe('Class: LeasedIssuance', () => {
       store.items.set('sandbox', { token: record('theirs', T0 + HOUR) });
     };
     const { issuance, calls } = container(store, clock);
-    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    const served = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(served).toMatchObject({ source: 'dynamodb', record: { accessToken: 'theirs' } });
     expect(calls).toEqual([]);
     expect(store.calls.read).toBeLessThanOrEqual(2);
@@ -780,7 +781,7 @@ describe('Class: LeasedIssuance', () => {
       throw new Error('store down');
     };
     const { issuance, memory } = container(store, clock);
-    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    const served = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
     expect(memory.entry('sandbox')?.record.accessToken).toBe('issued');
   });
@@ -796,32 +797,42 @@ describe('Class: LeasedIssuance', () => {
     };
     // A 20 s re-check: memory's own proof would outlast the lease, which must cut it.
     const { issuance, memory } = container(store, clock, fencedIssue(clock, []), 20_000);
-    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(memory.entry('sandbox')?.until).toBe(T0 + 1_000 + 4_000 - DEFAULT_TIMING.proofMarginMs);
   });
 
   it('falls back to memory when the store is unreadable only while no replacement elsewhere can have revoked it', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
-    const { issuance, memory } = container(store, clock);
+    const { issuance, memory, logger } = container(store, clock);
     store.failing = true;
     // Confirmed 50 ms ago: any replacement elsewhere is still draining (5 s + 100 ms here).
     primed(memory, clock, record('remembered', T0 + HOUR), T0 - 50);
     await expect(
-      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
+      issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000))),
     ).resolves.toMatchObject({
       source: 'memory',
       record: { accessToken: 'remembered' },
     });
+    expect(logger.lines.filter((line) => line.level === 'warn')).toEqual([
+      {
+        level: 'warn',
+        message: 'Token store unreadable; serving the token held in memory',
+        attributes: [{ connection: 'sandbox' }],
+      },
+    ]);
+    const unreadable = async (minValidityMs: number | 'outside-window') => {
+      const failed = await issuance
+        .obtain(sandbox, asks(minValidityMs, Deadline.in(clock, 5_000)))
+        .then(unexpected, caught);
+      expect(failed).toBeInstanceOf(StoreUnavailableError);
+      expect(failed.message).toBe('The token store could not be read; retry shortly');
+    };
     // Unless told not to (the warm-up).
-    await expect(
-      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), true),
-    ).rejects.toBeInstanceOf(StoreUnavailableError);
+    await unreadable('outside-window');
     // Confirmed 10 s ago: another container may have replaced (and so revoked) it since.
     primed(memory, clock, record('remembered', T0 + HOUR), T0 - 10_000);
-    await expect(
-      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
-    ).rejects.toBeInstanceOf(StoreUnavailableError);
+    await unreadable(60_000);
   });
 
   it('serves an unconfirmed token through an outage for as long as the operator allowed', async () => {
@@ -844,7 +855,7 @@ describe('Class: LeasedIssuance', () => {
     store.failing = true;
     primed(issuance.view, clock, record('remembered', T0 + HOUR), T0 - 30_000);
     await expect(
-      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
+      issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000))),
     ).resolves.toMatchObject({
       source: 'memory',
     });
@@ -867,7 +878,7 @@ describe('Class: LeasedIssuance', () => {
     await issuance.refresh(sandbox, current, Deadline.in(clock, 10_000));
     // 21 steps of 250 ms waited out at the fence: not counted.
     expect(clock.monotonic() - start).toBe(21 * countdownStepMs + 420);
-    expect(issuance.issuanceMs('sandbox')).toBe(420);
+    expect(issuance.view.issuanceMs('sandbox')).toBe(420);
   });
 
   // Served only when left > need: a token issued with exactly the validity asked for is not.
@@ -876,10 +887,10 @@ describe('Class: LeasedIssuance', () => {
     const store = new InMemoryTokenStore();
     const { issuance } = container(store, clock);
     const error = await issuance
-      .obtain(sandbox, HOUR, Deadline.in(clock, 5_000), false)
+      .obtain(sandbox, asks(HOUR, Deadline.in(clock, 5_000)))
       .then(unexpected, caught);
     expect(error).toBeInstanceOf(MinValidityUnsatisfiableError);
-    const served = await issuance.obtain(sandbox, HOUR - 1, Deadline.in(clock, 5_000), false);
+    const served = await issuance.obtain(sandbox, asks(HOUR - 1, Deadline.in(clock, 5_000)));
     expect(served.record.expiresAt - clock.now()).toBe(HOUR);
   });
 
@@ -890,9 +901,9 @@ describe('Class: LeasedIssuance', () => {
       await clock.sleep(420);
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
-    expect(issuance.issuanceMs('sandbox')).toBe(300);
-    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
-    expect(issuance.issuanceMs('sandbox')).toBe(420);
+    expect(issuance.view.issuanceMs('sandbox')).toBe(300);
+    await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
+    expect(issuance.view.issuanceMs('sandbox')).toBe(420);
   });
 });
 
@@ -916,7 +927,7 @@ describe('Class: LeasedIssuance under faults', () => {
       posts += 1;
       return code(clock);
     });
-    const served = await paused.issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
+    const served = await paused.issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 10_000)));
     expect(posts).toBe(0);
     expect(served.record.accessToken).toBe('theirs');
     expect(store.token('sandbox')?.accessToken).toBe('theirs');
@@ -938,7 +949,7 @@ describe('Class: LeasedIssuance under faults', () => {
       return code(clock);
     });
     await expect(
-      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
+      issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000))),
     ).rejects.toBeInstanceOf(UpstreamUnavailableError);
     expect(posts).toBe(0);
   });
@@ -959,7 +970,7 @@ describe('Class: LeasedIssuance under faults', () => {
       return code(clock);
     });
     await expect(
-      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
+      issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000))),
     ).rejects.toBeInstanceOf(UpstreamUnavailableError);
     expect(aborted).toBe(true);
     expect(posts).toBe(0);
@@ -974,7 +985,7 @@ describe('Class: LeasedIssuance under faults', () => {
       leaseAtPost = store.items.get('sandbox')?.lease?.expiresAt;
       return code(clock);
     });
-    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false);
+    await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 10_000)));
     // The POST's send window (a heartbeat, 1 s: the latest it may leave; its budget, 2 s, is
     // longer); then A1's bound: it is processed within twice the timeout of its send.
     expect(leaseAtPost).toBe(T0 + 1_000 + 4_000);
@@ -1019,7 +1030,7 @@ describe('Class: LeasedIssuance under faults', () => {
       },
     });
     const { issuance, memory, calls } = container(store, clock);
-    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 20_000), false);
+    const served = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 20_000)));
     expect(served).toMatchObject({ source: 'upstream', record: { accessToken: 'issued' } });
     expect(calls).toHaveLength(1);
     expect(memory.entry('sandbox')?.record.accessToken).toBe('issued');
@@ -1031,7 +1042,7 @@ describe('Class: LeasedIssuance under faults', () => {
     store.setToken(record('current', T0 + 1_000_000)); // tokens live one hour
     const { issuance, calls } = container(store, clock);
     await expect(
-      issuance.obtain(sandbox, HOUR + 1_000, Deadline.in(clock, 5_000), false),
+      issuance.obtain(sandbox, asks(HOUR + 1_000, Deadline.in(clock, 5_000))),
     ).rejects.toBeInstanceOf(MinValidityUnsatisfiableError);
     expect(calls).toEqual([]);
     expect(store.token('sandbox')?.accessToken).toBe('current');
@@ -1047,7 +1058,7 @@ describe('Class: LeasedIssuance under faults', () => {
       return read(name);
     };
     const { issuance, memory } = container(store, clock);
-    await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false);
+    await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)));
     expect(memory.entry('sandbox')?.checkedAt).toBe(T0);
   });
 
@@ -1057,7 +1068,7 @@ describe('Class: LeasedIssuance under faults', () => {
     store.setToken(record('current', T0 + 1_000_000)); // far outside a 600 s window
     const posts: number[] = [];
     const { issuance } = container(store, clock, fencedIssue(clock, posts, 7200));
-    await issuance.obtain(sandbox, 1_200_000, Deadline.in(clock, 10_000), false);
+    await issuance.obtain(sandbox, asks(1_200_000, Deadline.in(clock, 10_000)));
     expect(posts).toEqual([T0 + 21 * countdownStepMs]);
   });
 
@@ -1067,7 +1078,7 @@ describe('Class: LeasedIssuance under faults', () => {
     store.setToken(record('current', T0 + 1_000_000));
     const { issuance, calls } = container(store, clock);
     const error = await issuance
-      .obtain(sandbox, 1_200_000, Deadline.in(clock, 4_000), false)
+      .obtain(sandbox, asks(1_200_000, Deadline.in(clock, 4_000)))
       .then(unexpected, caught);
     expect(error).toMatchObject({ code: 'UPSTREAM_UNAVAILABLE' });
     expect(calls).toEqual([]);
@@ -1104,7 +1115,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
     );
     // It waits for the new holder, which never finishes here: the caller gets its 503.
     const error = await issuance
-      .obtain(sandbox, 60_000, Deadline.in(clock, 3_000), false)
+      .obtain(sandbox, asks(60_000, Deadline.in(clock, 3_000)))
       .then(unexpected, caught);
     expect(error.message).toBe('Timed out waiting for another container to issue the token');
   });
@@ -1121,7 +1132,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
     await expect(
-      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 6_000), false),
+      issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 6_000))),
     ).rejects.toBeInstanceOf(UpstreamUnavailableError);
     expect(posts).toBe(0);
   });
@@ -1132,7 +1143,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
     store.setToken(record('current', T0 + 1_000_000));
     const { issuance, calls } = container(store, clock);
     const error = await issuance
-      .obtain(sandbox, 1_200_000, Deadline.in(clock, 4_000), false)
+      .obtain(sandbox, asks(1_200_000, Deadline.in(clock, 4_000)))
       .then(unexpected, caught);
     expect(error.message).toBe('Not enough time left to replace the token safely; retry shortly');
     expect(calls).toEqual([]);
@@ -1153,7 +1164,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
     // 500 ms of authorization leave 300 ms: less than the shortest POST and the write after it.
     expect(DEFAULT_TIMING.minPostMs + storeReserveMs(DEFAULT_TIMING)).toBe(400);
     await expect(
-      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 800), false),
+      issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 800))),
     ).rejects.toBeInstanceOf(UpstreamUnavailableError);
     expect(posts).toBe(0);
     expect(store.items.get('sandbox')?.lease).toBeUndefined();
@@ -1172,7 +1183,7 @@ describe('Class: LeasedIssuance, lease edges', () => {
       throw new UpstreamUnavailableError('abandoned', { outcomeUnknown: true });
     });
     await expect(
-      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 10_000), false),
+      issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 10_000))),
     ).rejects.toMatchObject({
       outcomeUnknown: true,
     });
@@ -1214,7 +1225,7 @@ describe('Class: LeasedIssuance, clocks', () => {
     };
     const { issuance, calls } = container(store, clock);
     const error = await issuance
-      .obtain(sandbox, 60_000, Deadline.in(clock, 6_000), false)
+      .obtain(sandbox, asks(60_000, Deadline.in(clock, 6_000)))
       .then(unexpected, caught);
     expect(error.message).toBe('Timed out waiting for another container to issue the token');
     expect(calls).toEqual([]);
@@ -1241,7 +1252,7 @@ describe('Class: LeasedIssuance, clocks', () => {
     clock.draw = 0.99;
     const { issuance, calls } = container(store, clock);
     const error = await issuance
-      .obtain(sandbox, 60_000, Deadline.in(clock, 2_000), false)
+      .obtain(sandbox, asks(60_000, Deadline.in(clock, 2_000)))
       .then(unexpected, caught);
     expect(error).toBeInstanceOf(UpstreamUnavailableError);
     expect(error.message).toBe('Timed out waiting for another container to issue the token');
@@ -1266,7 +1277,7 @@ describe('Class: LeasedIssuance, clocks', () => {
     clock.sleep = (ms: number) => sleep(ms + 5_000); // frozen past the deadline
     const { issuance, calls } = container(store, clock);
     const error = await issuance
-      .obtain(sandbox, 60_000, Deadline.in(clock, 2_000), false)
+      .obtain(sandbox, asks(60_000, Deadline.in(clock, 2_000)))
       .then(unexpected, caught);
     expect(error.message).toBe('Timed out waiting for another container to issue the token');
     expect(store.calls.read).toBe(1);
@@ -1283,7 +1294,7 @@ describe('Class: LeasedIssuance, clocks', () => {
     };
     const { issuance, calls } = container(store, clock);
     const error = await issuance
-      .obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false)
+      .obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000)))
       .then(unexpected, caught);
     expect(error).toBeInstanceOf(StoreUnavailableError);
     expect(error.message).toMatch(/take the lease/);
@@ -1303,7 +1314,7 @@ describe('Class: LeasedIssuance, clocks', () => {
       },
     });
     const { issuance, calls } = container(store, clock);
-    const served = await issuance.obtain(sandbox, 60_000, Deadline.in(clock, 8_000), false);
+    const served = await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 8_000)));
     expect(served.source).toBe('upstream');
     // First seen at T0 - 2.5 s (its clock): taken over 3 s later, whatever the lease's timestamp said.
     expect(calls).toHaveLength(1);
@@ -1324,7 +1335,7 @@ describe('Class: LeasedIssuance, store failing at the fence', () => {
       return { accessToken: 'x', expiresIn: 3600, upstreamTimestamp: undefined, requestedAt: T0 };
     });
     await expect(
-      issuance.obtain(sandbox, 60_000, Deadline.in(clock, 5_000), false),
+      issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000))),
     ).rejects.toBeInstanceOf(StoreUnavailableError);
     expect(posts).toBe(0);
   });

@@ -38,8 +38,12 @@ const lease = (countdown: number, extra: Partial<Lease> = {}): Lease => ({
   ...extra,
 });
 
+/** The request's part of an observation, given flat: its `minValidityMs` (`need`), `mayForce`. */
+type Given = Partial<Observation> &
+  Pick<Observation, 'state'> & { need?: number | 'outside-window'; mayForce?: boolean };
+
 /** An observation of `read` at T0 with plenty of time, no lease watched stale, proof 5 s. */
-const observe = (o: Partial<Observation> & Pick<Observation, 'state'>): Observation => {
+const observe = ({ need = 0, mayForce = true, ...o }: Given): Observation => {
   const valid =
     o.state.token && o.state.token.expiresAt > (o.now ?? T0) ? o.state.token : undefined;
   return {
@@ -47,13 +51,12 @@ const observe = (o: Partial<Observation> & Pick<Observation, 'state'>): Observat
     suspect: false,
     proofMs: 5_000,
     leaseStale: false,
-    need: 0,
+    request: { minValidityMs: need, mayForce },
     now: T0,
     sinceReadMs: 10,
     leftMs: 10_000,
     readReserveMs: 50,
     revokesOnReissue: true,
-    mayForce: true,
     knownForMs: 60_000,
     waits: 0,
     issuanceMs: 300,
@@ -333,7 +336,8 @@ describe('Function: decide (the observer)', () => {
         expect(d.record).toBe(o.state.token);
         expect(d.record.expiresAt).toBeGreaterThan(o.now);
         expect(o.sinceReadMs).toBeLessThan(o.proofMs);
-        if (typeof o.need === 'number') expect(d.record.expiresAt - o.now).toBeGreaterThan(o.need);
+        const need = o.request.minValidityMs;
+        if (typeof need === 'number') expect(d.record.expiresAt - o.now).toBeGreaterThan(need);
       }),
       { numRuns: 3_000 },
     );
@@ -393,12 +397,13 @@ describe('Function: decide (the observer)', () => {
     fc.assert(
       fc.property(drawn, (o) => {
         const d = decide(o);
-        if (d.do !== 'acquire' || !d.replacingValid || o.suspect || o.need === 'outside-window') {
+        const warmUp = o.request.minValidityMs === 'outside-window';
+        if (d.do !== 'acquire' || !d.replacingValid || o.suspect || warmUp) {
           return;
         }
         // Inside its window a token is due for replacement anyway: asking forces nothing.
         if (d.replacingValid.expiresAt - o.now <= windowMs(d.replacingValid, settings)) return;
-        expect(o.mayForce).toBe(true);
+        expect(o.request.mayForce).toBe(true);
         expect(o.knownForMs).toBeGreaterThanOrEqual(settings.invalidateFloorMs);
       }),
       { numRuns: 3_000 },

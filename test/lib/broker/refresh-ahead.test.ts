@@ -13,7 +13,13 @@ import { Deadline } from '../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../lib/errors.js';
 import type { TokenIssuer } from '../../../lib/ports.js';
 import { sealCode } from '../../../lib/upstream/authorization-code.js';
-import { connection, FakeIssuer, InMemoryTokenStore, ManualClock } from '../../support/fakes.js';
+import {
+  asks,
+  connection,
+  FakeIssuer,
+  InMemoryTokenStore,
+  ManualClock,
+} from '../../support/fakes.js';
 import {
   fleetBroker,
   issuerFor,
@@ -388,7 +394,7 @@ describe('Refresh ahead of expiry: what the cut-over costs readers', () => {
     const h = issuance(hStore, clockH, (c, o) =>
       issueWith(issuerFor(up, clockH), c, {} as never, o),
     );
-    const forced = await sim.run(h.obtain(sandbox, 1_000_000, Deadline.in(clockH, 9_500), false));
+    const forced = await sim.run(h.obtain(sandbox, asks(1_000_000, Deadline.in(clockH, 9_500))));
     expect(forced.error).toBeDefined();
     expect(store.items.get('sandbox')?.lease?.countdown).toBe(2);
 
@@ -449,7 +455,7 @@ describe('Refresh ahead of expiry: what the cut-over costs readers', () => {
     const h = issuance(hStore, clockH, (c, o) =>
       issueWith(issuerFor(up, clockH), c, {} as never, o),
     );
-    const stopped = await sim.run(h.obtain(sandbox, 55_000, Deadline.in(clockH, 9_500), false));
+    const stopped = await sim.run(h.obtain(sandbox, asks(55_000, Deadline.in(clockH, 9_500))));
     expect(stopped.error).toBeDefined();
     const stale = store.items.get('sandbox')?.lease;
     expect(stale?.countdown).toBe(11);

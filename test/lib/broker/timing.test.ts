@@ -22,7 +22,17 @@ import {
   TTL_MARGIN_SECONDS,
   windowMs,
 } from '../../../lib/broker/timing/index.js';
-import { servableFromMemory } from '../../../lib/broker/view/connection-view.js';
+import type { MemoryEntry } from '../../../lib/broker/view/connection-state.js';
+import { servable } from '../../../lib/broker/view/serving.js';
+
+/** The serving rule asked first (memory before the store): does it serve `entry`? */
+const servableFromMemory = (
+  entry: MemoryEntry,
+  now: number,
+  minValidityMs: number,
+  settings: RefreshSettings,
+) => servable(entry, { minValidityMs, explicit: false }, now, settings).why === 'proved';
+
 import type { TokenRecord } from '../../../lib/ports.js';
 
 const T0 = 1_795_262_400_000;

@@ -24,7 +24,13 @@ import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { TokenIssuer, TokenStore } from '../../../../lib/ports.js';
 import { OpenApiClient } from '../../../../lib/upstream/open-api.js';
 import { caught, unexpected } from '../../../support/errors.js';
-import { FakeIssuer, InMemoryTokenStore, ManualClock, primed } from '../../../support/fakes.js';
+import {
+  asks,
+  FakeIssuer,
+  InMemoryTokenStore,
+  ManualClock,
+  primed,
+} from '../../../support/fakes.js';
 import {
   fleetBroker,
   issuerFor,
@@ -522,7 +528,7 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     const slow = mk(slowStore);
     const fast = mk(store);
     const by = Deadline.in(clock, 8000);
-    const pending = slow.obtain(sandbox, 1000, by, false);
+    const pending = slow.obtain(sandbox, asks(1000, by));
     await clock.advance(10);
     // The slow container's answer is judged when it comes (the ledger's rule), not later.
     let served: { token: string; revoked: boolean } | undefined;
@@ -591,7 +597,7 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
     const pending = a.refresh(sandbox, t0, Deadline.in(clockA, 8000)).catch((e) => e);
     await clockA.advance(400); // counting down, authorize sent; then A is SIGSTOPped
     // B needs more than t0 has left: it waits out A's lease, takes it over, counts down, POSTs.
-    const got = await b.obtain(sandbox, 40_000, Deadline.in(clockB, 20_000), false);
+    const got = await b.obtain(sandbox, asks(40_000, Deadline.in(clockB, 20_000)));
     expect(up.revoked.has(t0.accessToken)).toBe(true);
     clockA.advanceNow(clockB.now() - clockA.now()); // A resumes; the authorize 5xx is read before its timers run
     fail?.(
@@ -600,7 +606,9 @@ describe('I2: no revoked token served, under faults and races in the fleet', () 
       }),
     );
     await pending;
-    expect(a.view.fromMemory('sandbox', clockA.now(), 0)).toBeUndefined();
+    expect(
+      a.view.servable('sandbox', { minValidityMs: 0, explicit: false }).record,
+    ).toBeUndefined();
     expect(got.record.accessToken).not.toBe(t0.accessToken);
   });
 

@@ -15,7 +15,7 @@ import { DEFAULT_TIMING } from '../../../../lib/broker/timing/index.js';
 import { ConnectionView } from '../../../../lib/broker/view/connection-view.js';
 import { Deadline } from '../../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
-import { FakeIssuer, InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
+import { asks, FakeIssuer, InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';
 import { issuerFor, sandbox, seed, Upstream, wrap } from '../../../support/fleet-model.js';
 import { Sim, settle } from '../../../support/sim.js';
 import { deadline, issuance, record, setup, simAsk, simBroker, T0, useFakeTime } from '../setup.js';
@@ -141,7 +141,7 @@ describe('I1: one issuance per lifetime', () => {
           outcomeUnknown: true,
         });
       });
-      const failed = await sim.run(a.obtain(sandbox, 1_000, Deadline.in(clockA, 9_500), false));
+      const failed = await sim.run(a.obtain(sandbox, asks(1_000, Deadline.in(clockA, 9_500))));
       expect((failed.error as UpstreamUnavailableError).outcomeUnknown).toBe(true);
       // B's caller comes right after and waits for A's lease (no token in the store): the lease
       // holds for all that A's confirmation reserved, so B answers 503 and POSTs nothing.
@@ -185,7 +185,7 @@ describe('I1: one issuance per lifetime', () => {
       const clockB = sim.clock('B');
       const b = simBroker(store, clockB, up, { timeout: T });
       let aServed: { token: string; revoked: boolean } | undefined;
-      const aRun = a.obtain(sandbox, 1_000, Deadline.in(clockA, 2_900), false).then((s) => {
+      const aRun = a.obtain(sandbox, asks(1_000, Deadline.in(clockA, 2_900))).then((s) => {
         aServed = { token: s.record.accessToken, revoked: up.revoked.has(s.record.accessToken) };
         return s;
       });
@@ -212,7 +212,7 @@ describe('I1: one issuance per lifetime', () => {
         await clockA.sleep(2_000);
         return up.post(clockA.now());
       });
-      const aRun = sim.run(a.obtain(sandbox, 1_000, Deadline.in(clockA, 9_500), false));
+      const aRun = sim.run(a.obtain(sandbox, asks(1_000, Deadline.in(clockA, 9_500))));
       await sim.advance(500);
       expect(store.items.get('sandbox')?.lease?.holder).toMatch(/./);
       // DynamoDB's TTL may delete an item at any time after its ttl: now, say.

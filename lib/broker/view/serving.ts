@@ -1,0 +1,161 @@
+/**
+ * One request for a token (`TokenRequest`, made once at the facade and passed unchanged), and
+ * the one rule by which this container serves a token without a fresh read (`servable`, I2):
+ * from memory, while the store is down, through an operator's outage grace, or as the last good
+ * one after a failure, with how long its caller may reuse it. Pure; the arithmetic is `timing/`'s.
+ */
+import type { Deadline } from '../../clock.js';
+import {
+  isOutcomeUnknown,
+  StoreUnavailableError,
+  UpstreamBadResponseError,
+  UpstreamRejectedError,
+  UpstreamUnavailableError,
+} from '../../errors.js';
+import type { ReplacedToken, TokenRecord, TokenState } from '../../ports.js';
+import {
+  cutOverRereadMs,
+  type ProtocolTiming,
+  type RefreshSettings,
+  recheckMs,
+  replacementMayBeOut,
+  reusableUntil,
+  staleIfErrorMs,
+  type TokenTimes,
+  windowMs,
+} from '../timing/index.js';
+import type { MemoryEntry } from './connection-state.js';
+
+/** What one caller asks of a connection, validated once where it comes in. */
+export interface TokenRequest {
+  /** Validity the token must still have, ms; the warm-up's: outside its window (not memory's). */
+  readonly minValidityMs: number | 'outside-window';
+  /** The caller named its validity: no last good token stands in for it after a failure. */
+  readonly explicit: boolean;
+  /** By when it is answered (I3). */
+  readonly deadline: Deadline;
+  /** By when work it starts after its answer (a refresh ahead) must be over, if it must. */
+  readonly workUntil?: Deadline | undefined;
+  /** Who asks: logged with a refusal or an issuance it causes. */
+  readonly caller: string;
+  /** Whether it may force a replacement (the connection's `forceCallers`, I4). */
+  readonly mayForce: boolean;
+}
+
+/** A request the broker makes itself (the warm-up, a refresh's fallback): it may force. */
+export const ownRequest = (
+  minValidityMs: TokenRequest['minValidityMs'],
+  deadline: Deadline,
+  caller: string,
+): TokenRequest => {
+  // Stryker disable next-line BooleanLiteral: equivalent: only a failed getToken asks for a last good token
+  return { minValidityMs, explicit: false, deadline, caller, mayForce: true };
+};
+
+/** What the serving rule reads of a request. */
+export type ServingRequest = Pick<TokenRequest, 'minValidityMs' | 'explicit'>;
+
+/** The validity (ms) `request` needs of `token`: the warm-up's is its window (0 without one). */
+export const validityNeeded = (
+  request: Pick<TokenRequest, 'minValidityMs'>,
+  token: TokenTimes | undefined,
+  settings: RefreshSettings,
+): number => {
+  if (request.minValidityMs !== 'outside-window') return request.minValidityMs;
+  return token ? windowMs(token, settings) : 0;
+};
+
+/**
+ * I2. The token a read found (valid here, or expired here by less than the skew allowed, or
+ * unreadable here: another container may serve it) if its replacement's request may be out: a
+ * countdown ended where the upstream revokes on re-issue. Never served nor kept; a flow that
+ * ends without its successor drops it. The one place "suspect" is judged.
+ */
+export const suspectToken = (
+  state: TokenState,
+  revokesOnReissue: boolean,
+  now: number,
+  timing: ProtocolTiming,
+): ReplacedToken | undefined => {
+  const stored = state.token ?? state.unreadable;
+  const recent = stored !== undefined && stored.expiresAt + timing.skewToleranceMs > now;
+  return recent && revokesOnReissue && replacementMayBeOut(state.lease, timing)
+    ? stored
+    : undefined;
+};
+
+/** Why memory is asked: first (none), the store could not be read, or the request failed. */
+export type Asked = undefined | 'store-down' | { readonly failed: unknown };
+
+export interface Servable {
+  /** Memory's token, if a rule (`why`) lets it be served now, until `until` (else now). */
+  readonly record?: TokenRecord | undefined;
+  readonly why?: 'proved' | 'store-down' | 'outage-grace' | 'last-good' | undefined;
+  readonly until: number;
+  /** I2 in callers' caches: until when a caller may reuse memory's token (`maxAgeMs`)... */
+  readonly reusableUntil: number;
+  /** ...and then use it stale if it cannot reach the broker (`stale-if-error`, ADR 0017). */
+  readonly staleIfErrorMs: number;
+}
+
+/**
+ * I2. Whether memory may serve its token (`entry`, rebased) for `request` at `now`, after
+ * `asked`; until when, and why:
+ * - `proved`, first: valid for the need, read less than a re-check ago, inside what that read
+ *   proved, and not near the end of a countdown read long before it (read again then);
+ * - `store-down`: the store cannot be read; valid for the need, inside what the read proved;
+ * - `last-good`: the request failed in a way that says nothing against it (not a replacement
+ *   under way, nor a request of unknown outcome: either may have revoked it), for a caller that
+ *   named no validity; valid, inside what the read proved;
+ * - `outage-grace`: either of the last two past the proof, inside the operator's grace.
+ * The caller's reuse ends within the proof, less the margin, with the validity it asked for; no
+ * stale use after a failure. The warm-up never gets memory's token.
+ */
+export const servable = (
+  entry: MemoryEntry | undefined,
+  request: ServingRequest,
+  now: number,
+  settings: RefreshSettings,
+  asked: Asked = undefined,
+): Servable => {
+  const need = request.minValidityMs;
+  if (!entry || need === 'outside-window')
+    return { until: now, reusableUntil: now, staleIfErrorMs: 0 };
+  const { record } = entry;
+  const failed = typeof asked === 'object';
+  const reuse = reusableUntil(entry, need, settings);
+  const answer = {
+    reusableUntil: reuse,
+    staleIfErrorMs: failed ? 0 : staleIfErrorMs(entry, reuse, now),
+  };
+  // After a failure that may have revoked it, or for a caller that named its validity: none.
+  if (failed && (request.explicit || !saysNothingAgainst(asked.failed))) {
+    return { until: now, ...answer };
+  }
+  let until: number;
+  let why: Servable['why'];
+  if (asked === undefined) {
+    // A countdown read long before its end is read once more near it (liveness only).
+    const early = cutOverRereadMs(settings.timing);
+    const reread =
+      entry.lease && entry.until - entry.checkedAt > 2 * early ? entry.until - early : Infinity;
+    const recheck = entry.checkedAt + recheckMs(record, settings);
+    until = Math.min(entry.until, recheck, reread, record.expiresAt - need);
+    why = 'proved';
+  } else {
+    // Unconfirmed; the last good token stands in with whatever validity it has left.
+    const grace = entry.until + (settings.storeOutageGraceMs ?? 0);
+    until = Math.min(record.expiresAt - (failed ? 0 : need), grace);
+    why = now >= entry.until ? 'outage-grace' : failed ? 'last-good' : 'store-down';
+  }
+  return until > now ? { record, why, until, ...answer } : { until: now, ...answer };
+};
+
+/** A failure after which the last good token may stand in for a newer one (see `servable`). */
+const saysNothingAgainst = (error: unknown): boolean =>
+  !(error instanceof UpstreamUnavailableError && error.refreshInProgress === true) &&
+  !isOutcomeUnknown(error) &&
+  (error instanceof UpstreamUnavailableError ||
+    error instanceof UpstreamRejectedError ||
+    error instanceof UpstreamBadResponseError ||
+    error instanceof StoreUnavailableError);
