@@ -12,12 +12,7 @@
  * container that read at every such chance read five times as often at a cut-over).
  */
 import type { Clock, Deadline } from '../../clock.js';
-import {
-  cutOverExpectedAt,
-  lastStretchMs,
-  readReserveMs,
-  stepEstimateMs,
-} from '../timing/index.js';
+import { cutOverEstimate, readReserveMs } from '../timing/index.js';
 import type { ConnectionView } from '../view/index.js';
 
 /** @returns how long it waited (ms; 0 when it did not). */
@@ -27,7 +22,6 @@ export const awaitCutOver = async (
   by: Deadline,
 ): Promise<number> => {
   const entry = view.entry(name);
-  const measured = { issuanceMs: view.issuanceMs(name), lastReadMs: view.readMs(name) };
   if (!entry?.lease) return 0;
   // A countdown that did not move between two reads (its holder gone or starved) announces
   // nothing to wait for.
@@ -35,20 +29,20 @@ export const awaitCutOver = async (
   const since = view.leaseFirstSeen(name, entry.lease);
   if (since === undefined || since < entry.checkedAt - timing.countdownStepMs) return 0;
   const now = clock.now();
-  const expected = cutOverExpectedAt(
+  const { successorAt, stepMs } = cutOverEstimate(
     entry.checkedAt,
-    entry.lease.countdown,
-    measured.issuanceMs,
-    measured.lastReadMs,
+    entry.lease,
+    view.issuanceMs(name),
     timing,
-    entry.lease.stepMs,
   );
-  if (now < entry.until || now >= expected) return 0;
-  const step = stepEstimateMs(measured.lastReadMs, timing, entry.lease.stepMs);
-  if (expected - now > 2 * step + lastStretchMs(measured.issuanceMs, step, timing)) return 0;
+  if (now < entry.until || now >= successorAt) return 0;
+  // More than two steps and the POST before it: a read finds a countdown of two or more, which
+  // proves the old token for a step more.
+  if (now < entry.checkedAt + (entry.lease.countdown - 2) * stepMs) return 0;
   // I3. Wake with time left for the read: a caller whose deadline comes first reads what the
   // store holds then (the successor, often), or is told it timed out waiting (R3).
-  const wait = Math.min(expected - now, by.leftMs() - readReserveMs(measured.lastReadMs, timing));
+  const reserve = readReserveMs(view.readMs(name), timing);
+  const wait = Math.min(successorAt - now, by.leftMs() - reserve);
   if (wait <= 0) return 0;
   await clock.sleep(wait);
   return Math.round(wait);

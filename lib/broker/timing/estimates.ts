@@ -4,11 +4,9 @@
  * never rests on them. Where an estimate stands in for a bound of `bounds.ts`, it is never
  * below it (a property test checks each pair).
  */
-import type { TokenRecord } from '../../ports.js';
+import type { Lease, TokenRecord } from '../../ports.js';
 import { countdownFor, leaseNeedsMs, type RefreshSettings, windowMs } from './bounds.js';
 import {
-  cutOverRereadMs,
-  maxStepWriteMs,
   type ProtocolTiming,
   pollBaseMs,
   pollCapMs,
@@ -63,51 +61,29 @@ export const readReserveMs = (lastReadMs: number | undefined, timing: ProtocolTi
   Math.max(readReserveFloorMs(timing), 2 * (lastReadMs ?? 0));
 
 /**
- * When a countdown read at `checkedAt` should have ended and its successor be stored (local ms):
- * each step is a lease write after the step's wait, then the POST (about half an issuance, a slow
- * one not waited for whole) and the token write. Never before the countdown's announced end.
- *
- * A step's length is the holder's word when it gave one (`announcedStepMs`: the step's wait and
- * its own last write's round trip), else the step's wait and this reader's last read's round
- * trip, as a guess at the holder's write. On a global table the two differ by region: a reader
- * in a far region that guessed from its own read slept up to 0.6 s past a cut-over of nine steps
- * (`regions-three`, 2026-11-25), and one whose read was a cold start's (144 ms) 1.9 s.
+ * The one cut-over estimate: when the successor of a token whose lease a read sent at
+ * `checkedAt` found counting down should be stored (local ms), and how long each step takes.
+ * A step is the holder's word (`Lease.stepMs`: its wait and its own last write's round trip,
+ * clamped to the step and the store's bound), else the step's wait alone (the lease's first
+ * version announces none: its steps are not yet measured); after the last step, the POST
+ * (about half an issuance, a slow one not waited for whole) and the token write. Never before
+ * the countdown's announced end. Liveness only.
  */
-export const cutOverExpectedAt = (
+export const cutOverEstimate = (
   checkedAt: number,
-  countdown: number,
+  lease: Pick<Lease, 'countdown' | 'stepMs'>,
   issuanceMs: number,
-  lastReadMs: number | undefined,
   timing: ProtocolTiming,
-  announcedStepMs?: number,
-): number => {
-  const step = stepEstimateMs(lastReadMs, timing, announcedStepMs);
-  return checkedAt + countdown * step + lastStretchMs(issuanceMs, step, timing);
+): { readonly successorAt: number; readonly stepMs: number } => {
+  const { countdownStepMs, storeRoundTripMs } = timing;
+  const most = countdownStepMs + storeRoundTripMs;
+  const stepMs =
+    lease.stepMs === undefined
+      ? countdownStepMs
+      : Math.min(Math.max(lease.stepMs, countdownStepMs), most);
+  const lastStretch = Math.min(issuanceMs / 2, pollCapMs(timing)) + (stepMs - countdownStepMs);
+  return { successorAt: checkedAt + lease.countdown * stepMs + lastStretch, stepMs };
 };
-
-/**
- * How long one countdown step takes (ms): the holder's word when it gave one, never under the
- * step's own wait nor over it plus the longest step write the protocol allows; else the wait and
- * this reader's last read's round trip (at most `maxStepWriteMs`).
- */
-export const stepEstimateMs = (
-  lastReadMs: number | undefined,
-  timing: ProtocolTiming,
-  announcedStepMs?: number,
-): number =>
-  announcedStepMs === undefined
-    ? timing.countdownStepMs + Math.min(lastReadMs ?? 0, maxStepWriteMs(timing))
-    : Math.min(
-        Math.max(announcedStepMs, timing.countdownStepMs),
-        timing.countdownStepMs + timing.storeRoundTripMs,
-      );
-
-/**
- * From the countdown's last step to its successor stored (ms): the POST (about half an issuance,
- * a slow one not waited for whole) and the token write.
- */
-export const lastStretchMs = (issuanceMs: number, stepMs: number, timing: ProtocolTiming): number =>
-  Math.min(issuanceMs / 2, pollCapMs(timing)) + (stepMs - timing.countdownStepMs);
 
 /**
  * How long to wait before reading a lease held elsewhere again, ms: full jitter below a doubling
@@ -134,16 +110,3 @@ export const pollWaitMs = (
   const counting = (input.countdown - 1) * timing.countdownStepMs - input.sinceReadMs;
   return Math.max(1, input.draw * ceiling, counting);
 };
-
-/**
- * Whether memory, which read a countdown long before its end, should read it once more now:
- * `cutOverRereadMs` before the end it proves (liveness: it only shortens serving).
- */
-export const rereadNearCutOver = (
-  entry: { readonly checkedAt: number; readonly until: number; readonly lease?: unknown },
-  now: number,
-  timing: ProtocolTiming,
-): boolean =>
-  entry.lease !== undefined &&
-  entry.until - entry.checkedAt > 2 * cutOverRereadMs(timing) &&
-  now >= entry.until - cutOverRereadMs(timing);

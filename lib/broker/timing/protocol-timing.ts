@@ -9,7 +9,7 @@
  * - Independent: `countdownStepMs`, `proofMarginMs` (A2), `skewToleranceMs` (A3), `leaseMs`,
  *   `storeRoundTripMs` (A4), `minPostMs`, `answerMarginMs`, `defaultIssuanceMs`.
  * - Derived (here): `reuseMarginMs`, `maxMemoryRecheckMs`, `leaseHeartbeatMs`,
- *   `storeReserveMs`, `readReserveFloorMs`, `maxStepWriteMs`, `pollBaseMs`, `pollCapMs`,
+ *   `storeReserveMs`, `readReserveFloorMs`, `pollBaseMs`, `pollCapMs`,
  *   `cutOverRereadMs`; in `bounds.ts`: `postSendWindowMs`, `countingLeaseMs`, and the
  *   stale-if-error margin (`staleMarginMs`, `TTL_MARGIN_SECONDS`, not timing: fixed).
  */
@@ -101,12 +101,6 @@ export const storeReserveMs = (t: ProtocolTiming): number =>
  * wait (`readReserveMs`): a read sent with less could only fail. I3 (review finding R3).
  */
 export const readReserveFloorMs = (t: ProtocolTiming): number => t.storeRoundTripMs;
-
-/**
- * Derived: = `storeRoundTripMs`. The most a reader counts per countdown step for the holder's
- * lease write (`stepEstimateMs`): an estimate from a slow read is not stretched past the bound.
- */
-export const maxStepWriteMs = (t: ProtocolTiming): number => t.storeRoundTripMs;
 
 /**
  * Derived: = `countdownStepMs` / 10. Polling a lease held elsewhere, the first wait (full

@@ -441,7 +441,7 @@ describe('Class: LeasedIssuance', () => {
     expect(clock.now() - writtenAt).toBeLessThanOrEqual(4);
   });
 
-  it('at a cut-over, counts a store round trip per countdown step, so its one read finds the successor', async () => {
+  it('at a cut-over, counts the step the holder announced (its wait and its write), so its one read finds the successor', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
     const current = record('current', T0 + 200_000);
@@ -463,6 +463,9 @@ describe('Class: LeasedIssuance', () => {
         expiresAt: T0 + leaseMs + (21 - countdown) * STEP,
         durationMs: leaseMs,
         countdown,
+        // Announced by every version here (a take's own write announces none: the test
+        // above, which reads at the step's wait alone).
+        stepMs: STEP,
       };
       return { token: current, lease };
     };

@@ -15,7 +15,6 @@ import {
   leaseHeartbeatMs,
   MAX_COUNTDOWN,
   maxMemoryRecheckMs,
-  maxStepWriteMs,
   type ProtocolTiming,
   pollBaseMs,
   pollCapMs,
@@ -55,7 +54,6 @@ const derivedRelationsHold = (t: ProtocolTiming): boolean =>
   readReserveFloorMs(t) >= 1 && // I3
   2 * leaseHeartbeatMs(t) <= t.leaseMs &&
   t.countdownStepMs + t.storeRoundTripMs <= leaseHeartbeatMs(t) &&
-  maxStepWriteMs(t) <= t.storeRoundTripMs &&
   pollBaseMs(t) <= pollCapMs(t);
 
 /** Overrides of a few fields, each anywhere from 0 to three times its default. */
@@ -101,7 +99,6 @@ describe('ProtocolTiming: at most eight independent constants, the rest derived'
     ['stale-if-error margin = TTL_MARGIN_SECONDS (fixed)', () => staleMarginMs(hour), 60_000],
     ['XFetch β (an algorithm constant)', () => XFETCH_BETA, 1],
     ['storeReserveMs = 2 × (storeRoundTripMs + proofMarginMs)', storeReserveMs, 300],
-    ['maxStepWriteMs = storeRoundTripMs (was 15)', maxStepWriteMs, 50],
   ])('derives %s: %s at the default', (_name, derive, value) => {
     expect(derive(DEFAULT_TIMING)).toBe(value);
   });
@@ -386,7 +383,6 @@ describe('ProtocolTiming: BROKER_STORE_ROUND_TRIP_MS (a global table’s stages 
   it('is the bound a refresh budgets per countdown step, and what a counting lease lasts on', () => {
     const timing = loadConfig({ ...env, BROKER_STORE_ROUND_TRIP_MS: '150' }).timing;
     expect(timing).toMatchObject({ storeRoundTripMs: 150 });
-    expect(maxStepWriteMs(timing)).toBe(150);
     // One step, two cross-region round trips, half a heartbeat of scheduling slack.
     expect(countingLeaseMs(timing)).toBe(1_050);
     expect(countingLeaseMs(DEFAULT_TIMING)).toBe(850);

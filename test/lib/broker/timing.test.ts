@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   announcedMs,
   countdownFor,
-  cutOverExpectedAt,
+  cutOverEstimate,
   cutOverRereadMs,
   DEFAULT_TIMING,
   dueForRefresh,
@@ -351,20 +351,35 @@ describe('Module: timing, each estimate never below the bound it stands in for',
     );
   });
 
-  it('the expected cut-over never comes before the end the countdown announced (I2)', () => {
+  it('the cut-over estimate never comes before the end the countdown announced (I2), and takes the holder’s step within its bounds', () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 0, max: 500 }),
         fc.integer({ min: 0, max: 60_000 }),
         fc.option(fc.integer({ min: 0, max: 5_000 }), { nil: undefined }),
-        (n, issuance, read) => {
+        (n, issuance, stepMs) => {
           const lease = { holder: 'h', version: 'v', expiresAt: 0, durationMs: 0, countdown: n };
-          expect(cutOverExpectedAt(T0, n, issuance, read, DEFAULT_TIMING)).toBeGreaterThanOrEqual(
+          const estimate = cutOverEstimate(T0, { countdown: n, stepMs }, issuance, DEFAULT_TIMING);
+          expect(estimate.successorAt).toBeGreaterThanOrEqual(
             T0 + announcedMs(lease, DEFAULT_TIMING),
+          );
+          const { countdownStepMs: step, storeRoundTripMs: trip } = DEFAULT_TIMING;
+          expect(estimate.stepMs).toBe(
+            stepMs === undefined ? step : Math.min(Math.max(stepMs, step), step + trip),
           );
         },
       ),
     );
+  });
+
+  it('aims at the announced step: 9 steps of 280 ms, then half a 300 ms issuance and the write', () => {
+    const { successorAt, stepMs } = cutOverEstimate(
+      T0,
+      { countdown: 9, stepMs: 280 },
+      300,
+      DEFAULT_TIMING,
+    );
+    expect([stepMs, successorAt - T0]).toEqual([280, 9 * 280 + 150 + 30]);
   });
 
   it('a wait for a holder never ends before its countdown can have (I2 liveness), nor under 1 ms', () => {
