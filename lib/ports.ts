@@ -143,7 +143,7 @@ export interface LeaseRequest extends LeaseTerms {
    * token written by another container since the read (and maybe served already, with no
    * countdown announcing its replacement) is never replaced.
    */
-  readonly replacing: string | undefined;
+  readonly replacesDigest: string | undefined;
   /** The replacement is on a caller's word (see {@link Lease.forced}). */
   readonly forced?: boolean;
 }
@@ -172,7 +172,7 @@ export interface TokenStore {
   /**
    * Takes the lease for `request.holder` only if there is no lease (without `request.takeOver`),
    * or the lease is exactly `request.takeOver` (the version the caller saw go stale), AND the
-   * item holds exactly the token the caller read (`request.replacing`). On failure, returns the
+   * item holds exactly the token the caller read (`request.replacesDigest`). On failure, returns the
    * state that won.
    */
   acquireLease(connection: string, request: LeaseRequest, call?: StoreCall): Promise<LeaseAttempt>;

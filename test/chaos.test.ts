@@ -393,7 +393,7 @@ describe('Function: dynamodbWrite (what the scenarios aim at)', () => {
         await kinds(() =>
           store.acquireLease('c', {
             holder: 'h',
-            replacing: undefined,
+            replacesDigest: undefined,
             ...terms('v1', 3_000),
           }),
         ),
@@ -422,7 +422,11 @@ describe('Function: dynamodbWrite (what the scenarios aim at)', () => {
         'copy',
         'copy',
       ]);
-      await store.acquireLease('c', { holder: 'h2', replacing: undefined, ...terms('w1', 3_000) });
+      await store.acquireLease('c', {
+        holder: 'h2',
+        replacesDigest: undefined,
+        ...terms('w1', 3_000),
+      });
       expect(await kinds(() => store.releaseLease('c', { holder: 'h2', version: 'w1' }))).toEqual([
         'release',
         'copy',

@@ -151,7 +151,7 @@ export class DynamoDBTokenStore implements TokenStore {
     request: LeaseRequest,
     call: StoreCall = {},
   ): Promise<LeaseAttempt> {
-    const { takeOver, replacing } = request;
+    const { takeOver, replacesDigest } = request;
     const lease = takeOver ? exactly(takeOver, ':stale') : undefined;
     this.#conflicts.wrote(request);
     let refusal: Refusal | undefined;
@@ -188,16 +188,16 @@ export class DynamoDBTokenStore implements TokenStore {
             // a reader may have read the token with no lease since, and been told it is safe for
             // a whole countdown (I2; review finding R1).
             condition: `${lease ? lease.condition : 'attribute_not_exists(leaseHolder)'} AND ${
-              replacing === undefined
+              replacesDigest === undefined
                 ? 'attribute_not_exists(tokenDigest)'
-                : 'tokenDigest = :replacing'
+                : 'tokenDigest = :replacesDigest'
             }`,
             names: TTL_NAME,
             values: {
               ...terms(request),
               ':holder': { S: request.holder },
               ':forced': { BOOL: request.forced === true },
-              ...(replacing === undefined ? {} : { ':replacing': { S: replacing } }),
+              ...(replacesDigest === undefined ? {} : { ':replacesDigest': { S: replacesDigest } }),
               ...lease?.values,
             },
           });

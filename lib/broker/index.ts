@@ -25,7 +25,7 @@ import {
   warmUp,
 } from './callers/index.js';
 import { LeasedIssuance, RefreshAhead, SharedLoads } from './fleet/index.js';
-import { IssuanceCause, type Trigger, withCredentialRotation } from './issuance/index.js';
+import { type Caller, IssuanceCause, withCredentialRotation } from './issuance/index.js';
 import { type CallerBoundSettings, tokenRequest } from './observer/index.js';
 import { withDeadline } from './single-flight.js';
 import { dueForRefresh, type ProtocolTiming, validateTiming } from './timing/index.js';
@@ -254,7 +254,7 @@ export class TokenBroker {
   ready(deadline: Deadline, caller = 'readiness check'): Promise<ReadinessReport> {
     return checkReadiness(this.deps.config.connections.values(), {
       secrets: this.deps.secrets,
-      by: deadline,
+      deadline,
       clock: this.#clock,
       getToken: ({ name }) => this.getToken(name, { deadline, workUntil: deadline, caller }),
       now: () => this.#clock.now(),
@@ -266,13 +266,13 @@ export class TokenBroker {
    * Makes sure every connection holds a token valid beyond the refresh window; issues only where
    * one is missing or inside the window. A failing connection does not stop the others.
    */
-  warmUp(deadline: Deadline, trigger: Trigger = 'schedule'): Promise<WarmUpReport> {
+  warmUp(deadline: Deadline, caller: Caller = 'schedule'): Promise<WarmUpReport> {
     // Counted per connection it checks: the alarm on its absence says the schedule stopped.
     for (const name of this.connectionNames()) this.#metrics.record(MetricName.WarmUpRuns, name);
     return warmUp(this.deps.config.connections.values(), {
       // The same window as every other path: a token outside its (clamped) window is fresh.
       load: (connection) =>
-        this.#loads.load(connection, ownRequest('outside-window', deadline, trigger)),
+        this.#loads.load(connection, ownRequest('outside-window', deadline, caller)),
       now: () => this.#clock.now(),
       logger: this.deps.logger,
       metrics: this.#metrics,

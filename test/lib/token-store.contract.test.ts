@@ -106,10 +106,10 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     holder: string,
     {
       expiresAt = now + 10_000,
-      replacing,
+      replaces,
       takeOver,
       countdown = 0,
-    }: { expiresAt?: number; replacing?: string; takeOver?: Lease; countdown?: number } = {},
+    }: { expiresAt?: number; replaces?: string; takeOver?: Lease; countdown?: number } = {},
   ): LeaseRequest => ({
     holder,
     version: `v-${holder}`,
@@ -117,7 +117,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     durationMs: 10_000,
     countdown,
     takeOver,
-    replacing: replacing === undefined ? undefined : tokenDigest(replacing),
+    replacesDigest: replaces === undefined ? undefined : tokenDigest(replaces),
   });
   /** The lease a read shows after `lease(holder)` (or a renewal to `version`). */
   const written = (holder: string, expiresAt = now + 10_000, version = `v-${holder}`): Lease => ({
@@ -211,11 +211,11 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     const attempt = await store.acquireLease('fresh', lease('b:1'));
     expect(attempt).toEqual({ acquired: false, state: { token: fresh, lease: undefined } });
     // Read another token (an older one): refused.
-    expect((await store.acquireLease('fresh', lease('b:2', { replacing: 'older' }))).acquired).toBe(
+    expect((await store.acquireLease('fresh', lease('b:2', { replaces: 'older' }))).acquired).toBe(
       false,
     );
     // Read this very token: granted.
-    expect(await store.acquireLease('fresh', lease('b:3', { replacing: 'fresh-token' }))).toEqual({
+    expect(await store.acquireLease('fresh', lease('b:3', { replaces: 'fresh-token' }))).toEqual({
       acquired: true,
     });
   });
@@ -306,7 +306,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     await store.acquireLease('release', lease('a:1'));
     const token = record('kept', now + 3_600_000, 'release');
     await store.putToken(token, ref('a:1'));
-    await store.acquireLease('release', lease('b:1', { replacing: 'kept' }));
+    await store.acquireLease('release', lease('b:1', { replaces: 'kept' }));
     expect(await store.releaseLease('release', ref('a:1'))).toBe(false);
     expect((await store.read('release')).lease?.holder).toBe('b:1');
     expect(await store.releaseLease('release', ref('b:1', 'other-version'))).toBe(false);
@@ -332,7 +332,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     await store.putToken(record('current', now + 3_600_000, 'cad'), ref('a:1'));
     expect(await store.deleteIfMatches('cad', tokenDigest('older'))).toBe(false);
     expect((await store.read('cad')).token?.accessToken).toBe('current');
-    await store.acquireLease('cad', lease('b:1', { replacing: 'current' }));
+    await store.acquireLease('cad', lease('b:1', { replaces: 'current' }));
     expect(
       await store.deleteIfMatches('cad', tokenDigest('current'), { reportedAt: now + 5 }),
     ).toBe(true);
@@ -394,7 +394,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     expect(await store.markReported('kept', tokenDigest('first'))).toBe(true);
     expect(await store.read('kept')).toEqual({ token: first, lease: undefined, reported: true });
     // A lease taken to replace it keeps the report; the successor's write clears it.
-    await store.acquireLease('kept', lease('b:1', { replacing: 'first' }));
+    await store.acquireLease('kept', lease('b:1', { replaces: 'first' }));
     expect((await store.read('kept')).reported).toBe(true);
     const next = { ...record('second', now + 3_600_000, 'kept'), forced: true, recheckMs: 2_000 };
     await store.putToken(next, ref('b:1'));
@@ -425,7 +425,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
       await store.acquireLease('overnight', lease('a:1'));
       const old = record('expired', now - DAY / 2, 'overnight');
       await store.putToken(old, ref('a:1'));
-      await store.acquireLease('overnight', lease('b:1', { replacing: 'expired' }));
+      await store.acquireLease('overnight', lease('b:1', { replaces: 'expired' }));
       await subject.sweep(at(0));
       await subject.sweep(at(9_000));
       expect((await store.read('overnight')).lease?.holder).toBe('b:1');
@@ -463,7 +463,7 @@ describe.each(implementations)('Contract: TokenStore, %s', (_name, start) => {
     it('leaves a released lease’s item in place (no ttl until the next token)', async () => {
       await store.acquireLease('released', lease('a:1'));
       await store.putToken(record('old', now - DAY, 'released'), ref('a:1'));
-      await store.acquireLease('released', lease('b:1', { replacing: 'old' }));
+      await store.acquireLease('released', lease('b:1', { replaces: 'old' }));
       expect(await store.releaseLease('released', ref('b:1'))).toBe(true);
       await subject.sweep(at(DAY));
       expect((await store.read('released')).token?.accessToken).toBe('old');

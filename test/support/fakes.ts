@@ -125,7 +125,7 @@ export class InMemoryTokenStore implements TokenStore {
         ? !item.lease
         : isExactly(item.lease, takeOver) && item.lease?.expiresAt === takeOver.expiresAt;
     // Only the token the taker read, or none if it read none.
-    const tokenReplaceable = item.token?.tokenDigest === request.replacing;
+    const tokenReplaceable = item.token?.tokenDigest === request.replacesDigest;
     // What won, as a read would show it (DynamoDB returns the whole item).
     if (!leaseFree || !tokenReplaceable) return { acquired: false, state: this.#state(item) };
     // A lease write removes the ttl, as the adapter does: TTL never deletes a held lease.

@@ -17,7 +17,7 @@ export const storeToken = async (
     leaseExpiresAt: now + 10_000,
     durationMs: 10_000,
     countdown: 0,
-    replacing: undefined,
+    replacesDigest: undefined,
   });
   const record: TokenRecord = {
     connection,

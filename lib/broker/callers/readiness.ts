@@ -35,7 +35,7 @@ export interface ReadinessReport {
 export interface ReadinessDeps {
   readonly secrets: SecretSource;
   /** The check's deadline: a slow Secrets Manager fails the check, it does not hang it (I3). */
-  readonly by: Deadline;
+  readonly deadline: Deadline;
   readonly clock: Pick<Clock, 'after'>;
   /** A token for the connection, as any caller gets it. */
   readonly getToken: (connection: ConnectionConfig) => Promise<TokenAnswer>;
@@ -55,7 +55,7 @@ const checkConnection = async (
   try {
     await withDeadline(
       deps.secrets.getCredentials(connection.secretId),
-      deps.by.leftMs(),
+      deps.deadline.leftMs(),
       deps.clock,
       () => new SecretUnavailableError(`The secret ${connection.secretId} was not read in time`),
     );

@@ -17,7 +17,7 @@ import type { ConnectionConfig } from '../../config.js';
 import { StoreUnavailableError } from '../../errors.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
 import type { Lease, TokenProbe, TokenRecord, TokenStore } from '../../ports.js';
-import { UNNAMED_TRIGGER } from '../issuance/index.js';
+import { UNNAMED_CALLER } from '../issuance/index.js';
 import { type CallerBoundSettings, waitBeforeReplacing } from '../observer/index.js';
 import { withDeadline } from '../single-flight.js';
 import { type BrokerLogger, type InvalidateOutcome, tokenDigest } from '../types.js';
@@ -57,7 +57,7 @@ export class Reports {
     const { view, clock, settings, logger } = this.deps;
     const { name } = connection;
     const digest = tokenDigest(accessToken);
-    const reportedBy = caller ?? UNNAMED_TRIGGER;
+    const reportedBy = caller ?? UNNAMED_CALLER;
     const now = clock.now();
     const entry = view.entry(name);
     // Held only while memory still proves it: past that, another region may have replaced it

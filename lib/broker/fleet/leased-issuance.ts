@@ -10,7 +10,7 @@ import { MetricName } from '../../metrics.js';
 import type { TokenRecord, TokenState } from '../../ports.js';
 import type { HolderDeps, LeasedFlow } from '../holder/index.js';
 import { issueUnderLease, LeaseTaker, LOST } from '../holder/index.js';
-import { IssuanceCause, isCallersWord, UNNAMED_TRIGGER } from '../issuance/index.js';
+import { IssuanceCause, isCallersWord, UNNAMED_CALLER } from '../issuance/index.js';
 import {
   type AcquirePlan,
   notEnoughTime,
@@ -89,12 +89,12 @@ export class LeasedIssuance {
   async refresh(
     connection: ConnectionConfig,
     current: TokenRecord,
-    by: Deadline,
-    caller: string = UNNAMED_TRIGGER,
+    deadline: Deadline,
+    caller: string = UNNAMED_CALLER,
     cause: IssuanceCause = IssuanceCause.RefreshAhead,
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
-    const request = ownRequest(0, by, caller);
+    const request = ownRequest(0, deadline, caller);
     const { clock, view, settings } = this.deps;
     // A countdown announced at our last read is left to its holder. Whether that holder died
     // only a read can tell (the same version seen again after its duration): that read comes
@@ -104,15 +104,16 @@ export class LeasedIssuance {
     const entry = view.entry(name);
     if (entry?.lease && entry.record.tokenDigest === current.tokenDigest) return undefined;
     const countdown = leaseCountdown(connection.revokesOnReissue, current, undefined, settings);
-    if (leaseNeedsMs(countdown, settings.timing) >= by.leftMs()) throw notEnoughTime(countdown);
+    if (leaseNeedsMs(countdown, settings.timing) >= deadline.leftMs())
+      throw notEnoughTime(countdown);
     const outcome = await this.#acquireAndIssue(
       connection,
       {
         countdown,
         takeOver: undefined,
         // Replace the token we saw, never a newer one another container wrote meanwhile.
-        replacing: current.tokenDigest,
-        replacingValid: current,
+        replacesDigest: current.tokenDigest,
+        replaced: current,
         suspect: false,
         needMs: 0,
         cause,
@@ -147,7 +148,7 @@ export class LeasedIssuance {
   async #acquireAndIssue(
     connection: ConnectionConfig,
     plan: AcquirePlan,
-    { deadline: by, caller }: TokenRequest,
+    { deadline, caller }: TokenRequest,
     announce?: string,
   ): Promise<ServedToken | { state?: TokenState; read: ReadSent; lost?: boolean }> {
     const { name } = connection;
@@ -159,10 +160,10 @@ export class LeasedIssuance {
     const ours = this.#leases.next();
     const read = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
     const attempt = await this.#leases
-      .acquire(name, ours, by, {
+      .acquire(name, ours, deadline, {
         countdown: plan.countdown,
         takeOver: plan.takeOver,
-        replacing: plan.replacing,
+        replacesDigest: plan.replacesDigest,
         forced: plan.forced,
       })
       .catch((error: unknown) => {
@@ -179,15 +180,15 @@ export class LeasedIssuance {
     const flow: LeasedFlow = {
       lease: ours,
       needMs: plan.needMs,
-      deadline: by,
-      replacing: plan.replacingValid,
+      deadline,
+      replaced: plan.replaced,
       suspect: plan.suspect,
       leasedAt: read.sentAtMonotonic,
       answeredAt: clock.monotonic(),
       countdown: plan.countdown,
       cause: plan.cause,
       forced: plan.forced,
-      trigger: caller,
+      caller,
     };
     const issued = await issueUnderLease(this.deps, connection, flow, (ms) =>
       this.deps.view.measured(name, 'issuance', ms),

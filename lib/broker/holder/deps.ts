@@ -5,7 +5,7 @@
 import type { Clock, Deadline } from '../../clock.js';
 import type { BrokerMetrics } from '../../metrics.js';
 import type { LeaseRef, ReplacedToken, TokenStore } from '../../ports.js';
-import type { IssuanceCause, Issue, Trigger } from '../issuance/index.js';
+import type { Caller, IssuanceCause, Issue } from '../issuance/index.js';
 import type { CallerBoundSettings } from '../observer/index.js';
 import type { BrokerLogger } from '../types.js';
 import type { ConnectionView } from '../view/index.js';
@@ -41,8 +41,8 @@ export interface LeasedFlow {
    * The valid token this run replaces, if any: dropped if the POST is lost. Or a suspect one,
    * perhaps unreadable here (a key this container lacks): its value is never needed.
    */
-  readonly replacing: ReplacedToken | undefined;
-  /** `replacing` may already be revoked (a POST under the lease taken over may be out). */
+  readonly replaced: ReplacedToken | undefined;
+  /** `replaced` may already be revoked (a POST under the lease taken over may be out). */
   readonly suspect: boolean;
   /** Monotonic instant at which the lease write was sent: lease time counts from here. */
   readonly leasedAt: number;
@@ -54,5 +54,5 @@ export interface LeasedFlow {
   readonly cause: IssuanceCause;
   /** Issued on a caller's word, or by taking over a lease that was (see `TokenRecord.forced`). */
   readonly forced: boolean;
-  readonly trigger: Trigger;
+  readonly caller: Caller;
 }

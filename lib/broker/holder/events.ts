@@ -31,12 +31,15 @@ export type HolderName =
 
 /** What a holder knows from its start and never changes. */
 export interface HolderTerms {
-  /** The caller's deadline (monotonic). */
+  /**
+   * The caller's deadline as a monotonic instant (ms), a number rather than a `Deadline`: the
+   * reducer is pure and reads no clock (`HeldLeaseOptions.deadline.at`).
+   */
   readonly deadlineAt: number;
   /** Longest access-token POST; also the grace after it during which it may still land. */
   readonly upstreamTimeoutMs: number;
   /** The flow replaces a valid token (dropped if the POST may have revoked it). */
-  readonly replacing: boolean;
+  readonly replacesToken: boolean;
   /** That token may already be revoked (a lease taken over after a countdown). */
   readonly suspect: boolean;
   /** The protocol's timing (step, heartbeat, lease, reserves). */
@@ -161,10 +164,10 @@ export type HolderCommand =
   /** Stops the flow's upstream requests in flight (the lease's signal). */
   | { readonly do: 'abort'; readonly reason: string }
   /**
-   * The fence's answer: the POST may leave now (I1), and no attempt of it after `by`
+   * The fence's answer: the POST may leave now (I1), and no attempt of it after `sendBy`
    * (monotonic: the confirmation's send plus its budget, which the confirmation covers).
    */
-  | { readonly do: 'send-post'; readonly by: number }
+  | { readonly do: 'send-post'; readonly sendBy: number }
   /** The fence's answer: nothing may be sent. */
   | { readonly do: 'refuse-fence' }
   /** Writes the issued token under the lease as last written; the lease goes with it. */

@@ -27,23 +27,23 @@ export const cleanUp = (
     readonly bounded: <T>(operation: Promise<T>) => Promise<T>;
   },
   connection: ConnectionConfig,
-  flow: Pick<LeasedFlow, 'replacing' | 'deadline'>,
+  flow: Pick<LeasedFlow, 'replaced' | 'deadline'>,
 ): CleanUp => {
   const { name } = connection;
   const { store, view, clock, bounded } = deps;
-  const { replacing, deadline } = flow;
+  const { replaced, deadline } = flow;
   return {
     dropReplaced: async () => {
       // Stryker disable next-line ConditionalExpression: equivalent: the holder commands it only when the flow replaces a token
-      if (!replacing) return;
-      view.forget(replacing);
+      if (!replaced) return;
+      view.forget(replaced);
       await bounded(
-        store.deleteIfMatches(name, replacing.tokenDigest, { reportedAt: clock.now(), deadline }),
+        store.deleteIfMatches(name, replaced.tokenDigest, { reportedAt: clock.now(), deadline }),
       ).catch(() => undefined);
     },
     forgetReplaced: () => {
       // Stryker disable next-line ConditionalExpression: equivalent: the holder commands it only when the flow replaces a token
-      if (replacing) view.forget(replacing);
+      if (replaced) view.forget(replaced);
     },
     release: async (held, restore) => {
       const releasedAt = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
@@ -51,13 +51,13 @@ export const cleanUp = (
       const released = await bounded(store.releaseLease(name, held, { deadline })).catch(
         () => false,
       );
-      if (!restore || !replacing) return;
+      if (!restore || !replaced) return;
       // Nobody could replace the token while we held the lease, and a replacement after it
       // announces a countdown that outlasts a re-check, so it counts as confirmed when we let
       // go; only if the release proves we still held it: a holder paused past its lease may find
       // that another took over and revoked that token meanwhile.
       const kept = view.entry(name)?.record;
-      if (kept?.tokenDigest === replacing.tokenDigest) {
+      if (kept?.tokenDigest === replaced.tokenDigest) {
         if (released) view.confirmed(kept, releasedAt);
         else view.drop(name);
       }

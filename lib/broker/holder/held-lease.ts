@@ -56,7 +56,7 @@ export interface HeldLeaseOptions {
   /** Longest access-token POST; also the grace after it during which it may still land. */
   readonly upstreamTimeoutMs: number;
   /** The flow replaces a valid token; `suspect`: it may already be revoked. */
-  readonly replacing: boolean;
+  readonly replacesToken: boolean;
   readonly suspect: boolean;
   /** The protocol's timing. */
   readonly timing: ProtocolTiming;
@@ -72,7 +72,7 @@ export class HeldLease {
   readonly #queue: HolderEvent[] = [];
   #stepping = false;
   /** The flow waiting at the fence. */
-  #fence: { resolve: (postBy: Deadline) => void; reject: (error: unknown) => void } | undefined;
+  #fence: { resolve: (sendBy: Deadline) => void; reject: (error: unknown) => void } | undefined;
   /** The last answered lease write's round trip (ms): what the next step announces. */
   #roundTripMs: number;
   /** The flow's effects, one after another, in the order commanded. */
@@ -87,7 +87,7 @@ export class HeldLease {
       {
         deadlineAt: options.deadline.at,
         upstreamTimeoutMs: options.upstreamTimeoutMs,
-        replacing: options.replacing,
+        replacesToken: options.replacesToken,
         suspect: options.suspect,
         timing: options.timing,
       },
@@ -207,7 +207,7 @@ export class HeldLease {
         // The flow sends its POST once this turn ends: the holder is `posting` by then.
         this.#dispatch('post-sent');
         fence?.resolve(
-          Deadline.in(this.options.clock, command.by - this.options.clock.monotonic()),
+          Deadline.in(this.options.clock, command.sendBy - this.options.clock.monotonic()),
         );
         break;
       }

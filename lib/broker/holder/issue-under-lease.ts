@@ -52,7 +52,7 @@ export const issueUnderLease = async (
     upstreamTimeoutMs: settings.upstreamTimeoutMs,
     timing: settings.timing,
     // Stryker disable next-line ConditionalExpression: equivalent: the clean-up skips a flow that replaces no token
-    replacing: flow.replacing !== undefined,
+    replacesToken: flow.replaced !== undefined,
     suspect: flow.suspect,
     bounded,
     effects: {
@@ -108,7 +108,7 @@ export const issueUnderLease = async (
       metrics.record(MetricName.UnknownOutcomes, name);
       logger.error('Access-token request outcome unknown; the current token is dropped', {
         connection: name,
-        tokenDigest: flow.replacing?.tokenDigest,
+        tokenDigest: flow.replaced?.tokenDigest,
         graceMs: settings.upstreamTimeoutMs,
       });
       throw failure;

@@ -42,13 +42,13 @@ export class LeaseTaker {
   acquire(
     name: string,
     ours: LeaseRef,
-    by: Deadline,
-    terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replacing' | 'forced'>,
+    deadline: Deadline,
+    terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replacesDigest' | 'forced'>,
   ): Promise<LeaseAttempt> {
     // A lease that starts a countdown is renewed by its first step a step after its answer.
     const { durationMs } = leaseTerm(
       0,
-      by.leftMs(),
+      deadline.leftMs(),
       this.deps.settings.timing,
       terms.countdown > 1,
     );
@@ -59,8 +59,8 @@ export class LeaseTaker {
       ...terms,
     };
     return this.deps.bounded(
-      this.deps.store.acquireLease(name, request, { deadline: by }),
-      by.leftMs(),
+      this.deps.store.acquireLease(name, request, { deadline }),
+      deadline.leftMs(),
     );
   }
 
@@ -68,18 +68,18 @@ export class LeaseTaker {
    * Takes a stale lease over and releases it at once, best effort (another may do it): a
    * countdown nobody advances would have readers re-read at each of its ends.
    */
-  async letGo(name: string, stale: Lease, valid: TokenRecord, by: Deadline): Promise<void> {
+  async letGo(name: string, stale: Lease, valid: TokenRecord, deadline: Deadline): Promise<void> {
     const ours = this.next();
     try {
-      const attempt = await this.acquire(name, ours, by, {
+      const attempt = await this.acquire(name, ours, deadline, {
         countdown: stale.countdown,
         takeOver: stale,
-        replacing: valid.tokenDigest,
+        replacesDigest: valid.tokenDigest,
       });
       if (attempt.acquired) {
         await this.deps.bounded(
-          this.deps.store.releaseLease(name, ours, { deadline: by }),
-          by.leftMs(),
+          this.deps.store.releaseLease(name, ours, { deadline }),
+          deadline.leftMs(),
         );
       }
       this.deps.logger.info('Stale lease let go', { connection: name, countdown: stale.countdown });

@@ -130,7 +130,7 @@ export const landed = (state: HolderState, at: number): Result => {
       },
       commands: [
         { do: 'arm', timer: 'post', ms: left },
-        { do: 'send-post', by: sendBy },
+        { do: 'send-post', sendBy },
       ],
     };
   }

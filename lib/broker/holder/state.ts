@@ -72,14 +72,14 @@ const ALL_TIMERS: readonly HolderCommand[] = [
 
 /** The flow ended (its POST answered, or never sent): the clean-up is the final state's. */
 const ended = (state: HolderState, outcome: HolderEvent & { type: 'answered' }): Result => {
-  const { replacing, suspect } = state.terms;
+  const { replacesToken, suspect } = state.terms;
   const end = (name: HolderName, commands: HolderCommand[]): Result => ({
     state: { ...state, name, fenceAskedAt: undefined, finished: name !== 'writing' },
     commands: [...ALL_TIMERS, ...commands],
   });
   // I2. A lease taken over after a countdown: that holder's POST may be out, and the token it
   // replaced revoked; letting the lease go would make it servable again, so it goes first.
-  const suspectDropped: HolderCommand[] = suspect && replacing ? [{ do: 'drop-replaced' }] : [];
+  const suspectDropped: HolderCommand[] = suspect && replacesToken ? [{ do: 'drop-replaced' }] : [];
   switch (outcome.outcome) {
     case 'issued':
       // Only after `send-post` from the real flow; an issue() that never asked for the fence (a
@@ -93,7 +93,7 @@ const ended = (state: HolderState, outcome: HolderEvent & { type: 'answered' }):
       // The POST may still land and revoke the token it replaces: that token is dropped now,
       // and the lease held through the grace, so that no other POST starts while it could land.
       return end('outcome-unknown', [
-        ...(replacing ? [{ do: 'drop-replaced' } as const] : []),
+        ...(replacesToken ? [{ do: 'drop-replaced' } as const] : []),
         { do: 'hold-for-grace', until: heldUntil(state, outcome.at) },
         fin('outcome-unknown'),
       ]);
@@ -228,7 +228,7 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
           ? [fin(event.type === 'token-written' ? 'written' : 'written-in-memory')]
           : // Our token request went out: the token it replaced is revoked, wherever it is held.
             [
-              ...(state.terms.replacing ? [{ do: 'forget-replaced' } as const] : []),
+              ...(state.terms.replacesToken ? [{ do: 'forget-replaced' } as const] : []),
               fin('superseded'),
             ],
       };

@@ -44,10 +44,10 @@ export const withCredentialRotation =
     const clock = deps.clock ?? systemClock;
     // The caller's deadline, on the monotonic clock (I3): a slow Secrets Manager (its SDK
     // retries included) must not keep the caller past it.
-    const by = options.deadline;
+    const { deadline } = options;
     const credentials = await withDeadline(
       secrets.getCredentials(connection.secretId),
-      by.leftMs(),
+      deadline.leftMs(),
       clock,
       () =>
         new SecretUnavailableError(
@@ -61,7 +61,7 @@ export const withCredentialRotation =
       // Within the caller's deadline: past it, the rejection is the answer.
       const fresh = await withDeadline(
         secrets.getCredentials(connection.secretId, { forceFetch: true }),
-        by.leftMs(),
+        deadline.leftMs(),
         clock,
         () => error as Error,
       );

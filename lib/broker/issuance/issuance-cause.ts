@@ -50,10 +50,10 @@ export const isCallersWord = (cause: IssuanceCause): boolean =>
   cause === IssuanceCause.MinValidity || cause === IssuanceCause.Invalidate;
 
 /** Who asked: an HTTP caller's IAM ARN, `direct invoke`, `schedule` (the warm-up). */
-export type Trigger = string;
+export type Caller = string;
 
-/** The trigger when nobody is named (a caller without an identity, a test). */
-export const UNNAMED_TRIGGER: Trigger = 'unnamed caller';
+/** The caller when nobody is named (a caller without an identity, a test). */
+export const UNNAMED_CALLER: Caller = 'unnamed caller';
 
 /**
  * Why the lease just taken issues a token, from the read that led to it: the stale lease it

@@ -7,7 +7,7 @@ import type { ConnectionConfig } from '../../config.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
 import type { IssuedToken, TokenRecord } from '../../ports.js';
 import { type BrokerLogger, tokenDigest } from '../types.js';
-import { CAUSE_METRIC, type IssuanceCause, type Trigger } from './issuance-cause.js';
+import { CAUSE_METRIC, type Caller, type IssuanceCause } from './issuance-cause.js';
 
 /** Clock skew between us and the upstream beyond which a warning is logged. */
 const SKEW_WARNING_MS = 5 * 60_000;
@@ -20,12 +20,12 @@ export const recordIssued = (
   {
     cause,
     forced,
-    trigger,
+    caller,
     needMs,
   }: {
     readonly cause: IssuanceCause;
     readonly forced: boolean;
-    readonly trigger: Trigger;
+    readonly caller: Caller;
     readonly needMs: number;
   },
 ): TokenRecord => {
@@ -55,7 +55,8 @@ export const recordIssued = (
     connection: name,
     variant: connection.variant,
     cause,
-    trigger,
+    // Logged as `trigger` (the log line's field is part of the contract).
+    trigger: caller,
     ...(cause === 'min-validity' ? { minValidity: Math.ceil(needMs / 1000) } : {}),
     ...(forced ? { forced: true } : {}),
     tokenDigest: record.tokenDigest,

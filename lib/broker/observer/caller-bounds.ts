@@ -20,7 +20,7 @@
  */
 import { BadRequestError, ForceNotAllowedError, ReplacementTooSoonError } from '../../errors.js';
 import type { TokenRecord } from '../../ports.js';
-import { UNNAMED_TRIGGER } from '../issuance/index.js';
+import { UNNAMED_CALLER } from '../issuance/index.js';
 import { type RefreshSettings, windowMs } from '../timing/index.js';
 import type { GetTokenOptions } from '../types.js';
 import type { TokenRequest } from '../view/index.js';
@@ -129,7 +129,7 @@ export const tokenRequest = (
     explicit: options.minValiditySeconds !== undefined,
     deadline: options.deadline,
     workUntil: options.workUntil,
-    caller: options.caller ?? UNNAMED_TRIGGER,
+    caller: options.caller ?? UNNAMED_CALLER,
     mayForce: options.mayForce ?? true,
   };
 };

@@ -62,12 +62,12 @@ export type Decision =
       readonly countdown: number;
       readonly takeOver: Lease | undefined;
       /** The digest of the token read (the lease replaces exactly it), if any. */
-      readonly replacing: string | undefined;
+      readonly replacesDigest: string | undefined;
       /**
        * The valid token the new one replaces (dropped if the POST's outcome is unknown), or a
        * suspect one (below), which may be one this container cannot read (a key it lacks).
        */
-      readonly replacingValid: ReplacedToken | undefined;
+      readonly replaced: ReplacedToken | undefined;
       /**
        * That token may already be revoked (the lease taken over had counted down: its POST may
        * be out). Whoever takes it over and gives up drops it before letting the lease go.
@@ -171,8 +171,8 @@ export const decide = (o: Observation): Decision => {
       // Exactly the token read (a suspect one whatever its expiry), or none if none was read:
       // a token written by another container since may be served elsewhere already, and
       // nothing announced its replacement (I2).
-      replacing: stored?.tokenDigest,
-      replacingValid: valid ?? mayBeRevoked,
+      replacesDigest: stored?.tokenDigest,
+      replaced: valid ?? mayBeRevoked,
       suspect: o.suspect || mayBeRevoked !== undefined,
       needMs,
       cause,

@@ -45,14 +45,14 @@ export const obtain = async (
 ): Promise<ServedToken> => {
   const { name } = connection;
   const { clock, view, settings, logger } = deps;
-  const by = request.deadline;
+  const { deadline } = request;
   let known: { state: TokenState; read: ReadSent } | undefined;
   let waits = 0;
   // Polls since the countdown last moved: the backoff starts again when it does, for the
   // token then comes within a step or the POST (a waiter whose backoff had grown at countdown
   // 1 slept 452 ms past the successor on a global table: `regions-three`, 2026-11-25).
   let polls = { countdown: undefined as number | undefined, since: 0 };
-  const cutOverMs = await awaitCutOver(deps, name, by);
+  const cutOverMs = await awaitCutOver(deps, name, deadline);
   if (cutOverMs > 0)
     logger.debug('Waited for the announced cut-over', { connection: name, cutOverMs });
   for (;;) {
@@ -79,7 +79,7 @@ export const obtain = async (
       request,
       now,
       sinceReadMs,
-      leftMs: by.leftMs(),
+      leftMs: deadline.leftMs(),
       readReserveMs: readReserveMs(view.readMs(name), settings.timing),
       lastReadMs: view.readMs(name),
       revokesOnReissue: connection.revokesOnReissue,
@@ -128,7 +128,7 @@ export const obtain = async (
         waits += 1;
         polls.since += 1;
         await clock.sleep(decision.ms);
-        if (by.passed()) throw waitTimedOut(decision.suspect);
+        if (deadline.passed()) throw waitTimedOut(decision.suspect);
     }
   }
 };

@@ -111,13 +111,13 @@ describe('Class: DynamoDBTokenStore, replicated write conflicts (dynalite behind
     plan = Array.from({ length: n }, () => 'conflict' as const);
   };
   const now = Date.now();
-  const lease = (holder: string, replacing?: string): LeaseRequest => ({
+  const lease = (holder: string, replacesDigest?: string): LeaseRequest => ({
     holder,
     version: `v-${holder}`,
     leaseExpiresAt: now + 10_000,
     durationMs: 10_000,
     countdown: 3,
-    replacing,
+    replacesDigest,
   });
   const next = (version: string, countdown: number) => ({
     version,

@@ -171,14 +171,14 @@ const record = (accessToken: string, connection: string): TokenRecord => ({
 });
 const lease = (
   holder: string,
-  { replacing, countdown = 0 }: { replacing?: string; countdown?: number } = {},
+  { replaces, countdown = 0 }: { replaces?: string; countdown?: number } = {},
 ): LeaseRequest => ({
   holder,
   version: `v-${holder}`,
   leaseExpiresAt: now + 10_000,
   durationMs: 10_000,
   countdown,
-  replacing: replacing === undefined ? undefined : tokenDigest(replacing),
+  replacesDigest: replaces === undefined ? undefined : tokenDigest(replaces),
 });
 const ref = (holder: string, version = `v-${holder}`): LeaseRef => ({ holder, version });
 const terms = (version: string, countdown: number) => ({
@@ -314,7 +314,7 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
     await copiesHoldMain('answered', 3);
     await store.markReported('answered', tokenDigest('answered-1'));
     await copiesHoldMain('answered', 3);
-    await store.acquireLease('answered', lease('b:1', { replacing: 'answered-1' }));
+    await store.acquireLease('answered', lease('b:1', { replaces: 'answered-1' }));
     await store.releaseLease('answered', ref('b:1'));
     await copiesHoldMain('answered', 3);
     await store.deleteIfMatches('answered', tokenDigest('answered-1'), { reportedAt: now });
@@ -331,7 +331,7 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
     const reader = container();
     await reader.read('lagging'); // learns the copies from the main item
     // A holder counts down to its confirmation: each step answered, so on every copy.
-    await store.acquireLease('lagging', lease('h:1', { replacing: 'lagging-1', countdown: 2 }));
+    await store.acquireLease('lagging', lease('h:1', { replaces: 'lagging-1', countdown: 2 }));
     await store.renewLease('lagging', ref('h:1'), terms('h2', 0));
     // Its POST revoked lagging-1; it wrote lagging-2 on the main item and stopped there.
     await rawMainWrite(
@@ -347,7 +347,7 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
     // A watcher takes the confirmation over once stale: refused, and the copies brought forward.
     const seen = (await reader.read('lagging')).lease;
     const attempt = await reader.acquireLease('lagging', {
-      ...lease('w:1', { replacing: 'lagging-1' }),
+      ...lease('w:1', { replaces: 'lagging-1' }),
       takeOver: seen,
     });
     expect(attempt).toMatchObject({ acquired: false, state: { lease: undefined } });
@@ -371,7 +371,7 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
     });
     // The copies show the token with no lease: what they proved was answered.
     expect((await reader.read('early')).lease).toBeUndefined();
-    const attempt = await reader.acquireLease('early', lease('b:1', { replacing: 'early-1' }));
+    const attempt = await reader.acquireLease('early', lease('b:1', { replaces: 'early-1' }));
     expect(attempt).toMatchObject({ acquired: false, state: { lease: { holder: 'dead:1' } } });
     await copiesHoldMain('early', 2);
     expect((await reader.read('early')).lease?.holder).toBe('dead:1');
@@ -385,10 +385,10 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
     // refresh window (bench, 2026-11-26): a heal leaves that check to the next write.
     const store = container();
     await tokenWithCopies(store, 'healed', 3);
-    await store.acquireLease('healed', lease('a:2', { replacing: 'healed-1' }));
+    await store.acquireLease('healed', lease('a:2', { replaces: 'healed-1' }));
     const taker = container();
     backend.reset();
-    const attempt = await taker.acquireLease('healed', lease('b:1', { replacing: 'healed-1' }));
+    const attempt = await taker.acquireLease('healed', lease('b:1', { replaces: 'healed-1' }));
     expect(attempt).toMatchObject({ acquired: false, state: { lease: { holder: 'a:2' } } });
     const copyReads = [0, 1, 2].map((index) => reads(copyKey('healed', index).pk?.S ?? ''));
     expect(copyReads).toEqual([0, 0, 0]);
@@ -435,18 +435,18 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
   it('a refused write whose copies cannot be brought forward is still answered with the main item’s state', async () => {
     const store = container();
     await tokenWithCopies(store, 'refused', 2, 'seed');
-    await store.acquireLease('refused', lease('a:1', { replacing: 'refused-1' }));
+    await store.acquireLease('refused', lease('a:1', { replaces: 'refused-1' }));
     const taker = container();
     // A copy that fails, then one that is slow past the call's deadline: the take that lost
     // changed nothing, and its answer is the lease that won (a read of the main item).
     backend.failPuts('copy#1#');
     expect(
-      await taker.acquireLease('refused', lease('b:1', { replacing: 'refused-1' })),
+      await taker.acquireLease('refused', lease('b:1', { replaces: 'refused-1' })),
     ).toMatchObject({ acquired: false, state: { lease: { holder: 'a:1' } } });
     backend.failPuts(undefined);
     backend.delayPuts('copy#1#', 400);
     expect(
-      await taker.acquireLease('refused', lease('c:1', { replacing: 'refused-1' }), {
+      await taker.acquireLease('refused', lease('c:1', { replaces: 'refused-1' }), {
         deadline: Deadline.in(systemClock, 150),
       }),
     ).toMatchObject({ acquired: false, state: { lease: { holder: 'a:1' } } });
@@ -479,7 +479,7 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
     expect((await reader.read('switch')).token?.accessToken).toBe('switch-1');
     expect((await reader.read('switch')).token?.accessToken).toBe('switch-1');
     expect(reads('token#switch')).toBe(2);
-    await writer.acquireLease('switch', lease('b:1', { replacing: 'switch-1' }));
+    await writer.acquireLease('switch', lease('b:1', { replaces: 'switch-1' }));
     await writer.putToken(record('switch-2', 'switch'), ref('b:1'));
     expect(puts('switch')).toEqual([]);
     expect(await operator.setCopies('switch', 3)).toEqual({ previous: 0, copies: 3 });
@@ -561,7 +561,7 @@ describe.each(backends)('Read copies of the token item, on %s', (_name, conflict
       expect((await reader.read('skewed')).token?.accessToken).toBe('skewed-2');
     }
     // Later writes reach them as usual.
-    await later.acquireLease('skewed', lease('c:1', { replacing: 'skewed-2' }));
+    await later.acquireLease('skewed', lease('c:1', { replaces: 'skewed-2' }));
     await copiesHoldMain('skewed', 2);
   });
 

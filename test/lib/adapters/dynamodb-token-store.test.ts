@@ -25,13 +25,13 @@ describe('Class: DynamoDBTokenStore (dynalite)', () => {
   let client: DynamoDBClient;
   let store: DynamoDBTokenStore;
   const now = Date.now();
-  const lease = (holder: string, replacing?: string, takeOver?: Lease): LeaseRequest => ({
+  const lease = (holder: string, replacesDigest?: string, takeOver?: Lease): LeaseRequest => ({
     holder,
     version: `v-${holder}`,
     leaseExpiresAt: now + 10_000,
     durationMs: 10_000,
     countdown: 0,
-    replacing,
+    replacesDigest,
     takeOver,
   });
   /** Writes an item as a release that recorded no lease version would (and its renewals). */

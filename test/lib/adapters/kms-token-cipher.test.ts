@@ -102,7 +102,7 @@ describe('Class: KmsTokenCipher (loopback KMS, real SDK client)', () => {
       leaseExpiresAt: now + 10_000,
       durationMs: 10_000,
       countdown: 0,
-      replacing: undefined,
+      replacesDigest: undefined,
     });
     expect(await store.putToken(record, { holder: 'a:1', version: 'v-a:1' })).toBe(true);
     expect((await store.read('sandbox')).token).toEqual(record);

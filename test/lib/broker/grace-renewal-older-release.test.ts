@@ -47,7 +47,7 @@ describe('I1: the grace renewal in a fleet with the previous release (0.1.0)', (
         bounded: (operation) => operation,
       },
       connection,
-      { replacing: undefined, deadline: Deadline.in(clock, 30_000) },
+      { replaced: undefined, deadline: Deadline.in(clock, 30_000) },
     );
     // The fence at T0: the POST's budget (10 s) and a grace after it (10 s). A 0.1.0 watcher
     // waiting on the lease sees that confirmation at once.

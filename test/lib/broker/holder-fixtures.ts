@@ -25,7 +25,7 @@ export const started = (
     {
       deadlineAt: DEADLINE_AT,
       upstreamTimeoutMs: TIMEOUT_MS,
-      replacing: true,
+      replacesToken: true,
       suspect: !!o.suspect,
       timing: o.timing ?? DEFAULT_TIMING,
     },

@@ -98,7 +98,7 @@ describe('Function: step (the holder)', () => {
     );
     expect(mayPost(confirmed.state)).toBe(true);
     // No attempt after the confirmation's send (50) plus its budget (2 s): what it covers.
-    expect(confirmed.commands).toContainEqual<HolderCommand>({ do: 'send-post', by: 2_050 });
+    expect(confirmed.commands).toContainEqual<HolderCommand>({ do: 'send-post', sendBy: 2_050 });
     // The POST's timer: what is left of the budget the confirmation covers.
     expect(confirmed.commands).toContainEqual<HolderCommand>({
       do: 'arm',

@@ -231,7 +231,7 @@ describe('Function: decide (the observer)', () => {
       do: 'acquire',
       takeOver: stale,
       countdown: 7,
-      replacing: fresh.tokenDigest,
+      replacesDigest: fresh.tokenDigest,
     });
   });
 
@@ -239,7 +239,7 @@ describe('Function: decide (the observer)', () => {
     // 30 s left of a 60 s window: the replacement is due. Its holder stopped at countdown 3.
     const due = token('due', T0 + 30_000);
     const stale = lease(3);
-    const taken = { do: 'acquire', takeOver: stale, countdown: 3, replacing: due.tokenDigest };
+    const taken = { do: 'acquire', takeOver: stale, countdown: 3, replacesDigest: due.tokenDigest };
     // The warm-up (its need is the window) takes it over, and so does a caller needing 31 s.
     expect(
       decide(
@@ -350,7 +350,7 @@ describe('Function: decide (the observer)', () => {
         if (d.do !== 'acquire') return;
         expect(o.state.lease === undefined || o.leaseStale).toBe(true);
         expect(d.takeOver).toBe(o.state.lease);
-        expect(d.replacing).toBe(o.state.token?.tokenDigest);
+        expect(d.replacesDigest).toBe(o.state.token?.tokenDigest);
       }),
       { numRuns: 3_000 },
     );
@@ -398,11 +398,11 @@ describe('Function: decide (the observer)', () => {
       fc.property(drawn, (o) => {
         const d = decide(o);
         const warmUp = o.request.minValidityMs === 'outside-window';
-        if (d.do !== 'acquire' || !d.replacingValid || o.suspect || warmUp) {
+        if (d.do !== 'acquire' || !d.replaced || o.suspect || warmUp) {
           return;
         }
         // Inside its window a token is due for replacement anyway: asking forces nothing.
-        if (d.replacingValid.expiresAt - o.now <= windowMs(d.replacingValid, settings)) return;
+        if (d.replaced.expiresAt - o.now <= windowMs(d.replaced, settings)) return;
         expect(o.request.mayForce).toBe(true);
         expect(o.knownForMs).toBeGreaterThanOrEqual(settings.invalidateFloorMs);
       }),

@@ -197,7 +197,7 @@ describe('Verified reports: a probe checks a report before any age rule', () => 
       leaseExpiresAt: Date.now() + 10_000,
       durationMs: 10_000,
       countdown: 0,
-      replacing: store.token('sandbox')?.tokenDigest,
+      replacesDigest: store.token('sandbox')?.tokenDigest,
     });
     expect(held.acquired).toBe(true);
     probe.answer = REVOKED;
