@@ -7,7 +7,7 @@
 import { SecretsProvider } from '@aws-lambda-powertools/parameters/secrets';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SecretsManagerSecretSource } from '../lib/adapters/secrets-manager-secret-source.js';
-import { issueWith } from '../lib/broker/issuance/issue-flow.js';
+import { issueWith } from '../lib/broker/issuance/index.js';
 import { Deadline, systemClock } from '../lib/clock.js';
 import { loadConfig } from '../lib/config.js';
 import { OpenApiClient } from '../lib/upstream/open-api.js';

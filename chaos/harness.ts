@@ -11,7 +11,7 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { DEFAULT_TIMING } from '../lib/broker/timing/protocol-timing.js';
+import { DEFAULT_TIMING } from '../lib/broker/timing/index.js';
 import {
   type CpuPolicy,
   type CpuThrottling,

@@ -17,7 +17,7 @@
  *   a call's arrival to its answer, the slowest answered (a call never answered is not a round
  *   trip: the broker's own timeout ends it).
  */
-import { DEFAULT_TIMING } from '../lib/broker/timing/protocol-timing.js';
+import { DEFAULT_TIMING } from '../lib/broker/timing/index.js';
 import { covered, type LoopDelay, type Span, union } from '../local/loop-delay.js';
 import type { Exchange } from './proxy.js';
 

@@ -2,11 +2,7 @@
 
 import { ttlOf } from '../../lib/adapters/dynamodb-token-item.js';
 import type { BrokerLogger } from '../../lib/broker/index.js';
-import {
-  DEFAULT_TIMING,
-  type RefreshSettings,
-  servableUntil,
-} from '../../lib/broker/timing/index.js';
+import { DEFAULT_TIMING, proofMs, type RefreshSettings } from '../../lib/broker/timing/index.js';
 import type { MemoryEntry } from '../../lib/broker/view/connection-state.js';
 import type { ConnectionView } from '../../lib/broker/view/connection-view.js';
 import { ownRequest, type TokenRequest } from '../../lib/broker/view/serving.js';
@@ -400,7 +396,7 @@ export const confirmedAt = (
 ): MemoryEntry => ({
   record,
   checkedAt,
-  until: servableUntil(record, undefined, checkedAt, settings),
+  until: checkedAt + proofMs(record, undefined, settings),
 });
 
 /** Primes `view` as a read sent at `checkedAt` (on `clock`) that found `record` with no lease. */

@@ -8,8 +8,8 @@ import {
   DEFAULT_TIMING,
   type ProtocolTiming,
   scaledTiming,
-  TIMING_RELATIONS,
 } from '../../lib/broker/timing/index.js';
+import { TIMING_RELATIONS } from '../../lib/broker/timing/relations.js';
 
 const holds = (t: ProtocolTiming) => TIMING_RELATIONS.every((r) => r.slack(t) >= 0);
 

@@ -4,6 +4,6 @@
  * (`readiness.ts`) and the operator's commands (`operator.ts`). Depends on `view/`,
  * `issuance/` and `observer/`.
  */
-export * from './operator.js';
-export * from './readiness.js';
-export * from './reports.js';
+export { readStatus, StatusReadTimedOut, warmUp } from './operator.js';
+export { type ConnectionReadiness, checkReadiness, type ReadinessReport } from './readiness.js';
+export { Reports } from './reports.js';

@@ -75,7 +75,7 @@ export const readStatus = (
     }),
   );
 
-export interface WarmUpDeps {
+interface WarmUpDeps {
   /** Loads a token outside its refresh window (issuing under the lease when needed). */
   readonly load: (connection: ConnectionConfig) => Promise<ServedToken>;
   readonly now: () => number;

@@ -11,7 +11,7 @@ import { withDeadline } from '../single-flight.js';
 import type { BrokerLogger, TokenAnswer } from '../types.js';
 
 /** One check's outcome; a failure carries the broker's code and message (never a credential). */
-export type CheckOutcome =
+type CheckOutcome =
   | { readonly status: 'ok' }
   | {
       readonly status: 'failed';
@@ -32,7 +32,7 @@ export interface ReadinessReport {
   readonly connections: Readonly<Record<string, ConnectionReadiness>>;
 }
 
-export interface ReadinessDeps {
+interface ReadinessDeps {
   readonly secrets: SecretSource;
   /** The check's deadline: a slow Secrets Manager fails the check, it does not hang it (I3). */
   readonly deadline: Deadline;

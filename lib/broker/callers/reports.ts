@@ -24,7 +24,7 @@ import { type BrokerLogger, type InvalidateOutcome, tokenDigest } from '../types
 import type { ConnectionView } from '../view/index.js';
 import { ProbeVerdicts } from './probe-verdicts.js';
 
-export interface ReportsDeps {
+interface ReportsDeps {
   readonly store: TokenStore;
   readonly view: ConnectionView;
   readonly clock: Clock;

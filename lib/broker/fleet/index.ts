@@ -4,6 +4,6 @@
  * joins concurrent callers of one connection into one load; `refresh-ahead.ts` refreshes before
  * the window. Depends on every side below it.
  */
-export * from './leased-issuance.js';
-export * from './refresh-ahead.js';
-export * from './shared-loads.js';
+export { LeasedIssuance } from './leased-issuance.js';
+export { RefreshAhead } from './refresh-ahead.js';
+export { SharedLoads } from './shared-loads.js';

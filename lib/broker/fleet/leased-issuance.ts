@@ -23,9 +23,7 @@ import { leaseCountdown, leaseNeedsMs, refreshBudgetMs } from '../timing/index.j
 import type { ServedToken } from '../types.js';
 import { ConnectionView, ownRequest, type ReadSent, type TokenRequest } from '../view/index.js';
 
-export { unsatisfiable } from '../observer/index.js';
-
-export type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view'> & {
+type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view'> & {
   /** What this container knows of each connection (its own, unless shared with a facade). */
   readonly view?: ConnectionView;
 };

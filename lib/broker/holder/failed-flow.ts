@@ -19,7 +19,7 @@ import type { LeaseRef } from '../../ports.js';
 import type { HolderDeps, LeasedFlow } from './deps.js';
 import type { HolderEffects } from './held-lease.js';
 
-export type CleanUp = Omit<HolderEffects, 'writeToken'>;
+type CleanUp = Omit<HolderEffects, 'writeToken'>;
 
 export const cleanUp = (
   deps: Pick<HolderDeps, 'store' | 'view' | 'clock' | 'settings'> & {

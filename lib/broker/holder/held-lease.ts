@@ -40,7 +40,7 @@ export interface HolderEffects {
   holdForGrace(ref: LeaseRef, confirmedUntil: number | undefined, until: number): Promise<void>;
 }
 
-export interface HeldLeaseOptions {
+interface HeldLeaseOptions {
   readonly store: TokenStore;
   readonly clock: Clock;
   readonly connection: string;

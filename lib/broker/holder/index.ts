@@ -5,6 +5,6 @@
  * runs the upstream flow under the lease and `failed-flow.ts` carries out the clean-up;
  * `lease-taker.ts` takes the lease. Depends on `timing/`, `view/`, `issuance/`, `observer/`.
  */
-export * from './deps.js';
-export * from './issue-under-lease.js';
-export * from './lease-taker.js';
+export type { HolderDeps, LeasedFlow } from './deps.js';
+export { issueUnderLease, LOST } from './issue-under-lease.js';
+export { LeaseTaker } from './lease-taker.js';

@@ -58,12 +58,6 @@ export const initialState = (
   finished: false,
 });
 
-/** States after which nothing more happens. */
-export const isFinal = (state: HolderState): boolean => state.finished === true;
-
-/** Whether an access-token request may leave now (I1). */
-export const mayPost = (state: Pick<HolderState, 'name'>): boolean => state.name === 'fenced';
-
 const ALL_TIMERS: readonly HolderCommand[] = [
   { do: 'cancel', timer: 'step' },
   { do: 'cancel', timer: 'last-call' },

@@ -4,6 +4,17 @@
  * of an issued token (`issued-token.ts`), and why a token was issued (`issuance-cause.ts`).
  * Knows nothing of the lease or the store.
  */
-export * from './credential-rotation.js';
-export * from './issuance-cause.js';
-export * from './issued-token.js';
+export {
+  type Issue,
+  isCredentialRejection,
+  withCredentialRotation,
+} from './credential-rotation.js';
+export {
+  type Caller,
+  causeOf,
+  IssuanceCause,
+  isCallersWord,
+  UNNAMED_CALLER,
+} from './issuance-cause.js';
+export { issueWith } from './issue-flow.js';
+export { recordIssued } from './issued-token.js';

@@ -65,7 +65,7 @@ export const forcesReplacement = (
   return left <= needMs && left > windowMs(record, settings);
 };
 
-export interface ForcingRequest {
+interface ForcingRequest {
   readonly record: TokenRecord;
   readonly needMs: number;
   /** Wall clock: the token's expiry. */

@@ -6,9 +6,7 @@
  * have (`issuance-wait.ts`); and the store calls as callers are told them (`store-calls.ts`).
  * Depends on `timing/`, `view/` and `issuance/`.
  */
-export * from './caller-bounds.js';
-export * from './cut-over-wait.js';
-export * from './issuance-wait.js';
-export * from './observer.js';
-export * from './obtain.js';
-export * from './store-calls.js';
+export { type CallerBoundSettings, tokenRequest, waitBeforeReplacing } from './caller-bounds.js';
+export { notEnoughTime, unsatisfiable } from './observer.js';
+export { type AcquirePlan, obtain } from './obtain.js';
+export { StoreReachability, storeFailure } from './store-calls.js';

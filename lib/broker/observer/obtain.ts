@@ -16,7 +16,7 @@ import { awaitCutOver } from './cut-over-wait.js';
 import { type Decision, decide, waitTimedOut } from './observer.js';
 import { type StoreReachability, storeFailure } from './store-calls.js';
 
-export interface ObserverDeps {
+interface ObserverDeps {
   readonly store: TokenStore;
   readonly view: ConnectionView;
   readonly clock: Clock;
@@ -31,7 +31,7 @@ export interface ObserverDeps {
 /** A decision to take the lease, as the holder's side carries it out. */
 export type AcquirePlan = Omit<Extract<Decision, { do: 'acquire' }>, 'do'>;
 
-export interface LeaseActions {
+interface LeaseActions {
   letGo(stale: Lease, record: TokenRecord): Promise<void>;
   /** Takes the lease as `plan` says and issues under it; else the state that won, if read. */
   acquire(plan: AcquirePlan): Promise<ServedToken | { state?: TokenState; read: ReadSent }>;

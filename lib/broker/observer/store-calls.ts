@@ -18,7 +18,7 @@ export const storeFailure = (what: keyof typeof MESSAGES, cause?: unknown): Stor
  * The shortest wait for a read after the last one failed (ms): a cross-region strong read takes
  * 25–150 ms, a few times that on a loaded host.
  */
-export const UNREACHABLE_READ_MS = 500;
+const UNREACHABLE_READ_MS = 500;
 
 /**
  * Whether the store answered this container's last read. After one that did not (a region cut

@@ -163,29 +163,9 @@ export const proofMs = (
   return lease ? Math.min(announcedMs(lease, timing), unleased) : unleased;
 };
 
-/** I2. `proofMs` from a read (or write) sent at `sentAt`: until when the token may be served. */
-export const servableUntil = (
-  record: TokenRecord,
-  lease: Lease | undefined,
-  sentAt: number,
-  settings: RefreshSettings,
-): number => sentAt + proofMs(record, lease, settings);
-
 /** I2. A token under a lease whose countdown has ended: its replacement's request may be out. */
 export const replacementMayBeOut = (lease: Lease | undefined, timing: ProtocolTiming): boolean =>
   lease !== undefined && announcedMs(lease, timing) <= 0;
-
-/**
- * I2. Whether a token held in memory may still be served although the store cannot confirm it
- * now. Up to its `until`, no replacement elsewhere can have revoked it; past that, only an
- * operator's explicit outage grace lets it be served (a trade against the fleet guarantee).
- */
-export const servableUnconfirmed = (
-  entry: { readonly record: TokenRecord; readonly until: number },
-  now: number,
-  settings: RefreshSettings,
-): boolean =>
-  entry.record.expiresAt > now && now < entry.until + (settings.storeOutageGraceMs ?? 0);
 
 /**
  * I2 in callers' caches. Until when (local epoch ms) the caller just served `entry`'s token may

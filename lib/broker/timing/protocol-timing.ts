@@ -66,7 +66,7 @@ export const CLOCK_RATE_TOLERANCE = 1_000;
  * Round trips the token write after the POST may take: the item's write, then its read copies'
  * puts (ADR 0024, in parallel).
  */
-export const TOKEN_WRITE_ROUND_TRIPS = 2;
+const TOKEN_WRITE_ROUND_TRIPS = 2;
 
 /**
  * Derived: = `proofMarginMs`. Cuts a caller's reuse (`maxAgeMs`) short of the proof: the drift

@@ -23,7 +23,7 @@ import {
 } from './protocol-timing.js';
 
 /** One relation: `holds` is the slack (ms, or steps), negative by how much it fails. */
-export interface TimingRelation {
+interface TimingRelation {
   /** The step of docs/protocol.md's safety argument it serves (`I2.6`), or `liveness`. */
   readonly step: string;
   /** What it keeps, as a sentence. */

@@ -32,7 +32,7 @@ export interface MemoryEntry {
    * entry is kept.
    */
   readonly checkedAtMonotonic?: number | undefined;
-  /** Until when that read proves the token safe to serve (the policy's `servableUntil`). */
+  /** Until when that read proves the token safe to serve (`proofMs` from its send). */
   readonly until: number;
   /** The lease that read found on the token: its replacement is under way, cut-over announced. */
   readonly lease?: Lease | undefined;
@@ -52,14 +52,14 @@ export interface Instant {
 }
 
 /** An entry with both clocks' readings from which it is rebased. */
-export interface Kept {
+interface Kept {
   readonly entry: MemoryEntry;
   readonly wallAt: number;
   readonly monotonicAt: number;
 }
 
 /** A lease version as first seen here, on both clocks (I1: staleness is judged on ours). */
-export interface SeenLease {
+interface SeenLease {
   /** What tells two writes apart (`leaseKey`). */
   readonly key: string;
   readonly seenAt: number;
@@ -67,7 +67,7 @@ export interface SeenLease {
 }
 
 /** A probe's verdict on one token, reused until `until` (monotonic: sent + the interval). */
-export interface KeptVerdict {
+interface KeptVerdict {
   readonly digest: string;
   readonly verdict: ProbeVerdict;
   readonly until: number;

@@ -5,6 +5,5 @@
  * measured durations), changed only by `apply(event)`; `connection-view.ts` keeps one state per
  * connection; `serving.ts` holds the request and the one serving rule. Depends on `timing/` only.
  */
-export * from './connection-state.js';
-export * from './connection-view.js';
-export * from './serving.js';
+export { ConnectionView, type ReadSent, type Seen } from './connection-view.js';
+export { ownRequest, suspectToken, type TokenRequest, validityNeeded } from './serving.js';

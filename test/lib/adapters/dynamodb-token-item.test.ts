@@ -7,13 +7,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import { fromItem, type Item } from '../../../lib/adapters/dynamodb-token-item.js';
+import { countdownFor, MAX_LEASE_DURATION_MS } from '../../../lib/broker/timing/bounds.js';
 import {
   ABSURD_LEASE_DURATION_MS,
-  countdownFor,
   DEFAULT_TIMING,
   leaseNeedsMs,
   MAX_COUNTDOWN,
-  MAX_LEASE_DURATION_MS,
   MAX_MEMORY_RECHECK_MS,
 } from '../../../lib/broker/timing/index.js';
 import { tokenDigest } from '../../../lib/broker/types.js';

@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { HeldLease, type HolderEffects, LeaseLost } from '../../../lib/broker/holder/held-lease.js';
+import { countingLeaseMs } from '../../../lib/broker/timing/bounds.js';
 import {
-  countingLeaseMs,
   DEFAULT_TIMING,
   leaseHeartbeatMs,
   storeReserveMs,

@@ -9,11 +9,10 @@ import {
   type HolderCommand,
   type HolderEvent,
   type HolderState,
-  isFinal,
-  mayPost,
   step,
 } from '../../../lib/broker/holder/state.js';
-import { countingLeaseMs, DEFAULT_TIMING } from '../../../lib/broker/timing/index.js';
+import { countingLeaseMs } from '../../../lib/broker/timing/bounds.js';
+import { DEFAULT_TIMING } from '../../../lib/broker/timing/index.js';
 import { answered, DEADLINE_AT, ev, holder, inFlight, started } from './holder-fixtures.js';
 
 const counting = (countdown: number, fields: Partial<HolderState> = {}) =>
@@ -96,7 +95,7 @@ describe('Function: step (the holder)', () => {
       counting(1, { writing: inFlight('fence', 0, 50), fenceAskedAt: 0 }),
       ev('write-landed', 100),
     );
-    expect(mayPost(confirmed.state)).toBe(true);
+    expect(confirmed.state.name).toBe('fenced');
     // No attempt after the confirmation's send (50) plus its budget (2 s): what it covers.
     expect(confirmed.commands).toContainEqual<HolderCommand>({ do: 'send-post', sendBy: 2_050 });
     // The POST's timer: what is left of the budget the confirmation covers.
@@ -154,9 +153,9 @@ describe('Function: step (the holder)', () => {
   it('is final only once the flow ended and was cleaned up', () => {
     const lost = step(counting(3), ev('last-call')).state;
     expect(lost.name).toBe('lost');
-    expect(isFinal(lost)).toBe(false);
-    expect(isFinal(step(lost, answered('not-sent')).state)).toBe(true);
-    expect(isFinal(started())).toBe(false);
+    expect(lost.finished).toBe(false);
+    expect(step(lost, answered('not-sent')).state.finished).toBe(true);
+    expect(started().finished).toBe(false);
   });
 });
 

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { LeasedIssuance } from '../../../lib/broker/fleet/leased-issuance.js';
 import type { Issue } from '../../../lib/broker/issuance/credential-rotation.js';
+import { countdownFor } from '../../../lib/broker/timing/bounds.js';
 import {
-  countdownFor,
   DEFAULT_TIMING,
   leaseCountdown,
   leaseHeartbeatMs,

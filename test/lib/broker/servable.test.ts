@@ -10,6 +10,7 @@
  * memory reads again at T0 + 5,000, a caller reuses it until T0 + 4,900 (less the 100 ms margin)
  * and then stale until its expiry less a minute.
  */
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_TIMING, type RefreshSettings } from '../../../lib/broker/timing/index.js';
 import type { MemoryEntry } from '../../../lib/broker/view/connection-state.js';
@@ -293,6 +294,38 @@ describe('Function: servable (I2), by state × rule', () => {
       ...row.expected,
       ...(row.expected.why ? { record: entry?.record } : {}),
     });
+  });
+
+  // I2 through a store outage (docs/adr/0017): the operator's grace lets memory serve a token
+  // past what its last read proved, but never once the token has expired.
+  it('I2: serves an unconfirmed token through an outage only inside its proof plus the grace, and never once expired', () => {
+    const request = { minValidityMs: 0, explicit: false };
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 600_000 }),
+        fc.integer({ min: -600_000, max: 600_000 }),
+        fc.integer({ min: -600_000, max: 600_000 }),
+        (graceMs, untilIn, expiresIn) => {
+          const entry = {
+            record: { ...token, expiresAt: T0 + expiresIn },
+            checkedAt: T0 - 600_000,
+            until: T0 + untilIn,
+          };
+          const ruled = { ...settings, storeOutageGraceMs: graceMs };
+          const served = servable(entry, request, T0, ruled, 'store-down').record !== undefined;
+          expect(served).toBe(expiresIn > 0 && untilIn + graceMs > 0);
+        },
+      ),
+    );
+    // At the edges: expiring now, or the proof and grace ending now, is not servable.
+    const ruled = { ...settings, storeOutageGraceMs: 1_000 };
+    const late = { record: token, checkedAt: T0, until: token.expiresAt + 10 };
+    const at = (entry: MemoryEntry, now: number) =>
+      servable(entry, request, now, ruled, 'store-down').record !== undefined;
+    expect(at(late, token.expiresAt)).toBe(false);
+    expect(at(late, token.expiresAt - 1)).toBe(true);
+    expect(at({ ...read, until: T0 - 1_000 }, T0)).toBe(false);
+    expect(at({ ...read, until: T0 - 999 }, T0)).toBe(true);
   });
 });
 

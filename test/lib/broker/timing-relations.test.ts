@@ -8,8 +8,9 @@ import { join, resolve } from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { TokenBroker } from '../../../lib/broker/index.js';
+import { countingLeaseMs, staleMarginMs } from '../../../lib/broker/timing/bounds.js';
+import { XFETCH_BETA } from '../../../lib/broker/timing/estimates.js';
 import {
-  countingLeaseMs,
   cutOverRereadMs,
   DEFAULT_TIMING,
   leaseHeartbeatMs,
@@ -20,15 +21,12 @@ import {
   pollCapMs,
   postSendWindowMs,
   protocolTiming,
-  readReserveFloorMs,
-  reuseMarginMs,
   scaledTiming,
-  staleMarginMs,
   storeReserveMs,
-  TimingRelationError,
   validateTiming,
-  XFETCH_BETA,
 } from '../../../lib/broker/timing/index.js';
+import { readReserveFloorMs, reuseMarginMs } from '../../../lib/broker/timing/protocol-timing.js';
+import { TimingRelationError } from '../../../lib/broker/timing/relations.js';
 import { loadConfig } from '../../../lib/config.js';
 import { ConfigError } from '../../../lib/errors.js';
 import { validTimings } from '../../support/timing-arbitraries.js';

@@ -1,8 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { announcedMs, countdownFor, staleMarginMs } from '../../../lib/broker/timing/bounds.js';
 import {
-  announcedMs,
-  countdownFor,
   cutOverEstimate,
   cutOverRereadMs,
   DEFAULT_TIMING,
@@ -10,15 +9,13 @@ import {
   leaseNeedsMs,
   leaseTerm,
   pollWaitMs,
+  proofMs,
   type RefreshSettings,
   readReserveMs,
   recheckMs,
   refreshBudgetMs,
   replacementMayBeOut,
-  servableUnconfirmed,
-  servableUntil,
   staleIfErrorMs,
-  staleMarginMs,
   TTL_MARGIN_SECONDS,
   windowMs,
 } from '../../../lib/broker/timing/index.js';
@@ -149,7 +146,8 @@ describe('Module: timing (bounds and estimates)', () => {
    * hold, then writes its countdown down to 0 (each write sent at least a step after the
    * previous one was answered, with arbitrary network delays), then sends the POST. Readers
    * read at arbitrary instants and see the last write applied before their read took effect.
-   * Every reader must stop serving the token (by `servableUntil`) a margin before the POST.
+   * Every reader must stop serving the token (by what its read proves: `proofMs` from its send)
+   * a margin before the POST.
    */
   it('keeps every reader from serving a token past the instant its replacement’s request can leave', () => {
     // Delays are often 0: the worst case for the claim is a network that answers at once.
@@ -181,7 +179,7 @@ describe('Module: timing (bounds and estimates)', () => {
             answeredAt = applied + toAnswer;
           }
           const postAt = answeredAt; // sent once the last write (0) is answered
-          expect(servableUntil(record, undefined, T0, settings)).toBeLessThanOrEqual(
+          expect(T0 + proofMs(record, undefined, settings)).toBeLessThanOrEqual(
             postAt - proofMarginMs,
           );
           for (const [index, before, lag] of reads) {
@@ -194,7 +192,7 @@ describe('Module: timing (bounds and estimates)', () => {
               ? { holder: 'h', version: 'v-h', expiresAt: 0, durationMs: 0, countdown: seen[1] }
               : undefined;
             if (replacementMayBeOut(lease, DEFAULT_TIMING)) continue; // not served
-            const until = servableUntil(record, lease, sentAt, settings);
+            const until = sentAt + proofMs(record, lease, settings);
             expect(until).toBeLessThanOrEqual(postAt - proofMarginMs);
           }
         },
@@ -266,41 +264,6 @@ describe('Module: timing (bounds and estimates)', () => {
         },
       ),
     );
-  });
-
-  // I2 through a store outage (docs/adr/0017): the operator's grace lets memory serve a token
-  // past what its last read proved, but never once the token has expired.
-  it('I2: serves an unconfirmed token through an outage only inside its proof plus the grace, and never once expired', () => {
-    fc.assert(
-      fc.property(
-        fc.integer({ min: 0, max: 600_000 }),
-        fc.integer({ min: -600_000, max: 600_000 }),
-        fc.integer({ min: -600_000, max: 600_000 }),
-        (graceMs, untilIn, expiresIn) => {
-          const record = { ...token(3_600_000), expiresAt: T0 + expiresIn };
-          const entry = { record, until: T0 + untilIn };
-          const settings = { refreshWindowMs: 60_000, memoryRecheckMs: 5_000, timing };
-          const served = servableUnconfirmed(entry, T0, {
-            ...settings,
-            storeOutageGraceMs: graceMs,
-          });
-          expect(served).toBe(expiresIn > 0 && untilIn + graceMs > 0);
-        },
-      ),
-    );
-    // At the edges: expiring now, or the proof and grace ending now, is not servable.
-    const settings = {
-      refreshWindowMs: 60_000,
-      memoryRecheckMs: 5_000,
-      storeOutageGraceMs: 1_000,
-      timing,
-    };
-    const record = token(3_600_000);
-    const late = { record, until: record.expiresAt + 10 };
-    expect(servableUnconfirmed(late, record.expiresAt, settings)).toBe(false);
-    expect(servableUnconfirmed(late, record.expiresAt - 1, settings)).toBe(true);
-    expect(servableUnconfirmed({ record, until: T0 - 1_000 }, T0, settings)).toBe(false);
-    expect(servableUnconfirmed({ record, until: T0 - 999 }, T0, settings)).toBe(true);
   });
 
   it('reads a countdown read more than 2 s before its end once more, a second before that end', () => {

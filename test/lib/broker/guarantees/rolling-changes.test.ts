@@ -198,7 +198,7 @@ describe('A credential rotation rejected at the token request goes on under its 
   // docs/protocol.md: "a rejection of the credentials, at either step, re-reads the secret
   // bypassing caches and, if it changed, runs the flow once more (a new code, the fence again)".
   // With the real HeldLease the second `fence()` finds the holder in `posting` (the first
-  // fence moved it there), `mayPost` is false, and it throws LeaseLost('Lease confirmation is
+  // fence moved it there), not `fenced`, and it throws LeaseLost('Lease confirmation is
   // stale'): the rotated request is never sent under that lease; the lease is released and
   // the flow reported as "lost before the access-token request; nothing was sent" (it was).
   // credential-rotation.test.ts only checks this with a fence that always resolves.
