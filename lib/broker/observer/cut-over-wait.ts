@@ -19,7 +19,7 @@ import type { ConnectionView } from '../view/index.js';
 export const awaitCutOver = async (
   { clock, view }: { readonly clock: Clock; readonly view: ConnectionView },
   name: string,
-  by: Deadline,
+  deadline: Deadline,
 ): Promise<number> => {
   const entry = view.entry(name);
   if (!entry?.lease) return 0;
@@ -42,7 +42,7 @@ export const awaitCutOver = async (
   // I3. Wake with time left for the read: a caller whose deadline comes first reads what the
   // store holds then (the successor, often), or is told it timed out waiting (R3).
   const reserve = readReserveMs(view.readMs(name), timing);
-  const wait = Math.min(successorAt - now, by.leftMs() - reserve);
+  const wait = Math.min(successorAt - now, deadline.leftMs() - reserve);
   if (wait <= 0) return 0;
   await clock.sleep(wait);
   return Math.round(wait);

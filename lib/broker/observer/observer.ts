@@ -205,7 +205,7 @@ export const decide = (o: Observation): Decision => {
           {
             countdown: lease.countdown,
             sinceReadMs: o.sinceReadMs,
-            replacing: true,
+            replacesToken: true,
             issuanceMs: o.issuanceMs,
             waits: o.waits,
             draw: o.draw,

@@ -97,7 +97,7 @@ export const pollWaitMs = (
   input: {
     readonly countdown: number;
     readonly sinceReadMs: number;
-    readonly replacing: boolean;
+    readonly replacesToken: boolean;
     readonly issuanceMs: number;
     readonly waits: number;
     readonly draw: number;
@@ -105,7 +105,7 @@ export const pollWaitMs = (
   timing: ProtocolTiming,
 ): number => {
   const first = pollBaseMs(timing);
-  const base = input.replacing ? Math.max(first, input.issuanceMs / 2) : first;
+  const base = input.replacesToken ? Math.max(first, input.issuanceMs / 2) : first;
   const ceiling = Math.min(pollCapMs(timing), base * 2 ** input.waits);
   const counting = (input.countdown - 1) * timing.countdownStepMs - input.sinceReadMs;
   return Math.max(1, input.draw * ceiling, counting);

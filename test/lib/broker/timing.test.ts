@@ -351,7 +351,7 @@ describe('Module: timing, each estimate never below the bound it stands in for',
         fc.record({
           countdown: fc.integer({ min: 0, max: 100 }),
           sinceReadMs: fc.integer({ min: 0, max: 30_000 }),
-          replacing: fc.boolean(),
+          replacesToken: fc.boolean(),
           issuanceMs: fc.integer({ min: 1, max: 60_000 }),
           waits: fc.integer({ min: 0, max: 20 }),
           draw: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
