@@ -1,22 +1,13 @@
 /**
- * The holder's state, the events that move it and the commands it gives (`holder/state.ts` is
- * the reducer over them; `held-lease.ts` runs the commands and turns their results into events).
- * Every instant is monotonic milliseconds (`at`), except `expiresAt` and `confirmedUntil`: the
- * stored expiry, on the wall clock.
+ * The holder's state, events and commands (`state.ts` is the reducer, `held-lease.ts` the driver).
+ * Instants are monotonic ms, except `expiresAt` and `confirmedUntil`: the stored wall-clock expiry.
  */
 
 import type { ProtocolTiming } from '../timing/index.js';
 
 /**
- * - `counting`: the lease is held and its countdown lowered, one write at a time, down to 1;
- *   the flow authorizes meanwhile, then asks for the fence.
- * - `fenced`: the confirmation (countdown 0, covering the POST and its grace) was written and is
- *   fresh: the POST may leave (it leaves at once: `posting`).
- * - `posting`: the POST is out; only its answer tells what it did.
- * - `writing`: the POST issued a token; it is written under the confirmed version.
- * - `lost`: the lease went elsewhere, or its time ran out, before the POST (nothing sent); final
- *   once the flow has ended and the lease was released.
- * - `written`, `superseded`, `outcome-unknown`, `failed`: final.
+ * `counting` lowers the countdown to 1; `fenced` may send the POST (`posting`); `writing` writes
+ * the issued token; `lost` (nothing sent), `written`, `superseded`, `outcome-unknown`, `failed`.
  */
 export type HolderName =
   | 'counting'
@@ -31,10 +22,7 @@ export type HolderName =
 
 /** What a holder knows from its start and never changes. */
 export interface HolderTerms {
-  /**
-   * The caller's deadline as a monotonic instant (ms), a number rather than a `Deadline`: the
-   * reducer is pure and reads no clock (`HeldLeaseOptions.deadline.at`).
-   */
+  /** The caller's deadline, monotonic ms (a number: the reducer reads no clock). */
   readonly deadlineAt: number;
   /** Longest access-token POST; also the grace after it during which it may still land. */
   readonly upstreamTimeoutMs: number;
@@ -42,7 +30,6 @@ export interface HolderTerms {
   readonly replacesToken: boolean;
   /** That token may already be revoked (a lease taken over after a countdown). */
   readonly suspect: boolean;
-  /** The protocol's timing (step, heartbeat, lease, reserves). */
   readonly timing: ProtocolTiming;
 }
 
@@ -82,17 +69,9 @@ export interface HolderState {
   readonly waitedMs: number;
   /** The stored expiry the confirmation wrote: no other container takes the lease before it. */
   readonly confirmedUntil: number | undefined;
-  /**
-   * The same confirmation's term on this container's monotonic clock (its send plus its
-   * duration): no other container finds it stale before then. What memory may vouch for a token
-   * whose write failed counts to here, never to `confirmedUntil` (a wall clock stepped back
-   * after the confirmation would stretch that). I2.
-   */
+  /** That confirmation's term on the monotonic clock: what memory may vouch for counts to here. I2. */
   readonly confirmedUntilMonotonic: number | undefined;
-  /**
-   * The POST's last instant to leave, and the instant it is aborted (monotonic), once fenced:
-   * what the renewal after an unknown outcome counts A1's bound from.
-   */
+  /** The POST's last instant to leave and its abort instant (monotonic), once fenced (A1). */
   readonly postSendBy?: number | undefined;
   readonly postAbortAt?: number | undefined;
   /** Why the lease was lost. */
@@ -106,10 +85,7 @@ export type PostAnswer = 'issued' | 'failed' | 'outcome-unknown' | 'not-sent';
 
 export type HolderEvent = { readonly at: number } & (
   | { readonly type: 'started' }
-  /**
-   * The next periodic write is due (a step after the last answer while counting down, a
-   * heartbeat period at 1): the next step, or the fence.
-   */
+  /** The next periodic write is due (a step while counting, a heartbeat at 1). */
   | { readonly type: 'step-due' }
   /** I3: the POST and the write after it no longer fit before the deadline. */
   | { readonly type: 'last-call' }
@@ -150,10 +126,7 @@ export type HolderCommand =
   /** Arms a timer (each fires once), replacing one armed before. */
   | { readonly do: 'arm'; readonly timer: HolderTimer; readonly ms: number }
   | { readonly do: 'cancel'; readonly timer: HolderTimer }
-  /**
-   * A conditional write of the lease on the version last written, as the next version (chosen
-   * by the driver: `write-sent`), stored for `durationMs`; the fence's is bounded by its budget.
-   */
+  /** A conditional write of the lease on the last version, as the next, for `durationMs`. */
   | {
       readonly do: 'write-lease';
       readonly write: LeaseWrite['write'];
@@ -163,10 +136,7 @@ export type HolderCommand =
     }
   /** Stops the flow's upstream requests in flight (the lease's signal). */
   | { readonly do: 'abort'; readonly reason: string }
-  /**
-   * The fence's answer: the POST may leave now (I1), and no attempt of it after `sendBy`
-   * (monotonic: the confirmation's send plus its budget, which the confirmation covers).
-   */
+  /** The fence's answer: the POST may leave now (I1), no attempt after `sendBy` (monotonic). */
   | { readonly do: 'send-post'; readonly sendBy: number }
   /** The fence's answer: nothing may be sent. */
   | { readonly do: 'refuse-fence' }
@@ -178,7 +148,6 @@ export type HolderCommand =
   | { readonly do: 'forget-replaced' }
   /** Releases the lease; `restore`: the replaced token is good again if the release proves it. */
   | { readonly do: 'release'; readonly restore: boolean }
-  /** Holds the lease through the grace after a POST that may still land. */
   /** Hold the lease until `until` (monotonic): the POST may land until then (A1). */
   | { readonly do: 'hold-for-grace'; readonly until: number }
   /** The flow is over: its caller is told. */

@@ -1,17 +1,7 @@
 /**
- * The protocol's timing, part 1: **safety bounds**, which must never be wrong. Each proves
- * something an invariant of docs/protocol.md rests on (I2 mostly: no request that revokes a
- * token leaves while some reader may still serve it). Pure functions of a token, a lease, the
- * time, the settings and the protocol's timing (`ProtocolTiming`, protocol-timing.ts: every
- * constant with its unit and its reason, carried by the settings or passed), with no I/O. The
- * stored item's caps below are fixed: every container of every release reads the item.
- *
- * A token's life, seen from one container (one read of the store per re-check, in every phase):
- *
- *   issuedAt ───────────── window start ─────── window middle ─────── expiresAt
- *   read every recheckMs   │ XFetch tries ··· ▸ due from the middle │
- *                          │ a try takes the lease with a countdown ─▸ cut-over: the
- *                          │ old token is served until the countdown ends, then the new one
+ * The protocol's timing, part 1: safety bounds, each proving something an invariant of
+ * docs/protocol.md rests on (mostly I2). Pure functions of a token, a lease, the time, the
+ * settings and the `ProtocolTiming`; the stored item's caps are fixed, as every release reads it.
  */
 import type { Lease, TokenRecord } from '../../ports.js';
 import {
@@ -39,54 +29,38 @@ export interface RefreshSettings {
 }
 
 /**
- * How long after a token's expiry DynamoDB's TTL may delete its item, s. A container whose clock
- * runs up to `skewToleranceMs` behind still serves the token until its own clock says it
- * expired: were the item gone before then, another container would find nothing and issue with
- * no countdown, revoking it. A minute is past any skew allowed, with room. I1.5, I2. Fixed, like
- * the caps below: it is a property of the stored item, which every container of every release
- * reads.
+ * How long after a token's expiry DynamoDB's TTL may delete its item, s: past any clock skew
+ * allowed, so a lagging container's token is not found missing and revoked. I1.5, I2.
  */
 export const TTL_MARGIN_SECONDS = 60;
 
 /**
- * The largest values a writer of this protocol records in the item: what a read of another
- * container's item may believe. Each mirrors a setting's cap in `lib/config.ts`; a recorded
- * value outside them was not written by the protocol, and is read in the direction that keeps
- * I1 and I2 (see `dynamodb-token-item.ts`).
+ * The largest values a writer of this protocol records in the item (each mirrors a cap in
+ * `lib/config.ts`); a value outside them is read in the direction that keeps I1 and I2.
  */
-/** BROKER_MEMORY_RECHECK_SECONDS is at most 100 s (the default timing's `maxMemoryRecheckMs`), ms. */
+/** BROKER_MEMORY_RECHECK_SECONDS's cap, ms. */
 export const MAX_MEMORY_RECHECK_MS = maxMemoryRecheckMs(DEFAULT_TIMING);
 /** BROKER_UPSTREAM_TIMEOUT_MS is at most 60 s. */
 const MAX_UPSTREAM_TIMEOUT_MS = 60_000;
 
 /**
- * A1 (docs/protocol.md, "Timing assumptions"): the upstream processes an access-token POST, if
- * at all, within this long of its send, ms: twice the upstream timeout (10 s at the default 5 s),
- * the timeout itself and a grace as long. It counts from the send, not from when the holder gave
- * the POST up: that depends on how much of its invocation the holder had left (issue 35: a POST
- * given up 3.3 s after its send was processed 9 s after it). I1, I2.
+ * A1: the upstream processes an access-token POST, if at all, within this long of its send, ms
+ * (twice the upstream timeout). Counted from the send, not from when the holder gave up. I1, I2.
  */
 export const postLandsWithinMs = (upstreamTimeoutMs: number): number => 2 * upstreamTimeoutMs;
 
 /**
  * How long after the fence's confirmation is sent its POST may still leave, ms (A1): a
- * heartbeat, far more than the confirmation's round trip. Each attempt checks it just before it
- * is sent; the confirmation covers it and A1's bound after it, not the POST's whole budget, so
- * an unknown outcome holds the lease about as long as A1 says, not a budget longer.
+ * heartbeat. An unknown outcome then holds the lease about as long as A1 says.
  */
 export const postSendWindowMs = (timing: ProtocolTiming): number => leaseHeartbeatMs(timing);
 
-/**
- * The longest lease version: the fence, which covers the POST's budget (at most a timeout: the
- * latest the POST may leave) and A1's bound after it.
- */
+/** The longest lease version: the fence, covering the POST's budget and A1's bound after it. */
 export const MAX_LEASE_DURATION_MS =
   MAX_UPSTREAM_TIMEOUT_MS + postLandsWithinMs(MAX_UPSTREAM_TIMEOUT_MS);
 /**
- * A recorded lease duration above this is absurd (ten times the longest the protocol writes) and
- * read as this: a waiter is held at most this long. Between the longest and this, a duration is
- * read as written: a grace computed past the longest (a wall clock that stepped back while a
- * POST was out, a later release with longer timeouts) must never be cut short (I1).
+ * A recorded lease duration above this is absurd and read as this. Below it, a duration is read
+ * as written: a grace computed past the longest must never be cut short (I1).
  */
 export const ABSURD_LEASE_DURATION_MS = 10 * MAX_LEASE_DURATION_MS;
 /** BROKER_MAX_TOKEN_LIFETIME_SECONDS is at most 365 days, ms. */
@@ -98,9 +72,8 @@ export const windowMs = (record: TokenTimes, settings: RefreshSettings): number 
   Math.min(settings.refreshWindowMs, (record.expiresAt - record.issuedAt) / 2);
 
 /**
- * How long memory serves a token after a read of the store (sent) that found no lease on it:
- * BROKER_MEMORY_RECHECK_SECONDS, and never more than a quarter of the token's window, so that
- * a cut-over announced a re-check ahead still lands inside the window of a short-lived token.
+ * How long memory serves a token after a read (sent) that found no lease on it: the configured
+ * re-check, at most a quarter of the token's window so a cut-over lands inside it.
  */
 export const ownRecheckMs = (record: TokenTimes, settings: RefreshSettings): number =>
   Math.min(
@@ -109,10 +82,8 @@ export const ownRecheckMs = (record: TokenTimes, settings: RefreshSettings): num
   );
 
 /**
- * The re-check a *reader* applies to `record` (I2 with mixed settings): its own, or the one the
- * token's writer recorded (`TokenRecord.recheckMs`) when that is shorter. With the holder's rule
- * ({@link countdownFor}: the longer of the two), a deployment whose containers run different
- * re-checks (a rolling configuration change) is as safe as a uniform one.
+ * The re-check a reader applies to `record`: its own or the writer's recorded one, whichever is
+ * shorter (the holder takes the longer: {@link countdownFor}). I2 with mixed settings.
  */
 export const recheckMs = (record: TokenTimes, settings: RefreshSettings): number =>
   Math.min(ownRecheckMs(record, settings), record.recheckMs ?? Number.POSITIVE_INFINITY);
@@ -122,19 +93,13 @@ export const stepsToCover = (recheck: number, timing: ProtocolTiming): number =>
   Math.ceil((recheck + timing.proofMarginMs) / timing.countdownStepMs);
 
 /**
- * I2. The countdown a lease that replaces `record` starts with: its last step (the confirmation
- * before the token request) is sent more than a re-check (plus the margin) after the lease was
- * written, so every container that read the token without a lease just before reads it again,
- * sees the countdown, and stops serving the token at its end. The re-check is the longer of
- * this container's and the one the token's writer recorded (readers apply the shorter).
+ * I2. The countdown a lease replacing `record` starts with: its last step is sent more than a
+ * re-check (the longer of this container's and the writer's) after the lease was written.
  */
 export const countdownFor = (record: TokenTimes, settings: RefreshSettings): number =>
   stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0), settings.timing);
 
-/**
- * The longest countdown a lease of this protocol announces: a fresh one over the longest
- * re-check, at the default timing (no valid timing announces more: relations.ts).
- */
+/** The longest countdown a lease announces (no valid timing announces more: relations.ts). */
 export const MAX_COUNTDOWN = stepsToCover(MAX_MEMORY_RECHECK_MS, DEFAULT_TIMING);
 
 /**
@@ -145,10 +110,8 @@ export const announcedMs = (lease: Lease, timing: ProtocolTiming): number =>
   Math.max(0, (lease.countdown - 1) * timing.countdownStepMs - timing.proofMarginMs);
 
 /**
- * I2. How long (ms) after a read of the store was sent that read proves a valid token safe to
- * serve: no request that revokes it can leave before then. With no lease on it, a replacement
- * still has to take the lease and count all the way down (more than a re-check); with one, what
- * its countdown announced.
+ * I2. How long (ms) after a read was sent that read proves a valid token safe to serve: more
+ * than a re-check with no lease on it; with one, what its countdown announced.
  */
 export const proofMs = (
   record: TokenRecord,
@@ -168,10 +131,8 @@ export const replacementMayBeOut = (lease: Lease | undefined, timing: ProtocolTi
   lease !== undefined && announcedMs(lease, timing) <= 0;
 
 /**
- * I2 in callers' caches. Until when (local epoch ms) the caller just served `entry`'s token may
- * reuse it without asking again (the `maxAgeMs` of the answer): no longer than this container
- * would serve it from memory, less the margin, and never past the instant the token keeps only
- * the `needMs` of validity the caller asked for.
+ * I2 in callers' caches. Until when (local epoch ms) the caller may reuse `entry`'s token: no
+ * longer than memory would serve it, less the margin, nor past leaving only `needMs` of validity.
  */
 export const reusableUntil = (
   entry: { readonly record: TokenRecord; readonly checkedAt: number; readonly until: number },
@@ -183,26 +144,16 @@ export const reusableUntil = (
 };
 
 /**
- * What is kept between the end of a stale-if-error grant and `record`'s expiry, ms: a minute
- * (`TTL_MARGIN_SECONDS`'s: past any skew allowed, the expiry being on its writer's clock, with
- * room; fixed, not timing), or a tenth of the lifetime of a shorter-lived token (a 40 s token
- * keeps 4 s). The caller's own validity floor (the client's `marginSeconds`, a call's
- * `minValidity`) applies on top: this one is the broker's, so that a token used stale still
- * has the time a request with it needs to reach the upstream and be answered.
+ * What is kept between the end of a stale-if-error grant and `record`'s expiry, ms: a minute, or
+ * a tenth of a shorter-lived token's lifetime, so a stale token still has time for a request.
  */
 export const staleMarginMs = (record: TokenTimes): number =>
   Math.min(TTL_MARGIN_SECONDS * 1000, (record.expiresAt - record.issuedAt) / 10);
 
 /**
  * A trade against I2, bounded by the grant (docs/adr/0017). How long (ms) after `reusableUntil`
- * a caller that cannot reach the broker at all may still use `entry`'s token (the answer's
- * `stale-if-error`): up to its expiry less `staleMarginMs`. None for a token this container
- * knows is about to be replaced (a lease announced on it, or held in memory only: its write
- * failed) or was reported, nor for an answer not
- * to be reused at all (`reusableUntil` not after `now`: its proof is spent, so nothing more is
- * known of it). Past `reusableUntil`, a replacement elsewhere may revoke the token; a caller
- * that cannot reach the broker cannot learn of it either way, and without this it would have no
- * token at all.
+ * a caller that cannot reach the broker may still use `entry`'s token: up to its expiry less
+ * `staleMarginMs`. None for a token leased, unstored or reported, or an answer not to be reused.
  */
 export const staleIfErrorMs = (
   entry: {
@@ -219,32 +170,22 @@ export const staleIfErrorMs = (
     : Math.max(0, entry.record.expiresAt - staleMarginMs(entry.record) - reusableUntil);
 
 /**
- * I1 and I3. The least time (ms) a lease with `countdown` needs before its POST can leave and
- * the token be written: the steps, the shortest POST, and the write after it. A lease is not
- * taken with less time left (it would be let go by the fence, and taken again, in a loop).
+ * I1 and I3. The least time (ms) a lease with `countdown` needs before its POST can leave and the
+ * token be written; a lease is not taken with less (the fence would let it go, in a loop).
  */
 export const leaseNeedsMs = (countdown: number, timing: ProtocolTiming): number =>
   countdown * timing.countdownStepMs + timing.minPostMs + storeReserveMs(timing);
 
 /**
- * How long a lease version lasts while its holder counts down, ms: one step, two store round
- * trips (the answer of this write, then the landing of the next, sent a step after that answer),
- * and half a heartbeat of scheduling slack (a holder whose event loop runs up to that late keeps
- * its lease): 850 ms for a table in the function's region, 1,050 ms for a global one.
- * A holder that stops mid-countdown (frozen, cut off from the store with its region) is found
- * stale this soon after a reader first saw the version, not a whole `leaseMs` later: readers
- * near the countdown's end, whose proof is shorter than a lease, are held no longer than this
- * (the isolated region of docs/multi-region.md). Liveness only: a takeover names exactly the
- * version seen, and goes on from the countdown seen (I1, I2 hold whatever the duration).
+ * How long a lease version lasts while its holder counts down, ms: a step, two store round trips
+ * and half a heartbeat of slack. A stalled holder is found stale this soon. Liveness only.
  */
 export const countingLeaseMs = (timing: ProtocolTiming): number =>
   timing.countdownStepMs + 2 * timing.storeRoundTripMs + leaseHeartbeatMs(timing) / 2;
 
 /**
- * I1. The expiry (holder's wall clock) and duration of a lease version written at `sentAt`,
- * cut to the caller's deadline (given as time left, ms). A version never lasts longer than the
- * holder counts on it. One followed by a countdown step (`counting`) lasts `countingLeaseMs`;
- * any other (a renewal between heartbeats, a confirmation's grace aside) `leaseMs`.
+ * I1. The expiry (holder's wall clock) and duration of a lease version written at `sentAt`, cut
+ * to the time left: `countingLeaseMs` when followed by a countdown step, else `leaseMs`.
  */
 export const leaseTerm = (
   sentAt: number,
@@ -258,12 +199,8 @@ export const leaseTerm = (
 };
 
 /**
- * I2. The countdown a lease that replaces `token` is written with: a fresh one lasts past every
- * container's re-check; one that takes over a stale lease goes on from the value seen in exactly
- * the version it takes over (the takeover lands on no other: every reader of that version was
- * told that value, and every reader of an earlier one a value whose time has run since); nothing
- * to announce without a token that some container may still serve, or where the upstream does
- * not revoke on re-issue.
+ * I2. The countdown a lease replacing `token` is written with: fresh, or going on from exactly
+ * the version it takes over; 0 without a token to protect or where re-issue does not revoke.
  */
 export const leaseCountdown = (
   revokesOnReissue: boolean,

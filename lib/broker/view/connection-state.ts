@@ -1,24 +1,7 @@
 /**
- * Everything this container knows about one connection, as one value (`Knowledge`), and the
- * one function that changes it (`applyEvent`): its copy of the token with what the store last
- * said of it, since when it has known each token, the lease version it last saw, the probe's
- * verdicts, and the durations it measured. `ConnectionState` holds the current value: `apply`
- * is its only writer, and every query is a pure read of the value at an instant the caller
- * passes (no query records anything, not even a first sight).
- *
- * An entry's times (`checkedAt`, `until`: the proof of invariant I2; and the token's own
- * `issuedAt` and `expiresAt`) are wall-clock instants, compared by the serving rules with the
- * wall clock. So that a wall clock stepped back cannot stretch them, every entry is handed out
- * rebased: when more time has passed on the monotonic clock since it was kept than on the wall
- * clock, all its times move earlier by the difference, so that each one is as far from the wall
- * clock's "now" as the monotonic clock says. The expiry the upstream stated is thus compared
- * with the wall clock once, when it is read, and judged on the monotonic clock from then on. A
- * wall clock stepped forward already ends them early; a freeze the monotonic clock did not
- * count, the wall clock did.
- *
- * What is not here: promises in flight (a shared load, a running refresh, a probe under way,
- * the leases held). They are handles on work, not knowledge: a value cannot hold them, and each
- * lives and dies with the call that awaits it.
+ * What this container knows about one connection (`Knowledge`) and the one function that changes
+ * it (`applyEvent`). Entries are handed out rebased on the monotonic clock, so a wall clock
+ * stepped back cannot stretch the proof of I2. Promises in flight are not knowledge: not here.
  */
 import type { Lease, ProbeVerdict, TokenRecord } from '../../ports.js';
 
@@ -26,11 +9,7 @@ export interface MemoryEntry {
   readonly record: TokenRecord;
   /** When the read that last confirmed this token was sent (local epoch ms). */
   readonly checkedAt: number;
-  /**
-   * The monotonic clock at that same instant: the entry is rebased from there, so that a wall
-   * clock stepped while the read was in flight cannot stretch it. Without it, from when the
-   * entry is kept.
-   */
+  /** The monotonic clock at that instant, from which the entry is rebased. */
   readonly checkedAtMonotonic?: number | undefined;
   /** Until when that read proves the token safe to serve (`proofMs` from its send). */
   readonly until: number;
@@ -38,10 +17,7 @@ export interface MemoryEntry {
   readonly lease?: Lease | undefined;
   /** A caller reported the token as rejected too early to replace it: replaced once it may be. */
   readonly reported?: boolean | undefined;
-  /**
-   * Held in memory only (its write after the POST failed): the confirmed lease is taken over at
-   * countdown 0 once it runs out, and the token replaced. No stale use is granted (ADR 0017).
-   */
+  /** Held in memory only (its write failed): replaced once the lease runs out; no stale use. */
   readonly unstored?: boolean | undefined;
 }
 
@@ -77,10 +53,7 @@ interface KeptVerdict {
 export interface Knowledge {
   /** Its copy of the token with what the store last said of it. */
   readonly kept?: Kept | undefined;
-  /**
-   * The tokens it has learned, oldest first, each with when it first learned it (monotonic):
-   * the current one and a few before it (`KNOWN_PER_CONNECTION`). I4's ages.
-   */
+  /** The tokens learned, oldest first, each with when first learned (monotonic). I4's ages. */
   readonly known: readonly { readonly digest: string; readonly since: number }[];
   /** The lease version it last saw, since when. */
   readonly lease?: SeenLease | undefined;
@@ -94,15 +67,9 @@ export interface Knowledge {
 
 /** Everything that changes what a container knows about a connection. */
 export type ConnectionEvent =
-  /**
-   * A token learned without keeping it (read from the store, but suspect or only looked at for
-   * a report): known from `at` (monotonic) unless known already.
-   */
+  /** A token learned without keeping it: known from `at` (monotonic) unless known already. */
   | { readonly type: 'token-learned'; readonly digest: string; readonly at: number }
-  /**
-   * A read or a write at `at` confirmed `entry` (read from the store with what it proved,
-   * issued here, got back on releasing): kept in place of whatever was, its token learned.
-   */
+  /** A read or write at `at` confirmed `entry`: kept in place of whatever was, its token learned. */
   | { readonly type: 'token-kept'; readonly entry: MemoryEntry; readonly at: Instant }
   /** Nothing is kept any more; with `digest`, only if the kept token is that one. */
   | { readonly type: 'token-dropped'; readonly digest?: string | undefined }
@@ -110,11 +77,7 @@ export type ConnectionEvent =
   | { readonly type: 'token-reported'; readonly digest: string }
   /** A read found `lease`, answered at `at`: recorded if this version is new here. */
   | { readonly type: 'lease-seen'; readonly lease: Lease; readonly at: Instant }
-  /**
-   * A probe of the token of `digest`, sent so that its verdict is reused until `until`, said
-   * `verdict` at `at` (monotonic): kept, unless it proved nothing (then whatever was said of
-   * that token before goes too). Verdicts no longer reused at `at` go.
-   */
+  /** A probe's verdict, reused until `until`; an `unknown` one drops the token's earlier verdict. */
   | {
       readonly type: 'probe-settled';
       readonly digest: string;
@@ -186,10 +149,7 @@ const learned = (knowledge: Knowledge, digest: string, at: number): Knowledge =>
 const digestOf = (knowledge: Knowledge): string | undefined =>
   knowledge.kept?.entry.record.tokenDigest;
 
-/**
- * What tells two writes of a lease apart: the version, and the holder and expiry too, which a
- * release that recorded no version changed on every write (its leases all read as one version).
- */
+/** What tells two lease writes apart: version, holder and expiry (old releases kept no version). */
 export const leaseKey = (lease: Lease): string =>
   `${lease.version}|${lease.holder}|${lease.expiresAt}`;
 
@@ -255,11 +215,7 @@ export class ConnectionState {
   }
 }
 
-/**
- * The entry with its times moved earlier by what the wall clock lost since it was kept: the
- * token's too (both of them, so its lifetime, and the window and re-check drawn from it,
- * stay as they were).
- */
+/** The entry with all its times (the token's too) moved earlier by what the wall clock lost. */
 export const rebased = ({ entry, wallAt, monotonicAt }: Kept, now: Instant): MemoryEntry => {
   const lag = now.monotonic - monotonicAt - (now.wall - wallAt);
   // Below a millisecond: the two clocks' own jitter, not a step.
