@@ -1,15 +1,7 @@
 /**
- * The broker core's facade: serves a valid token for a connection from memory, else from the
- * shared store, else by running the upstream flow — once for the whole fleet, under a lease
- * held in the store. It knows nothing of AWS or of event shapes; adapters and handlers plug
- * into its ports. The sides (docs/protocol.md, "Layout"): `timing/` (constants, bounds,
- * estimates), `view/` (what a container knows; the request and the one serving rule),
- * `observer/` (the decision after each read, and its loop), `holder/` (the lease holder),
- * `issuance/` (one upstream flow), `callers/` (reports, status, warm-up, readiness), `fleet/`
- * (shared loads, leased issuance, refresh ahead).
- *
- * This file makes each call's one `TokenRequest` (checked once), serves the last good token
- * after a failure, and starts refresh ahead.
+ * The broker core's facade: serves a valid token from memory, else the shared store, else one
+ * upstream flow for the whole fleet under a lease. Sides: docs/protocol.md, "Layout". Builds each
+ * call's `TokenRequest`, serves the last good token after a failure, starts refresh ahead.
  */
 import { type Clock, Deadline, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
@@ -65,11 +57,7 @@ export interface TokenBrokerDeps {
   readonly metrics?: BrokerMetrics;
   /** Time, timers and random draws; the system clock unless a test injects one. */
   readonly clock?: Clock;
-  /**
-   * The protocol's timing (`timing/protocol-timing.ts`, `BrokerConfig.timing`): `DEFAULT_TIMING`
-   * unless a test or `npm start` runs it scaled (`BROKER_TIMING_SCALE`). Validated here, once: a
-   * timing that breaks a relation of the safety argument is refused.
-   */
+  /** The protocol's timing (`DEFAULT_TIMING` unless scaled); a timing breaking a relation is refused. */
   readonly timing: ProtocolTiming;
 }
 
@@ -136,19 +124,14 @@ export class TokenBroker {
     return this.#settings.timing;
   }
 
-  /**
-   * A deadline `ms` from now, on this broker's monotonic clock: how a handler makes one from the
-   * time its invocation has left, with no wall clock read. On the broker's own clock, so that a
-   * broker given a clock (a test's) judges it on that one.
-   */
+  /** A deadline `ms` from now, on this broker's monotonic clock. */
   deadlineIn(ms: number): Deadline {
     return Deadline.in(this.#clock, ms);
   }
 
   /**
    * Refuses every issuance with `reason` (`FUNCTION_TIMEOUT_TOO_SHORT`), or lifts the refusal
-   * (undefined): a function timeout too short for a refresh leaves callers served from what the
-   * store and memory prove, and refuses only what would need a new token (issue 37).
+   * (undefined); what store and memory prove is still served.
    */
   refuseIssuance(reason: string | undefined): void {
     this.#issuance.refuseIssuance(reason);
@@ -168,8 +151,7 @@ export class TokenBroker {
     let served: ServedToken;
     try {
       served = await decide();
-      // A2: the awaits since the decision may have hidden a stall past its proof. Decided
-      // again, once: that decision's answer follows at once.
+      // A2: the awaits may have hidden a stall past the proof. Decided again, once.
       if (!this.#view.stillProves(served.record, this.#clock.now())) {
         this.deps.logger.warn(
           'A stall outlasted the proof of the token about to be served; asking again',
@@ -201,9 +183,7 @@ export class TokenBroker {
   }
 
   /**
-   * A caller's report that the upstream rejected `accessToken`: checked with the connection's
-   * probe if it has one, else that token is dropped if it is old enough to be replaced on a
-   * caller's word, or kept with the report and replaced once it is (see `reports.ts`).
+   * A caller's report that the upstream rejected `accessToken` (see `reports.ts`).
    * @param deadline by when the answer is due (the store calls are cut to it)
    */
   invalidate(
@@ -215,29 +195,18 @@ export class TokenBroker {
     return this.#reports.invalidate(this.connection(name), accessToken, caller, deadline);
   }
 
-  /**
-   * Settles once the refreshes running in the background have ended (tests; a runtime about to
-   * shut down). A Lambda container frozen between invocations resumes them when it thaws, or
-   * they run out of lease time and another container takes over.
-   */
+  /** Settles once the background refreshes have ended (tests; a runtime about to shut down). */
   idle(): Promise<void> {
     return this.#refreshAhead.idle();
   }
 
-  /**
-   * The execution environment is shutting down (Lambda's SIGTERM): every lease held here is
-   * given up before its POST and released, and the work under way is awaited until `deadline`,
-   * so that no other container waits out a lease this one can no longer advance.
-   */
+  /** Shutdown (SIGTERM): every lease held here is given up and released; work awaited to `deadline`. */
   async shutdown(deadline: Deadline): Promise<void> {
     this.#issuance.abandonLeases('The execution environment is shutting down');
     await Promise.race([this.idle(), this.#clock.sleep(deadline.wholeMsLeft())]);
   }
 
-  /**
-   * Every connection's token metadata and lease, read from the shared store, each read cut to
-   * `deadline` (I3: a store that hangs makes it StoreUnavailableError, never a timeout).
-   */
+  /** Every connection's token metadata and lease from the store, each read cut to `deadline` (I3). */
   status(deadline: Deadline): Promise<ConnectionStatus[]> {
     return readStatus(this.deps.config.connections.values(), this.deps.store, {
       now: () => this.#clock.now(),
@@ -247,9 +216,8 @@ export class TokenBroker {
   }
 
   /**
-   * Readiness of every connection: its secret readable and well-formed, and a valid token held
-   * or obtainable now (the normal path, issuing only where none is valid; a refresh it starts
-   * ends by `deadline`). A deploy gates on it.
+   * Readiness of every connection: its secret readable and a valid token held or obtainable now
+   * (a refresh it starts ends by `deadline`). A deploy gates on it.
    */
   ready(deadline: Deadline, caller = 'readiness check'): Promise<ReadinessReport> {
     return checkReadiness(this.deps.config.connections.values(), {
@@ -262,10 +230,7 @@ export class TokenBroker {
     });
   }
 
-  /**
-   * Makes sure every connection holds a token valid beyond the refresh window; issues only where
-   * one is missing or inside the window. A failing connection does not stop the others.
-   */
+  /** Makes sure every connection holds a token valid beyond the refresh window; issues where not. */
   warmUp(deadline: Deadline, caller: Caller = 'schedule'): Promise<WarmUpReport> {
     // Counted per connection it checks: the alarm on its absence says the schedule stopped.
     for (const name of this.connectionNames()) this.#metrics.record(MetricName.WarmUpRuns, name);
@@ -279,11 +244,7 @@ export class TokenBroker {
     });
   }
 
-  /**
-   * Serve the last good token: a caller that asked for nothing special gets a token that is
-   * still valid rather than an error, while the failure is logged and counted (I2: only where
-   * the failure says nothing against that token; see `servable`).
-   */
+  /** Serve the last good token after a failure, where the failure says nothing against it (I2). */
   #lastGood(name: string, request: TokenRequest, error: unknown): TokenAnswer {
     const { record, reusableUntil, staleIfErrorMs } = this.#view.servable(name, request, {
       failed: error,

@@ -1,19 +1,7 @@
 /**
  * The observer: what a container that needs a token does after each read of the store, as one
- * pure decision from the read, what the container knows, and the time (client-go's
- * `tryAcquireOrRenew` as a function: no I/O, no clock). `obtain.ts` drives it.
- *
- *   read ─┬─ valid, no lease or a countdown still running, read in time ────────────▸ serve
- *         ├─ valid, answer older than its proof ─────────────────────────────────────▸ reread
- *         ├─ valid, lease stale (a countdown nobody advances), no need to replace it ▸ let go
- *         ├─ a caller's word too soon, or a lifetime too short ──────────────────────▸ refuse
- *         ├─ no valid token (or a suspect or short one), no live lease, time for it ─▸ acquire
- *         └─ a live lease elsewhere ─▸ wait (for its token; woken with a read's time left) ─▸ read
- *
- * Invariants (docs/protocol.md): I1 one issuance per lifetime (acquire only without a live
- * lease, replacing exactly the token read); I2 no revoked token served (serve only inside the
- * read's proof, never a suspect token); I3 an answer by the deadline (no lease without time for
- * its countdown, no wait past a read's reserve); I4 a caller's word is bounded.
+ * pure decision (no I/O, no clock; `obtain.ts` drives it). Its diagram and the invariants it
+ * serves (I1–I4) are in docs/protocol.md.
  */
 import {
   MinValidityUnsatisfiableError,
@@ -63,15 +51,9 @@ export type Decision =
       readonly takeOver: Lease | undefined;
       /** The digest of the token read (the lease replaces exactly it), if any. */
       readonly replacesDigest: string | undefined;
-      /**
-       * The valid token the new one replaces (dropped if the POST's outcome is unknown), or a
-       * suspect one (below), which may be one this container cannot read (a key it lacks).
-       */
+      /** The valid token replaced (dropped if the POST's outcome is unknown), or a suspect one. */
       readonly replaced: ReplacedToken | undefined;
-      /**
-       * That token may already be revoked (the lease taken over had counted down: its POST may
-       * be out). Whoever takes it over and gives up drops it before letting the lease go.
-       */
+      /** That token may already be revoked (the lease taken over had counted down). */
       readonly suspect: boolean;
       readonly needMs: number;
       readonly cause: IssuanceCause;
@@ -88,15 +70,9 @@ export const decide = (o: Observation): Decision => {
   const warmUp = o.request.minValidityMs === 'outside-window';
   const needMs = validityNeeded(o.request, valid, o.settings);
 
-  // 2. A countdown nobody advances (its holder died before the cut-over): readers would re-read
-  //    at each of its ends. A caller the token does not satisfy (the warm-up, or a need longer
-  //    than it has left), on a token inside its window, would let it go and then take the lease
-  //    itself: it takes the version over in step 6 instead and goes on from its countdown (a
-  //    let-go and a fresh countdown cost two writes, a read and the steps already counted: a
-  //    refresh of the three-region bench landed 528 ms after its token expired, 2026-11-26).
-  //    Otherwise, or without time for the rest of that countdown (I3), it is taken over and let
-  //    go, so that readers are back to one read per re-check, and a caller the token satisfies
-  //    is served at once; a later replacement counts down afresh from the top.
+  // 2. A countdown nobody advances: a caller the token does not satisfy, inside its window,
+  //    takes the version over in step 6 and goes on from its countdown (cheaper than a let-go
+  //    and a fresh countdown). Otherwise, or without time for it (I3), it is let go.
   const takeOverDue =
     servable !== undefined &&
     lease !== undefined &&
@@ -137,20 +113,15 @@ export const decide = (o: Observation): Decision => {
   }
 
   // 6. No live lease: take it (or take over exactly the stale version seen), with time for the
-  //    whole countdown and the POST (I3; without it the fence let the lease go and it was
-  //    taken again at once, in a loop, until the deadline).
+  //    whole countdown and the POST (I3).
   if (!leaseLive) {
     if (o.leftMs <= 0) return refuse(noTimeLeft(o.suspect, 'No time left to issue a token'));
-    // A token that expired a moment ago here may still be valid on a container whose clock
-    // runs behind: its replacement is announced too. So is one this container cannot read (a
-    // key it lacks): others may read and serve it.
+    // A token expired a moment ago here, or unreadable here, may be served elsewhere: announced.
     const stored = token ?? o.state.unreadable;
     const { timing } = o.settings;
     const recent = stored && stored.expiresAt + timing.skewToleranceMs > o.now ? stored : undefined;
     const countdown = leaseCountdown(o.revokesOnReissue, recent, lease, o.settings);
-    // Suspect too, though expired on this clock or unreadable here (`suspectToken`): a flow
-    // that ends without a token drops it rather than leave it servable where a slower clock, or
-    // the key, is (I2; review 4: test/lib/broker/suspect-recent-token.test.ts).
+    // Suspect too (`suspectToken`): a flow that ends without a token drops it (I2).
     const mayBeRevoked =
       valid === undefined ? suspectToken(o.state, o.revokesOnReissue, o.now, timing) : undefined;
     if (leaseNeedsMs(countdown, timing) >= o.leftMs) return refuse(notEnoughTime(countdown));
@@ -168,9 +139,7 @@ export const decide = (o: Observation): Decision => {
       do: 'acquire',
       countdown,
       takeOver: lease,
-      // Exactly the token read (a suspect one whatever its expiry), or none if none was read:
-      // a token written by another container since may be served elsewhere already, and
-      // nothing announced its replacement (I2).
+      // Exactly the token read, or none: nothing announced the replacement of a later one (I2).
       replacesDigest: stored?.tokenDigest,
       replaced: valid ?? mayBeRevoked,
       suspect: o.suspect || mayBeRevoked !== undefined,
@@ -182,11 +151,10 @@ export const decide = (o: Observation): Decision => {
   }
 
   // 7. Another container holds a live lease: wait for its token, within our own deadline, and
-  //    wake with time left for the read (I3; review finding R3).
+  //    wake with time left for the read (I3).
   const readBy = o.leftMs - o.readReserveMs;
   if (readBy <= 0) return refuse(waitTimedOut(o.suspect));
-  //    With no valid token (the fleet's first, or one that expired), it reads again when the
-  //    holder's token is expected (`issuance-wait.ts`); with one being replaced, it polls.
+  // No valid token: read again when the holder's token is expected; else poll.
   const wait =
     valid === undefined
       ? issuanceWaitMs(
@@ -212,8 +180,7 @@ export const decide = (o: Observation): Decision => {
           },
           o.settings.timing,
         );
-  // A holder that stopped (frozen, its region cut off) is found at the read after its version
-  // has stood for its duration: that read is not left to the jitter (liveness only).
+  // A stopped holder is found at the read after its version has stood its duration (liveness).
   const untilStale = o.staleInMs === undefined ? wait : Math.max(1, o.staleInMs + 1);
   return { do: 'wait', ms: Math.min(wait, untilStale, readBy), lease, suspect: o.suspect };
 };
@@ -237,8 +204,7 @@ export const notEnoughTime = (countdown: number) =>
 export const waitTimedOut = (suspect: boolean) =>
   new UpstreamUnavailableError(
     'Timed out waiting for another container to issue the token',
-    // While a replacement is under way the current token may already be revoked: it must not
-    // be served as the last good one.
+    // The current token may already be revoked: not to be served as the last good one.
     { retryAfterSeconds: 1, refreshInProgress: suspect },
   );
 
