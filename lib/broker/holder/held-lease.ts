@@ -1,14 +1,7 @@
 /**
- * The holder's driver: runs what `step` (`holder/state.ts`) commands and feeds the results back
- * as events. It owns no decision: the timers (the periodic lease write, the
- * countdown's steps, the last call, the POST's budget), the lease writes (each a fresh version,
- * the DynamoDB Lock Client's pattern), the fence's answer to the flow, the signal that stops the
- * flow's upstream requests, and the flow's effects (`HolderEffects`) in the order commanded.
- *
- * The countdown (see `Lease.countdown`): starting from the value the lease was written with,
- * each write lowers it by one, sent at least `countdownStepMs` after the previous write was
- * answered (monotonic); the confirmation writes 0. Writes never overlap and go out in order, so
- * a reader that saw r knows the POST leaves more than (r - 1) steps after its read was sent (I2).
+ * The holder's driver: runs what `step` (`state.ts`) commands (timers, lease writes, the fence's
+ * answer, the abort signal, the flow's effects in order) and feeds the results back as events.
+ * Countdown writes never overlap and go out in order, each a step after the last answer (I2).
  */
 import { randomUUID } from 'node:crypto';
 import { type Clock, Deadline } from '../../clock.js';
@@ -58,7 +51,6 @@ interface HeldLeaseOptions {
   /** The flow replaces a valid token; `suspect`: it may already be revoked. */
   readonly replacesToken: boolean;
   readonly suspect: boolean;
-  /** The protocol's timing. */
   readonly timing: ProtocolTiming;
   /** Bounds a store call to `waitMs` (the POST budget). */
   readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
@@ -104,7 +96,6 @@ export class HeldLease {
     this.#dispatch('started');
   }
 
-  /** The holder's state (see `holder/state.ts`). */
   get state(): HolderState {
     return this.#state;
   }
@@ -114,7 +105,7 @@ export class HeldLease {
     return this.#state.confirmedUntil;
   }
 
-  /** The confirmation's term on the monotonic clock (see `HolderState.confirmedUntilMonotonic`). */
+  /** The confirmation's term on the monotonic clock. */
   get confirmedUntilMonotonic(): number | undefined {
     return this.#state.confirmedUntilMonotonic;
   }
@@ -136,9 +127,8 @@ export class HeldLease {
   }
 
   /**
-   * The fence (I1): resolves when the POST may leave (a fresh confirmation of the lease covers
-   * it and A1's bound after it), with the instant after which no attempt of it may leave; rejects
-   * with LeaseLost when nothing may be sent.
+   * The fence (I1): resolves, with the last instant an attempt may leave, when a fresh
+   * confirmation covers the POST; rejects with LeaseLost when nothing may be sent.
    */
   fence(): Promise<Deadline> {
     return new Promise((resolve, reject) => {
@@ -237,11 +227,7 @@ export class HeldLease {
     }
   }
 
-  /**
-   * A timer, fired once: a step the countdown or the flow waits on is a sleep (as on the store);
-   * the step that keeps the lease at 1 or marks its lapse, the last call and the POST's budget
-   * are timers.
-   */
+  /** A timer, fired once; a step the flow waits on is a sleep instead. */
   #arm(timer: HolderTimer, ms: number, fire: () => void): () => void {
     const { clock } = this.options;
     const { countdown, fenceAskedAt, writing } = this.#state;
@@ -249,7 +235,6 @@ export class HeldLease {
     if (timer !== 'step' || !waitedOn) return clock.after(ms, fire);
     let armed = true;
     // Slept from the next turn: the flow that holds the lease gets under way first.
-    // A sleep that fails (a broken clock) never fires the step: the last call ends the lease.
     void Promise.resolve()
       .then(() => clock.sleep(ms))
       .then(

@@ -1,12 +1,7 @@
 /**
- * The relations between the protocol's constants that the safety argument of docs/protocol.md
- * rests on (and a few that keep it live), each named after the step it serves. A timing other
- * than the default is validated once, where it is built (`protocolTiming`, `scaledTiming`), and
- * then flows as a value; `test/lib/broker/timing-relations.test.ts` property-tests that exactly
- * the timings satisfying these are accepted, and that every scaled timing is.
- *
- * Like client-go's leader election, which checks its durations' relations once, in its
- * constructor, and refuses the configuration naming the one that failed.
+ * The relations between the protocol's constants that docs/protocol.md's safety argument rests
+ * on (and a few for liveness), each named after its step. A non-default timing is validated once,
+ * where it is built, then flows as a value.
  */
 import {
   MAX_COUNTDOWN,
@@ -26,9 +21,7 @@ import {
 interface TimingRelation {
   /** The step of docs/protocol.md's safety argument it serves (`I2.6`), or `liveness`. */
   readonly step: string;
-  /** What it keeps, as a sentence. */
   readonly name: string;
-  /** The relation as a formula over `ProtocolTiming`'s (independent) fields. */
   readonly formula: string;
   /** Its slack: >= 0 when it holds; otherwise by how much it fails (the unit of `formula`). */
   readonly slack: (timing: ProtocolTiming) => number;
@@ -36,10 +29,7 @@ interface TimingRelation {
 
 /**
  * Every relation a timing must satisfy, in the order of the safety argument, over the
- * independent constants only. Those between derived values hold by their derivation: the
- * reuse and proof margins cover the drift over the longest re-check (I2.5, I2.6), the heartbeat
- * is a third of the lease, a reader's step-write cap is the store's bound, the poll cap is
- * above its base (and every poll waits at least 1 ms, `pollWaitMs`).
+ * independent constants only (those between derived values hold by their derivation).
  */
 export const TIMING_RELATIONS: readonly TimingRelation[] = [
   {
@@ -103,11 +93,9 @@ export const TIMING_RELATIONS: readonly TimingRelation[] = [
 export class TimingRelationError extends Error {
   override readonly name = 'TimingRelationError';
   constructor(
-    /** The step it serves (`I2.6`), `liveness`, or `field` for a value that is no duration. */
+    /** The step it serves, `liveness`, or `field` for a value that is no duration. */
     readonly step: string,
-    /** The relation that failed (its formula), or the field. */
     readonly relation: string,
-    /** By how much it fails, in the relation's unit (ms or steps). */
     readonly shortBy: number,
     message: string,
   ) {
@@ -116,9 +104,7 @@ export class TimingRelationError extends Error {
 }
 
 /**
- * Checks `timing` once: only `ProtocolTiming`'s fields (a derived value is never a field), each
- * a finite number of ms >= 0, then every relation.
- *
+ * Checks `timing` once: only `ProtocolTiming`'s fields, each a finite ms >= 0, then every relation.
  * @throws {TimingRelationError} naming the first field or relation that fails, and by how much.
  */
 export const validateTiming = (timing: ProtocolTiming): ProtocolTiming => {
@@ -157,11 +143,7 @@ export const validateTiming = (timing: ProtocolTiming): ProtocolTiming => {
   return timing;
 };
 
-/**
- * The default timing with `overrides` (or `base`'s), validated and frozen.
- *
- * @throws {TimingRelationError} (see `validateTiming`).
- */
+/** The default timing with `overrides` (or `base`'s), validated and frozen. */
 export const protocolTiming = (
   overrides: Partial<ProtocolTiming> = {},
   base: ProtocolTiming = DEFAULT_TIMING,
@@ -174,9 +156,8 @@ export const MAX_TIMING_SCALE = 1;
 const up = Math.ceil;
 const nearest = (ms: number) => Math.max(1, Math.round(ms));
 /**
- * How each constant is rounded when scaled: margins, reserves (the store's bound sets them) and
- * the step up (more slack); the lease and the issuance to the nearest; the proof margin down,
- * at least 1: its 1,000-fold, the longest re-check, must stay a countdown the item believes.
+ * How each constant is rounded when scaled: up for more slack; the lease and issuance to the
+ * nearest; the proof margin down (its 1,000-fold must stay a countdown the item believes).
  */
 const ROUNDING: Readonly<Record<keyof ProtocolTiming, (ms: number) => number>> = {
   countdownStepMs: up,
@@ -190,11 +171,8 @@ const ROUNDING: Readonly<Record<keyof ProtocolTiming, (ms: number) => number>> =
 };
 
 /**
- * The default timing with every independent constant times `factor` (in [0.01, 1]), in whole ms
- * (`ROUNDING`); the derived ones follow. Every relation holds at every such factor
- * (property-tested). Tests and `npm start` run the protocol faster with it
- * (`BROKER_TIMING_SCALE`); a deployment never does.
- *
+ * The default timing with every independent constant times `factor`, in whole ms (`ROUNDING`);
+ * every relation holds at every factor. Tests and `npm start` only (`BROKER_TIMING_SCALE`).
  * @throws {RangeError} for a factor outside [0.01, 1].
  */
 export const scaledTiming = (factor: number): ProtocolTiming => {
@@ -206,7 +184,7 @@ export const scaledTiming = (factor: number): ProtocolTiming => {
   if (factor === 1) return DEFAULT_TIMING;
   const scaled: Record<keyof ProtocolTiming, number> = { ...DEFAULT_TIMING };
   for (const field of Object.keys(ROUNDING) as (keyof ProtocolTiming)[]) {
-    // To a millionth of a ms first: 250 * 0.1 is 25.000000000000004 in floating point.
+    // To a millionth of a ms first, against floating-point error.
     scaled[field] = ROUNDING[field](Math.round(DEFAULT_TIMING[field] * factor * 1e6) / 1e6);
   }
   return protocolTiming(scaled);

@@ -1,9 +1,6 @@
 /**
- * What this container knows about each connection: one `ConnectionState` per connection
- * (`connection-state.ts`), each changed only by the events applied to it. Its commands
- * (`observe`, `confirmed`, `drop`, `forget`, `report`, `measured`) only turn what happened into
- * events, stamped with this container's clocks, and apply them; everything else is a query and
- * writes nothing. Serving a token without a fresh read is one rule, `servable` (`serving.ts`).
+ * What this container knows about each connection: one `ConnectionState` each. Commands turn
+ * what happened into events stamped with this container's clocks; the rest are queries.
  */
 import type { Clock } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
@@ -39,10 +36,7 @@ export interface Seen {
   readonly proofMs: number;
   /** The lease on it has not changed for its duration, as watched here. I1. */
   readonly leaseStale: boolean;
-  /**
-   * In how long (ms, monotonic) the lease would be stale here if no new version came: when a
-   * waiter reads again to find a holder that stopped (liveness only). None without a lease.
-   */
+  /** In how long (ms, monotonic) the lease would be stale here if unchanged (liveness only). */
   readonly staleInMs?: number | undefined;
 }
 
@@ -71,10 +65,8 @@ export class ConnectionView {
   }
 
   /**
-   * Keeps what a read (sent at `read`, answered at `now`) says: a valid token with the time the
-   * read proves it safe, and the lease on it (first seen now, on our clock). A token whose
-   * replacement's request may be out (its lease counted down, live or lapsed) is suspect:
-   * neither served nor kept.
+   * Keeps what a read (sent at `read`, answered at `now`) says: a valid token with its proof,
+   * and the lease on it. A token whose replacement's request may be out is suspect: not kept.
    */
   observe(connection: ConnectionConfig, state: TokenState, read: ReadSent, now: number): Seen {
     const { name } = connection;
@@ -103,10 +95,7 @@ export class ConnectionView {
     return { valid, suspect, proofMs: proof, leaseStale, staleInMs };
   }
 
-  /**
-   * Keeps a token that a read or a write at `at` confirmed with no lease on it: one this
-   * container just wrote (or could not write: `untilAtMost` then), or got back on releasing.
-   */
+  /** Keeps a token confirmed with no lease on it (`untilAtMost`: one whose write failed). */
   confirmed(record: TokenRecord, at: ReadSent, untilAtMost = Number.POSITIVE_INFINITY): void {
     this.#keep({
       record,
@@ -117,7 +106,7 @@ export class ConnectionView {
     });
   }
 
-  /** The protocol's timing this container runs at (the settings', else the default). */
+  /** The protocol's timing this container runs at. */
   get timing(): ProtocolTiming {
     return this.settings.timing;
   }
@@ -149,10 +138,8 @@ export class ConnectionView {
   }
 
   /**
-   * A2. Whether what this container last learned still proves `record` at `now`: checked
-   * again, with no await in between, just before the token is handed out. A stall between the
-   * decision and the answer (GC, a throttled CPU share, a freeze) longer than the proof had
-   * left ends it; the caller's answer is then decided again.
+   * A2. Whether what this container last learned still proves `record` at `now`: checked just
+   * before the token is handed out, since a stall may have outlasted the proof.
    */
   stillProves(record: TokenRecord, now: number): boolean {
     const entry = this.entry(record.connection);
@@ -169,10 +156,7 @@ export class ConnectionView {
     return this.#states.get(name)?.leaseFirstSeen(lease);
   }
 
-  /**
-   * How long this container has known the token of `digest` (ms, monotonic), 0 if it never
-   * learned it. A query: the first sight is recorded where the token is learned. I4.
-   */
+  /** How long this container has known the token of `digest` (ms, monotonic), 0 if never. I4. */
   knownFor(name: string, digest: string): number {
     return this.#states.get(name)?.knownFor(digest, this.clock.monotonic()) ?? 0;
   }
@@ -192,10 +176,7 @@ export class ConnectionView {
     return this.#states.get(name)?.readMs;
   }
 
-  /**
-   * I2. The serving rule (`servable`) on what memory holds of `name` now, after `asked`; with
-   * `digest`, only if memory holds that token (one it no longer holds may have been revoked).
-   */
+  /** I2. The serving rule on memory's entry for `name`; with `digest`, only if it holds that token. */
   servable(name: string, request: ServingRequest, asked?: Asked, digest?: string): Servable {
     const entry = this.entry(name);
     const held = digest === undefined || entry?.record.tokenDigest === digest ? entry : undefined;
@@ -208,21 +189,14 @@ export class ConnectionView {
   }
 
   /**
-   * I1. Whether `lease`, just read for `name`, is stale at `now` (when the read came back: the
-   * version was written before then), as the DynamoDB Lock Client judges it: on this
-   * container's own clock only. Each write of a lease sets a fresh version; a lease is stale
-   * once this container has seen the same version unchanged for its recorded duration, on its
-   * monotonic clock (so that a wall clock stepped forward takes no live lease over). A skewed
-   * clock elsewhere moves nothing here. Only a lease whose own expiry is further in the past
-   * than any plausible skew is stale at first sight (a holder that died long ago), so a new
-   * container need not wait out a lease nobody renews. A version new here is recorded (an
-   * event), and is not stale. Returns in how long it is stale here: <= 0 once it is.
+   * I1. In how long `lease`, just read, is stale here (<= 0: stale), judged on this container's
+   * monotonic clock: its version unchanged for its recorded duration, or its expiry past any
+   * plausible skew. A version new here is recorded and not stale.
    */
   #staleInMs(name: string, lease: Lease, now: number): number {
     const pastSkew = lease.expiresAt + this.timing.skewToleranceMs - now;
     if (pastSkew < 0) return 0;
-    // Stale by its expiry a millisecond after `pastSkew` (the rule above is strict): a waiter
-    // reads again then, not a poll later (liveness only; never 0, so never stale sooner).
+    // A millisecond past `pastSkew`, so a waiter reads again then (never 0).
     const byExpiry = pastSkew + 1;
     const seenFor = this.#states.get(name)?.leaseSeenFor(lease, this.clock.monotonic());
     if (seenFor !== undefined) return Math.min(lease.durationMs - seenFor, byExpiry);
