@@ -1,16 +1,7 @@
 /**
- * A caller's report that the upstream rejected a token (invalidate). Only that token is acted
- * on (compare-and-delete: a late report about an older token cannot drop a fresh one). A token
- * old enough to be replaced on a caller's word (`caller-bounds.ts`, measured on this
- * container's own clock) is dropped, and the next request issues its successor; a younger one
- * is kept with the report (in the store and in memory) and replaced, once, when it is old
- * enough (`due`). A report about the token this container holds as current, early in its
- * life, also says that another system may be issuing tokens for the same client ID.
- *
- * On a connection with a `probe`, the report is checked first (`probe-verdicts.ts`): a token
- * the Open API accepts is not replaced, and a token it rejects is dropped at once, whatever its
- * age (its successor is issued by the next request, under the lease: one issuance however many
- * report it). A probe that proves nothing leaves the report to the age rules.
+ * A caller's report that the upstream rejected a token (invalidate), acting on that token only
+ * (compare-and-delete). With a `probe`, the report is checked first; else a token old enough
+ * (`caller-bounds.ts`) is dropped, and a younger one kept with the report until it is (`due`).
  */
 import type { Clock, Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
@@ -60,14 +51,11 @@ export class Reports {
     const reportedBy = caller ?? UNNAMED_CALLER;
     const now = clock.now();
     const entry = view.entry(name);
-    // Held only while memory still proves it: past that, another region may have replaced it
-    // under a lease this container never saw, and a `valid` verdict would be reused for a
-    // revoked token (review 3).
+    // Held only while memory still proves it: past that it may have been replaced unseen.
     const current = entry?.record.tokenDigest === digest ? entry : undefined;
     const proved = view.servable(name, { minValidityMs: 0, explicit: false }).why === 'proved';
     const held = current && proved ? current : undefined;
-    // The token as this container holds it, else as the store does (its `forced` mark decides
-    // how long it is kept): a report about any other token changes nothing, and is not probed.
+    // The token as held here, else as stored: a report about any other token changes nothing.
     const { token, lease } = held
       ? { token: held.record, lease: held.lease }
       : await this.#storedToken(name, digest, deadline);
@@ -109,10 +97,7 @@ export class Reports {
     return outcome;
   }
 
-  /**
-   * Whether a report kept about `record` is due: the token may now be replaced on a caller's
-   * word, as this container measures its age.
-   */
+  /** Whether a report kept about `record` is due: old enough to be replaced on a caller's word. */
   due(record: TokenRecord): boolean {
     const { view, settings } = this.deps;
     const entry = view.entry(record.connection);
@@ -179,11 +164,8 @@ export class Reports {
   }
 
   /**
-   * The upstream rejected the current token, with no replacement of ours under way that could
-   * have revoked it, in the first half of its life: only another issuance for the same client
-   * ID, elsewhere, revokes it then. Believed when this container holds the token as current, or
-   * when the probe confirmed the rejection (a caller's word alone about a token it only read
-   * from the store is not).
+   * The upstream rejected the current token in the first half of its life, with no replacement
+   * of ours under way: only another issuer for the client ID revokes it then.
    */
   #suspectAnotherIssuer(
     held: TokenRecord,

@@ -1,7 +1,6 @@
 /**
- * A container's way to a token under the fleet's lease: the observer's loop (`observer/obtain.ts`)
- * with the holder's side plugged in (taking the lease and issuing under it, letting a stale one
- * go), and the refresh of a token that is still valid. Deadlines are on the monotonic clock (I3).
+ * A container's way to a token under the fleet's lease: the observer's loop with the holder's
+ * side plugged in, and the refresh of a still-valid token. Deadlines are monotonic (I3).
  */
 import type { Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
@@ -46,20 +45,13 @@ export class LeasedIssuance {
     this.#leases = new LeaseTaker(this.deps);
   }
 
-  /**
-   * Gives up every lease this container holds before its POST (its environment is shutting
-   * down): those flows send nothing and release their leases. See `HeldLease.abandon`.
-   */
+  /** Gives up every lease held here before its POST (shutdown): see `HeldLease.abandon`. */
   abandonLeases(reason: string): void {
     // Stryker disable next-line ArrayDeclaration: equivalent: the constructor always sets `held`
     for (const lease of this.deps.held ?? []) lease.abandon(reason);
   }
 
-  /**
-   * Refuses every issuance with `reason` (a function timeout too short for a refresh: the
-   * edge's `timeout-gate.ts`), before any lease is taken; undefined lifts it. Readers are still
-   * served whatever the store and memory prove.
-   */
+  /** Refuses every issuance with `reason` before any lease is taken; undefined lifts it. */
   refuseIssuance(reason: string | undefined): void {
     this.#refusal = reason;
   }
@@ -79,10 +71,8 @@ export class LeasedIssuance {
   }
 
   /**
-   * Tries once for the lease to replace `current`, a token that is still valid, and issues its
-   * successor once the countdown it announces has run out (the caller that started it is not
-   * kept waiting: see the facade). Never waits for another holder: undefined when a
-   * replacement is under way elsewhere, as seen at our last read (no write then) or now.
+   * Tries once for the lease to replace `current`, a still-valid token, and issues its
+   * successor. Never waits for another holder: undefined when a replacement is under way.
    */
   async refresh(
     connection: ConnectionConfig,
@@ -94,11 +84,7 @@ export class LeasedIssuance {
     const { name } = connection;
     const request = ownRequest(0, deadline, caller);
     const { clock, view, settings } = this.deps;
-    // A countdown announced at our last read is left to its holder. Whether that holder died
-    // only a read can tell (the same version seen again after its duration): that read comes
-    // when the countdown has run out on our clock (`obtain`), which lets a dead one go (or, for
-    // a caller the token does not satisfy inside its window, takes it over and goes on from its
-    // countdown).
+    // A countdown announced at our last read is left to its holder (`obtain` finds a dead one).
     const entry = view.entry(name);
     if (entry?.lease && entry.record.tokenDigest === current.tokenDigest) return undefined;
     const countdown = leaseCountdown(connection.revokesOnReissue, current, undefined, settings);
@@ -125,8 +111,7 @@ export class LeasedIssuance {
     if ('record' in outcome) return outcome;
     // What won is a read as good as any: no other try until it changes.
     if (outcome.state) view.observe(connection, outcome.state, outcome.read, clock.now());
-    // Lost during the flow: our token request may have gone out and revoked `current`, which
-    // must not be served; whatever the store holds now (ours, or the new holder's) is.
+    // Lost during the flow: `current` may be revoked; whatever the store holds now is served.
     return outcome.lost ? this.obtain(connection, request) : undefined;
   }
 
@@ -139,10 +124,7 @@ export class LeasedIssuance {
     return { budget, least: leaseNeedsMs(countdown, timing) };
   }
 
-  /**
-   * Takes the lease as `plan` says and, if won, issues under it. Otherwise: the state that won
-   * (a read as good as any), or `sent` when our lease was lost after the POST left.
-   */
+  /** Takes the lease as `plan` says and issues under it; else the state that won, or `lost`. */
   async #acquireAndIssue(
     connection: ConnectionConfig,
     plan: AcquirePlan,
@@ -169,8 +151,7 @@ export class LeasedIssuance {
           ? error
           : storeFailure('take the lease', error);
       });
-    // A write that was applied but whose answer was lost (then retried) shows our own version
-    // in the state that won: the lease is ours.
+    // A write applied but whose answer was lost shows our own version: the lease is ours.
     if (!attempt.acquired && attempt.state.lease?.version !== ours.version) {
       return { state: attempt.state, read };
     }

@@ -1,17 +1,7 @@
 /**
- * The holder as one reducer: `step(state, event)` is the only writer of the holder's state, and
- * says in commands what is to be done (lease writes, timers, the POST's go-ahead, the token
- * write, the clean-up after a failure). `held-lease.ts` runs the commands and feeds their
- * results back as events; `holder/events.ts` defines them. Pure: every instant comes in an event
- * (`at`, monotonic), and each lease write's version is chosen by the driver (`write-sent`).
- * Modelled on client-go's leader election and a Redux-style reducer; docs/protocol.md's holder
- * table is generated from this function (test/lib/broker/holder-table.test.ts).
- *
- * I1: `send-post` is commanded only on entering `fenced`, by a confirmation written under the
- * current version and still fresh; once sent, the holder is `posting`. I2: a step lowers the
- * countdown by one, written at least a step (`countdownStepMs`) after the previous write was answered;
- * writes never overlap. I3: the last call gives the lease up while counting once the POST and
- * the write after it no longer fit before the deadline.
+ * The holder as one pure reducer: `step(state, event)` is the only writer of its state and says
+ * in commands what to do (`held-lease.ts` runs them). docs/protocol.md's holder table is
+ * generated from it. I1: `send-post` only on a fresh confirmation. I3: the last call.
  */
 
 import { leaseTerm, postLandsWithinMs, postSendWindowMs, storeReserveMs } from '../timing/index.js';
@@ -71,29 +61,24 @@ const ended = (state: HolderState, outcome: HolderEvent & { type: 'answered' }):
     state: { ...state, name, fenceAskedAt: undefined, finished: name !== 'writing' },
     commands: [...ALL_TIMERS, ...commands],
   });
-  // I2. A lease taken over after a countdown: that holder's POST may be out, and the token it
-  // replaced revoked; letting the lease go would make it servable again, so it goes first.
+  // I2. A lease taken over after a countdown: the token it replaced may be revoked; dropped first.
   const suspectDropped: HolderCommand[] = suspect && replacesToken ? [{ do: 'drop-replaced' }] : [];
   switch (outcome.outcome) {
     case 'issued':
-      // Only after `send-post` from the real flow; an issue() that never asked for the fence (a
-      // test double) has its token written too: the store's conditional write is the far side's
-      // check, and it names the version last written.
+      // The store's conditional write names the version last written: the far side's check.
       return end('writing', [{ do: 'write-token' }]);
     case 'not-sent':
       // Nothing was sent: our lease, if still ours, is freed; the new holder's token wins.
       return end('lost', [...suspectDropped, { do: 'release', restore: false }, fin('lost')]);
     case 'outcome-unknown':
-      // The POST may still land and revoke the token it replaces: that token is dropped now,
-      // and the lease held through the grace, so that no other POST starts while it could land.
+      // The POST may still land and revoke its token: dropped now, lease held through the grace.
       return end('outcome-unknown', [
         ...(replacesToken ? [{ do: 'drop-replaced' } as const] : []),
         { do: 'hold-for-grace', until: heldUntil(state, outcome.at) },
         fin('outcome-unknown'),
       ]);
     case 'failed':
-      // Nothing was issued: the lease is freed now, and the token it would have replaced is
-      // good again if the release proves we still held it.
+      // Nothing issued: the lease is freed, the token good again if the release proves it.
       return end('failed', [...suspectDropped, { do: 'release', restore: true }, fin('failed')]);
   }
 };
@@ -101,11 +86,8 @@ const ended = (state: HolderState, outcome: HolderEvent & { type: 'answered' }):
 const fin = (outcome: HolderOutcome): HolderCommand => ({ do: 'finish', outcome });
 
 /**
- * Until when (monotonic) a POST given up at `at` may still land (A1): its bound after the
- * latest instant an attempt may have left. That is the send window's end (each attempt checks
- * it before it is sent), or the give-up if earlier; but a give-up more than a send window after
- * the POST's abort says the holder stalled across it (A2), and an attempt's bytes may have left
- * as late as the give-up: then from the give-up.
+ * Until when (monotonic) a POST given up at `at` may still land (A1): its bound after the latest
+ * instant an attempt may have left (from the give-up itself if the holder stalled, A2).
  */
 const heldUntil = (state: HolderState, at: number): number => {
   const { postSendBy, postAbortAt } = state;
@@ -115,11 +97,7 @@ const heldUntil = (state: HolderState, at: number): number => {
   return (stalled ? at : Math.min(at, postSendBy)) + landsWithin;
 };
 
-/**
- * The holder's next state and what to do, for `event` in `state`. An event that does not apply
- * (a timer that fired late, a write answered after the flow ended) changes nothing but the
- * lease's bookkeeping.
- */
+/** The holder's next state and commands for `event`; an event that does not apply changes nothing. */
 export const step = (state: HolderState, event: HolderEvent): Result => {
   const none: Result = { state, commands: [] };
   if (state.finished) {
@@ -139,11 +117,9 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
       return {
         state,
         commands: [
-          // The periodic lease write (the countdown's step, and the heartbeat at 1), from the
-          // answer of the write that took the lease.
+          // The periodic lease write, from the answer of the write that took the lease.
           { do: 'arm', timer: 'step', ms: Math.max(0, state.answeredAt + nextStepMs(state) - at) },
-          // I3: a countdown (or a slow store) that has not reached the POST by the time the POST
-          // and the write after it no longer fit: nothing will be sent, so the lease goes now.
+          // I3: the lease goes once the POST and the write after it no longer fit.
           {
             do: 'arm',
             timer: 'last-call',
@@ -166,8 +142,7 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
         : none;
     case 'post-timer':
       if (state.name === 'posting') {
-        // The POST outlived its lease: stopped (a request not yet sent is not sent); only its
-        // answer tells what it did. Its reason stops a second fence too.
+        // The POST outlived its lease: stopped; only its answer tells what it did.
         const reason = 'The access-token request outlived its lease';
         return { state: { ...state, reason }, commands: [{ do: 'abort', reason }] };
       }
@@ -184,9 +159,7 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
         return lose({ ...state, fenceAskedAt: at }, state.reason);
       }
       if (state.name === 'posting') {
-        // Fenced again while posting: the flow sends a second token request only after a
-        // definite refusal of the first (rotated credentials): nothing of the first can land.
-        // The lease is confirmed afresh, at once (countdown 0), before the second leaves.
+        // Fenced again (a second POST after a definite refusal of the first): confirmed afresh.
         return fence({ ...state, name: 'counting', countdown: 0, fenceAskedAt: at }, at);
       }
       if (state.name !== 'counting') return { state, commands: [{ do: 'refuse-fence' }] };
