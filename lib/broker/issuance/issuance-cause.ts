@@ -1,8 +1,4 @@
-/**
- * Why a token was issued, and at whose request: every issuance is logged with both and counted
- * per cause, so that an operator can tell a warm-up from a caller forcing replacements, an
- * invalidate storm or a fleet that lost a holder.
- */
+/** Why a token was issued, and at whose request: every issuance is logged and counted by cause. */
 import { MetricName } from '../../metrics.js';
 import type { Lease, TokenRecord, TokenState } from '../../ports.js';
 
@@ -13,11 +9,7 @@ export const IssuanceCause = {
   Expired: 'expired',
   /** The warm-up replaced a token inside its refresh window. */
   WarmUp: 'warm-up',
-  /**
-   * A request replaced a token inside its refresh window: in the background, or in the
-   * foreground when the token no longer had the validity asked for. Routine either way: the
-   * token was due, so the replacement is not a caller's word (never `forced`).
-   */
+  /** A request replaced a token inside its refresh window: routine, never `forced`. */
   RefreshAhead: 'refresh-ahead',
   /** The stored token was valid but too short for the validity a caller asked for. */
   MinValidity: 'min-validity',
@@ -42,10 +34,7 @@ export const CAUSE_METRIC: Readonly<Record<IssuanceCause, MetricName>> = {
   'unknown-outcome': MetricName.IssuedForUnknownOutcome,
 };
 
-/**
- * Causes that are a caller's word rather than a token's age: the token they issue is `forced`,
- * and no caller's word replaces it before it is a refresh window old (`caller-bounds.ts`).
- */
+/** Causes that are a caller's word: the token they issue is `forced` (`caller-bounds.ts`). */
 export const isCallersWord = (cause: IssuanceCause): boolean =>
   cause === IssuanceCause.MinValidity || cause === IssuanceCause.Invalidate;
 
@@ -56,11 +45,8 @@ export type Caller = string;
 export const UNNAMED_CALLER: Caller = 'unnamed caller';
 
 /**
- * Why the lease just taken issues a token, from the read that led to it: the stale lease it
- * takes over, a suspect token (an unknown outcome), a valid one replaced for the warm-up, inside
- * its window for a request, or before it for a caller's validity, an expired one, or none at
- * all (reported, or never stored). Only the last of the valid ones is a caller's word: a token
- * inside its window is due whatever `minValidity` asked (`forcesReplacement` agrees).
+ * Why the lease just taken issues a token, from the read that led to it. Only a valid token
+ * replaced before its window for a caller's validity is a caller's word.
  */
 export const causeOf = (read: {
   readonly state: TokenState;

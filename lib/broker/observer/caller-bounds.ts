@@ -1,22 +1,8 @@
 /**
- * How far a caller's word may go (invariant I4, docs/protocol.md): a caller may ask for
- * validity (`minValidity`) and report a rejected token (invalidate), and either can replace a
- * valid token, which the upstream then revokes. Bounded so that no caller, nor any mix of callers and paths, replaces tokens more
- * than once per refresh window:
- *
- * - a token issued on a caller's word (`TokenRecord.forced`) is replaced on a caller's word only
- *   once it is a refresh window old (`BROKER_FORCED_MIN_AGE_SECONDS` sets another age);
- * - any other token (first, warm-up, refresh ahead, takeover…), once it is
- *   `BROKER_INVALIDATE_MIN_AGE_SECONDS` old: its first forced replacement;
- * - ages are measured on this container's monotonic clock from when it first saw the token,
- *   which is never before its issuance: no clock is compared with another's (a reporter whose
- *   clock runs ahead finds no token older than it is), and a clock that steps changes nothing;
- * - a report that comes too early is kept (in the store) and acted on once the age is reached;
- *   a `minValidity` that comes too early is refused with what can be had now.
- *
- * The natural replacements (the warm-up, refresh ahead, an expired token) are not bounded
- * here: each happens once per token lifetime, in its refresh window, which a forced token
- * reaches only once it is a window old (a window is at most half a lifetime).
+ * How far a caller's word (`minValidity`, invalidate) may go, I4: no mix of callers replaces
+ * tokens more than once per refresh window. A forced token is replaced on a caller's word only
+ * once a window old, any other once `BROKER_INVALIDATE_MIN_AGE_SECONDS` old, ages measured on
+ * this container's monotonic clock from first sight.
  */
 import { BadRequestError, ForceNotAllowedError, ReplacementTooSoonError } from '../../errors.js';
 import type { TokenRecord } from '../../ports.js';
@@ -32,10 +18,7 @@ export interface CallerBoundSettings extends RefreshSettings {
   readonly forcedMinAgeMs?: number;
 }
 
-/**
- * How long (ms) a caller's word must still wait before it may replace `record`, which this
- * container has known for `knownForMs`; 0 or less: it may now.
- */
+/** How long (ms) a caller's word must still wait to replace `record`; <= 0: it may now. */
 export const waitBeforeReplacing = (
   record: TokenRecord,
   knownForMs: number,
@@ -45,11 +28,7 @@ export const waitBeforeReplacing = (
     ? (settings.forcedMinAgeMs ?? windowMs(record, settings))
     : (settings.invalidateFloorMs ?? 0)) - knownForMs;
 
-/**
- * The largest whole `minValidity` that `record` satisfies at `now` (served: left > need), with
- * a second or more to spare: the caller asks again a round trip later, maybe of a container
- * whose clock runs a little ahead.
- */
+/** The largest whole `minValidity` `record` satisfies at `now`, with a second to spare. */
 export const availableMinValidity = (record: TokenRecord, now: number): number =>
   Math.max(0, Math.floor((record.expiresAt - now) / 1000) - 1);
 
@@ -76,10 +55,7 @@ interface ForcingRequest {
   readonly mayForce: boolean;
 }
 
-/**
- * Why a request that forces a replacement of `record` is refused, or undefined when it may go
- * on. The refusal says what the caller can ask for instead.
- */
+/** Why a request forcing a replacement of `record` is refused (saying what it can ask instead). */
 export const forcingRefusal = (
   request: ForcingRequest,
   settings: CallerBoundSettings,
@@ -107,8 +83,7 @@ export const forcingRefusal = (
 };
 
 /**
- * The one `TokenRequest` of a `getToken` call, its `minValidity` checked here, once: a whole
- * number of seconds (the default when none is asked), below the longest lifetime a token may have.
+ * The one `TokenRequest` of a `getToken` call, its `minValidity` checked once.
  * @throws {BadRequestError}
  */
 export const tokenRequest = (

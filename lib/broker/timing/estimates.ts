@@ -1,8 +1,6 @@
 /**
- * The protocol's timing, part 2: **liveness estimates**, which only tune speed (how soon to
- * read again, when to try a refresh, how long a refresh may take). They may be wrong; safety
- * never rests on them. Where an estimate stands in for a bound of `bounds.ts`, it is never
- * below it (a property test checks each pair).
+ * The protocol's timing, part 2: liveness estimates, which only tune speed; safety never rests
+ * on them. Where one stands in for a bound of `bounds.ts` it is never below it.
  */
 import type { Lease, TokenRecord } from '../../ports.js';
 import { countdownFor, leaseNeedsMs, type RefreshSettings, windowMs } from './bounds.js';
@@ -14,15 +12,12 @@ import {
   storeReserveMs,
 } from './protocol-timing.js';
 
-/** XFetch's β (an algorithm constant, no unit): 1, the paper's optimum for a single recompute. */
+/** XFetch's β (no unit): 1, the paper's optimum. */
 export const XFETCH_BETA = 1;
 
 /**
- * XFetch (Vattani et al., VLDB 2015), aimed so that the cut-over lands at the middle of the
- * refresh window: a try starts a countdown, so it is aimed a countdown earlier (never before
- * the window starts). XFetch's exponential tail is capped because a busy fleet draws it hundreds
- * of times a second. It decides when to *try*; the lease decides who mints.
- *
+ * XFetch (Vattani et al., VLDB 2015), aimed so the cut-over lands at the middle of the refresh
+ * window (a countdown earlier), its tail capped. It decides when to try; the lease, who mints.
  * @param draw uniform in [0, 1)
  * @param issuanceMs the last measured issuance duration, countdown excluded (XFetch's δ)
  */
@@ -61,13 +56,9 @@ export const readReserveMs = (lastReadMs: number | undefined, timing: ProtocolTi
   Math.max(readReserveFloorMs(timing), 2 * (lastReadMs ?? 0));
 
 /**
- * The one cut-over estimate: when the successor of a token whose lease a read sent at
- * `checkedAt` found counting down should be stored (local ms), and how long each step takes.
- * A step is the holder's word (`Lease.stepMs`: its wait and its own last write's round trip,
- * clamped to the step and the store's bound), else the step's wait alone (the lease's first
- * version announces none: its steps are not yet measured); after the last step, the POST
- * (about half an issuance, a slow one not waited for whole) and the token write. Never before
- * the countdown's announced end. Liveness only.
+ * The cut-over estimate: when the successor of a token whose lease a read sent at `checkedAt`
+ * found counting down should be stored (local ms), and each step's length (the holder's
+ * `Lease.stepMs`, clamped). Never before the countdown's announced end. Liveness only.
  */
 export const cutOverEstimate = (
   checkedAt: number,
@@ -87,10 +78,7 @@ export const cutOverEstimate = (
 
 /**
  * How long to wait before reading a lease held elsewhere again, ms: full jitter below a doubling
- * ceiling, at least 1 ms; and no sooner than the lease's countdown runs out (no token can come
- * before). At a cut-over the token comes one access-token round trip after the countdown ends:
- * the ceiling starts there, so a waiter reads a few times, not a dozen.
- *
+ * ceiling, at least 1 ms, and no sooner than the countdown runs out.
  * @param sinceReadMs time since the read that saw `countdown` was sent
  */
 export const pollWaitMs = (

@@ -1,8 +1,6 @@
 /**
- * One request for a token (`TokenRequest`, made once at the facade and passed unchanged), and
- * the one rule by which this container serves a token without a fresh read (`servable`, I2):
- * from memory, while the store is down, through an operator's outage grace, or as the last good
- * one after a failure, with how long its caller may reuse it. Pure; the arithmetic is `timing/`'s.
+ * One request for a token (`TokenRequest`, made once at the facade), and the one rule by which
+ * this container serves a token without a fresh read (`servable`, I2). Pure.
  */
 import type { Deadline } from '../../clock.js';
 import {
@@ -66,10 +64,8 @@ export const validityNeeded = (
 };
 
 /**
- * I2. The token a read found (valid here, or expired here by less than the skew allowed, or
- * unreadable here: another container may serve it) if its replacement's request may be out: a
- * countdown ended where the upstream revokes on re-issue. Never served nor kept; a flow that
- * ends without its successor drops it. The one place "suspect" is judged.
+ * I2. The token a read found (valid, expired by less than the skew, or unreadable here) if its
+ * replacement's request may be out. Never served nor kept. The one place "suspect" is judged.
  */
 export const suspectToken = (
   state: TokenState,
@@ -99,17 +95,10 @@ export interface Servable {
 }
 
 /**
- * I2. Whether memory may serve its token (`entry`, rebased) for `request` at `now`, after
- * `asked`; until when, and why:
- * - `proved`, first: valid for the need, read less than a re-check ago, inside what that read
- *   proved, and not near the end of a countdown read long before it (read again then);
- * - `store-down`: the store cannot be read; valid for the need, inside what the read proved;
- * - `last-good`: the request failed in a way that says nothing against it (not a replacement
- *   under way, nor a request of unknown outcome: either may have revoked it), for a caller that
- *   named no validity; valid, inside what the read proved;
- * - `outage-grace`: either of the last two past the proof, inside the operator's grace.
- * The caller's reuse ends within the proof, less the margin, with the validity it asked for; no
- * stale use after a failure. The warm-up never gets memory's token.
+ * I2. Whether memory may serve `entry` (rebased) for `request` at `now`, after `asked`; until
+ * when, and why: `proved` (inside a recent read's proof), `store-down`, `last-good` (after a
+ * failure that says nothing against it, for a caller that named no validity), `outage-grace`
+ * (past the proof, inside the operator's grace). The warm-up never gets memory's token.
  */
 export const servable = (
   entry: MemoryEntry | undefined,
