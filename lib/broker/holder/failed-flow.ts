@@ -1,16 +1,7 @@
 /**
- * What a failed flow leaves behind: the clean-up commands of the holder (`holder/state.ts`
- * chooses them by its final state; this file only carries them out), each a best-effort store
- * call cut to the caller's deadline:
- * - `drop-replaced`: the token it replaces may be revoked (an outcome unknown, or a lease taken
- *   over after a countdown): forgotten here, deleted from the store if unchanged;
- * - `release`: the lease is freed (lost, or failed for sure); after a failure for sure the
- *   replaced token is good again, if the release proves we still held the lease;
- * - `hold-for-grace`: the lease is held through the grace after a POST that may still land.
- *   The fence already covers A1's bound after the latest instant the POST could leave; this
- *   write counts it again from the give-up, which no attempt of the POST can follow: a holder
- *   paused across its POST's abort (its timer late, an attempt sent after it) still holds the
- *   lease until that attempt may land (A2, docs/protocol.md).
+ * The holder's clean-up commands after a failed flow (`drop-replaced`, `release`,
+ * `hold-for-grace`), each a best-effort store call cut to the caller's deadline. The grace is
+ * counted again from the give-up, so a holder paused across its POST's abort still holds (A2).
  */
 import { randomUUID } from 'node:crypto';
 import type { Deadline } from '../../clock.js';
@@ -52,10 +43,7 @@ export const cleanUp = (
         () => false,
       );
       if (!restore || !replaced) return;
-      // Nobody could replace the token while we held the lease, and a replacement after it
-      // announces a countdown that outlasts a re-check, so it counts as confirmed when we let
-      // go; only if the release proves we still held it: a holder paused past its lease may find
-      // that another took over and revoked that token meanwhile.
+      // Counts as confirmed only if the release proves we still held the lease.
       const kept = view.entry(name)?.record;
       if (kept?.tokenDigest === replaced.tokenDigest) {
         if (released) view.confirmed(kept, releasedAt);
@@ -90,12 +78,8 @@ const renewForGrace = (
     readonly deadline: Deadline;
   },
 ): Promise<boolean> => {
-  // A new version, whose duration watchers count from when they first see it: never shorter,
-  // on anyone's clock, than the reservation. Its expiry differs from the confirmation's too
-  // (1 ms past it at least): the previous release (0.1.0) tells writes apart by holder and
-  // expiry alone, and would count this shorter duration from its first sight of the
-  // confirmation, taking the lease over while the POST may still land (review 4:
-  // test/lib/broker/grace-renewal-older-release.test.ts).
+  // A new version, never shorter on anyone's clock than the reservation, its expiry past the
+  // confirmation's (older releases tell writes apart by holder and expiry alone).
   const until = Math.max(now + graceMs, (confirmedUntil ?? 0) + 1);
   return store.renewLease(
     connection,

@@ -1,8 +1,4 @@
-/**
- * The holder's reducer, its lease writes (`holder/state.ts` has `step`): a countdown step (one
- * kind of write, periodic: the count lowered while above 1, kept at 1 meanwhile), the fence,
- * their answers, and the lease lost. Pure, like `step`.
- */
+/** The holder reducer's lease writes (a countdown step, the fence), their answers, and losing the lease. Pure. */
 
 import {
   leaseHeartbeatMs,
@@ -28,23 +24,17 @@ export const lose = (state: HolderState, reason: string): Result => {
   };
 };
 
-/**
- * The periodic lease write, the step: it lowers the countdown by one, down to 1, and keeps it
- * there until the flow asks for the fence (the lease's heartbeat is this write). Cut to the
- * deadline.
- */
+/** The periodic lease write: the countdown one lower, down to 1 (the heartbeat); cut to the deadline. */
 export const writeLease = (state: HolderState, at: number): Result => {
   // Judged here too: a write that never came back must not keep the lease alive.
   if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
   const countdown = state.countdown > 1 ? state.countdown - 1 : state.countdown;
-  // A counting version (short) when another step follows this one's answer by a step: above 1,
-  // or at 1 once the flow waits at the fence; otherwise the next write is a lease period away.
+    // A short (counting) version when another step follows a step after this one's answer.
   const counting = countdown > 1 || state.fenceAskedAt !== undefined;
   const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at, state.terms.timing, counting);
   return {
     state: { ...state, writing: { write: 'step', countdown, durationMs, sentAt: at } },
-    // Nothing waits on the step timer while the write is out: it says when the lease lapses
-    // if no answer comes (a write that never came back must not keep the lease alive).
+    // The step timer now marks when the lease lapses if no answer comes.
     commands: [
       { do: 'write-lease', write: 'step', countdown, durationMs },
       { do: 'arm', timer: 'step', ms: state.ownedUntil - at },
@@ -52,17 +42,15 @@ export const writeLease = (state: HolderState, at: number): Result => {
   };
 };
 
-/** When the next step is due after an answer at `answeredAt`: a step while counting down, else a heartbeat period. */
+/** When the next step is due after an answer: a step while counting down, else a heartbeat. */
 export const nextStepMs = (state: HolderState): number => {
   const { timing } = state.terms;
   return state.countdown > 1 ? timing.countdownStepMs : leaseHeartbeatMs(timing);
 };
 
 /**
- * The fence once the countdown is down to 1 (or 0) and a step has passed since the last write was
- * answered: the confirmation (countdown 0) covers the POST's budget, the latest any attempt of it
- * may leave, and A1's bound after that (`postLandsWithinMs`): on its own, whatever budget the
- * POST had and whether or not a write after it lands.
+ * The fence once the countdown is at 1 (or 0) and a step has passed since the last answer: the
+ * confirmation (countdown 0) covers the POST's budget and A1's bound after it.
  */
 export const fence = (state: HolderState, at: number): Result => {
   if (state.writing || state.fenceAskedAt === undefined || state.countdown > 1) {
@@ -88,7 +76,7 @@ export const fence = (state: HolderState, at: number): Result => {
   };
 };
 
-/** A lease write answered: the version it set is ours (kept whatever the state: a release names it). */
+/** A lease write answered: the version it set is ours (a release names it). */
 export const landed = (state: HolderState, at: number): Result => {
   const write = state.writing;
   if (!write) return { state, commands: [] };
