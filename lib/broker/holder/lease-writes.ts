@@ -29,7 +29,7 @@ export const writeLease = (state: HolderState, at: number): Result => {
   // Judged here too: a write that never came back must not keep the lease alive.
   if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
   const countdown = state.countdown > 1 ? state.countdown - 1 : state.countdown;
-    // A short (counting) version when another step follows a step after this one's answer.
+  // A short (counting) version when another step follows a step after this one's answer.
   const counting = countdown > 1 || state.fenceAskedAt !== undefined;
   const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at, state.terms.timing, counting);
   return {
