@@ -13,18 +13,9 @@ export interface ServedToken {
 
 /** A token as the facade answers a caller: with how long that caller may keep reusing it. */
 export interface TokenAnswer extends ServedToken {
-  /**
-   * Local epoch ms (this container's clock) until which the caller may reuse the token without
-   * asking again: never past what this container's last store read proves safe, nor past the
-   * point where the token no longer has the validity the caller asked for. At or before the
-   * answer itself: not to be reused at all.
-   */
+  /** Local epoch ms until which the caller may reuse the token (within the read's proof). */
   readonly reusableUntil: number;
-  /**
-   * Ms after `reusableUntil` for which the caller may still use the token if it cannot reach the
-   * broker (HTTP's `stale-if-error`): 0 for a token this container knows is being replaced or
-   * was reported, or served unconfirmed after a failure (see `timing/bounds.ts`).
-   */
+  /** Ms after `reusableUntil` the caller may still use the token if the broker is unreachable. */
   readonly staleIfErrorMs: number;
 }
 
@@ -41,18 +32,11 @@ export interface GetTokenOptions {
   readonly minValiditySeconds?: number | undefined;
   /** By when an answer is due (made from the Lambda's remaining time: `deadlineIn`). */
   readonly deadline: Deadline;
-  /**
-   * By when work this request starts after its answer (a refresh ahead of expiry) must be
-   * over: in Lambda the invocation's end, since the function's timeout bounds the time an
-   * extension keeps the environment thawed. Undefined: the refresh's own budget only.
-   */
+  /** By when work this request starts after its answer (a refresh ahead) must be over. */
   readonly workUntil?: Deadline | undefined;
   /** Who asks (an HTTP caller's IAM ARN, `direct invoke`): logged with an issuance it causes. */
   readonly caller?: string | undefined;
-  /**
-   * Whether this caller may force a replacement with a `minValidity` the current token cannot
-   * give (the connection's `forceCallers`, decided at the edge). Default true.
-   */
+  /** Whether this caller may force a replacement (`forceCallers`). Default true. */
   readonly mayForce?: boolean | undefined;
 }
 
@@ -60,18 +44,9 @@ export interface GetTokenOptions {
 export interface InvalidateOutcome {
   /** The reported token was the stored one and is gone: the next request gets a new one. */
   readonly invalidated: boolean;
-  /**
-   * The reported token is too young to be replaced on a caller's word: the report is kept, and
-   * the token replaced about this many seconds from now (plus a memory re-check elsewhere).
-   */
+  /** Too young to replace on a caller's word: the report is kept, replaced in about this many s. */
   readonly deferredSeconds?: number;
-  /**
-   * What the connection's probe said of the reported token, when it has one and the probe
-   * answered: `valid`, the Open API accepts it (nothing was replaced: the caller's 401 came from
-   * something else); `revoked`, it rejects it (dropped at once, whatever its age). Absent when
-   * nothing was verified (no probe, a probe that failed, or not the current token), and the
-   * age rules decided.
-   */
+  /** What the probe said of the reported token, if it answered; absent: the age rules decided. */
   readonly verified?: 'valid' | 'revoked';
 }
 

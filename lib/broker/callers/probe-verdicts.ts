@@ -1,12 +1,7 @@
 /**
- * Verified reports: before a caller's report about the token a connection holds is weighed by
- * age (`caller-bounds.ts`), the connection's probe asks the Open API whether it still accepts
- * that token. A container probes a given token at most once per `probe.intervalSeconds`, on its
- * monotonic clock: concurrent reports share the probe in flight, and later ones reuse its
- * verdict (`valid` or `revoked`; not one that proved nothing, and not `valid` while a lease is
- * on the token), so a storm of reports costs one probe. Only the token the broker itself holds is ever
- * probed (never a string a caller sent), and the probe takes at most half the time the report
- * has left, so the store calls after it still fit (I3).
+ * Verified reports: the connection's probe asks the Open API whether it still accepts a reported
+ * token, at most once per `probe.intervalSeconds` per token (reports share the probe in flight
+ * and reuse its verdict). Only the broker's own token is probed, within half the time left (I3).
  */
 import { type Clock, Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
@@ -20,10 +15,7 @@ const MIN_PROBE_MS = 50;
 const NO_TIME: ProbeVerdict = { verdict: 'unknown', reason: 'no time left' };
 
 export class ProbeVerdicts {
-  /**
-   * The probes in flight, per connection and token. A Map, not an object: the keys carry
-   * connection names from callers.
-   */
+  /** The probes in flight, per connection and token (a Map: names come from callers). */
   readonly #inFlight = new Map<string, Promise<ProbeVerdict>>();
 
   constructor(
@@ -36,9 +28,8 @@ export class ProbeVerdicts {
   ) {}
 
   /**
-   * What the Open API says of `token` (held by this container or the store as `connection`'s
-   * current token): undefined when the connection has no probe. Probed at most once per
-   * interval per token in this container; waits at most half of what `deadline` leaves.
+   * What the Open API says of `token`: undefined when the connection has no probe. Waits at most
+   * half of what `deadline` leaves.
    */
   async check(
     connection: ConnectionConfig,
@@ -56,8 +47,7 @@ export class ProbeVerdicts {
     );
     const said = this.view.verdict(name, digest);
     let verdict = this.#inFlight.get(key) ?? (said && Promise.resolve(said));
-    // A replacement is under way (a lease on the token): its POST may have revoked the token
-    // since a `valid` verdict, so that one is not reused; the token is asked about again.
+    // With a lease on the token, a `valid` verdict may be out of date: asked again.
     if (verdict && leased && (await verdict).verdict === 'valid') verdict = undefined;
     if (!verdict) {
       if (waitMs < MIN_PROBE_MS) return NO_TIME;
@@ -72,8 +62,7 @@ export class ProbeVerdicts {
         });
       verdict = sent;
       this.#inFlight.set(key, sent);
-      // Settled: the verdict joins what this container knows, reused until `until` (one that
-      // proved nothing is not: see `applyEvent`). A probe since sent in its place governs.
+      // Settled: kept in the view, unless a probe since sent in its place governs.
       void sent.then((settled) => {
         if (this.#inFlight.get(key) !== sent) return;
         this.#inFlight.delete(key);

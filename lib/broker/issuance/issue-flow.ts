@@ -1,13 +1,7 @@
 /**
  * One run of the upstream flow, its steps in the open: authorize, the fence, the token request.
- * The fence sits between the issuer's two calls, not inside its retries: it runs once, with the
- * code in hand, and nothing of the token request is sent before it has resolved.
- *
- * Why once is enough: the lease holder's fence confirms a lease that covers one token request's
- * budget plus a grace after it (`held-lease.ts`), and aborts the lease's `signal` when that
- * budget runs out. The issuer retries only attempts proved unsent, and starts none once the
- * signal is aborted; so every attempt that may reach the upstream leaves within the confirmed
- * budget, and the grace covers it landing late, as it covers a single request.
+ * The fence runs once, between the issuer's two calls: the issuer retries only attempts proved
+ * unsent, none after the lease's signal aborts, so the confirmed lease covers every attempt.
  */
 import type { Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
@@ -15,22 +9,14 @@ import type { ClientCredentials, IssuedToken, TokenIssuer } from '../../ports.js
 
 /** How one run of the flow is bounded and fenced. */
 export interface IssueOptions {
-  /**
-   * By when the flow must be over (the caller's deadline), on the monotonic clock: handed to
-   * each step as it is, so a wall clock stepped during the flow, its retries included,
-   * stretches no step (I3).
-   */
+  /** The caller's deadline, monotonic, handed to each step as it is (I3). */
   readonly deadline: Deadline;
   /** Aborts every upstream request in flight (the lease was lost, or its time ran out). */
   readonly signal?: AbortSignal | undefined;
   /**
-   * The fence: called once per access-token request sequence (all the attempts of one token
-   * request), after the authorization code is in hand and before any attempt is sent. The
-   * lease holder confirms its lease there, so that no token request leaves without a lease
-   * that covers it. It throws to stop, and nothing is sent then. It may resolve with the
-   * instant after which no attempt may leave (what the lease covers): the token request is
-   * bounded by it, and an attempt checks it just before it is sent, so a process paused past
-   * it sends nothing (A2, docs/protocol.md).
+   * The fence: called once per token request, after the code is in hand and before any attempt
+   * is sent; throws to stop. It may resolve with the instant after which no attempt may leave,
+   * which each attempt checks just before it is sent (A2).
    */
   // biome-ignore lint/suspicious/noConfusingVoidType: a fence that only waits resolves with nothing
   readonly fence?: (() => Promise<Deadline | void>) | undefined;
@@ -50,8 +36,7 @@ export const issueWith = async (
   const code = await issuer.authorize(connection, credentials, { deadline, signal });
   // 2. The fence: throws to stop, before anything that may revoke a token is sent.
   const sendBy = await fence?.();
-  // 3. The token request, which may revoke every token issued before it: none of its attempts
-  // leaves after what the lease covers (each checks its deadline just before it is sent).
+  // 3. The token request, which may revoke every earlier token; no attempt after `sendBy`.
   return issuer.requestToken(connection, credentials, code, {
     deadline,
     signal,

@@ -1,7 +1,6 @@
 /**
- * The observer's loop: reads the store until it holds a token that meets the request, doing what
- * `decide` says after each read. Taking a lease and letting one go are the holder's side's
- * (`LeaseActions`: observer/ does not import holder/). Deadlines are on the monotonic clock (I3).
+ * The observer's loop: reads the store until it holds a token that meets the request, doing
+ * what `decide` says after each read. Taking and letting go of leases is the holder's side's.
  */
 import type { Clock } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
@@ -48,9 +47,7 @@ export const obtain = async (
   const { deadline } = request;
   let known: { state: TokenState; read: ReadSent } | undefined;
   let waits = 0;
-  // Polls since the countdown last moved: the backoff starts again when it does, for the
-  // token then comes within a step or the POST (a waiter whose backoff had grown at countdown
-  // 1 slept 452 ms past the successor on a global table: `regions-three`, 2026-11-25).
+  // Polls since the countdown last moved: the backoff starts again when it does.
   let polls = { countdown: undefined as number | undefined, since: 0 };
   const cutOverMs = await awaitCutOver(deps, name, deadline);
   if (cutOverMs > 0)
@@ -133,10 +130,7 @@ export const obtain = async (
   }
 };
 
-/**
- * Reads the store within the request's time left (less after a read that went unanswered: see
- * `StoreReachability`); when it is down, memory's token if the serving rule lets it (I2).
- */
+/** Reads the store within the time left; when it is down, memory's token if servable (I2). */
 const readStore = async (
   { store, view, logger, bounded, reachability }: ObserverDeps,
   name: string,
