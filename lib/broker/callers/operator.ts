@@ -1,8 +1,4 @@
-/**
- * The operator's view and the warm-up: what the CLI's `status` and `warm` and the schedule run.
- * Status reads metadata only (never a token); the warm-up makes sure every connection holds a
- * token valid beyond the refresh window, and a failing connection does not stop the others.
- */
+/** The operator's view (`status`: metadata only, never a token) and the warm-up. */
 import type { ConnectionConfig } from '../../config.js';
 import { StoreUnavailableError, toBrokerError } from '../../errors.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';

@@ -1,7 +1,6 @@
 /**
- * Readiness, per connection: its secret is readable and well-formed, and it has a valid token
- * or can get one now (through the normal path: served from memory or DynamoDB, or issued under
- * the lease). What a deploy pipeline gates on; `/health` stays liveness and touches nothing.
+ * Readiness per connection: its secret readable and a valid token held or obtainable now. What a
+ * deploy gates on; `/health` stays liveness.
  */
 import type { Clock, Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';

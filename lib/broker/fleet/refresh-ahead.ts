@@ -1,10 +1,6 @@
 /**
- * Refresh ahead of expiry, in the background of a request: one try at a time per connection in
- * a container, for the lease to replace a token that is still valid. The caller that starts it
- * is not kept waiting: the countdown the lease announces keeps the current token safe to serve
- * until well after its answer (I2). A failure is logged and counted; the current token is still
- * served, unless the failed request may have revoked it (an unknown outcome): then the issuance
- * has dropped it everywhere.
+ * Refresh ahead of expiry in the background of a request, one try at a time per connection: the
+ * announced countdown keeps the current token safe meanwhile (I2). Failures are logged and counted.
  */
 import { type Clock, Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
@@ -34,11 +30,7 @@ export class RefreshAhead {
     return this.#running.has(name);
   }
 
-  /**
-   * Starts one try to replace `current` for `request` unless one is running here already. Its
-   * budget is cut to the request's `workUntil` (the invocation's end, in Lambda), and none is
-   * started that could not take its lease and post before it (a later request's will).
-   */
+  /** Starts one try to replace `current` unless one runs here, within the request's `workUntil`. */
   start(
     connection: ConnectionConfig,
     current: TokenRecord,
@@ -50,8 +42,7 @@ export class RefreshAhead {
     if (this.#running.has(name)) return;
     const { budget, least } = issuance.refreshMs(connection, current);
     const deadline = Deadline.in(clock, budget).min(workUntil);
-    // Lambda resets an environment whose invocation overran its timeout, mid-refresh maybe:
-    // a refresh that cannot have its countdown and POST in time is not started at all.
+    // Not started without time for its countdown and POST (Lambda may reset an overrun).
     if (least >= deadline.leftMs()) return;
     const run = issuance
       .refresh(connection, current, deadline, caller, cause)

@@ -1,9 +1,6 @@
 /**
- * The holder's flow: authorize while the lease counts down, the fence, the access-token POST,
- * then the token write, which releases the lease in the same step (only under the very version
- * it confirmed: I1). What the holder does at each step, and after a failure, is `step`'s
- * (`holder/state.ts`); `held-lease.ts` runs it. This file runs the upstream flow, tells the
- * holder how it was answered, and tells the caller how it ended.
+ * The holder's flow: authorize while the lease counts down, the fence, the POST, then the token
+ * write, which releases the lease under the version it confirmed (I1). Decisions are `step`'s.
  */
 import type { ConnectionConfig } from '../../config.js';
 import { isOutcomeUnknown } from '../../errors.js';
@@ -26,8 +23,7 @@ const answerOf = (error: unknown): PostAnswer =>
   isOutcomeUnknown(error) ? 'outcome-unknown' : error instanceof LeaseLost ? 'not-sent' : 'failed';
 
 /**
- * Runs the flow while holding the lease and writes the token, which releases the lease.
- * LOST when the lease was lost meanwhile (the new holder's token wins).
+ * Runs the flow under the lease and writes the token; LOST when the lease was lost meanwhile.
  * @param measured called with the issuance's duration, countdown excluded (XFetch's δ)
  */
 export const issueUnderLease = async (
@@ -80,8 +76,7 @@ export const issueUnderLease = async (
   const started = clock.monotonic();
   let failure: unknown;
   try {
-    // Authorize while the lease counts down; the fence waits for the countdown's end, then
-    // confirms the lease; only then does the POST leave (I1, I2).
+    // The fence waits for the countdown's end and confirms the lease before the POST (I1, I2).
     const issued = await deps.issue(connection, {
       deadline: flow.deadline.minus(storeReserveMs(settings.timing)),
       signal: lease.signal,
@@ -124,15 +119,11 @@ export const issueUnderLease = async (
       break;
   }
   const written = record as TokenRecord;
-  // When memory may vouch for the token: a re-check from now, or, if it could not be written,
-  // only until other containers may take the confirmed lease over (and revoke it by issuing).
+  // When memory may vouch for the token: a re-check, or, if unwritten, the confirmed lease's term.
   let untilAtMost = Number.POSITIVE_INFINITY;
   if (outcome === 'written-in-memory') {
-    // The token is valid: serve it rather than fail the caller, and keep it in memory only
-    // while the confirmed lease keeps everyone else from replacing it.
-    // Counted on the monotonic clock from the token write's send: the confirmation's stored
-    // expiry is a wall-clock instant, and a wall clock stepped back during the POST would let
-    // memory outlast the lease that others take over (and issue under) at its duration. I2.
+    // On the monotonic clock from the token write's send, so a wall clock stepped back cannot
+    // let memory outlast the confirmed lease. I2.
     const confirmedForMs =
       (lease.confirmedUntilMonotonic ?? writtenAt.sentAtMonotonic) - writtenAt.sentAtMonotonic;
     untilAtMost = writtenAt.sentAt + confirmedForMs - settings.timing.proofMarginMs;

@@ -1,8 +1,6 @@
 /**
- * Credential rotation around the flow (`issue-flow.ts`): when the upstream rejects the client's
- * credentials, at either step, the secret is read again bypassing every cache and, if it
- * changed (a rotation), the whole flow runs once more with the new one: a new code, the fence
- * again, a new token request. An unchanged secret means the rejection stands.
+ * Credential rotation around the flow: when the upstream rejects the client's credentials, the
+ * secret is read again bypassing caches and, if it changed, the whole flow runs once more.
  */
 import { type Clock, systemClock } from '../../clock.js';
 import { SecretUnavailableError, UpstreamRejectedError } from '../../errors.js';
@@ -14,11 +12,7 @@ import { type Issue, issueWith } from './issue-flow.js';
 
 export type { Issue, IssueOptions } from './issue-flow.js';
 
-/**
- * The upstream refused the client's credentials (rather than the request): HTTP 401/403, or a
- * code or message that says so. The spec does not list failure codes, hence the patterns. A
- * refused signature counts: in strict mode the v3 signature is the only use of the secret.
- */
+/** The upstream refused the client's credentials (401/403, or a code or message that says so). */
 export const isCredentialRejection = (error: unknown): boolean => {
   if (!(error instanceof UpstreamRejectedError)) return false;
   if (error.upstreamStatus === 401 || error.upstreamStatus === 403) return true;
@@ -42,8 +36,7 @@ export const withCredentialRotation =
   async (connection, options) => {
     const { secrets, issuer, logger } = deps;
     const clock = deps.clock ?? systemClock;
-    // The caller's deadline, on the monotonic clock (I3): a slow Secrets Manager (its SDK
-    // retries included) must not keep the caller past it.
+    // The caller's deadline (I3): a slow Secrets Manager must not keep the caller past it.
     const { deadline } = options;
     const credentials = await withDeadline(
       secrets.getCredentials(connection.secretId),
