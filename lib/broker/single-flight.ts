@@ -1,8 +1,4 @@
-/**
- * Concurrent callers for one key share one pending load (as unjs/ocache does): the first runs
- * it, the others join it, each bounded by its own deadline, because a caller must be answered
- * before its Lambda deadline even when the shared load takes longer.
- */
+/** Concurrent callers for one key share one pending load, each bounded by its own deadline (I3). */
 import type { Clock, Deadline } from '../clock.js';
 
 export class SingleFlight<K, V> {
@@ -16,10 +12,7 @@ export class SingleFlight<K, V> {
     return this.#pending.has(key);
   }
 
-  /**
-   * Runs `load` unless one is running for `key`, in which case its result is awaited until
-   * `deadline` (monotonic: I3), after which `timedOut()` is thrown. `joined` says which happened.
-   */
+  /** Runs `load`, or joins the one running for `key` until `deadline` (then `timedOut()`). */
   async run(
     key: K,
     load: () => Promise<V>,

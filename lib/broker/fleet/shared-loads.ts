@@ -1,7 +1,6 @@
 /**
- * Concurrent misses for one connection in a container share one load (`single-flight.ts`), each
- * caller bounded by its own deadline (I3). A joiner whose need the shared load did not meet asks
- * anew; a refusal of a caller's word answers the caller that asked, not the ones that joined.
+ * Concurrent misses for one connection share one load, each caller within its own deadline (I3).
+ * A joiner the shared load did not satisfy, or whose leader was refused, asks anew.
  */
 import type { Clock } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';

@@ -1,7 +1,4 @@
-/**
- * What the holder's flow works with (`issue-under-lease.ts`, and the clean-up `failed-flow.ts`
- * carries out): its ports and settings, and one run of the flow under a lease.
- */
+/** What the holder's flow works with: its ports, settings, and one run of the flow under a lease. */
 import type { Clock, Deadline } from '../../clock.js';
 import type { BrokerMetrics } from '../../metrics.js';
 import type { LeaseRef, ReplacedToken, TokenStore } from '../../ports.js';
@@ -16,10 +13,7 @@ export interface HolderDeps {
   readonly issue: Issue;
   readonly view: ConnectionView;
   readonly settings: CallerBoundSettings & {
-    /**
-     * The upstream request timeout: the grace after a POST during which it may still land, and
-     * during which no other POST for the connection starts.
-     */
+    /** The upstream request timeout: also the grace after a POST during which it may land. */
     readonly upstreamTimeoutMs: number;
   };
   readonly logger: BrokerLogger;
@@ -37,10 +31,7 @@ export interface LeasedFlow {
   /** Validity (ms) the caller needs from the new token. */
   readonly needMs: number;
   readonly deadline: Deadline;
-  /**
-   * The valid token this run replaces, if any: dropped if the POST is lost. Or a suspect one,
-   * perhaps unreadable here (a key this container lacks): its value is never needed.
-   */
+  /** The valid token replaced (dropped if the POST is lost), or a suspect one, maybe unreadable. */
   readonly replaced: ReplacedToken | undefined;
   /** `replaced` may already be revoked (a POST under the lease taken over may be out). */
   readonly suspect: boolean;

@@ -1,7 +1,6 @@
 /**
- * Taking the lease, for the observer's driver: each attempt under a holder id of its own and a
- * first version of its own (the Lock Client's record version number), for `leaseMs` cut to the
- * caller's deadline; and letting a stale lease go (taken over exactly, released at once).
+ * Taking the lease, each attempt under a holder id and first version of its own, for `leaseMs`
+ * cut to the deadline; and letting a stale lease go (taken over exactly, released at once).
  */
 import { randomUUID } from 'node:crypto';
 import type { Clock, Deadline } from '../../clock.js';
@@ -25,7 +24,6 @@ export class LeaseTaker {
       readonly store: TokenStore;
       readonly clock: Clock;
       readonly logger: BrokerLogger;
-      /** Carries the protocol's timing (the lease's duration). */
       readonly settings: Pick<RefreshSettings, 'timing'>;
       /** Cuts a store call to `waitMs` (I3). */
       readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
@@ -64,10 +62,7 @@ export class LeaseTaker {
     );
   }
 
-  /**
-   * Takes a stale lease over and releases it at once, best effort (another may do it): a
-   * countdown nobody advances would have readers re-read at each of its ends.
-   */
+  /** Takes a stale lease over and releases it at once, best effort. */
   async letGo(name: string, stale: Lease, valid: TokenRecord, deadline: Deadline): Promise<void> {
     const ours = this.next();
     try {

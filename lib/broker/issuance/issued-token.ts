@@ -1,8 +1,4 @@
-/**
- * What the broker keeps and reports of a token the upstream just issued: the record (expiry
- * counted from our own send time), the issuance metrics, one log line with the digest, and a
- * warning when the upstream's clock differs from ours.
- */
+/** The record, metrics and audit log line of a token just issued (expiry from our send time). */
 import type { ConnectionConfig } from '../../config.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
 import type { IssuedToken, TokenRecord } from '../../ports.js';

@@ -1,7 +1,6 @@
 /**
- * Calls to the token store as the observer's loop makes them: failures as callers are told
- * them (a typed error with a stable code, whatever the SDK threw: its message stays in the
- * cause, for the logs), and how long a read may wait after one that went unanswered.
+ * The observer's store calls: failures as callers are told them (a typed error, the SDK's in the
+ * cause), and how long a read may wait after one that went unanswered.
  */
 import { StoreUnavailableError } from '../../errors.js';
 
@@ -14,20 +13,13 @@ const MESSAGES = {
 export const storeFailure = (what: keyof typeof MESSAGES, cause?: unknown): StoreUnavailableError =>
   new StoreUnavailableError(MESSAGES[what], cause === undefined ? {} : { cause });
 
-/**
- * The shortest wait for a read after the last one failed (ms): a cross-region strong read takes
- * 25–150 ms, a few times that on a loaded host.
- */
+/** The shortest wait for a read after the last one failed, ms. */
 const UNREACHABLE_READ_MS = 500;
 
 /**
- * Whether the store answered this container's last read. After one that did not (a region cut
- * off from its replicas, a table down), a read is given a short wait, four of the last measured
- * reads and at least {@link UNREACHABLE_READ_MS}, rather than the caller's whole deadline: a
- * store that still does not answer is told fast (the isolated region's callers waited the SDK's
- * 2 s request timeout each, 14 a run in `regions-isolated-holder`, and a client with several
- * brokers fails over sooner), and one that answers clears it. Liveness only: a read cut short is
- * a failed read, and what memory may serve then is what it proved before (I2).
+ * Whether the store answered this container's last read. After one that did not, a read is
+ * given a short wait (four of the last measured, at least {@link UNREACHABLE_READ_MS}) rather
+ * than the whole deadline, so an unreachable store is told fast. Liveness only.
  */
 export class StoreReachability {
   #unanswered = false;
