@@ -1,4 +1,4 @@
-/** What the holder's flow works with: its ports, settings, and one run of the flow under a lease. */
+/** What the holder's flow works with: its ports, settings, and one run of the flow under a lease */
 import type { Clock, Deadline } from '../../clock.js';
 import type { BrokerMetrics } from '../../metrics.js';
 import type { LeaseRef, ReplacedToken, TokenStore } from '../../ports.js';

@@ -1,9 +1,6 @@
 /**
- * All of the protocol's timing in one pure module: `protocol-timing.ts`, the constants as one
- * injectable value (`ProtocolTiming`, `DEFAULT_TIMING`); `relations.ts`, the relations between
- * them that the safety argument rests on, validated once; `bounds.ts`, the safety bounds that
- * must never be wrong; and `estimates.ts`, the liveness estimates that may be (each never below
- * the bound it stands in for).
+ * All of the protocol's timing, pure: the constants (`protocol-timing.ts`), their relations
+ * (`relations.ts`), the safety bounds (`bounds.ts`) and the liveness estimates (`estimates.ts`).
  */
 export {
   ABSURD_LEASE_DURATION_MS,
