@@ -6,8 +6,8 @@
 import type { ProtocolTiming } from '../timing/index.js';
 
 /**
- * `counting` lowers the countdown to 1; `fenced` may send the POST (`posting`); `writing` writes
- * the issued token; `lost` (nothing sent), `written`, `superseded`, `outcome-unknown`, `failed`.
+ * `counting` (countdown to 1) → `fenced` (POST may leave) → `posting` → `writing` (the token);
+ * final: `written`, `superseded`, `lost` (nothing sent), `outcome-unknown`, `failed`.
  */
 export type HolderName =
   | 'counting'
@@ -41,7 +41,6 @@ export interface LeaseWrite {
   readonly durationMs: number;
   /** When it was sent (monotonic): its duration counts from here. */
   readonly sentAt: number;
-  /** The fence's POST budget. */
   readonly budget?: number | undefined;
   /** The fence's send window: no attempt of the POST leaves later than `sentAt` plus it. */
   readonly sendWindow?: number | undefined;
@@ -58,7 +57,6 @@ export interface HolderState {
   readonly version: string;
   /** A version sent whose answer never came: it may have landed (a release names it too). */
   readonly unanswered: string | undefined;
-  /** The lease is ours until this instant. */
   readonly ownedUntil: number;
   /** When the last lease write was answered: the next step counts from here. */
   readonly answeredAt: number;
@@ -69,12 +67,11 @@ export interface HolderState {
   readonly waitedMs: number;
   /** The stored expiry the confirmation wrote: no other container takes the lease before it. */
   readonly confirmedUntil: number | undefined;
-  /** That confirmation's term on the monotonic clock: what memory may vouch for counts to here. I2. */
+  /** The confirmation's term on the monotonic clock: what memory vouches for counts to here. I2. */
   readonly confirmedUntilMonotonic: number | undefined;
   /** The POST's last instant to leave and its abort instant (monotonic), once fenced (A1). */
   readonly postSendBy?: number | undefined;
   readonly postAbortAt?: number | undefined;
-  /** Why the lease was lost. */
   readonly reason: string | undefined;
   /** The flow is over and cleaned up: nothing more happens. */
   readonly finished: boolean;

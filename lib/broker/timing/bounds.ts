@@ -28,16 +28,10 @@ export interface RefreshSettings {
   readonly storeOutageGraceMs?: number;
 }
 
-/**
- * How long after a token's expiry DynamoDB's TTL may delete its item, s: past any clock skew
- * allowed, so a lagging container's token is not found missing and revoked. I1.5, I2.
- */
+/** How long after a token's expiry TTL may delete its item, s: past any skew allowed. I1.5, I2. */
 export const TTL_MARGIN_SECONDS = 60;
 
-/**
- * The largest values a writer of this protocol records in the item (each mirrors a cap in
- * `lib/config.ts`); a value outside them is read in the direction that keeps I1 and I2.
- */
+/** The largest values a writer records (caps of `lib/config.ts`); others read the safe way. */
 /** BROKER_MEMORY_RECHECK_SECONDS's cap, ms. */
 export const MAX_MEMORY_RECHECK_MS = maxMemoryRecheckMs(DEFAULT_TIMING);
 /** BROKER_UPSTREAM_TIMEOUT_MS is at most 60 s. */
@@ -49,19 +43,13 @@ const MAX_UPSTREAM_TIMEOUT_MS = 60_000;
  */
 export const postLandsWithinMs = (upstreamTimeoutMs: number): number => 2 * upstreamTimeoutMs;
 
-/**
- * How long after the fence's confirmation is sent its POST may still leave, ms (A1): a
- * heartbeat. An unknown outcome then holds the lease about as long as A1 says.
- */
+/** How long after the fence's confirmation is sent its POST may still leave, ms (A1). */
 export const postSendWindowMs = (timing: ProtocolTiming): number => leaseHeartbeatMs(timing);
 
 /** The longest lease version: the fence, covering the POST's budget and A1's bound after it. */
 export const MAX_LEASE_DURATION_MS =
   MAX_UPSTREAM_TIMEOUT_MS + postLandsWithinMs(MAX_UPSTREAM_TIMEOUT_MS);
-/**
- * A recorded lease duration above this is absurd and read as this. Below it, a duration is read
- * as written: a grace computed past the longest must never be cut short (I1).
- */
+/** Above this a recorded lease duration is absurd and read as this; below, as written (I1). */
 export const ABSURD_LEASE_DURATION_MS = 10 * MAX_LEASE_DURATION_MS;
 /** BROKER_MAX_TOKEN_LIFETIME_SECONDS is at most 365 days, ms. */
 export const MAX_TOKEN_LIFETIME_MS = 365 * 86_400_000;
@@ -81,10 +69,7 @@ export const ownRecheckMs = (record: TokenTimes, settings: RefreshSettings): num
     Math.max(settings.timing.countdownStepMs, windowMs(record, settings) / 4),
   );
 
-/**
- * The re-check a reader applies to `record`: its own or the writer's recorded one, whichever is
- * shorter (the holder takes the longer: {@link countdownFor}). I2 with mixed settings.
- */
+/** The re-check a reader applies: the shorter of its own and the writer's (I2, mixed settings). */
 export const recheckMs = (record: TokenTimes, settings: RefreshSettings): number =>
   Math.min(ownRecheckMs(record, settings), record.recheckMs ?? Number.POSITIVE_INFINITY);
 
@@ -92,10 +77,7 @@ export const recheckMs = (record: TokenTimes, settings: RefreshSettings): number
 export const stepsToCover = (recheck: number, timing: ProtocolTiming): number =>
   Math.ceil((recheck + timing.proofMarginMs) / timing.countdownStepMs);
 
-/**
- * I2. The countdown a lease replacing `record` starts with: its last step is sent more than a
- * re-check (the longer of this container's and the writer's) after the lease was written.
- */
+/** I2. The countdown replacing `record` starts with: its last step more than a re-check away. */
 export const countdownFor = (record: TokenTimes, settings: RefreshSettings): number =>
   stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0), settings.timing);
 
@@ -109,10 +91,7 @@ export const MAX_COUNTDOWN = stepsToCover(MAX_MEMORY_RECHECK_MS, DEFAULT_TIMING)
 export const announcedMs = (lease: Lease, timing: ProtocolTiming): number =>
   Math.max(0, (lease.countdown - 1) * timing.countdownStepMs - timing.proofMarginMs);
 
-/**
- * I2. How long (ms) after a read was sent that read proves a valid token safe to serve: more
- * than a re-check with no lease on it; with one, what its countdown announced.
- */
+/** I2. How long (ms) after a read was sent that read proves a valid token safe to serve. */
 export const proofMs = (
   record: TokenRecord,
   lease: Lease | undefined,
@@ -143,10 +122,7 @@ export const reusableUntil = (
   return Math.min(proof - reuseMarginMs(settings.timing), entry.record.expiresAt - needMs);
 };
 
-/**
- * What is kept between the end of a stale-if-error grant and `record`'s expiry, ms: a minute, or
- * a tenth of a shorter-lived token's lifetime, so a stale token still has time for a request.
- */
+/** Kept between a stale-if-error grant's end and expiry, ms: a minute, or a tenth of lifetime. */
 export const staleMarginMs = (record: TokenTimes): number =>
   Math.min(TTL_MARGIN_SECONDS * 1000, (record.expiresAt - record.issuedAt) / 10);
 
@@ -176,10 +152,7 @@ export const staleIfErrorMs = (
 export const leaseNeedsMs = (countdown: number, timing: ProtocolTiming): number =>
   countdown * timing.countdownStepMs + timing.minPostMs + storeReserveMs(timing);
 
-/**
- * How long a lease version lasts while its holder counts down, ms: a step, two store round trips
- * and half a heartbeat of slack. A stalled holder is found stale this soon. Liveness only.
- */
+/** A lease version's life while its holder counts down, ms: a step, two round trips, slack. */
 export const countingLeaseMs = (timing: ProtocolTiming): number =>
   timing.countdownStepMs + 2 * timing.storeRoundTripMs + leaseHeartbeatMs(timing) / 2;
 

@@ -69,7 +69,7 @@ export interface Knowledge {
 export type ConnectionEvent =
   /** A token learned without keeping it: known from `at` (monotonic) unless known already. */
   | { readonly type: 'token-learned'; readonly digest: string; readonly at: number }
-  /** A read or write at `at` confirmed `entry`: kept in place of whatever was, its token learned. */
+  /** A read or write at `at` confirmed `entry`: kept in place of whatever was, token learned. */
   | { readonly type: 'token-kept'; readonly entry: MemoryEntry; readonly at: Instant }
   /** Nothing is kept any more; with `digest`, only if the kept token is that one. */
   | { readonly type: 'token-dropped'; readonly digest?: string | undefined }
@@ -77,7 +77,7 @@ export type ConnectionEvent =
   | { readonly type: 'token-reported'; readonly digest: string }
   /** A read found `lease`, answered at `at`: recorded if this version is new here. */
   | { readonly type: 'lease-seen'; readonly lease: Lease; readonly at: Instant }
-  /** A probe's verdict, reused until `until`; an `unknown` one drops the token's earlier verdict. */
+  /** A probe's verdict, reused until `until`; an `unknown` one drops the earlier verdict. */
   | {
       readonly type: 'probe-settled';
       readonly digest: string;
@@ -161,12 +161,10 @@ export class ConnectionState {
     this.#knowledge = knowledge;
   }
 
-  /** The one writer: what this container knows after `event`. */
   apply(event: ConnectionEvent): void {
     this.#knowledge = applyEvent(this.#knowledge, event);
   }
 
-  /** All of it, as it stands. */
   get knowledge(): Knowledge {
     return this.#knowledge;
   }
@@ -177,10 +175,7 @@ export class ConnectionState {
     return kept && rebased(kept, now);
   }
 
-  /**
-   * How long this container has known the token of `digest` at `monotonicNow` (ms): never
-   * longer than the token's true age, whatever any wall clock says; 0 for a token not learned.
-   */
+  /** How long this container has known the token of `digest` (monotonic ms; 0 if not learned). */
   knownFor(digest: string, monotonicNow: number): number {
     const token = this.#knowledge.known.find((known) => known.digest === digest);
     return token === undefined ? 0 : monotonicNow - token.since;
@@ -204,12 +199,10 @@ export class ConnectionState {
     return kept && kept.until > monotonicNow ? kept.verdict : undefined;
   }
 
-  /** The last measured issuance duration, if any. */
   get issuanceMs(): number | undefined {
     return this.#knowledge.issuanceMs;
   }
 
-  /** The last measured store read round trip, if any. */
   get readMs(): number | undefined {
     return this.#knowledge.readMs;
   }
