@@ -63,7 +63,6 @@ export class HeldLease {
   readonly #timers = new Map<HolderTimer, () => void>();
   readonly #queue: HolderEvent[] = [];
   #stepping = false;
-  /** The flow waiting at the fence. */
   #fence: { resolve: (sendBy: Deadline) => void; reject: (error: unknown) => void } | undefined;
   /** The last answered lease write's round trip (ms): what the next step announces. */
   #roundTripMs: number;
@@ -126,10 +125,7 @@ export class HeldLease {
     return this.#aborter.signal;
   }
 
-  /**
-   * The fence (I1): resolves, with the last instant an attempt may leave, when a fresh
-   * confirmation covers the POST; rejects with LeaseLost when nothing may be sent.
-   */
+  /** The fence (I1): resolves with the last instant the POST may leave; rejects with LeaseLost. */
   fence(): Promise<Deadline> {
     return new Promise((resolve, reject) => {
       this.#fence = { resolve, reject };
@@ -248,7 +244,6 @@ export class HeldLease {
     };
   }
 
-  /** Runs an effect after those commanded before it. */
   #then(effect: () => Promise<void>): void {
     this.#effects = this.#effects.then(effect).catch(() => undefined);
   }

@@ -28,7 +28,6 @@ export interface ReadSent {
 
 /** What a read says of a connection's token, as this container judges it. */
 export interface Seen {
-  /** The stored token, if still valid on this clock. */
   readonly valid: TokenRecord | undefined;
   /** Its replacement's request may be out (a countdown ended): neither served nor kept. I2. */
   readonly suspect: boolean;
@@ -106,12 +105,10 @@ export class ConnectionView {
     });
   }
 
-  /** The protocol's timing this container runs at. */
   get timing(): ProtocolTiming {
     return this.settings.timing;
   }
 
-  /** Drops whatever is kept for `name`. */
   drop(name: string): void {
     this.apply(name, { type: 'token-dropped' });
   }
@@ -137,10 +134,7 @@ export class ConnectionView {
     this.apply(name, { type: what === 'issuance' ? 'issuance-measured' : 'read-measured', ms });
   }
 
-  /**
-   * A2. Whether what this container last learned still proves `record` at `now`: checked just
-   * before the token is handed out, since a stall may have outlasted the proof.
-   */
+  /** A2. Whether memory still proves `record` at `now`: a stall may have outlasted the proof. */
   stillProves(record: TokenRecord, now: number): boolean {
     const entry = this.entry(record.connection);
     return entry?.record.tokenDigest === record.tokenDigest && now < entry.until;
@@ -171,7 +165,6 @@ export class ConnectionView {
     return this.#states.get(name)?.issuanceMs ?? this.timing.defaultIssuanceMs;
   }
 
-  /** The last measured store read round trip of `name`, if any. */
   readMs(name: string): number | undefined {
     return this.#states.get(name)?.readMs;
   }
@@ -209,7 +202,6 @@ export class ConnectionView {
     return Math.max(1, Math.min(lease.durationMs, byExpiry));
   }
 
-  /** Now, on both clocks. */
   #now(): Instant {
     return { wall: this.clock.now(), monotonic: this.clock.monotonic() };
   }
