@@ -169,7 +169,7 @@ export class ConnectionView {
     return this.#states.get(name)?.readMs;
   }
 
-  /** I2. The serving rule on memory's entry for `name`; with `digest`, only if it holds that token. */
+  /** I2. The serving rule on memory's entry for `name`; with `digest`, only if it holds it. */
   servable(name: string, request: ServingRequest, asked?: Asked, digest?: string): Servable {
     const entry = this.entry(name);
     const held = digest === undefined || entry?.record.tokenDigest === digest ? entry : undefined;
