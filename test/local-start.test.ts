@@ -288,13 +288,32 @@ describe('Local runtime: log lines and notices', () => {
     const child = start({ PORT: '0', BROKER_LOCAL_SCHEDULE_SECONDS: '0' });
     try {
       let output = '';
-      const url = await new Promise<string>((done, fail) => {
-        child.stdout?.on('data', (chunk) => {
-          output += chunk;
-          const match = /Token broker\s+(http:\/\/127\.0\.0\.1:\d+)/.exec(output);
-          if (match?.[1] && output.includes('Ctrl-C')) done(match[1]);
+      const seen = new Set<() => void>();
+      child.stdout?.on('data', (chunk) => {
+        output += chunk;
+        for (const check of seen) check();
+      });
+      /** Settles once the output so far passes `check` (it is checked as each chunk arrives). */
+      const outputWhere = <T>(check: (text: string) => T | undefined) =>
+        new Promise<T>((done, fail) => {
+          const run = () => {
+            const value = check(output);
+            if (value === undefined) return;
+            seen.delete(run);
+            child.off('exit', exited);
+            done(value);
+          };
+          const exited = (code: number | null) => {
+            seen.delete(run);
+            fail(new Error(`exited ${code}: ${output}`));
+          };
+          child.once('exit', exited);
+          seen.add(run);
+          run();
         });
-        child.once('exit', (code) => fail(new Error(`exited ${code}: ${output}`)));
+      const url = await outputWhere((text) => {
+        const match = /Token broker\s+(http:\/\/127\.0\.0\.1:\d+)/.exec(text);
+        return match?.[1] && text.includes('Ctrl-C') ? match[1] : undefined;
       });
       // The banner's AWS CLI line fails on AWS CLI v1: the line after it says why.
       const banner = output.split('\n');
@@ -303,34 +322,83 @@ describe('Local runtime: log lines and notices', () => {
       expect(banner[aws + 1]).toBe(
         '    # AWS CLI v2; v1 has no --cli-binary-format (it sends --payload as is): leave that option out. Any region and credentials do.',
       );
+      interface Line {
+        readonly message?: string;
+        readonly cold_start?: boolean;
+        readonly function_request_id?: string;
+      }
+      const logLines = (text: string) =>
+        text
+          .split('\n')
+          .filter((line) => line.startsWith('{'))
+          .map((line) => JSON.parse(line) as Line)
+          .filter((line) => line.cold_start !== undefined);
+      const invocationsOf = async () =>
+        new Map((await environments(url)).map(({ id, invocations }) => [id, invocations]));
+
+      // The warm-up at start was the first invocation of the one environment there is.
+      const atStart = await invocationsOf();
+      expect([...atStart.values()]).toEqual([1]);
       // Later invocations that log at INFO: invalidates of a token nobody holds, one after the
-      // other. The first may still find the warm-up's environment busy (at the CPU share, under
-      // load) and get one of its own, cold; the second finds one that has served already.
-      for (let i = 0; i < 2; i += 1) {
+      // other. Which environment serves one is up to the pool: one still busy after its answer
+      // (its runtime not yet back at `next`, or work after the response, at the CPU share under
+      // load) gets no invocation, and a new one, cold, starts instead (as on Lambda). So each
+      // invalidate's environment is read from the invocation counts around it, and its lines
+      // must say cold_start: true exactly when it was that environment's first invocation.
+      // Before the last one, every environment has frozen: it must go to a warm one.
+      const served: { environment: string; nth: number; requestId: string; cold: boolean }[] = [];
+      for (let i = 0; i < 3; i += 1) {
+        if (i === 2) {
+          await until(
+            async () =>
+              (await environments(url)).every((e) => e.state === 'frozen') ? true : undefined,
+            'every environment frozen',
+            400,
+          );
+        }
+        const before = await invocationsOf();
         const response = await fetch(`${url}/tokens/demo-v3/invalidate`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: JSON.stringify({ accessToken: 'not-a-token' }),
         });
         expect(response.status).toBe(200);
+        const after = await invocationsOf();
+        const by = [...after].filter(([id, count]) => count !== (before.get(id) ?? 0));
+        expect(by).toHaveLength(1);
+        const [environment, nth] = by[0] as [string, number];
+        expect(nth - (before.get(environment) ?? 0)).toBe(1);
+        // Its line, the (i + 1)th of its kind: lines reach the output on their own pipe, which
+        // may be read after the answer's socket.
+        const line = await outputWhere(
+          (text) => logLines(text).filter((l) => l.message === 'Invalidate request handled')[i],
+        );
+        served.push({
+          environment,
+          nth,
+          requestId: String(line.function_request_id),
+          cold: line.cold_start === true,
+        });
       }
-      const lines = output
-        .split('\n')
-        .filter((line) => line.startsWith('{'))
-        .map((line) => JSON.parse(line) as { cold_start?: boolean; function_request_id?: string })
-        .filter((line) => line.cold_start !== undefined);
-      // The warm-up at start is the first invocation: its lines say true, later ones false.
-      const first = lines[0]?.function_request_id;
-      expect(lines.filter((l) => l.function_request_id === first).every((l) => l.cold_start)).toBe(
-        true,
-      );
-      await new Promise((done) => setTimeout(done, 200));
-      const after = output
-        .split('\n')
-        .filter((line) => line.includes('Invalidate request handled'))
-        .map((line) => JSON.parse(line) as { cold_start?: boolean });
-      expect(after).toHaveLength(2);
-      expect(after[1]?.cold_start).toBe(false);
+      expect(served.map(({ cold }) => cold)).toEqual(served.map(({ nth }) => nth === 1));
+      expect(served[2]?.nth).toBeGreaterThan(1);
+      // Every line of an invocation says the same, and the one other invocation, the warm-up,
+      // said true. (Its lines came before the banner; waited for all the same.)
+      const lines = await outputWhere((text) => {
+        const all = logLines(text);
+        return all.some((l) => !served.some((s) => s.requestId === l.function_request_id))
+          ? all
+          : undefined;
+      });
+      const byRequest = Map.groupBy(lines, (l) => String(l.function_request_id));
+      expect(byRequest.size).toBe(served.length + 1);
+      for (const [requestId, ofRequest] of byRequest) {
+        const invalidate = served.find((s) => s.requestId === requestId);
+        expect(
+          ofRequest.map((l) => l.cold_start),
+          `${requestId}: ${JSON.stringify(invalidate ?? 'the warm-up')}`,
+        ).toEqual(ofRequest.map(() => invalidate?.cold ?? true));
+      }
       // The demo connections verify reports with the simulator's protected ping: a report of a
       // token the Open API accepts replaces nothing, and the answer says so.
       const { accessToken } = (await (await fetch(`${url}/tokens/demo-v3`)).json()) as {
