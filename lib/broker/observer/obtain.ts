@@ -1,19 +1,17 @@
 /**
  * The observer's loop: reads the store until it holds a token that meets the request, doing
- * what `decide` says after each read. Taking and letting go of leases is the holder's side's.
+ * what `decide` says after each read, and its store calls. Leases are the holder's side's.
  */
 import type { Clock } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
-import { ReplacementRefusedError } from '../../errors.js';
+import { ReplacementRefusedError, StoreUnavailableError } from '../../errors.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
 import type { Lease, TokenRecord, TokenState, TokenStore } from '../../ports.js';
-import { readReserveMs } from '../timing/index.js';
+import { cutOverEstimate, readReserveMs } from '../timing/index.js';
 import type { BrokerLogger, ServedToken } from '../types.js';
 import type { ConnectionView, ReadSent, TokenRequest } from '../view/index.js';
 import type { CallerBoundSettings } from './caller-bounds.js';
-import { awaitCutOver } from './cut-over-wait.js';
 import { type Decision, decide, waitTimedOut } from './observer.js';
-import { type StoreReachability, storeFailure } from './store-calls.js';
 
 interface ObserverDeps {
   readonly store: TokenStore;
@@ -47,11 +45,10 @@ export const obtain = async (
   const { deadline } = request;
   let known: { state: TokenState; read: ReadSent } | undefined;
   let waits = 0;
-  // Polls since the countdown last moved: the backoff starts again when it does.
-  let polls = { countdown: undefined as number | undefined, since: 0 };
-  const cutOverMs = await awaitCutOver(deps, name, deadline);
-  if (cutOverMs > 0)
-    logger.debug('Waited for the announced cut-over', { connection: name, cutOverMs });
+  // Waits since the countdown last moved: the backoff starts again when it does.
+  let countdown: number | undefined;
+  let waitsSinceMove = 0;
+  await awaitCutOver(deps, name, request);
   for (;;) {
     // 1. Read the store, or take the state that won a lost acquisition. What a read proves
     //    counts from when it was sent.
@@ -66,8 +63,9 @@ export const obtain = async (
     // Stryker disable next-line StringLiteral: equivalent: `measured` tells only 'issuance' apart
     if (fresh) view.measured(name, 'read', sinceReadMs);
     const seen = view.observe(connection, state, read, now);
-    if (state.lease?.countdown !== polls.countdown) {
-      polls = { countdown: state.lease?.countdown, since: 0 };
+    if (state.lease?.countdown !== countdown) {
+      countdown = state.lease?.countdown;
+      waitsSinceMove = 0;
     }
     // 3. Decide.
     const decision = decide({
@@ -81,7 +79,7 @@ export const obtain = async (
       lastReadMs: view.readMs(name),
       revokesOnReissue: connection.revokesOnReissue,
       knownForMs: seen.valid ? view.knownFor(name, seen.valid.tokenDigest) : 0,
-      waits: polls.since,
+      waits: waitsSinceMove,
       issuanceMs: view.issuanceMs(name),
       draw: clock.random(),
       settings,
@@ -91,7 +89,7 @@ export const obtain = async (
       connection: name,
       decision: decision.do,
       ...(decision.do === 'wait' ? { waitMs: Math.round(decision.ms) } : {}),
-      countdown: state.lease?.countdown,
+      countdown,
       readMs: Math.round(sinceReadMs),
       waits,
     });
@@ -102,9 +100,21 @@ export const obtain = async (
       // Stryker disable next-line StringLiteral: equivalent: a decision no case matches loops too
       case 'reread':
         continue;
-      case 'refuse':
-        if (decision.callersWord) refused(deps, name, decision.error, request);
-        throw decision.error;
+      case 'refuse': {
+        const { error } = decision;
+        if (error instanceof ReplacementRefusedError) {
+          deps.metrics.record(MetricName.ReplacementsRefused, name);
+          logger.info('Replacement on a caller’s word refused', {
+            connection: name,
+            caller: request.caller,
+            code: error.code,
+            // Never the warm-up: its need, the window, forces nothing (`decide`, step 5).
+            minValidity: Math.ceil((request.minValidityMs as number) / 1000),
+            availableMinValidity: error.availableMinValidity,
+          });
+        }
+        throw error;
+      }
       case 'let-go':
         await lease.letGo(decision.stale, decision.record);
         continue;
@@ -123,11 +133,45 @@ export const obtain = async (
           });
         }
         waits += 1;
-        polls.since += 1;
+        waitsSinceMove += 1;
         await clock.sleep(decision.ms);
         if (deadline.passed()) throw waitTimedOut(decision.suspect);
     }
   }
+};
+
+/**
+ * At a cut-over, when what a read proved has run out near the end of an announced countdown, the
+ * first read waits for the successor (within the deadline) rather than reading once per step.
+ */
+const awaitCutOver = async (
+  { clock, view, logger }: ObserverDeps,
+  name: string,
+  { deadline }: TokenRequest,
+): Promise<void> => {
+  const entry = view.entry(name);
+  if (!entry?.lease) return;
+  // A countdown that did not move between two reads announces nothing to wait for.
+  const { timing } = view;
+  const since = view.leaseFirstSeen(name, entry.lease);
+  if (since === undefined || since < entry.checkedAt - timing.countdownStepMs) return;
+  const now = clock.now();
+  const issuanceMs = view.issuanceMs(name);
+  const { successorAt, stepMs } = cutOverEstimate(entry.checkedAt, entry.lease, issuanceMs, timing);
+  if (now < entry.until || now >= successorAt) return;
+  // Further than two steps and the POST: a read proves the old token for a step more.
+  if (now < entry.checkedAt + (entry.lease.countdown - 2) * stepMs) return;
+  // I3. Wake with time left for the read.
+  const wait = Math.min(
+    successorAt - now,
+    deadline.leftMs() - readReserveMs(view.readMs(name), timing),
+  );
+  if (wait <= 0) return;
+  await clock.sleep(wait);
+  logger.debug('Waited for the announced cut-over', {
+    connection: name,
+    cutOverMs: Math.round(wait),
+  });
 };
 
 /** Reads the store within the time left; when it is down, memory's token if servable (I2). */
@@ -143,6 +187,7 @@ const readStore = async (
     return state;
   } catch (error) {
     reachability.answered(false);
+    // Stryker disable next-line StringLiteral: equivalent: `servable` tells only undefined and a failure apart
     const held = view.servable(name, request, 'store-down').record;
     if (!held) throw storeFailure('read', error);
     logger.warn('Token store unreadable; serving the token held in memory', { connection: name });
@@ -150,23 +195,30 @@ const readStore = async (
   }
 };
 
-/** Logs and counts a caller's word refused (I4). */
-const refused = (
-  { metrics, logger }: ObserverDeps,
-  name: string,
-  error: Error,
-  request: TokenRequest,
-): void => {
-  if (!(error instanceof ReplacementRefusedError)) return;
-  metrics.record(MetricName.ReplacementsRefused, name);
-  logger.info('Replacement on a caller’s word refused', {
-    connection: name,
-    caller: request.caller,
-    code: error.code,
-    minValidity:
-      typeof request.minValidityMs === 'number'
-        ? Math.ceil(request.minValidityMs / 1000)
-        : undefined,
-    availableMinValidity: error.availableMinValidity,
-  });
-};
+/**
+ * Whether the store answered this container's last read. After one that did not, a read waits
+ * four of the last measured (at least 500 ms) rather than the deadline, so an unreachable store
+ * is told fast. Liveness only.
+ */
+export class StoreReachability {
+  #unanswered = false;
+
+  /** How long the next read may wait, out of `waitMs`. */
+  waitMs(waitMs: number, lastReadMs: number | undefined): number {
+    return this.#unanswered ? Math.min(waitMs, Math.max(500, 4 * (lastReadMs ?? 0))) : waitMs;
+  }
+
+  answered(answered: boolean): void {
+    this.#unanswered = !answered;
+  }
+}
+
+const FAILURES = {
+  read: 'The token store could not be read; retry shortly',
+  'answer in time': 'The token store did not answer in time; retry shortly',
+  'take the lease': 'The token store failed to take the lease; retry shortly',
+} as const;
+
+/** A store call's failure as callers are told it: a typed error, the SDK's in the cause. */
+export const storeFailure = (what: keyof typeof FAILURES, cause?: unknown): StoreUnavailableError =>
+  new StoreUnavailableError(FAILURES[what], cause === undefined ? {} : { cause });
