@@ -1,8 +1,6 @@
 /**
- * How far a caller's word (`minValidity`, invalidate) may go, I4: no mix of callers replaces
- * tokens more than once per refresh window. A forced token is replaced on a caller's word only
- * once a window old, any other once `BROKER_INVALIDATE_MIN_AGE_SECONDS` old, ages measured on
- * this container's monotonic clock from first sight.
+ * How far a caller's word (`minValidity`, invalidate) may go (I4), and the one request of a
+ * `getToken` call. Ages are measured on this container's monotonic clock from first sight.
  */
 import { BadRequestError, ForceNotAllowedError, ReplacementTooSoonError } from '../../errors.js';
 import type { TokenRecord } from '../../ports.js';
@@ -18,7 +16,10 @@ export interface CallerBoundSettings extends RefreshSettings {
   readonly forcedMinAgeMs?: number;
 }
 
-/** How long (ms) a caller's word must still wait to replace `record`; <= 0: it may now. */
+/**
+ * How long (ms) a caller's word must still wait to replace `record`; <= 0: it may now. A forced
+ * token waits a window, any other `BROKER_INVALIDATE_MIN_AGE_SECONDS`.
+ */
 export const waitBeforeReplacing = (
   record: TokenRecord,
   knownForMs: number,
@@ -44,15 +45,11 @@ export const forcesReplacement = (
   return left <= needMs && left > windowMs(record, settings);
 };
 
-interface ForcingRequest {
+interface ForcingRequest extends Pick<TokenRequest, 'mayForce'> {
   readonly record: TokenRecord;
   readonly needMs: number;
-  /** Wall clock: the token's expiry. */
-  readonly now: number;
-  /** How long this container has known the token (its monotonic clock). */
-  readonly knownForMs: number;
-  /** Whether this caller may force a replacement at all (the connection's `forceCallers`). */
-  readonly mayForce: boolean;
+  readonly now: number; // the wall clock: the token's expiry
+  readonly knownForMs: number; // the token's age here (monotonic)
 }
 
 /** Why a request forcing a replacement of `record` is refused (saying what it can ask instead). */
@@ -91,9 +88,8 @@ export const tokenRequest = (
   config: { readonly defaultMinValiditySeconds: number; readonly maxTokenLifetimeSeconds: number },
 ): TokenRequest => {
   const minValiditySeconds = options.minValiditySeconds ?? config.defaultMinValiditySeconds;
-  if (!Number.isInteger(minValiditySeconds) || minValiditySeconds < 0) {
+  if (!Number.isInteger(minValiditySeconds) || minValiditySeconds < 0)
     throw new BadRequestError('minValidity must be a whole number of seconds, 0 or more');
-  }
   if (minValiditySeconds >= config.maxTokenLifetimeSeconds) {
     throw new BadRequestError(
       `minValidity must be below the maximum token lifetime (${config.maxTokenLifetimeSeconds}s)`,

@@ -93,12 +93,8 @@ export const decide = (o: Observation): Decision => {
   //    answer older than its proof may predate a replacement that has since revoked it.
   if (servable && servable.expiresAt - o.now > needMs) {
     if (o.sinceReadMs < o.proofMs) return { do: 'serve', record: servable };
-    if (o.leftMs <= 0) {
-      return refuse(
-        new StoreUnavailableError('The token store answered too slowly; retry shortly'),
-      );
-    }
-    return { do: 'reread' };
+    if (o.leftMs > 0) return { do: 'reread' };
+    return refuse(new StoreUnavailableError('The token store answered too slowly; retry shortly'));
   }
 
   // 4. A need no token of this connection can meet: refused before any upstream call.

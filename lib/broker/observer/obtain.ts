@@ -1,6 +1,6 @@
 /**
- * The observer's loop: reads the store until it holds a token that meets the request, doing
- * what `decide` says after each read, and its store calls. Leases are the holder's side's.
+ * The observer's loop: reads the store until it holds a token that meets the request, doing what
+ * `decide` says after each read (leases are the holder's side's), and the store calls.
  */
 import type { Clock } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
@@ -45,23 +45,18 @@ export const obtain = async (
   const { deadline } = request;
   let known: { state: TokenState; read: ReadSent } | undefined;
   let waits = 0;
-  // Waits since the countdown last moved: the backoff starts again when it does.
   let countdown: number | undefined;
-  let waitsSinceMove = 0;
+  let waitsSinceMove = 0; // the backoff starts again when the countdown moves
   await awaitCutOver(deps, name, request);
   for (;;) {
-    // 1. Read the store, or take the state that won a lost acquisition. What a read proves
-    //    counts from when it was sent.
-    const read = known?.read ?? { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-    const state = known?.state ?? (await readStore(deps, name, request));
-    const fresh = known === undefined;
+    // 1. Read the store, or take the state that won a lost acquisition.
+    const got = known ?? (await readStore(deps, name, request));
     known = undefined;
-    if ('source' in state) return state; // the store is down; memory had a usable token
-    // 2. Keep what it says (I2's proof, the lease watch).
+    if ('source' in got) return got; // the store is down; memory had a usable token
+    // 2. Keep what it says (I2's proof, the lease watch), counted from when the read was sent.
+    const { state, read } = got;
     const now = clock.now();
     const sinceReadMs = clock.monotonic() - read.sentAtMonotonic;
-    // Stryker disable next-line StringLiteral: equivalent: `measured` tells only 'issuance' apart
-    if (fresh) view.measured(name, 'read', sinceReadMs);
     const seen = view.observe(connection, state, read, now);
     if (state.lease?.countdown !== countdown) {
       countdown = state.lease?.countdown;
@@ -162,31 +157,33 @@ const awaitCutOver = async (
   // Further than two steps and the POST: a read proves the old token for a step more.
   if (now < entry.checkedAt + (entry.lease.countdown - 2) * stepMs) return;
   // I3. Wake with time left for the read.
-  const wait = Math.min(
-    successorAt - now,
-    deadline.leftMs() - readReserveMs(view.readMs(name), timing),
-  );
+  const readBy = deadline.leftMs() - readReserveMs(view.readMs(name), timing);
+  const wait = Math.min(successorAt - now, readBy);
   if (wait <= 0) return;
   await clock.sleep(wait);
-  logger.debug('Waited for the announced cut-over', {
-    connection: name,
-    cutOverMs: Math.round(wait),
-  });
+  const cutOverMs = Math.round(wait);
+  logger.debug('Waited for the announced cut-over', { connection: name, cutOverMs });
 };
 
 /** Reads the store within the time left; when it is down, memory's token if servable (I2). */
 const readStore = async (
-  { store, view, logger, bounded, reachability }: ObserverDeps,
+  { store, view, clock, logger, bounded, reachability }: ObserverDeps,
   name: string,
   request: TokenRequest,
-): Promise<TokenState | ServedToken> => {
+): Promise<{ state: TokenState; read: ReadSent } | ServedToken> => {
+  const read = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
+  // After a read that went unanswered, the next waits four of the last measured (at least
+  // 500 ms) rather than the deadline, so an unreachable store is told fast. Liveness only.
+  const leftMs = request.deadline.leftMs();
+  const shortMs = Math.min(leftMs, Math.max(500, 4 * (view.readMs(name) ?? 0)));
   try {
-    const waitMs = reachability.waitMs(request.deadline.leftMs(), view.readMs(name));
-    const state = await bounded(store.read(name), waitMs);
-    reachability.answered(true);
-    return state;
+    const state = await bounded(store.read(name), reachability.unanswered ? shortMs : leftMs);
+    reachability.unanswered = false;
+    // Stryker disable next-line StringLiteral: equivalent: `measured` tells only 'issuance' apart
+    view.measured(name, 'read', clock.monotonic() - read.sentAtMonotonic);
+    return { state, read };
   } catch (error) {
-    reachability.answered(false);
+    reachability.unanswered = true;
     // Stryker disable next-line StringLiteral: equivalent: `servable` tells only undefined and a failure apart
     const held = view.servable(name, request, 'store-down').record;
     if (!held) throw storeFailure('read', error);
@@ -195,22 +192,9 @@ const readStore = async (
   }
 };
 
-/**
- * Whether the store answered this container's last read. After one that did not, a read waits
- * four of the last measured (at least 500 ms) rather than the deadline, so an unreachable store
- * is told fast. Liveness only.
- */
+/** Whether the store left this container's last read unanswered (see `readStore`). */
 export class StoreReachability {
-  #unanswered = false;
-
-  /** How long the next read may wait, out of `waitMs`. */
-  waitMs(waitMs: number, lastReadMs: number | undefined): number {
-    return this.#unanswered ? Math.min(waitMs, Math.max(500, 4 * (lastReadMs ?? 0))) : waitMs;
-  }
-
-  answered(answered: boolean): void {
-    this.#unanswered = !answered;
-  }
+  unanswered = false;
 }
 
 const FAILURES = {
