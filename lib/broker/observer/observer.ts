@@ -181,13 +181,10 @@ const noTimeLeft = (suspect: boolean, message: string) =>
   new UpstreamUnavailableError(message, { retryAfterSeconds: 1, refreshInProgress: suspect });
 
 /** Too little time left for a lease's countdown and POST: none is taken (I3). */
-export const notEnoughTime = (countdown: number) =>
-  noTimeLeft(
-    false,
-    countdown > 1
-      ? 'Not enough time left to replace the token safely; retry shortly'
-      : 'Not enough time left to issue a token; retry shortly',
-  );
+export const notEnoughTime = (countdown: number) => {
+  const what = countdown > 1 ? 'replace the token safely' : 'issue a token';
+  return noTimeLeft(false, `Not enough time left to ${what}; retry shortly`);
+};
 
 /** The deadline came while another container held the lease. */
 export const waitTimedOut = (suspect: boolean) =>

@@ -153,10 +153,10 @@ const awaitCutOver = async (
   const now = clock.now();
   const issuanceMs = view.issuanceMs(name);
   const { successorAt, stepMs } = cutOverEstimate(entry.checkedAt, entry.lease, issuanceMs, timing);
-  if (now < entry.until || now >= successorAt) return;
+  if (now < entry.until) return;
   // Further than two steps and the POST: a read proves the old token for a step more.
   if (now < entry.checkedAt + (entry.lease.countdown - 2) * stepMs) return;
-  // I3. Wake with time left for the read.
+  // I3. Wake with time left for the read; past the estimate, read now.
   const readBy = deadline.leftMs() - readReserveMs(view.readMs(name), timing);
   const wait = Math.min(successorAt - now, readBy);
   if (wait <= 0) return;
@@ -205,4 +205,4 @@ const FAILURES = {
 
 /** A store call's failure as callers are told it: a typed error, the SDK's in the cause. */
 export const storeFailure = (what: keyof typeof FAILURES, cause?: unknown): StoreUnavailableError =>
-  new StoreUnavailableError(FAILURES[what], cause === undefined ? {} : { cause });
+  new StoreUnavailableError(FAILURES[what], { cause });
