@@ -20,16 +20,16 @@ import {
 import { type Seen, suspectToken, type TokenRequest, validityNeeded } from '../view/index.js';
 import { type CallerBoundSettings, forcingRefusal } from './caller-bounds.js';
 
-/** Everything the decision reads: one read of the store, and this container's view of it. */
+/**
+ * Everything the decision reads: one read of the store, and this container's view of it. Times
+ * are ms, monotonic but for `now`, the wall clock when the read was answered (token expiry only).
+ */
 export interface Observation extends Seen {
   readonly state: TokenState;
   readonly request: Pick<TokenRequest, 'minValidityMs' | 'mayForce'>;
-  /** Wall clock when the read was answered: token expiry only. */
   readonly now: number;
-  /** Monotonic ms since the read was sent. */
   readonly sinceReadMs: number;
-  /** Monotonic ms left before the caller's deadline. */
-  readonly leftMs: number;
+  readonly leftMs: number; // before the caller's deadline
   /** Kept before the deadline for one more read (see `readReserveMs`). */
   readonly readReserveMs: number;
   /** This container's last measured read round trip, ms, if any (the holder's token write). */
@@ -74,20 +74,20 @@ export const decide = (o: Observation): Decision => {
   const servable = valid && !o.suspect ? valid : undefined;
   const warmUp = o.request.minValidityMs === 'outside-window';
   const needMs = validityNeeded(o.request, valid, o.settings);
+  // A token inside its window is due: its replacement is routine whatever the need was.
+  const inWindow = valid !== undefined && valid.expiresAt - o.now <= windowMs(valid, o.settings);
 
   // 2. A countdown nobody advances: a caller the token does not satisfy, inside its window,
   //    takes the version over in step 6 and goes on from its countdown (cheaper than a let-go
   //    and a fresh countdown). Otherwise, or without time for it (I3), it is let go.
-  const takeOverDue =
-    servable !== undefined &&
-    lease !== undefined &&
-    o.leaseStale &&
-    o.revokesOnReissue &&
-    servable.expiresAt - o.now <= windowMs(servable, o.settings) &&
-    servable.expiresAt - o.now <= needMs &&
-    leaseNeedsMs(lease.countdown, o.settings.timing) < o.leftMs;
-  if (servable && lease && o.leaseStale && !takeOverDue)
-    return { do: 'let-go', stale: lease, record: servable };
+  if (servable && lease && o.leaseStale) {
+    const takeOver =
+      o.revokesOnReissue &&
+      inWindow &&
+      servable.expiresAt - o.now <= needMs &&
+      leaseNeedsMs(lease.countdown, o.settings.timing) < o.leftMs;
+    if (!takeOver) return { do: 'let-go', stale: lease, record: servable };
+  }
 
   // 3. Fast path: a token that meets the need, served inside what the read proves (I2). An
   //    answer older than its proof may predate a replacement that has since revoked it.
@@ -122,8 +122,6 @@ export const decide = (o: Observation): Decision => {
     const mayBeRevoked =
       valid === undefined ? suspectToken(o.state, o.revokesOnReissue, o.now, timing) : undefined;
     if (leaseNeedsMs(countdown, timing) >= o.leftMs) return refuse(notEnoughTime(countdown));
-    // A token inside its window is due: its replacement is routine whatever the need was.
-    const inWindow = valid !== undefined && valid.expiresAt - o.now <= windowMs(valid, o.settings);
     const cause = causeOf({ ...o, takeOver: lease, warmUp, inWindow });
     return {
       do: 'acquire',
