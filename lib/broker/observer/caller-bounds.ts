@@ -1,7 +1,4 @@
-/**
- * How far a caller's word (`minValidity`, invalidate) may go (I4), and the one request of a
- * `getToken` call. Ages are measured on this container's monotonic clock from first sight.
- */
+/** How far a caller's word (`minValidity`, invalidate) may go (I4); a `getToken` call's request. */
 import { BadRequestError, ForceNotAllowedError, ReplacementTooSoonError } from '../../errors.js';
 import type { TokenRecord } from '../../ports.js';
 import { UNNAMED_CALLER } from '../issuance/index.js';
@@ -16,10 +13,7 @@ export interface CallerBoundSettings extends RefreshSettings {
   readonly forcedMinAgeMs?: number;
 }
 
-/**
- * How long (ms) a caller's word must still wait to replace `record`; <= 0: it may now. A forced
- * token waits a window, any other `BROKER_INVALIDATE_MIN_AGE_SECONDS`.
- */
+/** How long (ms) a caller's word must still wait to replace `record`; <= 0: it may now. */
 export const waitBeforeReplacing = (
   record: TokenRecord,
   knownForMs: number,
@@ -79,10 +73,7 @@ export const forcingRefusal = (
   );
 };
 
-/**
- * The one `TokenRequest` of a `getToken` call, its `minValidity` checked once.
- * @throws {BadRequestError}
- */
+/** The one `TokenRequest` of a `getToken` call; throws `BadRequestError` on a bad `minValidity`. */
 export const tokenRequest = (
   options: GetTokenOptions,
   config: { readonly defaultMinValiditySeconds: number; readonly maxTokenLifetimeSeconds: number },

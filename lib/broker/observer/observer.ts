@@ -1,6 +1,6 @@
 /**
  * The observer: what a container that needs a token does after each read of the store, as one
- * pure decision (no I/O, no clock; `obtain.ts` drives it). Diagram and invariants: docs/protocol.md.
+ * pure decision (no I/O, no clock; `obtain.ts` drives it). Its diagram: docs/protocol.md.
  */
 import {
   MinValidityUnsatisfiableError,
@@ -54,7 +54,6 @@ export type Decision =
       readonly do: 'acquire';
       readonly countdown: number;
       readonly takeOver: Lease | undefined;
-      /** The digest of the token read (the lease replaces exactly it), if any. */
       readonly replacesDigest: string | undefined;
       /** The valid token replaced (dropped if the POST's outcome is unknown), or a suspect one. */
       readonly replaced: ReplacedToken | undefined;
@@ -174,7 +173,7 @@ const issuanceWaitMs = (o: Observation, lease: Lease): number => {
   return Math.max(1, expected + draw * spread);
 };
 
-/** No time for a lease or a wait: while a replacement is under way, the token held may be revoked. */
+/** No time for a lease or a wait: while a replacement is under way, the token may be revoked. */
 const noTimeLeft = (suspect: boolean, message: string) =>
   new UpstreamUnavailableError(message, { retryAfterSeconds: 1, refreshInProgress: suspect });
 
@@ -184,11 +183,9 @@ export const notEnoughTime = (countdown: number) => {
   return noTimeLeft(false, `Not enough time left to ${what}; retry shortly`);
 };
 
-/** The deadline came while another container held the lease. */
 export const waitTimedOut = (suspect: boolean) =>
   noTimeLeft(suspect, 'Timed out waiting for another container to issue the token');
 
-/** A token whose whole lifetime is shorter than what the caller asked for. */
 export const unsatisfiable = (record: TokenRecord, needMs: number) => {
   const lifetime = Math.floor((record.expiresAt - record.issuedAt) / 1000);
   return new MinValidityUnsatisfiableError(

@@ -25,7 +25,6 @@ interface ObserverDeps {
   readonly reachability: StoreReachability;
 }
 
-/** A decision to take the lease, as the holder's side carries it out. */
 export type AcquirePlan = Omit<Extract<Decision, { do: 'acquire' }>, 'do'>;
 
 interface LeaseActions {
@@ -92,21 +91,19 @@ export const obtain = async (
     switch (decision.do) {
       case 'serve':
         return { record: decision.record, source: 'dynamodb' };
-      case 'refuse': {
-        const { error } = decision;
-        if (error instanceof ReplacementRefusedError) {
+      case 'refuse':
+        if (decision.error instanceof ReplacementRefusedError) {
           deps.metrics.record(MetricName.ReplacementsRefused, name);
           logger.info('Replacement on a caller’s word refused', {
             connection: name,
             caller: request.caller,
-            code: error.code,
+            code: decision.error.code,
             // Never the warm-up: its need, the window, forces nothing (`decide`, step 5).
             minValidity: Math.ceil((request.minValidityMs as number) / 1000),
-            availableMinValidity: error.availableMinValidity,
+            availableMinValidity: decision.error.availableMinValidity,
           });
         }
-        throw error;
-      }
+        throw decision.error;
       case 'let-go':
         await lease.letGo(decision.stale, decision.record);
         continue;
@@ -181,7 +178,7 @@ const readStore = async (
     return { state, read };
   } catch (error) {
     reachability.unanswered = true;
-    // Stryker disable next-line StringLiteral: equivalent: `servable` tells only undefined and a failure apart
+    // Stryker disable next-line StringLiteral: equivalent: `servable` tells no two strings apart
     const held = view.servable(name, request, 'store-down').record;
     if (!held) throw storeFailure('read', error);
     logger.warn('Token store unreadable; serving the token held in memory', { connection: name });
