@@ -8,31 +8,23 @@ import type { BrokerConfig, ConnectionConfig } from '../config.js';
 import { toBrokerError, UnknownConnectionError } from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenProbe, TokenStore } from '../ports.js';
-import {
-  checkReadiness,
-  type ReadinessReport,
-  Reports,
-  readStatus,
-  StatusReadTimedOut,
-  warmUp,
-} from './callers/index.js';
+import { Operator, Reports } from './callers/index.js';
 import { LeasedIssuance, RefreshAhead, SharedLoads } from './fleet/index.js';
 import { type Caller, IssuanceCause, withCredentialRotation } from './issuance/index.js';
 import { type CallerBoundSettings, tokenRequest } from './observer/index.js';
-import { withDeadline } from './single-flight.js';
 import { dueForRefresh, type ProtocolTiming, validateTiming } from './timing/index.js';
 import type {
   BrokerLogger,
   ConnectionStatus,
   GetTokenOptions,
   InvalidateOutcome,
+  ReadinessReport,
   ServedToken,
   TokenAnswer,
   WarmUpReport,
 } from './types.js';
-import { ConnectionView, ownRequest, type TokenRequest } from './view/index.js';
+import { ConnectionView, type TokenRequest } from './view/index.js';
 
-export type { ConnectionReadiness, ReadinessReport } from './callers/index.js';
 export { isCredentialRejection } from './issuance/index.js';
 export * from './types.js';
 
@@ -64,6 +56,7 @@ export interface TokenBrokerDeps {
 export class TokenBroker {
   readonly #view: ConnectionView;
   readonly #reports: Reports;
+  readonly #operator: Operator;
   readonly #loads: SharedLoads;
   readonly #refreshAhead: RefreshAhead;
   readonly #issuance: LeasedIssuance;
@@ -98,7 +91,16 @@ export class TokenBroker {
     this.#view = view;
     this.#issuance = issuance;
     this.#reports = new Reports({ ...common, probe, upstreamTimeoutMs: config.upstreamTimeoutMs });
-    this.#loads = new SharedLoads(issuance, clock, settings);
+    const loads = new SharedLoads(issuance, clock, settings);
+    this.#loads = loads;
+    this.#operator = new Operator({
+      ...deps,
+      connections: config.connections,
+      clock,
+      metrics,
+      load: (connection, request) => loads.load(connection, request),
+      getToken: (name, options) => this.getToken(name, options),
+    });
     this.#refreshAhead = new RefreshAhead({ issuance, clock, logger, metrics });
   }
 
@@ -208,11 +210,7 @@ export class TokenBroker {
 
   /** Every connection's token metadata and lease from the store, each read cut to `deadline` (I3). */
   status(deadline: Deadline): Promise<ConnectionStatus[]> {
-    return readStatus(this.deps.config.connections.values(), this.deps.store, {
-      now: () => this.#clock.now(),
-      bounded: (read) =>
-        withDeadline(read, deadline.leftMs(), this.#clock, () => new StatusReadTimedOut()),
-    });
+    return this.#operator.status(deadline);
   }
 
   /**
@@ -220,28 +218,12 @@ export class TokenBroker {
    * (a refresh it starts ends by `deadline`). A deploy gates on it.
    */
   ready(deadline: Deadline, caller = 'readiness check'): Promise<ReadinessReport> {
-    return checkReadiness(this.deps.config.connections.values(), {
-      secrets: this.deps.secrets,
-      deadline,
-      clock: this.#clock,
-      getToken: ({ name }) => this.getToken(name, { deadline, workUntil: deadline, caller }),
-      now: () => this.#clock.now(),
-      logger: this.deps.logger,
-    });
+    return this.#operator.ready(deadline, caller);
   }
 
   /** Makes sure every connection holds a token valid beyond the refresh window; issues where not. */
   warmUp(deadline: Deadline, caller: Caller = 'schedule'): Promise<WarmUpReport> {
-    // Counted per connection it checks: the alarm on its absence says the schedule stopped.
-    for (const name of this.connectionNames()) this.#metrics.record(MetricName.WarmUpRuns, name);
-    return warmUp(this.deps.config.connections.values(), {
-      // The same window as every other path: a token outside its (clamped) window is fresh.
-      load: (connection) =>
-        this.#loads.load(connection, ownRequest('outside-window', deadline, caller)),
-      now: () => this.#clock.now(),
-      logger: this.deps.logger,
-      metrics: this.#metrics,
-    });
+    return this.#operator.warmUp(deadline, caller);
   }
 
   /** Serve the last good token after a failure, where the failure says nothing against it (I2). */

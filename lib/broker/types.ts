@@ -3,12 +3,10 @@ import { createHash } from 'node:crypto';
 import type { Deadline } from '../clock.js';
 import type { TokenRecord } from '../ports.js';
 
-/** Where a served token came from: drives logs and metrics. */
-export type TokenSource = 'memory' | 'dynamodb' | 'upstream';
-
 export interface ServedToken {
   readonly record: TokenRecord;
-  readonly source: TokenSource;
+  /** Where it came from: drives logs and metrics. */
+  readonly source: 'memory' | 'dynamodb' | 'upstream';
 }
 
 /** A token as the facade answers a caller: with how long that caller may keep reusing it. */
@@ -79,6 +77,29 @@ export interface WarmUpReport {
   readonly connections: Readonly<Record<string, WarmUpOutcome>>;
   readonly issued: number;
   readonly failed: number;
+}
+
+/** One readiness check; a failure carries the broker's code and message (never a credential). */
+export type ReadinessCheck =
+  | { readonly status: 'ok' }
+  | {
+      readonly status: 'failed';
+      readonly error: { readonly code: string; readonly message: string };
+    }
+  /** Not run: an earlier check of the connection failed. */
+  | { readonly status: 'skipped' };
+
+export interface ConnectionReadiness {
+  readonly ready: boolean;
+  readonly secret: ReadinessCheck;
+  readonly token: ReadinessCheck & { readonly expiresIn?: number; readonly source?: string };
+}
+
+/** Readiness: a connection's secret readable and a valid token held or obtainable now. */
+export interface ReadinessReport {
+  /** Every connection ready. */
+  readonly ready: boolean;
+  readonly connections: Readonly<Record<string, ConnectionReadiness>>;
 }
 
 /** SHA-256 of an access token, base64url: what invalidate compares and logs may show. */

@@ -1,7 +1,6 @@
 /**
- * The callers' side: reports of a rejected token (probe-verified), readiness and the operator's
- * commands. Depends on `view/`, `issuance/` and `observer/`.
+ * The callers' side: reports of a rejected token (probe-verified) and the operator's commands
+ * (status, warm-up, readiness). Depends on `view/`, `issuance/` and `observer/`.
  */
-export { readStatus, StatusReadTimedOut, warmUp } from './operator.js';
-export { type ConnectionReadiness, checkReadiness, type ReadinessReport } from './readiness.js';
+export { Operator } from './operator.js';
 export { Reports } from './reports.js';

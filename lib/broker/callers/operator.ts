@@ -1,42 +1,67 @@
-/** The operator's view (`status`: metadata only, never a token) and the warm-up. */
+/**
+ * The operator's commands: the status (metadata only, never a token), the warm-up, and readiness
+ * (what a deploy gates on; `/health` stays liveness).
+ */
+import type { Clock, Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
-import { StoreUnavailableError, toBrokerError } from '../../errors.js';
+import { SecretUnavailableError, StoreUnavailableError, toBrokerError } from '../../errors.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
-import type { TokenStore } from '../../ports.js';
+import type { SecretSource, TokenStore } from '../../ports.js';
+import { withDeadline } from '../single-flight.js';
 import type {
   BrokerLogger,
+  ConnectionReadiness,
   ConnectionStatus,
+  GetTokenOptions,
+  ReadinessCheck,
+  ReadinessReport,
   ServedToken,
+  TokenAnswer,
   WarmUpOutcome,
   WarmUpReport,
 } from '../types.js';
+import { ownRequest, type TokenRequest } from '../view/index.js';
 
 /** A status read that the caller's deadline cut short. */
-export class StatusReadTimedOut extends Error {
+class StatusReadTimedOut extends Error {
   constructor() {
     super('The token store did not answer before the deadline');
     this.name = 'StatusReadTimedOut';
   }
 }
 
-/** Every connection's token metadata and live lease, read from the shared store. */
-export const readStatus = (
-  connections: Iterable<ConnectionConfig>,
-  store: TokenStore,
-  {
-    now,
-    bounded,
-  }: {
-    readonly now: () => number;
-    /** Cuts a read to the caller's deadline. */
-    readonly bounded: <T>(read: Promise<T>) => Promise<T>;
-  },
-): Promise<ConnectionStatus[]> =>
-  Promise.all(
-    [...connections].map(async ({ name, variant }) => {
+interface OperatorDeps {
+  readonly connections: ReadonlyMap<string, ConnectionConfig>;
+  readonly store: TokenStore;
+  readonly secrets: SecretSource;
+  readonly clock: Clock;
+  readonly logger: BrokerLogger;
+  readonly metrics: BrokerMetrics;
+  /** Loads a token as `request` asks (issuing under the lease when needed). */
+  readonly load: (connection: ConnectionConfig, request: TokenRequest) => Promise<ServedToken>;
+  /** A token as any caller gets it. */
+  readonly getToken: (name: string, options: GetTokenOptions) => Promise<TokenAnswer>;
+}
+
+const failed = (error: unknown): ReadinessCheck & { status: 'failed' } => {
+  const failure = toBrokerError(error);
+  return { status: 'failed', error: { code: failure.code, message: failure.message } };
+};
+
+const secondsLeft = (expiresAt: number, now: number): number =>
+  Math.floor((expiresAt - now) / 1000);
+
+export class Operator {
+  constructor(private readonly deps: OperatorDeps) {}
+
+  /** Every connection's token metadata and live lease, each store read cut to `deadline` (I3). */
+  status(deadline: Deadline): Promise<ConnectionStatus[]> {
+    const { store, clock } = this.deps;
+    return this.#each(async ({ name, variant }) => {
       let state: Awaited<ReturnType<TokenStore['read']>>;
       try {
-        state = await bounded(store.read(name));
+        const late = () => new StatusReadTimedOut();
+        state = await withDeadline(store.read(name), deadline.leftMs(), clock, late);
       } catch (error) {
         throw new StoreUnavailableError(
           error instanceof StatusReadTimedOut
@@ -45,7 +70,7 @@ export const readStatus = (
           { cause: error },
         );
       }
-      const at = now();
+      const at = clock.now();
       const { token, lease } = state;
       const valid = token && token.expiresAt > at ? token : undefined;
       return {
@@ -54,7 +79,7 @@ export const readStatus = (
         token: valid
           ? {
               expiresAt: new Date(valid.expiresAt).toISOString(),
-              expiresIn: Math.floor((valid.expiresAt - at) / 1000),
+              expiresIn: secondsLeft(valid.expiresAt, at),
               issuedAt: new Date(valid.issuedAt).toISOString(),
               tokenDigest: valid.tokenDigest,
             }
@@ -68,51 +93,87 @@ export const readStatus = (
               }
             : null,
       };
-    }),
-  );
+    });
+  }
 
-interface WarmUpDeps {
-  /** Loads a token outside its refresh window (issuing under the lease when needed). */
-  readonly load: (connection: ConnectionConfig) => Promise<ServedToken>;
-  readonly now: () => number;
-  readonly logger: BrokerLogger;
-  readonly metrics: BrokerMetrics;
-}
-
-/** Issues only where a token is missing or inside the refresh window. */
-export const warmUp = async (
-  connections: Iterable<ConnectionConfig>,
-  deps: WarmUpDeps,
-): Promise<WarmUpReport> => {
-  const outcomes = await Promise.all(
-    [...connections].map(async (connection): Promise<[string, WarmUpOutcome]> => {
+  /**
+   * Issues only where a token is missing or inside its refresh window: the same (clamped) window
+   * as every other path.
+   */
+  async warmUp(deadline: Deadline, caller: string): Promise<WarmUpReport> {
+    const { clock, logger, metrics } = this.deps;
+    // Counted per connection it checks: the alarm on its absence says the schedule stopped.
+    for (const name of this.deps.connections.keys()) metrics.record(MetricName.WarmUpRuns, name);
+    const outcomes = await this.#each(async (connection): Promise<[string, WarmUpOutcome]> => {
+      const { name } = connection;
       try {
-        const { record, source } = await deps.load(connection);
+        const request = ownRequest('outside-window', deadline, caller);
+        const { record, source } = await this.deps.load(connection, request);
         return [
-          connection.name,
+          name,
           {
             status: source === 'upstream' ? 'issued' : 'fresh',
             expiresAt: new Date(record.expiresAt).toISOString(),
-            expiresIn: Math.floor((record.expiresAt - deps.now()) / 1000),
+            expiresIn: secondsLeft(record.expiresAt, clock.now()),
           },
         ];
       } catch (error) {
         const failure = toBrokerError(error);
-        deps.metrics.record(MetricName.RefreshFailures, connection.name);
-        deps.logger.error('Warm-up failed for connection', {
-          connection: connection.name,
+        metrics.record(MetricName.RefreshFailures, name);
+        logger.error('Warm-up failed for connection', {
+          connection: name,
           error: { name: failure.name, code: failure.code, message: failure.message },
         });
-        return [
-          connection.name,
-          { status: 'failed', error: { code: failure.code, message: failure.message } },
-        ];
+        return [name, failed(failure)];
       }
-    }),
-  );
-  return {
-    connections: Object.fromEntries(outcomes),
-    issued: outcomes.filter(([, o]) => o.status === 'issued').length,
-    failed: outcomes.filter(([, o]) => o.status === 'failed').length,
-  };
-};
+    });
+    return {
+      connections: Object.fromEntries(outcomes),
+      issued: outcomes.filter(([, o]) => o.status === 'issued').length,
+      failed: outcomes.filter(([, o]) => o.status === 'failed').length,
+    };
+  }
+
+  /** Checks every connection in parallel; one failing does not stop the others. */
+  async ready(deadline: Deadline, caller: string): Promise<ReadinessReport> {
+    const checked = await this.#each(
+      async (c) => [c.name, await this.#ready(c, deadline, caller)] as const,
+    );
+    for (const [name, { ready, secret, token }] of checked) {
+      if (!ready)
+        this.deps.logger.warn('Connection not ready', { connection: name, secret, token });
+    }
+    return {
+      ready: checked.every(([, outcome]) => outcome.ready),
+      connections: Object.fromEntries(checked),
+    };
+  }
+
+  async #ready(
+    { name, secretId }: ConnectionConfig,
+    deadline: Deadline,
+    caller: string,
+  ): Promise<ConnectionReadiness> {
+    const { secrets, clock } = this.deps;
+    try {
+      // A slow Secrets Manager fails the check, it does not hang it (I3).
+      const late = () => new SecretUnavailableError(`The secret ${secretId} was not read in time`);
+      await withDeadline(secrets.getCredentials(secretId), deadline.leftMs(), clock, late);
+    } catch (error) {
+      // A valid token may still be served, but none can be issued: not ready.
+      return { ready: false, secret: failed(error), token: { status: 'skipped' } };
+    }
+    try {
+      const options = { deadline, workUntil: deadline, caller };
+      const { record, source } = await this.deps.getToken(name, options);
+      const expiresIn = secondsLeft(record.expiresAt, clock.now());
+      return { ready: true, secret: { status: 'ok' }, token: { status: 'ok', expiresIn, source } };
+    } catch (error) {
+      return { ready: false, secret: { status: 'ok' }, token: failed(error) };
+    }
+  }
+
+  #each<T>(check: (connection: ConnectionConfig) => Promise<T>): Promise<T[]> {
+    return Promise.all([...this.deps.connections.values()].map(check));
+  }
+}
