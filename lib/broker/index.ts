@@ -1,32 +1,58 @@
 /**
  * The broker core's facade: serves a valid token from memory, else the shared store, else one
- * upstream flow for the whole fleet under a lease. Sides: docs/protocol.md, "Layout". Builds each
- * call's `TokenRequest`, serves the last good token after a failure, starts refresh ahead.
+ * upstream flow for the whole fleet under a lease (sides: docs/protocol.md, "Layout"). Builds
+ * each call's `TokenRequest`, serves the last good token after a failure, starts refresh ahead,
+ * and answers the operator: status (metadata only, never a token), warm-up and readiness.
  */
 import { type Clock, Deadline, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
-import { toBrokerError, UnknownConnectionError } from '../errors.js';
+import {
+  SecretUnavailableError,
+  StoreUnavailableError,
+  toBrokerError,
+  UnknownConnectionError,
+} from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenProbe, TokenStore } from '../ports.js';
-import { Operator, Reports } from './callers/index.js';
+import { Reports } from './callers/index.js';
 import { LeasedIssuance, RefreshAhead, SharedLoads } from './fleet/index.js';
 import { type Caller, IssuanceCause, withCredentialRotation } from './issuance/index.js';
 import { type CallerBoundSettings, tokenRequest } from './observer/index.js';
+import { withDeadline } from './single-flight.js';
 import { dueForRefresh, type ProtocolTiming, validateTiming } from './timing/index.js';
 import type {
   BrokerLogger,
+  ConnectionReadiness,
   ConnectionStatus,
+  Failed,
   GetTokenOptions,
   InvalidateOutcome,
   ReadinessReport,
   ServedToken,
   TokenAnswer,
+  WarmUpOutcome,
   WarmUpReport,
 } from './types.js';
-import { ConnectionView, type TokenRequest } from './view/index.js';
+import { ConnectionView, ownRequest, type TokenRequest } from './view/index.js';
 
 export { isCredentialRejection } from './issuance/index.js';
 export * from './types.js';
+
+/** A status read that the caller's deadline cut short. */
+class StatusReadTimedOut extends Error {
+  constructor() {
+    super('The token store did not answer before the deadline');
+    this.name = 'StatusReadTimedOut';
+  }
+}
+
+const failed = (error: unknown): Failed => {
+  const failure = toBrokerError(error);
+  return { status: 'failed', error: { code: failure.code, message: failure.message } };
+};
+
+const secondsLeft = (expiresAt: number, now: number): number =>
+  Math.floor((expiresAt - now) / 1000);
 
 export interface TokenBrokerDeps {
   readonly config: Pick<
@@ -56,7 +82,6 @@ export interface TokenBrokerDeps {
 export class TokenBroker {
   readonly #view: ConnectionView;
   readonly #reports: Reports;
-  readonly #operator: Operator;
   readonly #loads: SharedLoads;
   readonly #refreshAhead: RefreshAhead;
   readonly #issuance: LeasedIssuance;
@@ -90,17 +115,8 @@ export class TokenBroker {
     this.#settings = settings;
     this.#view = view;
     this.#issuance = issuance;
-    this.#reports = new Reports({ ...common, probe, upstreamTimeoutMs: config.upstreamTimeoutMs });
-    const loads = new SharedLoads(issuance, clock, settings);
-    this.#loads = loads;
-    this.#operator = new Operator({
-      ...deps,
-      connections: config.connections,
-      clock,
-      metrics,
-      load: (connection, request) => loads.load(connection, request),
-      getToken: (name, options) => this.getToken(name, options),
-    });
+    this.#reports = new Reports({ ...common, probe });
+    this.#loads = new SharedLoads(issuance, clock, settings);
     this.#refreshAhead = new RefreshAhead({ issuance, clock, logger, metrics });
   }
 
@@ -208,22 +224,123 @@ export class TokenBroker {
     await Promise.race([this.idle(), this.#clock.sleep(deadline.wholeMsLeft())]);
   }
 
-  /** Every connection's token metadata and lease from the store, each read cut to `deadline` (I3). */
+  /** Every connection's token metadata and live lease, each store read cut to `deadline` (I3). */
   status(deadline: Deadline): Promise<ConnectionStatus[]> {
-    return this.#operator.status(deadline);
+    return this.#each(async ({ name, variant }) => {
+      const late = () => new StatusReadTimedOut();
+      const read = withDeadline(this.deps.store.read(name), deadline.leftMs(), this.#clock, late);
+      const { token, lease } = await read.catch((error: unknown) => {
+        throw new StoreUnavailableError(
+          error instanceof StatusReadTimedOut
+            ? 'The token store did not answer before the deadline; retry shortly'
+            : 'The token store failed to read the token; retry shortly',
+          { cause: error },
+        );
+      });
+      const at = this.#clock.now();
+      const valid = token && token.expiresAt > at ? token : undefined;
+      return {
+        connection: name,
+        variant,
+        token: valid
+          ? {
+              expiresAt: new Date(valid.expiresAt).toISOString(),
+              expiresIn: secondsLeft(valid.expiresAt, at),
+              issuedAt: new Date(valid.issuedAt).toISOString(),
+              tokenDigest: valid.tokenDigest,
+            }
+          : null,
+        lease:
+          lease && lease.expiresAt >= at
+            ? {
+                holder: lease.holder,
+                expiresInMs: lease.expiresAt - at,
+                countdown: lease.countdown,
+              }
+            : null,
+      };
+    });
   }
 
   /**
-   * Readiness of every connection: its secret readable and a valid token held or obtainable now
-   * (a refresh it starts ends by `deadline`). A deploy gates on it.
+   * Readiness of every connection, checked in parallel: its secret readable and a valid token
+   * held or obtainable now (a refresh it starts ends by `deadline`). A deploy gates on it.
    */
-  ready(deadline: Deadline, caller = 'readiness check'): Promise<ReadinessReport> {
-    return this.#operator.ready(deadline, caller);
+  async ready(deadline: Deadline, caller = 'readiness check'): Promise<ReadinessReport> {
+    const checked = await this.#each(
+      async (c) => [c.name, await this.#ready(c, deadline, caller)] as const,
+    );
+    for (const [name, { ready, secret, token }] of checked) {
+      if (!ready)
+        this.deps.logger.warn('Connection not ready', { connection: name, secret, token });
+    }
+    const ready = checked.every(([, outcome]) => outcome.ready);
+    return { ready, connections: Object.fromEntries(checked) };
   }
 
-  /** Makes sure every connection holds a token valid beyond the refresh window; issues where not. */
-  warmUp(deadline: Deadline, caller: Caller = 'schedule'): Promise<WarmUpReport> {
-    return this.#operator.warmUp(deadline, caller);
+  /**
+   * Makes sure every connection holds a token valid beyond its refresh window, issuing where not:
+   * the same (clamped) window as every other path.
+   */
+  async warmUp(deadline: Deadline, caller: Caller = 'schedule'): Promise<WarmUpReport> {
+    // Counted per connection it checks: the alarm on its absence says the schedule stopped.
+    for (const name of this.connectionNames()) this.#metrics.record(MetricName.WarmUpRuns, name);
+    const outcomes = await this.#each(async (connection): Promise<[string, WarmUpOutcome]> => {
+      const { name } = connection;
+      try {
+        const request = ownRequest('outside-window', deadline, caller);
+        const { record, source } = await this.#loads.load(connection, request);
+        return [
+          name,
+          {
+            status: source === 'upstream' ? 'issued' : 'fresh',
+            expiresAt: new Date(record.expiresAt).toISOString(),
+            expiresIn: secondsLeft(record.expiresAt, this.#clock.now()),
+          },
+        ];
+      } catch (error) {
+        const failure = toBrokerError(error);
+        this.#metrics.record(MetricName.RefreshFailures, name);
+        this.deps.logger.error('Warm-up failed for connection', {
+          connection: name,
+          error: { name: failure.name, code: failure.code, message: failure.message },
+        });
+        return [name, failed(failure)];
+      }
+    });
+    return {
+      connections: Object.fromEntries(outcomes),
+      issued: outcomes.filter(([, o]) => o.status === 'issued').length,
+      failed: outcomes.filter(([, o]) => o.status === 'failed').length,
+    };
+  }
+
+  async #ready(
+    { name, secretId }: ConnectionConfig,
+    deadline: Deadline,
+    caller: string,
+  ): Promise<ConnectionReadiness> {
+    try {
+      // A slow Secrets Manager fails the check, it does not hang it (I3).
+      const read = this.deps.secrets.getCredentials(secretId);
+      const late = () => new SecretUnavailableError(`The secret ${secretId} was not read in time`);
+      await withDeadline(read, deadline.leftMs(), this.#clock, late);
+    } catch (error) {
+      // A valid token may still be served, but none can be issued: not ready.
+      return { ready: false, secret: failed(error), token: { status: 'skipped' } };
+    }
+    try {
+      const options = { deadline, workUntil: deadline, caller };
+      const { record, source } = await this.getToken(name, options);
+      const expiresIn = secondsLeft(record.expiresAt, this.#clock.now());
+      return { ready: true, secret: { status: 'ok' }, token: { status: 'ok', expiresIn, source } };
+    } catch (error) {
+      return { ready: false, secret: { status: 'ok' }, token: failed(error) };
+    }
+  }
+
+  #each<T>(check: (connection: ConnectionConfig) => Promise<T>): Promise<T[]> {
+    return Promise.all([...this.deps.config.connections.values()].map(check));
   }
 
   /** Serve the last good token after a failure, where the failure says nothing against it (I2). */

@@ -48,12 +48,15 @@ export interface InvalidateOutcome {
   readonly verified?: 'valid' | 'revoked';
 }
 
+/** A failed warm-up or readiness check: the broker's code and message (never a credential). */
+export interface Failed {
+  readonly status: 'failed';
+  readonly error: { readonly code: string; readonly message: string };
+}
+
 export type WarmUpOutcome =
   | { readonly status: 'fresh' | 'issued'; readonly expiresAt: string; readonly expiresIn: number }
-  | {
-      readonly status: 'failed';
-      readonly error: { readonly code: string; readonly message: string };
-    };
+  | Failed;
 
 /** What an operator may see of a connection: never the token. */
 export interface ConnectionStatus {
@@ -79,15 +82,8 @@ export interface WarmUpReport {
   readonly failed: number;
 }
 
-/** One readiness check; a failure carries the broker's code and message (never a credential). */
-export type ReadinessCheck =
-  | { readonly status: 'ok' }
-  | {
-      readonly status: 'failed';
-      readonly error: { readonly code: string; readonly message: string };
-    }
-  /** Not run: an earlier check of the connection failed. */
-  | { readonly status: 'skipped' };
+/** One readiness check; `skipped`: not run, as an earlier check of the connection failed. */
+export type ReadinessCheck = { readonly status: 'ok' } | { readonly status: 'skipped' } | Failed;
 
 export interface ConnectionReadiness {
   readonly ready: boolean;

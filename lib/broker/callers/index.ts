@@ -1,6 +1,5 @@
 /**
- * The callers' side: reports of a rejected token (probe-verified) and the operator's commands
- * (status, warm-up, readiness). Depends on `view/`, `issuance/` and `observer/`.
+ * The callers' side: a caller's report of a rejected token, checked with the Open API where the
+ * connection has a probe. Depends on `view/`, `issuance/` and `observer/`.
  */
-export { Operator } from './operator.js';
 export { Reports } from './reports.js';

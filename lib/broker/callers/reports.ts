@@ -23,13 +23,12 @@ interface ReportsDeps {
   readonly store: TokenStore;
   readonly view: ConnectionView;
   readonly clock: Clock;
-  readonly settings: CallerBoundSettings;
+  /** With BROKER_UPSTREAM_TIMEOUT_MS: the longest a probe may take. */
+  readonly settings: CallerBoundSettings & { readonly upstreamTimeoutMs: number };
   readonly logger: BrokerLogger;
   readonly metrics: BrokerMetrics;
   /** Asks the Open API about a reported token, on connections with a `probe`. */
   readonly probe?: TokenProbe | undefined;
-  /** BROKER_UPSTREAM_TIMEOUT_MS: the longest a probe may take. */
-  readonly upstreamTimeoutMs: number;
 }
 
 export class Reports {
@@ -115,7 +114,8 @@ export class Reports {
     deadline: Deadline | undefined,
     leased: boolean,
   ): Promise<ProbeVerdict | undefined> {
-    const { probe: port, clock, upstreamTimeoutMs: timeoutMs, view } = this.deps;
+    const { probe: port, clock, settings, view } = this.deps;
+    const timeoutMs = settings.upstreamTimeoutMs;
     const { probe, name } = connection;
     if (!probe || !port) return undefined;
     const digest = token.tokenDigest;
