@@ -104,23 +104,19 @@ export class TokenBroker {
         ? {}
         : { forcedMinAgeMs: config.forcedMinAgeSeconds * 1000 }),
     };
-    const view = new ConnectionView(clock, settings);
-    const common = { store, clock, view, settings, logger, metrics };
-    const issuance = new LeasedIssuance({
-      ...common,
-      issue: withCredentialRotation({ ...deps, clock }),
-    });
     this.#clock = clock;
     this.#metrics = metrics;
     this.#settings = settings;
-    this.#view = view;
+    this.#view = new ConnectionView(clock, settings);
+    const common = { store, clock, view: this.#view, settings, logger, metrics };
+    const issue = withCredentialRotation({ ...deps, clock });
+    const issuance = new LeasedIssuance({ ...common, issue });
     this.#issuance = issuance;
     this.#reports = new Reports({ ...common, probe });
     this.#loads = new SharedLoads(issuance, clock, settings);
     this.#refreshAhead = new RefreshAhead({ issuance, clock, logger, metrics });
   }
 
-  /** Names of every configured connection. */
   connectionNames(): IterableIterator<string> {
     return this.deps.config.connections.keys();
   }
@@ -270,9 +266,9 @@ export class TokenBroker {
     const checked = await this.#each(
       async (c) => [c.name, await this.#ready(c, deadline, caller)] as const,
     );
+    const { logger } = this.deps;
     for (const [name, { ready, secret, token }] of checked) {
-      if (!ready)
-        this.deps.logger.warn('Connection not ready', { connection: name, secret, token });
+      if (!ready) logger.warn('Connection not ready', { connection: name, secret, token });
     }
     const ready = checked.every(([, outcome]) => outcome.ready);
     return { ready, connections: Object.fromEntries(checked) };
@@ -349,10 +345,9 @@ export class TokenBroker {
       failed: error,
     });
     if (!record) throw error;
-    const failure = toBrokerError(error);
     this.deps.logger.warn('Could not get a newer token; serving the last good one', {
       connection: name,
-      error: { code: failure.code, message: failure.message },
+      error: failed(error).error,
     });
     this.#metrics.record(MetricName.LastGoodTokenServed, name);
     // Served as a fallback after a failure: no second upstream attempt in this request.

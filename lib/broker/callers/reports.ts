@@ -56,11 +56,15 @@ export class Reports {
     // Held only while memory still proves it: past that it may have been replaced unseen.
     const current = entry?.record.tokenDigest === digest ? entry : undefined;
     const proved = view.servable(name, { minValidityMs: 0, explicit: false }).why === 'proved';
-    const held = current && proved ? current : undefined;
+    const held = proved ? current : undefined;
     // The token as held here, else as stored: a report about any other token changes nothing.
-    const { token, lease } = held
-      ? { token: held.record, lease: held.lease }
-      : await this.#storedToken(name, digest, deadline);
+    let { record: token, lease } = held ?? {};
+    if (!held) {
+      ({ token, lease } = await this.#store(() => this.deps.store.read(name), deadline));
+      if (token?.tokenDigest !== digest || token.expiresAt <= clock.now()) token = undefined;
+      // Learned here, if not before: its age on a caller's word (I4) counts from this read.
+      else view.learned(token);
+    }
     // No probe, no wait: the age rules run in the same turn as without the feature.
     const probed =
       token && connection.probe
@@ -150,21 +154,6 @@ export class Reports {
     return withDeadline(verdict, waitMs, clock, () => new Error('no time left')).catch(
       () => NO_TIME,
     );
-  }
-
-  /** The stored token of `name` if its digest is `digest` and it is valid, and the lease. */
-  async #storedToken(
-    name: string,
-    digest: string,
-    deadline: Deadline | undefined,
-  ): Promise<{ token: TokenRecord | undefined; lease: Lease | undefined }> {
-    const { token, lease } = await this.#store(() => this.deps.store.read(name), deadline);
-    if (token?.tokenDigest !== digest || token.expiresAt <= this.deps.clock.now()) {
-      return { token: undefined, lease };
-    }
-    // Learned here, if not before: its age on a caller's word (I4) counts from this read.
-    this.deps.view.learned(token);
-    return { token, lease };
   }
 
   /** Drops `token` here and in the store (if still the stored one). */
