@@ -1,8 +1,8 @@
 /**
- * The broker core's facade: serves a valid token from memory, else the shared store, else one
- * upstream flow for the whole fleet under a lease (sides: docs/protocol.md, "Layout"). Builds
- * each call's `TokenRequest`, serves the last good token after a failure, starts refresh ahead,
- * and answers the operator: status (metadata only, never a token), warm-up and readiness.
+ * The broker core's facade (sides: docs/protocol.md, "Layout"): makes each call's one
+ * `TokenRequest`; serves a valid token from memory, else the store, else one upstream flow for
+ * the fleet under a lease (the last good one after a failure); starts refresh ahead; answers the
+ * operator's status (never a token), warm-up and readiness.
  */
 import { type Clock, Deadline, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
@@ -186,8 +186,7 @@ export class TokenBroker {
         : dueForRefresh(record, now, this.#settings, this.#clock.random(), issuanceMs)
           ? IssuanceCause.RefreshAhead
           : undefined;
-      const background = this.deps.config.refreshAhead !== 'off';
-      if (cause && background && !this.#loads.has(name)) {
+      if (cause && this.deps.config.refreshAhead !== 'off' && !this.#loads.has(name)) {
         this.#refreshAhead.start(connection, record, cause, request);
       }
     }
@@ -286,14 +285,9 @@ export class TokenBroker {
       try {
         const request = ownRequest('outside-window', deadline, caller);
         const { record, source } = await this.#loads.load(connection, request);
-        return [
-          name,
-          {
-            status: source === 'upstream' ? 'issued' : 'fresh',
-            expiresAt: new Date(record.expiresAt).toISOString(),
-            expiresIn: secondsLeft(record.expiresAt, this.#clock.now()),
-          },
-        ];
+        const expiresAt = new Date(record.expiresAt).toISOString();
+        const expiresIn = secondsLeft(record.expiresAt, this.#clock.now());
+        return [name, { status: source === 'upstream' ? 'issued' : 'fresh', expiresAt, expiresIn }];
       } catch (error) {
         const failure = toBrokerError(error);
         this.#metrics.record(MetricName.RefreshFailures, name);

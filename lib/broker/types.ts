@@ -38,7 +38,6 @@ export interface GetTokenOptions {
   readonly mayForce?: boolean | undefined;
 }
 
-/** What became of an invalidate report. */
 export interface InvalidateOutcome {
   /** The reported token was the stored one and is gone: the next request gets a new one. */
   readonly invalidated: boolean;
@@ -91,9 +90,7 @@ export interface ConnectionReadiness {
   readonly token: ReadinessCheck & { readonly expiresIn?: number; readonly source?: string };
 }
 
-/** Readiness: a connection's secret readable and a valid token held or obtainable now. */
 export interface ReadinessReport {
-  /** Every connection ready. */
   readonly ready: boolean;
   readonly connections: Readonly<Record<string, ConnectionReadiness>>;
 }

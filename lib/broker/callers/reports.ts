@@ -159,12 +159,10 @@ export class Reports {
   /** Drops `token` here and in the store (if still the stored one). */
   async #drop(token: TokenRecord, now: number, deadline: Deadline | undefined): Promise<boolean> {
     this.deps.view.forget(token);
-    const { connection, tokenDigest } = token;
     const options = { reportedAt: now, deadline };
-    return this.#store(
-      () => this.deps.store.deleteIfMatches(connection, tokenDigest, options),
-      deadline,
-    );
+    const drop = () =>
+      this.deps.store.deleteIfMatches(token.connection, token.tokenDigest, options);
+    return this.#store(drop, deadline);
   }
 
   /** Keeps the report in the store and here: the token is replaced once it is old enough. */
