@@ -40,10 +40,7 @@ export * from './types.js';
 
 /** A status read that the caller's deadline cut short. */
 class StatusReadTimedOut extends Error {
-  constructor() {
-    super('The token store did not answer before the deadline');
-    this.name = 'StatusReadTimedOut';
-  }
+  override readonly name = 'StatusReadTimedOut';
 }
 
 const failed = (error: unknown): Failed => {
@@ -222,7 +219,8 @@ export class TokenBroker {
   /** Every connection's token metadata and live lease, each store read cut to `deadline` (I3). */
   status(deadline: Deadline): Promise<ConnectionStatus[]> {
     return this.#each(async ({ name, variant }) => {
-      const late = () => new StatusReadTimedOut();
+      const late = () =>
+        new StatusReadTimedOut('The token store did not answer before the deadline');
       const read = withDeadline(this.deps.store.read(name), deadline.leftMs(), this.#clock, late);
       const { token, lease } = await read.catch((error: unknown) => {
         throw new StoreUnavailableError(
@@ -234,6 +232,7 @@ export class TokenBroker {
       });
       const at = this.#clock.now();
       const valid = token && token.expiresAt > at ? token : undefined;
+      const live = lease && lease.expiresAt >= at ? lease : undefined;
       return {
         connection: name,
         variant,
@@ -245,14 +244,9 @@ export class TokenBroker {
               tokenDigest: valid.tokenDigest,
             }
           : null,
-        lease:
-          lease && lease.expiresAt >= at
-            ? {
-                holder: lease.holder,
-                expiresInMs: lease.expiresAt - at,
-                countdown: lease.countdown,
-              }
-            : null,
+        lease: live
+          ? { holder: live.holder, expiresInMs: live.expiresAt - at, countdown: live.countdown }
+          : null,
       };
     });
   }

@@ -27,7 +27,6 @@ interface ReportsDeps {
   readonly settings: CallerBoundSettings & { readonly upstreamTimeoutMs: number };
   readonly logger: BrokerLogger;
   readonly metrics: BrokerMetrics;
-  /** Asks the Open API about a reported token, on connections with a `probe`. */
   readonly probe?: TokenProbe | undefined;
 }
 
@@ -37,10 +36,7 @@ export class Reports {
 
   constructor(private readonly deps: ReportsDeps) {}
 
-  /**
-   * Acts on a report about `accessToken` of `connection`.
-   * @param deadline by when the store calls are answered (or it fails)
-   */
+  /** Acts on a report about `accessToken`; the store calls answer by `deadline` (or it fails). */
   async invalidate(
     connection: ConnectionConfig,
     accessToken: string,
