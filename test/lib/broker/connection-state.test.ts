@@ -276,7 +276,7 @@ const table: readonly [string, Knowledge, ConnectionEvent, Knowledge][] = [
     },
   ],
   [
-    // The probe is asked at most once per interval per token (probe-verdicts.ts): a verdict on
+    // The probe is asked at most once per interval per token (reports.ts): a verdict on
     // one token leaves those on others that are still reused, and one whose interval ends now goes.
     'a probe verdict on one token: verdicts on others still reused stay; one ending now goes',
     {
