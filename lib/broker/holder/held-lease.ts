@@ -23,7 +23,7 @@ export class LeaseLost extends Error {
   override readonly name = 'LeaseLost';
 }
 
-/** The flow's side of the commands: the token write and the clean-up (`failed-flow.ts`). */
+/** The flow's side of the commands: the token write and the clean-up (`issue-under-lease.ts`). */
 export interface HolderEffects {
   /** Writes the issued token under `ref`: whether it was accepted (a throw: no answer). */
   writeToken(ref: LeaseRef): Promise<boolean>;
@@ -97,21 +97,6 @@ export class HeldLease {
 
   get state(): HolderState {
     return this.#state;
-  }
-
-  /** The stored expiry the fence's confirmation wrote (it outlasts the POST and its grace). */
-  get confirmedUntil(): number | undefined {
-    return this.#state.confirmedUntil;
-  }
-
-  /** The confirmation's term on the monotonic clock. */
-  get confirmedUntilMonotonic(): number | undefined {
-    return this.#state.confirmedUntilMonotonic;
-  }
-
-  /** How long the flow waited for the countdown to end, in all (not part of an issuance). */
-  get waitedMs(): number {
-    return this.#state.waitedMs;
   }
 
   /** The lease as last written (the token write and a release name exactly it). */
@@ -215,7 +200,7 @@ export class HeldLease {
         this.#then(() => effects.release(this.ref, command.restore));
         break;
       case 'hold-for-grace':
-        this.#then(() => effects.holdForGrace(this.ref, this.confirmedUntil, command.until));
+        this.#then(() => effects.holdForGrace(this.ref, this.#state.confirmedUntil, command.until));
         break;
       case 'finish':
         this.#then(async () => this.#finished?.(command.outcome));

@@ -3,6 +3,5 @@
  * under the lease and its clean-up, and taking the lease. Depends on `timing/`, `view/`,
  * `issuance/`, `observer/`.
  */
-export type { HolderDeps, LeasedFlow } from './deps.js';
-export { issueUnderLease, LOST } from './issue-under-lease.js';
+export { type HolderDeps, issueUnderLease, type LeasedFlow, LOST } from './issue-under-lease.js';
 export { LeaseTaker } from './lease-taker.js';
