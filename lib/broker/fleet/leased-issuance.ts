@@ -30,7 +30,7 @@ import { leaseCountdown, leaseNeedsMs, leaseTerm, refreshBudgetMs } from '../tim
 import type { ServedToken } from '../types.js';
 import { ConnectionView, ownRequest, type ReadSent, type TokenRequest } from '../view/index.js';
 
-type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view'> & {
+type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view' | 'held'> & {
   /** What this container knows of each connection (its own, unless shared with a facade). */
   readonly view?: ConnectionView;
 };
@@ -55,8 +55,7 @@ export class LeasedIssuance {
 
   /** Gives up every lease held here before its POST (shutdown): see `HeldLease.abandon`. */
   abandonLeases(reason: string): void {
-    // Stryker disable next-line ArrayDeclaration: equivalent: the constructor always sets `held`
-    for (const lease of this.deps.held ?? []) lease.abandon(reason);
+    for (const lease of this.deps.held) lease.abandon(reason);
   }
 
   /** Refuses every issuance with `reason` before any lease is taken; undefined lifts it. */

@@ -25,11 +25,6 @@ export class RefreshAhead {
     },
   ) {}
 
-  /** Whether a refresh of `name` is running here. */
-  has(name: string): boolean {
-    return this.#running.has(name);
-  }
-
   /** Starts one try to replace `current` unless one runs here, within the request's `workUntil`. */
   start(
     connection: ConnectionConfig,

@@ -4,17 +4,17 @@
  * the clean-up after a failed flow is a best-effort store call each, cut to the caller's deadline.
  */
 import { randomUUID } from 'node:crypto';
-import type { Clock, Deadline } from '../../clock.js';
+import type { Clock } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import { isOutcomeUnknown } from '../../errors.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
-import type { LeaseRef, ReplacedToken, TokenRecord, TokenStore } from '../../ports.js';
+import type { ReplacedToken, TokenRecord, TokenStore } from '../../ports.js';
 import { type Caller, type IssuanceCause, type Issue, recordIssued } from '../issuance/index.js';
 import { type CallerBoundSettings, unsatisfiable } from '../observer/index.js';
 import { ownRecheckMs, storeReserveMs } from '../timing/index.js';
 import type { BrokerLogger, ServedToken } from '../types.js';
 import type { ConnectionView } from '../view/index.js';
-import { HeldLease, type HolderEffects, LeaseLost } from './held-lease.js';
+import { HeldLease, type HeldLeaseOptions, type HolderEffects, LeaseLost } from './held-lease.js';
 import type { PostAnswer } from './state.js';
 
 export interface HolderDeps {
@@ -26,28 +26,21 @@ export interface HolderDeps {
   readonly logger: BrokerLogger;
   readonly metrics: BrokerMetrics;
   /** The leases this container holds now (given up when its environment shuts down). */
-  readonly held?: Set<{ abandon(reason: string): void }>;
+  readonly held: Set<{ abandon(reason: string): void }>;
   /** Cuts a store call to `waitMs`: the caller is answered before its deadline, always (I3). */
   readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
 }
 
-/** One run of the upstream flow under a lease. */
-export interface LeasedFlow {
-  /** The lease as this run wrote it when taking it. */
-  readonly lease: LeaseRef;
+/** One run of the upstream flow under a lease (`suspect`: `replaced` may already be revoked). */
+export interface LeasedFlow
+  extends Pick<
+    HeldLeaseOptions,
+    'lease' | 'deadline' | 'leasedAt' | 'answeredAt' | 'countdown' | 'suspect'
+  > {
   /** Validity (ms) the caller needs from the new token. */
   readonly needMs: number;
-  readonly deadline: Deadline;
   /** The valid token replaced (dropped if the POST is lost), or a suspect one, maybe unreadable. */
   readonly replaced: ReplacedToken | undefined;
-  /** `replaced` may already be revoked (a POST under the lease taken over may be out). */
-  readonly suspect: boolean;
-  /** Monotonic instant at which the lease write was sent: lease time counts from here. */
-  readonly leasedAt: number;
-  /** Monotonic instant at which that write was answered: the first step counts from here. */
-  readonly answeredAt: number;
-  /** The countdown the lease was written with. */
-  readonly countdown: number;
   /** Why the token is issued, and at whose request (logged and counted with the issuance). */
   readonly cause: IssuanceCause;
   /** Issued on a caller's word, or by taking over a lease that was (see `TokenRecord.forced`). */
@@ -107,7 +100,7 @@ export const issueUnderLease = async (
       },
     },
   });
-  deps.held?.add(lease);
+  deps.held.add(lease);
   const started = clock.monotonic();
   let failure: unknown;
   try {
@@ -126,7 +119,7 @@ export const issueUnderLease = async (
     failure = error;
   }
   const outcome = await lease.answered(record ? 'issued' : answerOf(failure));
-  deps.held?.delete(lease);
+  deps.held.delete(lease);
   switch (outcome) {
     case 'lost':
       logger.warn('Lease lost before the access-token request; nothing was sent', {
