@@ -148,7 +148,6 @@ export type HolderCommand =
   | { readonly do: 'release'; readonly restore: boolean }
   /** Hold the lease until `until` (monotonic): the POST may land until then (A1). */
   | { readonly do: 'hold-for-grace'; readonly until: number }
-  /** The flow is over: its caller is told. */
   | { readonly do: 'finish'; readonly outcome: HolderOutcome };
 
 type Result = { readonly state: HolderState; readonly commands: readonly HolderCommand[] };
@@ -318,11 +317,9 @@ export const initialState = (
   finished: false,
 });
 
-const ALL_TIMERS: readonly HolderCommand[] = [
-  { do: 'cancel', timer: 'step' },
-  { do: 'cancel', timer: 'last-call' },
-  { do: 'cancel', timer: 'post' },
-];
+const ALL_TIMERS = (['step', 'last-call', 'post'] as const).map(
+  (timer): HolderCommand => ({ do: 'cancel', timer }),
+);
 
 /** The flow ended (its POST answered, or never sent): the clean-up is the final state's. */
 const ended = (state: HolderState, outcome: HolderEvent & { type: 'answered' }): Result => {
@@ -372,29 +369,28 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
   const none: Result = { state, commands: [] };
   if (state.finished) {
     // Over: only a late lease write's answer is kept (which version is ours).
-    if (event.type === 'write-landed')
-      return { state: landed(state, event.at).state, commands: [] };
-    if (event.type === 'write-refused' || event.type === 'write-failed') {
-      return { state: notLanded(state, event.type === 'write-refused').state, commands: [] };
-    }
-    return none;
+    const refused = event.type === 'write-refused';
+    const late =
+      event.type === 'write-landed'
+        ? landed(state, event.at)
+        : refused || event.type === 'write-failed'
+          ? notLanded(state, refused)
+          : none;
+    return { state: late.state, commands: [] };
   }
   const { at } = event;
   const { timing } = state.terms;
   switch (event.type) {
     case 'started': {
-      const { deadlineAt } = state.terms;
+      // The periodic lease write, from the answer of the write that took the lease; I3: the lease
+      // goes once the POST and the write after it no longer fit.
+      const stepMs = state.answeredAt + nextStepMs(state) - at;
+      const lastCallMs = state.terms.deadlineAt - at - storeReserveMs(timing) - timing.minPostMs;
       return {
         state,
         commands: [
-          // The periodic lease write, from the answer of the write that took the lease.
-          { do: 'arm', timer: 'step', ms: Math.max(0, state.answeredAt + nextStepMs(state) - at) },
-          // I3: the lease goes once the POST and the write after it no longer fit.
-          {
-            do: 'arm',
-            timer: 'last-call',
-            ms: Math.max(0, deadlineAt - at - storeReserveMs(timing) - timing.minPostMs),
-          },
+          { do: 'arm', timer: 'step', ms: Math.max(0, stepMs) },
+          { do: 'arm', timer: 'last-call', ms: Math.max(0, lastCallMs) },
         ],
       };
     }
