@@ -166,9 +166,7 @@ export class LeasedIssuance {
       answeredAt: clock.monotonic(),
       caller,
     };
-    const issued = await issueUnderLease(this.deps, connection, flow, (ms) =>
-      this.deps.view.measured(name, 'issuance', ms),
-    );
+    const issued = await issueUnderLease(this.deps, connection, flow);
     // Our lease was taken over while we ran: the new holder's token wins.
     return issued === LOST ? { read, lost: true } : issued;
   }

@@ -9,7 +9,7 @@ import type { ConnectionConfig } from '../../config.js';
 import { isOutcomeUnknown } from '../../errors.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
 import type { ReplacedToken, TokenRecord, TokenStore } from '../../ports.js';
-import { type Caller, type IssuanceCause, type Issue, recordIssued } from '../issuance/index.js';
+import { type Issuance, type Issue, recordIssued } from '../issuance/index.js';
 import { type CallerBoundSettings, unsatisfiable } from '../observer/index.js';
 import { ownRecheckMs, storeReserveMs } from '../timing/index.js';
 import type { BrokerLogger, ServedToken } from '../types.js';
@@ -34,18 +34,12 @@ export interface HolderDeps {
 /** One run of the upstream flow under a lease (`suspect`: `replaced` may already be revoked). */
 export interface LeasedFlow
   extends Pick<
-    HeldLeaseOptions,
-    'lease' | 'deadline' | 'leasedAt' | 'answeredAt' | 'countdown' | 'suspect'
-  > {
-  /** Validity (ms) the caller needs from the new token. */
-  readonly needMs: number;
+      HeldLeaseOptions,
+      'lease' | 'deadline' | 'leasedAt' | 'answeredAt' | 'countdown' | 'suspect'
+    >,
+    Issuance {
   /** The valid token replaced (dropped if the POST is lost), or a suspect one, maybe unreadable. */
   readonly replaced: ReplacedToken | undefined;
-  /** Why the token is issued, and at whose request (logged and counted with the issuance). */
-  readonly cause: IssuanceCause;
-  /** Issued on a caller's word, or by taking over a lease that was (see `TokenRecord.forced`). */
-  readonly forced: boolean;
-  readonly caller: Caller;
 }
 
 /** The lease was lost during a flow: the new holder's token wins. */
@@ -55,15 +49,11 @@ export const LOST = Symbol('lost');
 const answerOf = (error: unknown): PostAnswer =>
   isOutcomeUnknown(error) ? 'outcome-unknown' : error instanceof LeaseLost ? 'not-sent' : 'failed';
 
-/**
- * Runs the flow under the lease and writes the token; LOST when the lease was lost meanwhile.
- * @param measured called with the issuance's duration, countdown excluded (XFetch's δ)
- */
+/** Runs the flow under the lease and writes the token; LOST when the lease was lost meanwhile. */
 export const issueUnderLease = async (
   deps: HolderDeps,
   connection: ConnectionConfig,
   flow: LeasedFlow,
-  measured: (issuanceMs: number) => void,
 ): Promise<ServedToken | typeof LOST> => {
   const { name } = connection;
   const { clock, store, logger, metrics, settings, view, bounded } = deps;
@@ -111,7 +101,8 @@ export const issueUnderLease = async (
       fence: () => lease.fence(),
     });
     const took = clock.monotonic() - started;
-    measured(took - lease.state.waitedMs);
+    // The issuance's duration, countdown excluded (XFetch's δ).
+    view.measured(name, 'issuance', took - lease.state.waitedMs);
     const issuedRecord = recordIssued(connection, issued, took, deps, flow);
     // The re-check this container's readers apply travels with the token (mixed settings, I2).
     record = { ...issuedRecord, recheckMs: ownRecheckMs(issuedRecord, settings) };

@@ -5,6 +5,7 @@
 export {
   type Caller,
   causeOf,
+  type Issuance,
   IssuanceCause,
   isCallersWord,
   recordIssued,

@@ -77,22 +77,21 @@ export const causeOf = (read: {
 /** Clock skew between us and the upstream beyond which a warning is logged. */
 const SKEW_WARNING_MS = 5 * 60_000;
 
+/** Why a token is issued, at whose request, and for what validity (ms): logged and counted. */
+export interface Issuance {
+  readonly cause: IssuanceCause;
+  /** Issued on a caller's word, or by taking over a lease that was (see `TokenRecord.forced`). */
+  readonly forced: boolean;
+  readonly caller: Caller;
+  readonly needMs: number;
+}
+
 export const recordIssued = (
   connection: ConnectionConfig,
   issued: IssuedToken,
   tookMs: number,
   { logger, metrics }: { readonly logger: BrokerLogger; readonly metrics: BrokerMetrics },
-  {
-    cause,
-    forced,
-    caller,
-    needMs,
-  }: {
-    readonly cause: IssuanceCause;
-    readonly forced: boolean;
-    readonly caller: Caller;
-    readonly needMs: number;
-  },
+  { cause, forced, caller, needMs }: Issuance,
 ): TokenRecord => {
   const { name } = connection;
   metrics.record(MetricName.UpstreamIssuances, name);
