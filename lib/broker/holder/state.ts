@@ -88,32 +88,19 @@ export interface HolderState {
 /** How the POST (or the flow before it) ended, as the driver classifies the upstream's answer. */
 export type PostAnswer = 'issued' | 'failed' | 'outcome-unknown' | 'not-sent';
 
+/** What happens to a holder (docs/protocol.md's holder table says each in words). */
 export type HolderEvent = { readonly at: number } & (
-  | { readonly type: 'started' }
-  /** The next periodic write is due (a step while counting, a heartbeat at 1). */
-  | { readonly type: 'step-due' }
+  | { readonly type: 'started' | 'step-due' | 'post-timer' | 'fence-asked' | 'post-sent' }
   /** I3: the POST and the write after it no longer fit before the deadline. */
   | { readonly type: 'last-call' }
-  /** The POST's confirmed budget ran out. */
-  | { readonly type: 'post-timer' }
-  /** The execution environment shuts down: a lease not yet used is given up. */
   | { readonly type: 'abandon'; readonly reason: string }
-  /** The flow asks to send its POST (it waits for `send-post` or `refuse-fence`). */
-  | { readonly type: 'fence-asked' }
   /** The lease write commanded left, naming this version and storing this expiry. */
   | { readonly type: 'write-sent'; readonly version: string; readonly expiresAt: number }
-  | { readonly type: 'write-landed' }
-  /** The conditional write was refused: the lease is another's. */
-  | { readonly type: 'write-refused' }
-  /** No answer (an error, or the fence's budget ran out): the write may have landed. */
-  | { readonly type: 'write-failed' }
-  | { readonly type: 'post-sent' }
+  /** `write-failed`: no answer (an error, or the fence's budget ran out): it may have landed. */
+  | { readonly type: 'write-landed' | 'write-refused' | 'write-failed' }
   | { readonly type: 'answered'; readonly outcome: PostAnswer }
-  | { readonly type: 'token-written' }
-  /** The token write was refused: the lease was taken over after the POST. */
-  | { readonly type: 'token-refused' }
-  /** The token write failed: the token is served from memory only. */
-  | { readonly type: 'token-write-failed' }
+  /** `token-write-failed`: the token is served from memory only. */
+  | { readonly type: 'token-written' | 'token-refused' | 'token-write-failed' }
 );
 
 export type HolderTimer = 'step' | 'last-call' | 'post';
