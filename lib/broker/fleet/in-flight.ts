@@ -34,7 +34,6 @@ export class SharedLoads {
     this.#flight = new SingleFlight(clock);
   }
 
-  /** Whether a load for `name` is running in this container. */
   has(name: string): boolean {
     return this.#flight.has(name);
   }
@@ -62,7 +61,6 @@ export class SharedLoads {
 }
 
 export class RefreshAhead {
-  /** Refreshes running in the background, per connection. */
   readonly #running = new Map<string, Promise<void>>();
 
   constructor(

@@ -63,7 +63,6 @@ export class LeasedIssuance {
     this.#refusal = reason;
   }
 
-  /** What this container knows of each connection. */
   get view(): ConnectionView {
     return this.deps.view;
   }

@@ -27,7 +27,6 @@ export const IssuanceCause = {
 } as const;
 export type IssuanceCause = (typeof IssuanceCause)[keyof typeof IssuanceCause];
 
-/** The metric each cause is counted under. */
 const CAUSE_METRIC: Readonly<Record<IssuanceCause, MetricName>> = {
   'first-token': MetricName.IssuedForFirstToken,
   expired: MetricName.IssuedForExpired,
@@ -114,7 +113,6 @@ export const recordIssued = (
       });
     }
   }
-  // The audit line of every issuance: why, at whose request, and for what validity.
   logger.info('Token issued by the Open API', {
     connection: name,
     variant: connection.variant,

@@ -30,7 +30,6 @@ export interface IssueOptions {
 /** Runs the flow for a connection with whatever credentials are current. */
 export type Issue = (connection: ConnectionConfig, options: IssueOptions) => Promise<IssuedToken>;
 
-/** Authorize → fence → token request, with the given credentials. */
 export const issueWith = async (
   issuer: TokenIssuer,
   connection: ConnectionConfig,
@@ -71,8 +70,7 @@ export const withCredentialRotation =
     readonly clock?: Clock | undefined;
   }): Issue =>
   async (connection, options) => {
-    const { secrets, issuer, logger } = deps;
-    const clock = deps.clock ?? systemClock;
+    const { secrets, issuer, logger, clock = systemClock } = deps;
     // The caller's deadline (I3): a slow Secrets Manager must not keep the caller past it.
     const { deadline } = options;
     const credentials = await withDeadline(
