@@ -204,24 +204,40 @@ const fence = (state: HolderState, at: number): Result => {
   };
 };
 
-/** A lease write answered: the version it set is ours (a release names it). */
-const landed = (state: HolderState, at: number): Result => {
+type WriteAnswer = 'write-landed' | 'write-refused' | 'write-failed';
+
+/**
+ * A lease write answered: landed (the version it set is ours; a release names it), refused (the
+ * lease went elsewhere) or failed (it may have landed: its version stays `unanswered`).
+ */
+const writeAnswered = (state: HolderState, at: number, answer: WriteAnswer): Result => {
   const write = state.writing;
   if (!write) return { state, commands: [] };
+  const fenced = write.write === 'fence';
+  const landed = answer === 'write-landed';
   const kept: HolderState = {
     ...state,
     writing: undefined,
-    version: state.unanswered ?? state.version,
-    unanswered: undefined,
-    ...(write.write === 'fence'
+    ...(answer === 'write-failed' ? {} : { unanswered: undefined }),
+    ...(landed ? { version: state.unanswered ?? state.version } : {}),
+    ...(landed && fenced
       ? {
           confirmedUntil: write.expiresAt,
           confirmedUntilMonotonic: write.sentAt + write.durationMs,
         }
       : {}),
   };
-  if (state.name !== 'counting') return refuseWaiting(kept, write);
-  if (write.write === 'fence') {
+  if (state.name !== 'counting') {
+    // The flow waited at the fence for this confirmation's answer: it is refused now.
+    return fenced && kept.fenceAskedAt !== undefined
+      ? { state: { ...kept, fenceAskedAt: undefined }, commands: [{ do: 'refuse-fence' }] }
+      : { state: kept, commands: [] };
+  }
+  if (!landed) {
+    if (fenced) return lose(kept, 'Lease not confirmed before the access-token request');
+    return lose(kept, answer === 'write-refused' ? 'Lease taken over' : 'Lease write failed');
+  }
+  if (fenced) {
     // Paused between the confirmation and here? Then the POST no longer fits its lease.
     const left = write.sentAt + (write.budget ?? 0) - at;
     const sendBy = write.sentAt + (write.sendWindow ?? write.budget ?? 0);
@@ -256,31 +272,6 @@ const landed = (state: HolderState, at: number): Result => {
   }
   return fence(next, at);
 };
-
-/** A lease write refused (the lease went elsewhere) or failed (it may have landed). */
-const notLanded = (state: HolderState, refused: boolean): Result => {
-  const write = state.writing;
-  if (!write) return { state, commands: [] };
-  // A write that failed may have landed: its version stays `unanswered`, for the release.
-  const kept = { ...state, writing: undefined, ...(refused ? { unanswered: undefined } : {}) };
-  if (state.name === 'counting') {
-    return lose(
-      kept,
-      write.write === 'fence'
-        ? 'Lease not confirmed before the access-token request'
-        : refused
-          ? 'Lease taken over'
-          : 'Lease write failed',
-    );
-  }
-  return refuseWaiting(kept, write);
-};
-
-/** A confirmation answered once the flow stopped counting: the flow waiting on it is refused. */
-const refuseWaiting = (kept: HolderState, write: LeaseWrite): Result =>
-  write.write === 'fence' && kept.fenceAskedAt !== undefined
-    ? { state: { ...kept, fenceAskedAt: undefined }, commands: [{ do: 'refuse-fence' }] }
-    : { state: kept, commands: [] };
 
 /** The holder as it starts: the lease just written (its version, countdown and time). */
 export const initialState = (
@@ -356,14 +347,9 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
   const none: Result = { state, commands: [] };
   if (state.finished) {
     // Over: only a late lease write's answer is kept (which version is ours).
-    const refused = event.type === 'write-refused';
-    const late =
-      event.type === 'write-landed'
-        ? landed(state, event.at)
-        : refused || event.type === 'write-failed'
-          ? notLanded(state, refused)
-          : none;
-    return { state: late.state, commands: [] };
+    const { type } = event;
+    if (type !== 'write-landed' && type !== 'write-refused' && type !== 'write-failed') return none;
+    return { state: writeAnswered(state, event.at, type).state, commands: [] };
   }
   const { at } = event;
   const { timing } = state.terms;
@@ -427,10 +413,9 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
         commands: [],
       };
     case 'write-landed':
-      return landed(state, at);
     case 'write-refused':
     case 'write-failed':
-      return notLanded(state, event.type === 'write-refused');
+      return writeAnswered(state, at, event.type);
     case 'post-sent':
       return state.name === 'fenced'
         ? { state: { ...state, name: 'posting' }, commands: [] }
