@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { LeasedIssuance } from '../../../lib/broker/fleet/leased-issuance.js';
-import type { Issue } from '../../../lib/broker/issuance/credential-rotation.js';
+import type { Issue } from '../../../lib/broker/issuance/issue-flow.js';
 import { countdownFor } from '../../../lib/broker/timing/bounds.js';
 import {
   DEFAULT_TIMING,
