@@ -187,7 +187,9 @@ export class LeasedIssuance {
     const { timing } = this.deps.settings;
     const { durationMs } = leaseTerm(0, deadline.leftMs(), timing, terms.countdown > 1);
     const leaseExpiresAt = this.deps.clock.now() + durationMs;
-    const request: LeaseRequest = { ...ours, leaseExpiresAt, durationMs, ...terms };
+    // The take announces its step too (ADR 0032): the wait and this container's last read.
+    const stepMs = timing.countdownStepMs + (this.deps.view.readMs(name) ?? 0);
+    const request: LeaseRequest = { ...ours, leaseExpiresAt, durationMs, stepMs, ...terms };
     return this.#bounded(
       this.deps.store.acquireLease(name, request, { deadline }),
       deadline.leftMs(),
