@@ -23,37 +23,36 @@
  *   current one); accepted posts answer 202 `{ "status": "OK" }`;
  * - after an extension's init/error or exit/error, none of its calls succeed.
  * A runtime response over Lambda's payload limit is 413 to the runtime and
- * `Function.ResponseSizeTooLarge` to the caller.
+ * `Function.ResponseSizeTooLarge` to the caller. The parts that do not depend on the execution
+ * model (paths, answers, registration checks) are api-protocol.ts, shared with managed-api.ts.
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { InvokeOutcome } from '../lambda-events.js';
-import { type LoopbackServer, serve } from '../loopback.js';
+import {
+  type ApiFailure,
+  accepted,
+  answerRegistration,
+  type Delivery,
+  extensionCall,
+  extensionFailure,
+  type FunctionMetadata,
+  forbidden,
+  handOver,
+  header,
+  invalidRequestId,
+  notFound,
+  RUNTIME,
+  readExtensionBody,
+  readInitError,
+  readInvocationPost,
+  readRegistration,
+  send,
+  serveApis,
+  takeAnswer,
+} from './api-protocol.js';
 
-/** The most a runtime may answer: 6 MiB + 100 bytes, the emulator's `MaxPayloadSize`. */
-export const MAX_RESPONSE_BYTES = 6 * 1024 * 1024 + 100;
-/** The Extensions API's limit on extensions per function. */
-export const MAX_EXTENSIONS = 10;
-
-/** One invocation as the API hands it to the runtime and to the extensions. */
-export interface Delivery {
-  readonly requestId: string;
-  /** When the invocation times out, in Unix epoch milliseconds. */
-  readonly deadlineMs: number;
-  readonly invokedFunctionArn: string;
-  /** An X-Ray tracing header (`Root=…;Parent=…;Sampled=…`). */
-  readonly traceId: string;
-  /** The event, as JSON text. */
-  readonly payload: string;
-}
-
-/** What register answers with (`handler` is `_HANDLER`, e.g. `index.handler`). */
-export interface FunctionMetadata {
-  readonly functionName: string;
-  readonly functionVersion: string;
-  readonly handler: string;
-  readonly accountId: string;
-}
+export type { Delivery, FunctionMetadata } from './api-protocol.js';
 
 export interface ApiEvents {
   /** The runtime and every registered extension now wait for their next event. */
@@ -64,10 +63,7 @@ export interface ApiEvents {
    * Something the environment cannot go on from: the runtime's init/error, or an extension's
    * init/error or exit/error (Lambda resets the environment after each).
    */
-  readonly onFailure: (failure: {
-    readonly errorType: string;
-    readonly errorMessage: string;
-  }) => void;
+  readonly onFailure: (failure: ApiFailure) => void;
 }
 
 export interface RuntimeApiServer {
@@ -98,59 +94,6 @@ interface Extension {
   state: 'registered' | 'waiting' | 'busy' | 'failed';
   pending?: ServerResponse | undefined;
 }
-
-const RUNTIME = '/2018-06-01/runtime';
-const EXTENSION = '/2020-01-01/extension';
-const INVOCATION = /^\/2018-06-01\/runtime\/invocation\/([^/]+)\/(response|error)$/;
-
-const send = (
-  res: ServerResponse,
-  status: number,
-  body: unknown,
-  headers: Record<string, string> = {},
-) => {
-  res.writeHead(status, { 'content-type': 'application/json', ...headers });
-  res.end(JSON.stringify(body));
-};
-const forbidden = (res: ServerResponse, errorType: string, errorMessage: string) =>
-  send(res, 403, { errorMessage, errorType });
-const accepted = (res: ServerResponse) => send(res, 202, { status: 'OK' });
-
-const header = (req: IncomingMessage, name: string): string | undefined => {
-  const value = req.headers[name];
-  return Array.isArray(value) ? value[0] : value;
-};
-
-/** The body, or undefined when it is over `limit` bytes (the rest is read and dropped). */
-const readBody = async (req: IncomingMessage, limit: number): Promise<Buffer | undefined> => {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size <= limit) chunks.push(chunk as Buffer);
-  }
-  return size > limit ? undefined : Buffer.concat(chunks);
-};
-
-/** `{ errorType, errorMessage }` from what the runtime posted, whatever its shape. */
-const errorOutcome = (body: string, typeHeader: string | undefined): InvokeOutcome => {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(body);
-  } catch {
-    parsed = undefined;
-  }
-  const fields = (typeof parsed === 'object' && parsed !== null ? parsed : {}) as Record<
-    string,
-    unknown
-  >;
-  return {
-    ok: false,
-    errorType:
-      typeof fields.errorType === 'string' ? fields.errorType : (typeHeader ?? 'Function.Unknown'),
-    errorMessage: typeof fields.errorMessage === 'string' ? fields.errorMessage : body,
-  };
-};
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -192,7 +135,7 @@ export const startRuntimeApi = async (
       return settled();
     }
     if (req.method === 'POST' && path === `${RUNTIME}/init/error`) {
-      const body = ((await readBody(req, MAX_RESPONSE_BYTES)) ?? Buffer.alloc(0)).toString();
+      const failure = await readInitError(req);
       if (runtime !== 'init') {
         return forbidden(
           res,
@@ -201,52 +144,20 @@ export const startRuntimeApi = async (
         );
       }
       accepted(res);
-      const outcome = errorOutcome(body, header(req, 'lambda-runtime-function-error-type'));
-      if (!outcome.ok) events.onFailure(outcome);
-      return;
+      return events.onFailure(failure);
     }
-    const invocation = req.method === 'POST' ? INVOCATION.exec(path) : null;
-    if (!invocation) return send(res, 404, { errorMessage: 'Not found', errorType: 'NotFound' });
-    const [, requestId, kind] = invocation;
-    const body = await readBody(req, MAX_RESPONSE_BYTES);
-    if (requestId === undefined || requestId !== current) {
-      return send(res, 400, { errorMessage: 'Invalid request ID', errorType: 'InvalidRequestID' });
-    }
+    const posted = await readInvocationPost(req, res, path);
+    if (!posted) return;
+    if (posted.requestId !== current) return invalidRequestId(res);
     if (runtime !== 'invoking') {
       return forbidden(
         res,
         'InvalidStateTransition',
-        `State transition from ${runtime} to invocation ${kind} failed for runtime`,
+        `State transition from ${runtime} to invocation ${posted.kind} failed for runtime`,
       );
     }
     runtime = 'answered';
-    if (body === undefined) {
-      send(res, 413, {
-        errorMessage: `Exceeded maximum allowed payload size (${MAX_RESPONSE_BYTES} bytes).`,
-        errorType: 'RequestEntityTooLarge',
-      });
-      return events.onResponse(requestId, {
-        ok: false,
-        errorType: 'Function.ResponseSizeTooLarge',
-        errorMessage: `Response payload size exceeded maximum allowed payload size (${MAX_RESPONSE_BYTES} bytes).`,
-      });
-    }
-    accepted(res);
-    const text = body.toString('utf8');
-    if (kind === 'error') {
-      return events.onResponse(
-        requestId,
-        errorOutcome(text, header(req, 'lambda-runtime-function-error-type')),
-      );
-    }
-    let result: unknown;
-    try {
-      result = text === '' ? null : JSON.parse(text);
-    } catch {
-      // Lambda hands back whatever bytes the runtime posted; a string is the closest here.
-      result = text;
-    }
-    events.onResponse(requestId, { ok: true, result });
+    takeAnswer(req, res, posted, events.onResponse);
   };
 
   /** The extension a request names, or undefined once it has answered the request itself. */
@@ -278,85 +189,30 @@ export const startRuntimeApi = async (
     );
 
   const register = async (req: IncomingMessage, res: ServerResponse) => {
-    const name = header(req, 'lambda-extension-name');
-    const body = ((await readBody(req, 64 * 1024)) ?? Buffer.alloc(0)).toString('utf8');
-    if (!name) return forbidden(res, 'Extension.InvalidExtensionName', 'Empty extension name');
-    let requested: unknown;
-    try {
-      requested = (JSON.parse(body) as { events?: unknown }).events ?? [];
-    } catch (error) {
-      return forbidden(res, 'InvalidRequestFormat', (error as Error).message);
-    }
-    if (!Array.isArray(requested)) {
-      return forbidden(res, 'InvalidRequestFormat', 'events must be an array of strings');
-    }
-    for (const event of requested) {
-      if (event === 'SHUTDOWN') {
-        return forbidden(
-          res,
-          'Extension.InvalidEventType',
-          'SHUTDOWN: ShutdownEventNotSupportedForInternalExtension',
-        );
-      }
-      if (event !== 'INVOKE') {
-        return forbidden(
-          res,
-          'Extension.InvalidEventType',
-          `${String(event)}: ErrorInvalidEventType`,
-        );
-      }
-    }
-    if (runtime !== 'init') {
-      return forbidden(
-        res,
-        'Extension.RegistrationClosed',
-        'Extension registration closed already',
-      );
-    }
-    if (extensions.size >= MAX_EXTENSIONS) {
-      return forbidden(
-        res,
-        'Extension.TooManyExtensions',
-        `Extension limit (${MAX_EXTENSIONS}) reached`,
-      );
-    }
-    if ([...extensions.values()].some((e) => e.name === name)) {
-      return forbidden(
-        res,
-        'Extension.InvalidExtensionState',
-        'Extension with this name already registered',
-      );
-    }
-    const id = randomUUID();
-    extensions.set(id, { id, name, invoke: requested.includes('INVOKE'), state: 'registered' });
-    const accountId = (header(req, 'lambda-extension-accept-feature') ?? '')
-      .split(',')
-      .some((feature) => feature.trim() === 'accountId');
-    send(
-      res,
-      200,
-      {
-        functionName: metadata.functionName,
-        functionVersion: metadata.functionVersion,
-        handler: metadata.handler,
-        ...(accountId ? { accountId: metadata.accountId } : {}),
+    const registration = await readRegistration(req, res, {
+      allowed: 'INVOKE',
+      refused: {
+        event: 'SHUTDOWN',
+        message: 'SHUTDOWN: ShutdownEventNotSupportedForInternalExtension',
       },
-      { 'lambda-extension-identifier': id },
-    );
+      closed: () => runtime !== 'init',
+      names: () => [...extensions.values()].map((e) => e.name),
+    });
+    if (!registration) return;
+    const id = randomUUID();
+    const { name, asked } = registration;
+    extensions.set(id, { id, name, invoke: asked, state: 'registered' });
+    answerRegistration(req, res, metadata, id, true);
   };
 
   const extensionApi = async (req: IncomingMessage, res: ServerResponse, path: string) => {
-    if (req.method === 'POST' && path === `${EXTENSION}/register`) return register(req, res);
-    const next = req.method === 'GET' && path === `${EXTENSION}/event/next`;
-    const initError = req.method === 'POST' && path === `${EXTENSION}/init/error`;
-    const exitError = req.method === 'POST' && path === `${EXTENSION}/exit/error`;
-    if (!next && !initError && !exitError) {
-      return send(res, 404, { errorMessage: 'Not found', errorType: 'NotFound' });
-    }
-    const body = ((await readBody(req, 64 * 1024)) ?? Buffer.alloc(0)).toString('utf8');
+    const call = extensionCall(req, path);
+    if (call === 'register') return register(req, res);
+    if (!call) return notFound(res);
+    const body = await readExtensionBody(req);
     const extension = identify(req, res);
     if (!extension) return;
-    if (next) {
+    if (call === 'next') {
       if (extension.state === 'waiting' || extension.state === 'failed') {
         return invalidState(res, extension, 'ready');
       }
@@ -376,33 +232,16 @@ export const startRuntimeApi = async (
       );
     }
     // init/error only before the extension's first next; exit/error at any time until then.
+    const initError = call === 'init/error';
     if (extension.state === 'failed' || (initError && extension.state !== 'registered')) {
       return invalidState(res, extension, initError ? 'init error' : 'exit error');
     }
     extension.state = 'failed';
     accepted(res);
-    const reported = errorOutcome(body, errorType);
-    events.onFailure({
-      errorType: initError ? 'Extension.InitError' : 'Extension.ExitError',
-      errorMessage: `Extension ${extension.name} reported ${errorType}${
-        reported.ok || reported.errorMessage === body ? '' : `: ${reported.errorMessage}`
-      }`,
-    });
+    events.onFailure(extensionFailure(extension.name, call, errorType, body));
   };
 
-  const server: LoopbackServer = await serve(
-    async (req, res) => {
-      const path = new URL(req.url ?? '/', 'http://local').pathname;
-      if (path.startsWith(`${RUNTIME}/`)) return runtimeApi(req, res, path);
-      if (path.startsWith(`${EXTENSION}/`)) return extensionApi(req, res, path);
-      req.resume();
-      send(res, 404, { errorMessage: 'Not found', errorType: 'NotFound' });
-    },
-    {
-      onError: (res) =>
-        send(res, 500, { errorMessage: 'Internal Server Error', errorType: 'InternalServerError' }),
-    },
-  );
+  const server = await serveApis(runtimeApi, extensionApi);
 
   return {
     address: `${server.host}:${server.port}`,
@@ -413,14 +252,7 @@ export const startRuntimeApi = async (
       runtime = 'invoking';
       runtimeNext = undefined;
       current = delivery.requestId;
-      next.writeHead(200, {
-        'content-type': 'application/json',
-        'lambda-runtime-aws-request-id': delivery.requestId,
-        'lambda-runtime-deadline-ms': String(delivery.deadlineMs),
-        'lambda-runtime-invoked-function-arn': delivery.invokedFunctionArn,
-        'lambda-runtime-trace-id': delivery.traceId,
-      });
-      next.end(delivery.payload);
+      handOver(next, delivery);
       for (const extension of extensions.values()) {
         if (!extension.invoke || !extension.pending) continue;
         const pending = extension.pending;
