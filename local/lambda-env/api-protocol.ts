@@ -6,6 +6,7 @@
  * Status codes and error types as api-server.ts documents them. Which request is allowed when
  * is each server's own.
  */
+import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { InvokeOutcome } from '../lambda-events.js';
 import { type LoopbackServer, serve } from '../loopback.js';
@@ -41,6 +42,23 @@ export interface FunctionMetadata {
 export interface ApiFailure {
   readonly errorType: string;
   readonly errorMessage: string;
+}
+
+/** What either server tells its environment, besides when it may deliver. */
+export interface ApiEvents {
+  /** The runtime answered an invocation (a result, or a function error). */
+  readonly onResponse: (requestId: string, outcome: InvokeOutcome) => void;
+  /** Something the environment cannot go on from (each server says what). */
+  readonly onFailure: (failure: ApiFailure) => void;
+}
+
+/** Either server, besides how it delivers. */
+export interface ApiServer {
+  /** `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`. */
+  readonly address: string;
+  /** The extensions registered so far, by name. */
+  extensions(): readonly string[];
+  close(): Promise<void>;
 }
 
 export const RUNTIME = '/2018-06-01/runtime';
@@ -177,80 +195,90 @@ export const takeAnswer = (
   onResponse(requestId, { ok: true, result });
 };
 
-/** What an extension may register for, in one execution model. */
-export interface RegistrationRules {
+/** Which event an extension may register for, in one execution model. */
+export interface ExtensionEvents {
   /** The one event it may ask for. */
   readonly allowed: 'INVOKE' | 'SHUTDOWN';
-  /** The event it may not, and the message it is refused with. */
-  readonly refused: { readonly event: string; readonly message: string };
-  /** Registration is closed (init is over). */
-  readonly closed: () => boolean;
-  /** Names of the extensions registered so far. */
-  readonly names: () => readonly string[];
+  /** The event it may not, with the reason it is refused for. */
+  readonly refused: Readonly<Partial<Record<'INVOKE' | 'SHUTDOWN', string>>>;
+  /** The account ID is answered to an extension that accepts the `accountId` feature. */
+  readonly offerAccountId: boolean;
 }
 
-/**
- * Checks a register request; undefined once it has answered the refusal. `asked`: it asked for
- * the allowed event.
- */
-export const readRegistration = async (
+/** An extension's record, as each server keeps it. */
+type Registered = { readonly name: string };
+
+/** How extensions register with one server. */
+interface Registration<X extends Registered> {
+  readonly metadata: FunctionMetadata;
+  readonly events: ExtensionEvents;
+  /** Registration is closed (init is over). */
+  readonly closed: () => boolean;
+  /** The extensions registered, by identifier: a new one is added. */
+  readonly extensions: Map<string, X>;
+  /** A new extension's record (`asked`: it asked for the allowed event). */
+  readonly create: (id: string, name: string, asked: boolean) => X;
+}
+
+/** `POST /extension/register`: checked, then answered with the function's metadata or refused. */
+const register = async <X extends Registered>(
   req: IncomingMessage,
   res: ServerResponse,
-  rules: RegistrationRules,
-): Promise<{ readonly name: string; readonly asked: boolean } | undefined> => {
+  rules: Registration<X>,
+): Promise<void> => {
   const name = header(req, 'lambda-extension-name');
   const body = await readText(req, EXTENSION_BODY_BYTES);
-  const refuse = (errorType: string, errorMessage: string) => {
-    forbidden(res, errorType, errorMessage);
-    return undefined;
-  };
-  if (!name) return refuse('Extension.InvalidExtensionName', 'Empty extension name');
+  if (!name) return forbidden(res, 'Extension.InvalidExtensionName', 'Empty extension name');
   let requested: unknown;
   try {
     requested = (JSON.parse(body) as { events?: unknown }).events ?? [];
   } catch (error) {
-    return refuse('InvalidRequestFormat', (error as Error).message);
+    return forbidden(res, 'InvalidRequestFormat', (error as Error).message);
   }
   if (!Array.isArray(requested)) {
-    return refuse('InvalidRequestFormat', 'events must be an array of strings');
+    return forbidden(res, 'InvalidRequestFormat', 'events must be an array of strings');
   }
+  const { allowed, refused } = rules.events;
   for (const event of requested) {
-    if (event === rules.refused.event) {
-      return refuse('Extension.InvalidEventType', rules.refused.message);
+    // Own keys only: an event named `constructor` is an unknown event, not a refused one.
+    if (typeof event === 'string' && Object.hasOwn(refused, event)) {
+      const reason = refused[event as keyof typeof refused];
+      return forbidden(res, 'Extension.InvalidEventType', `${event}: ${reason}`);
     }
-    if (event !== rules.allowed) {
-      return refuse('Extension.InvalidEventType', `${String(event)}: ErrorInvalidEventType`);
+    if (event !== allowed) {
+      return forbidden(
+        res,
+        'Extension.InvalidEventType',
+        `${String(event)}: ErrorInvalidEventType`,
+      );
     }
   }
   if (rules.closed()) {
-    return refuse('Extension.RegistrationClosed', 'Extension registration closed already');
+    return forbidden(res, 'Extension.RegistrationClosed', 'Extension registration closed already');
   }
-  const names = rules.names();
-  if (names.length >= MAX_EXTENSIONS) {
-    return refuse('Extension.TooManyExtensions', `Extension limit (${MAX_EXTENSIONS}) reached`);
+  const { extensions } = rules;
+  if (extensions.size >= MAX_EXTENSIONS) {
+    return forbidden(
+      res,
+      'Extension.TooManyExtensions',
+      `Extension limit (${MAX_EXTENSIONS}) reached`,
+    );
   }
-  if (names.includes(name)) {
-    return refuse('Extension.InvalidExtensionState', 'Extension with this name already registered');
+  if ([...extensions.values()].some((e) => e.name === name)) {
+    return forbidden(
+      res,
+      'Extension.InvalidExtensionState',
+      'Extension with this name already registered',
+    );
   }
-  return { name, asked: requested.includes(rules.allowed) };
-};
-
-/**
- * Answers a registration with the function's metadata and the extension's identifier; the
- * account ID too where `offerAccountId` and the extension accepts the `accountId` feature.
- */
-export const answerRegistration = (
-  req: IncomingMessage,
-  res: ServerResponse,
-  metadata: FunctionMetadata,
-  id: string,
-  offerAccountId: boolean,
-) => {
+  const id = randomUUID();
+  extensions.set(id, rules.create(id, name, requested.includes(allowed)));
   const accountId =
-    offerAccountId &&
+    rules.events.offerAccountId &&
     (header(req, 'lambda-extension-accept-feature') ?? '')
       .split(',')
       .some((feature) => feature.trim() === 'accountId');
+  const { metadata } = rules;
   send(
     res,
     200,
@@ -268,7 +296,7 @@ export const answerRegistration = (
 export type ExtensionCall = 'next' | 'init/error' | 'exit/error';
 
 /** Which extension call a request is (`register`), or undefined (404). */
-export const extensionCall = (
+const extensionCall = (
   req: IncomingMessage,
   path: string,
 ): ExtensionCall | 'register' | undefined => {
@@ -279,16 +307,15 @@ export const extensionCall = (
   return undefined;
 };
 
-/** An extension call's body, as text. */
-export const readExtensionBody = (req: IncomingMessage) => readText(req, EXTENSION_BODY_BYTES);
-
-/** What an extension's init/error or exit/error ends the environment with. */
-export const extensionFailure = (
+/** Takes an extension's init/error or exit/error (202): what it ends the environment with. */
+export const acceptExtensionError = (
+  res: ServerResponse,
   name: string,
   call: ExtensionCall,
   errorType: string,
   body: string,
 ): ApiFailure => {
+  accepted(res);
   const reported = errorOutcome(body, errorType);
   return {
     errorType: call === 'init/error' ? 'Extension.InitError' : 'Extension.ExitError',
@@ -310,15 +337,41 @@ export const handOver = (next: ServerResponse, delivery: Delivery) => {
   next.end(delivery.payload);
 };
 
-type Route = (req: IncomingMessage, res: ServerResponse, path: string) => Promise<void>;
+/** An extension's next, init/error or exit/error, its body read. */
+export type ExtensionRoute = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  call: ExtensionCall,
+  body: string,
+) => void;
+
+/** Any request under `/2018-06-01/runtime/`. */
+export type RuntimeRoute = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  path: string,
+) => Promise<void>;
 
 /** Serves both APIs on 127.0.0.1, port 0: anything else is 404, a handler that throws 500. */
-export const serveApis = (runtimeApi: Route, extensionApi: Route): Promise<LoopbackServer> =>
+export const serveApis = <X extends Registered>(
+  metadata: FunctionMetadata,
+  extensions: Map<string, X>,
+  runtimeApi: RuntimeRoute,
+  extensionApi: ExtensionRoute,
+  registration: Omit<Registration<X>, 'metadata' | 'extensions'>,
+): Promise<LoopbackServer> =>
   serve(
     async (req, res) => {
       const path = new URL(req.url ?? '/', 'http://local').pathname;
       if (path.startsWith(`${RUNTIME}/`)) return runtimeApi(req, res, path);
-      if (path.startsWith(`${EXTENSION}/`)) return extensionApi(req, res, path);
+      if (path.startsWith(`${EXTENSION}/`)) {
+        const call = extensionCall(req, path);
+        if (call === 'register') {
+          return register(req, res, { ...registration, metadata, extensions });
+        }
+        if (!call) return notFound(res);
+        return extensionApi(req, res, call, await readText(req, EXTENSION_BODY_BYTES));
+      }
       req.resume();
       notFound(res);
     },

@@ -28,54 +28,23 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { InvokeOutcome } from '../lambda-events.js';
-import {
-  type ApiFailure,
-  accepted,
-  answerRegistration,
-  type Delivery,
-  extensionCall,
-  extensionFailure,
-  type FunctionMetadata,
-  forbidden,
-  handOver,
-  header,
-  invalidRequestId,
-  notFound,
-  RUNTIME,
-  readExtensionBody,
-  readInitError,
-  readInvocationPost,
-  readRegistration,
-  send,
-  serveApis,
-  takeAnswer,
-} from './api-protocol.js';
+import type { Delivery, FunctionMetadata } from './api-protocol.js';
+import * as wire from './api-protocol.js';
 
-export type { Delivery, FunctionMetadata } from './api-protocol.js';
-
-export interface ApiEvents {
+/**
+ * `onResponse`: to the current invocation. `onFailure`: the runtime's init/error, or an
+ * extension's init/error or exit/error (Lambda resets the environment after each).
+ */
+export interface RuntimeApiEvents extends wire.ApiEvents {
   /** The runtime and every registered extension now wait for their next event. */
   readonly onWaiting: () => void;
-  /** The runtime answered the current invocation (a result, or a function error). */
-  readonly onResponse: (requestId: string, outcome: InvokeOutcome) => void;
-  /**
-   * Something the environment cannot go on from: the runtime's init/error, or an extension's
-   * init/error or exit/error (Lambda resets the environment after each).
-   */
-  readonly onFailure: (failure: ApiFailure) => void;
 }
 
-export interface RuntimeApiServer {
-  /** `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`. */
-  readonly address: string;
+export interface RuntimeApiServer extends wire.ApiServer {
   /** True when the runtime and every registered extension wait for their next event. */
   waiting(): boolean;
   /** Hands an invocation to the waiting runtime, and INVOKE to the extensions registered for it. */
   deliver(delivery: Delivery): void;
-  /** The extensions registered so far, by name. */
-  extensions(): readonly string[];
-  close(): Promise<void>;
 }
 
 /**
@@ -95,11 +64,18 @@ interface Extension {
   pending?: ServerResponse | undefined;
 }
 
+/** Internal extensions may register for INVOKE, never for SHUTDOWN (see above). */
+const EVENTS: wire.ExtensionEvents = {
+  allowed: 'INVOKE',
+  refused: { SHUTDOWN: 'ShutdownEventNotSupportedForInternalExtension' },
+  offerAccountId: true,
+};
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export const startRuntimeApi = async (
   metadata: FunctionMetadata,
-  events: ApiEvents,
+  events: RuntimeApiEvents,
 ): Promise<RuntimeApiServer> => {
   let runtime: RuntimeState = 'init';
   let runtimeNext: ServerResponse | undefined;
@@ -118,10 +94,10 @@ export const startRuntimeApi = async (
       if (!res.writableEnded) drop();
     });
 
-  const runtimeApi = async (req: IncomingMessage, res: ServerResponse, path: string) => {
-    if (req.method === 'GET' && path === `${RUNTIME}/invocation/next`) {
+  const runtimeApi: wire.RuntimeRoute = async (req, res, path) => {
+    if (req.method === 'GET' && path === `${wire.RUNTIME}/invocation/next`) {
       if (runtime === 'waiting' || runtime === 'invoking') {
-        return forbidden(
+        return wire.forbidden(
           res,
           'InvalidStateTransition',
           `State transition from ${runtime} to ready failed for runtime`,
@@ -134,37 +110,37 @@ export const startRuntimeApi = async (
       });
       return settled();
     }
-    if (req.method === 'POST' && path === `${RUNTIME}/init/error`) {
-      const failure = await readInitError(req);
+    if (req.method === 'POST' && path === `${wire.RUNTIME}/init/error`) {
+      const failure = await wire.readInitError(req);
       if (runtime !== 'init') {
-        return forbidden(
+        return wire.forbidden(
           res,
           'InvalidStateTransition',
           `State transition from ${runtime} to init error failed for runtime`,
         );
       }
-      accepted(res);
+      wire.accepted(res);
       return events.onFailure(failure);
     }
-    const posted = await readInvocationPost(req, res, path);
+    const posted = await wire.readInvocationPost(req, res, path);
     if (!posted) return;
-    if (posted.requestId !== current) return invalidRequestId(res);
+    if (posted.requestId !== current) return wire.invalidRequestId(res);
     if (runtime !== 'invoking') {
-      return forbidden(
+      return wire.forbidden(
         res,
         'InvalidStateTransition',
         `State transition from ${runtime} to invocation ${posted.kind} failed for runtime`,
       );
     }
     runtime = 'answered';
-    takeAnswer(req, res, posted, events.onResponse);
+    wire.takeAnswer(req, res, posted, events.onResponse);
   };
 
   /** The extension a request names, or undefined once it has answered the request itself. */
   const identify = (req: IncomingMessage, res: ServerResponse): Extension | undefined => {
-    const id = header(req, 'lambda-extension-identifier');
+    const id = wire.header(req, 'lambda-extension-identifier');
     if (!id) {
-      forbidden(
+      wire.forbidden(
         res,
         'Extension.MissingExtensionIdentifier',
         'Missing Lambda-Extension-Identifier header',
@@ -172,44 +148,27 @@ export const startRuntimeApi = async (
       return undefined;
     }
     if (!UUID.test(id)) {
-      forbidden(res, 'Extension.InvalidExtensionIdentifier', 'Invalid Lambda-Extension-Identifier');
+      wire.forbidden(
+        res,
+        'Extension.InvalidExtensionIdentifier',
+        'Invalid Lambda-Extension-Identifier',
+      );
       return undefined;
     }
     const extension = extensions.get(id);
     if (!extension)
-      forbidden(res, 'Extension.UnknownExtensionIdentifier', `Unknown extension ${id}`);
+      wire.forbidden(res, 'Extension.UnknownExtensionIdentifier', `Unknown extension ${id}`);
     return extension;
   };
 
   const invalidState = (res: ServerResponse, extension: Extension, to: string) =>
-    forbidden(
+    wire.forbidden(
       res,
       'Extension.InvalidExtensionState',
       `State transition from ${extension.state} to ${to} failed for extension ${extension.name}`,
     );
 
-  const register = async (req: IncomingMessage, res: ServerResponse) => {
-    const registration = await readRegistration(req, res, {
-      allowed: 'INVOKE',
-      refused: {
-        event: 'SHUTDOWN',
-        message: 'SHUTDOWN: ShutdownEventNotSupportedForInternalExtension',
-      },
-      closed: () => runtime !== 'init',
-      names: () => [...extensions.values()].map((e) => e.name),
-    });
-    if (!registration) return;
-    const id = randomUUID();
-    const { name, asked } = registration;
-    extensions.set(id, { id, name, invoke: asked, state: 'registered' });
-    answerRegistration(req, res, metadata, id, true);
-  };
-
-  const extensionApi = async (req: IncomingMessage, res: ServerResponse, path: string) => {
-    const call = extensionCall(req, path);
-    if (call === 'register') return register(req, res);
-    if (!call) return notFound(res);
-    const body = await readExtensionBody(req);
+  const extensionApi: wire.ExtensionRoute = (req, res, call, body) => {
     const extension = identify(req, res);
     if (!extension) return;
     if (call === 'next') {
@@ -223,9 +182,9 @@ export const startRuntimeApi = async (
       });
       return settled();
     }
-    const errorType = header(req, 'lambda-extension-function-error-type');
+    const errorType = wire.header(req, 'lambda-extension-function-error-type');
     if (!errorType) {
-      return forbidden(
+      return wire.forbidden(
         res,
         'Extension.MissingHeader',
         'Lambda-Extension-Function-Error-Type not found',
@@ -237,11 +196,14 @@ export const startRuntimeApi = async (
       return invalidState(res, extension, initError ? 'init error' : 'exit error');
     }
     extension.state = 'failed';
-    accepted(res);
-    events.onFailure(extensionFailure(extension.name, call, errorType, body));
+    events.onFailure(wire.acceptExtensionError(res, extension.name, call, errorType, body));
   };
 
-  const server = await serveApis(runtimeApi, extensionApi);
+  const server = await wire.serveApis(metadata, extensions, runtimeApi, extensionApi, {
+    events: EVENTS,
+    closed: () => runtime !== 'init',
+    create: (id, name, asked) => ({ id, name, invoke: asked, state: 'registered' }),
+  });
 
   return {
     address: `${server.host}:${server.port}`,
@@ -252,13 +214,13 @@ export const startRuntimeApi = async (
       runtime = 'invoking';
       runtimeNext = undefined;
       current = delivery.requestId;
-      handOver(next, delivery);
+      wire.handOver(next, delivery);
       for (const extension of extensions.values()) {
         if (!extension.invoke || !extension.pending) continue;
         const pending = extension.pending;
         extension.pending = undefined;
         extension.state = 'busy';
-        send(
+        wire.send(
           pending,
           200,
           {
