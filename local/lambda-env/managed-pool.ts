@@ -1,50 +1,19 @@
-/**
- * A function's Lambda Managed Instances execution environments (issue 37), the way
- * `EnvironmentPool` (pool.ts) keeps Lambda's own: the same surface (`invoke`, `asHandler`,
- * `environments`, `close`), so that `startLambdaContainer` fronts either. The differences:
- * - an invocation goes to a running environment with a free slot (the least busy; up to
- *   `maxConcurrency` invocations at once in each), else to a new one while fewer than
- *   `maxEnvironments` exist, else it waits for a slot (`maxWaitMs`, then
- *   `TooManyRequestsException`, as pool.ts);
- * - environments are never frozen and never shut down for being idle (Lambda keeps a capacity
- *   provider's environments running: three at least, by default); they end at `close`, or when
- *   their runtime exits.
- * AWS starts environments before any invocation and scales them on CPU, asynchronously; here
- * the first invocations start them (their init is reported as `initMs`, as a cold start).
- * What it shares with `EnvironmentPool` is pool-base.ts.
- */
-import type { CpuPolicy } from '../cpu-share.js';
 import { DEFAULT_LAMBDA } from '../lambda-events.js';
 import { type ManagedEnvironment, startManagedEnvironment } from './managed-environment.js';
-import { EnvironmentPoolError, type Lease, POOL_ERROR, PoolBase } from './pool-base.js';
+import { type CommonPoolOptions, environmentOptions, type Lease, PoolBase } from './pool-base.js';
 
-export interface ManagedInstancesPoolOptions {
-  readonly bundle: string;
-  /** Path of the built `local/lambda-env/managed-bootstrap.mjs`. */
-  readonly bootstrap: string;
-  readonly env?: Readonly<Record<string, string>>;
-  /** Environments at most. Default 3 (Lambda's default minimum for a capacity provider). */
-  readonly maxEnvironments?: number;
+/**
+ * `maxEnvironments`: default 3 (Lambda's default minimum for a capacity provider). `timeoutMs`
+ * is reported to the caller, not enforced on the function. `memoryMb`: default 2,048, the
+ * smallest function there. `cpu`'s quota is the environment's `vcpus`.
+ */
+export interface ManagedInstancesPoolOptions extends CommonPoolOptions {
   /** Invocations at once per environment (AWS_LAMBDA_MAX_CONCURRENCY). Default 64 (one vCPU). */
   readonly maxConcurrency?: number;
   /** Worker threads per environment, unless the function's env sets it. Default 1, as the stack. */
   readonly workers?: number;
   /** vCPUs per environment (its CPU quota). Default 1: 2,048 MB at 2 GiB per vCPU. */
   readonly vcpus?: number;
-  /** The function's timeout: reported to the caller, not enforced on the function. Default 10,000. */
-  readonly timeoutMs?: number;
-  readonly shutdownDeadlineMs?: number;
-  /** How long an invocation waits for a slot at the maximum. Default `timeoutMs`. */
-  readonly maxWaitMs?: number;
-  readonly initTimeoutMs?: number;
-  readonly functionName?: string;
-  readonly region?: string;
-  readonly accountId?: string;
-  /** AWS_LAMBDA_FUNCTION_MEMORY_SIZE. Default 2,048, the smallest function there. */
-  readonly memoryMb?: number;
-  readonly onLog?: ((line: string, environmentId: string) => void) | undefined;
-  readonly cpu?: CpuPolicy | undefined;
-  readonly loopDelay?: boolean;
 }
 
 export class ManagedInstancesPool extends PoolBase<ManagedEnvironment> {
@@ -124,36 +93,17 @@ export class ManagedInstancesPool extends PoolBase<ManagedEnvironment> {
     const { maxWaitMs, maxEnvironments, maxConcurrency } = this.#o;
     return this.wait(
       maxWaitMs,
-      () =>
-        new EnvironmentPoolError(
-          POOL_ERROR.TooManyRequests,
-          `Rate Exceeded. (${maxEnvironments} environments × ${maxConcurrency} invocations busy; no slot free within ${maxWaitMs} ms)`,
-        ),
+      `${maxEnvironments} environments × ${maxConcurrency} invocations busy; no slot free within ${maxWaitMs} ms`,
     );
   }
 
   protected override launch(id: string) {
     const o = this.#o;
     return startManagedEnvironment({
-      id,
-      bootstrap: o.bootstrap,
-      bundle: o.bundle,
-      env: o.env,
-      settings: {
-        functionName: o.functionName,
-        region: o.region,
-        accountId: o.accountId,
-        memoryMb: o.memoryMb,
-        timeoutMs: o.timeoutMs,
-      },
+      ...environmentOptions(id, o),
       maxConcurrency: o.maxConcurrency,
       workers: o.workers,
       vcpus: o.vcpus,
-      initTimeoutMs: o.initTimeoutMs,
-      shutdownDeadlineMs: o.shutdownDeadlineMs,
-      onLog: o.onLog && ((line) => o.onLog?.(line, id)),
-      cpu: o.cpu,
-      loopDelay: o.loopDelay,
       onSlot: () => this.#slotFree(),
       onEnded: (environment) => this.#gone(environment),
     });

@@ -9,9 +9,11 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { setImmediate as nextTurn } from 'node:timers/promises';
+import type { CpuPolicy } from '../cpu-share.js';
 import type { InvokeOutcome, LambdaHandler } from '../lambda-events.js';
 import type { LoopDelay } from '../loop-delay.js';
 import type {
+  CommonEnvironmentOptions,
   CurrentInvocation,
   EnvironmentCpu,
   EnvironmentState,
@@ -108,6 +110,84 @@ export interface Waiter<E> {
 interface Waiting<E> extends Waiter<E> {
   readonly timer: NodeJS.Timeout;
 }
+
+/** What both pools are given; each pool's own interface says its defaults where they differ. */
+export interface CommonPoolOptions {
+  /** Path of the function's bundle (an ES module exporting `handler`). */
+  readonly bundle: string;
+  /** Path of the built runtime (`dist/local/lambda-env/bootstrap.mjs`, `managed-bootstrap.mjs`). */
+  readonly bootstrap: string;
+  /** The function's environment variables. */
+  readonly env?: Readonly<Record<string, string>>;
+  /** How many environments may exist at once. */
+  readonly maxEnvironments?: number;
+  /** The function's timeout. Default 10,000. */
+  readonly timeoutMs?: number;
+  /** SIGTERM to SIGKILL at shutdown. Default 500, Lambda's with internal extensions only. */
+  readonly shutdownDeadlineMs?: number;
+  /** How long an invocation waits for an environment at the maximum. Default `timeoutMs`. */
+  readonly maxWaitMs?: number;
+  /** Lambda's limit on init. Default 10,000. */
+  readonly initTimeoutMs?: number;
+  readonly functionName?: string;
+  /** Default: the function's AWS_REGION, else us-east-1. */
+  readonly region?: string;
+  readonly accountId?: string;
+  /** AWS_LAMBDA_FUNCTION_MEMORY_SIZE. */
+  readonly memoryMb?: number;
+  /**
+   * Each line an environment writes; during an invocation, in the async context `invoke` was
+   * called in (see `ExecutionEnvironment`'s `onLog`), else in the one the pool was made in.
+   */
+  readonly onLog?: ((line: string, environmentId: string) => void) | undefined;
+  /**
+   * Each environment's CPU (`local/cpu-share.ts`): a cgroup quota, or whole cores. Default: none
+   * asked (whole cores); `startLambdaContainer` asks for it by default.
+   */
+  readonly cpu?: CpuPolicy | undefined;
+  /** Measure each environment's event-loop delays outside its freezes (`local/loop-delay.ts`). */
+  readonly loopDelay?: boolean;
+}
+
+/** What both pools' options, defaults applied, give every environment they start. */
+export interface PoolSettings {
+  readonly bootstrap: string;
+  readonly bundle: string;
+  readonly env: Readonly<Record<string, string>>;
+  readonly functionName: string;
+  readonly region: string;
+  readonly accountId: string;
+  readonly memoryMb: number;
+  readonly timeoutMs: number;
+  readonly initTimeoutMs: number;
+  readonly shutdownDeadlineMs: number;
+  readonly onLog?: ((line: string, environmentId: string) => void) | undefined;
+  readonly cpu?: CpuPolicy | undefined;
+  readonly loopDelay: boolean;
+}
+
+/** The options of environment `id` that do not depend on its model. */
+export const environmentOptions = (
+  id: string,
+  o: PoolSettings,
+): Omit<CommonEnvironmentOptions<never>, 'onEnded'> => ({
+  id,
+  bootstrap: o.bootstrap,
+  bundle: o.bundle,
+  env: o.env,
+  settings: {
+    functionName: o.functionName,
+    region: o.region,
+    accountId: o.accountId,
+    memoryMb: o.memoryMb,
+    timeoutMs: o.timeoutMs,
+  },
+  initTimeoutMs: o.initTimeoutMs,
+  shutdownDeadlineMs: o.shutdownDeadlineMs,
+  onLog: o.onLog && ((line) => o.onLog?.(line, id)),
+  cpu: o.cpu,
+  loopDelay: o.loopDelay,
+});
 
 export abstract class PoolBase<E extends ExecutionEnvironment> {
   /** Environments that have not ended, by ID. */
@@ -231,8 +311,13 @@ export abstract class PoolBase<E extends ExecutionEnvironment> {
     await Promise.all([...this.live.values()].map((e) => e.shutdown('spindown')));
   }
 
-  /** Waits, first come first served, for an environment, within `maxWaitMs` (0: at once). */
-  protected wait(maxWaitMs: number, throttled: () => Error): Promise<Lease<E>> {
+  /**
+   * Waits, first come first served, for an environment, within `maxWaitMs` (0: at once); then
+   * fails with `TooManyRequestsException` and `Rate Exceeded. (<busy>)`.
+   */
+  protected wait(maxWaitMs: number, busy: string): Promise<Lease<E>> {
+    const throttled = () =>
+      new EnvironmentPoolError(POOL_ERROR.TooManyRequests, `Rate Exceeded. (${busy})`);
     if (maxWaitMs === 0) return Promise.reject(throttled());
     return new Promise<Lease<E>>((resolve, reject) => {
       const waiter: Waiting<E> = {

@@ -13,7 +13,7 @@
 import type { CpuPolicy } from '../cpu-share.js';
 import { DEFAULT_LAMBDA } from '../lambda-events.js';
 import { type ExecutionEnvironment, startEnvironment } from './environment.js';
-import { EnvironmentPoolError, type Lease, POOL_ERROR, PoolBase } from './pool-base.js';
+import { type CommonPoolOptions, environmentOptions, type Lease, PoolBase } from './pool-base.js';
 
 export {
   EnvironmentPoolError,
@@ -23,44 +23,15 @@ export {
   type PoolInvocation,
 } from './pool-base.js';
 
-export interface EnvironmentPoolOptions {
-  /** Path of the function's bundle (an ES module exporting `handler`). */
-  readonly bundle: string;
-  /** Path of the built runtime, `dist/local/lambda-env/bootstrap.mjs`. */
-  readonly bootstrap: string;
-  /** The function's environment variables. */
-  readonly env?: Readonly<Record<string, string>>;
-  /** Concurrency: how many environments may exist at once. Default 4. */
-  readonly maxEnvironments?: number;
+/**
+ * `maxEnvironments`: the concurrency, default 4. `timeoutMs` bounds an invocation and its
+ * extensions' work. `memoryMb`: default 256. `cpu`'s quota is Lambda's share of `memoryMb`.
+ */
+export interface EnvironmentPoolOptions extends CommonPoolOptions {
   /** Shut an environment down after this long frozen. Default 300,000 (5 minutes). */
   readonly idleShutdownMs?: number;
-  /** The function's timeout, which bounds an invocation and its extensions' work. Default 10,000. */
-  readonly timeoutMs?: number;
-  /** SIGTERM to SIGKILL at shutdown. Default 500, Lambda's with internal extensions only. */
-  readonly shutdownDeadlineMs?: number;
   /** Stop environments between invocations. Default true; false keeps them running. */
   readonly freeze?: boolean;
-  /** How long an invocation waits for a free environment at the maximum. Default `timeoutMs`. */
-  readonly maxWaitMs?: number;
-  /** Lambda's limit on init. Default 10,000. */
-  readonly initTimeoutMs?: number;
-  readonly functionName?: string;
-  /** Default: the function's AWS_REGION, else us-east-1. */
-  readonly region?: string;
-  readonly accountId?: string;
-  readonly memoryMb?: number;
-  /**
-   * Each line an environment writes; during an invocation, in the async context `invoke` was
-   * called in (see `ExecutionEnvironment`'s `onLog`), else in the one the pool was made in.
-   */
-  readonly onLog?: ((line: string, environmentId: string) => void) | undefined;
-  /**
-   * Lambda's CPU share of `memoryMb` for each environment (`local/cpu-share.ts`), or whole cores.
-   * Default: none asked (whole cores); `startLambdaContainer` asks for it by default.
-   */
-  readonly cpu?: CpuPolicy | undefined;
-  /** Measure each environment's event-loop delays outside its freezes (`local/loop-delay.ts`). */
-  readonly loopDelay?: boolean;
 }
 
 const DEFAULTS = {
@@ -143,34 +114,15 @@ export class EnvironmentPool extends PoolBase<ExecutionEnvironment> {
     const { maxWaitMs, maxEnvironments } = this.#options;
     return this.wait(
       maxWaitMs,
-      () =>
-        new EnvironmentPoolError(
-          POOL_ERROR.TooManyRequests,
-          `Rate Exceeded. (${maxEnvironments} environments busy; none free within ${maxWaitMs} ms)`,
-        ),
+      `${maxEnvironments} environments busy; none free within ${maxWaitMs} ms`,
     );
   }
 
   protected override launch(id: string) {
     const o = this.#options;
     return startEnvironment({
-      id,
-      bootstrap: o.bootstrap,
-      bundle: o.bundle,
-      env: o.env,
-      settings: {
-        functionName: o.functionName,
-        region: o.region,
-        accountId: o.accountId,
-        memoryMb: o.memoryMb,
-        timeoutMs: o.timeoutMs,
-      },
+      ...environmentOptions(id, o),
       freeze: o.freeze,
-      initTimeoutMs: o.initTimeoutMs,
-      shutdownDeadlineMs: o.shutdownDeadlineMs,
-      onLog: o.onLog && ((line) => o.onLog?.(line, id)),
-      cpu: o.cpu,
-      loopDelay: o.loopDelay,
       onReady: (environment) => this.#ready(environment),
       onEnded: (environment) => this.#gone(environment),
     });
