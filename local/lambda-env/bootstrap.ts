@@ -17,16 +17,9 @@
  * the same poll over node:http answered after 310 s, frozen or not). Without pooled sockets,
  * nothing is left idle across a freeze for the server to close under us.
  */
-import { createContext, DEFAULT_LAMBDA } from '../lambda-events.js';
+import { DEFAULT_LAMBDA } from '../lambda-events.js';
 import { LOOP_DELAY_VARIABLE, startLoopDelaySampler } from '../loop-delay.js';
-import {
-  answerInvocation,
-  invocationHeaders,
-  loadHandler,
-  RUNTIME,
-  runtimeCall,
-  runtimePost,
-} from './runtime-client.js';
+import { invocationContext, invocationHeaders, runtimeClient } from './runtime-client.js';
 
 // Read once: this process's configuration is what Lambda set for the function.
 const runtimeEnv = Object.freeze({
@@ -55,42 +48,31 @@ if (!bundle || !runtimeEnv.api) {
 // ends one, by its pool's SIGTERM, and the function's cleanup runs. (A frozen process keeps
 // the SIGINT pending; unhandled, it would end the process at the thaw, before that SIGTERM.)
 process.on('SIGINT', () => undefined);
-const call = runtimeCall(runtimeEnv.api);
-const post = runtimePost(call);
+const runtime = runtimeClient(runtimeEnv.api);
 
 // 1. Init.
-const handler = await loadHandler(bundle, runtimeEnv.handler, post);
+const handler = await runtime.loadHandler(bundle, runtimeEnv.handler);
 
 // Sampled from here: init is over, and the environment is frozen until its first invocation.
 if (loopDelayFile) startLoopDelaySampler(loopDelayFile);
 
 // 2. Invocations, one at a time.
 for (;;) {
-  const next = await call('GET', `${RUNTIME}/invocation/next`);
+  const next = await runtime.next();
   if (next.status !== 200) {
     process.stderr.write(`runtime: next answered ${next.status} ${next.body}\n`);
     process.exit(1);
   }
-  const { requestId, deadlineMs, invokedFunctionArn, traceId } = invocationHeaders(next.headers);
+  const invocation = invocationHeaders(next.headers);
+  const { requestId, deadlineMs, traceId } = invocation;
   // The Node.js runtime hands the trace header to the X-Ray SDK this way.
   if (traceId) process.env._X_AMZN_TRACE_ID = traceId;
   else delete process.env._X_AMZN_TRACE_ID;
   const context = {
-    ...createContext(
-      {
-        functionName: runtimeEnv.functionName,
-        timeoutMs: Math.max(0, deadlineMs - Date.now()),
-        region: runtimeEnv.region,
-        accountId: invokedFunctionArn.split(':')[4] ?? DEFAULT_LAMBDA.accountId,
-      },
-      requestId,
-    ),
-    functionVersion: runtimeEnv.functionVersion,
-    invokedFunctionArn,
-    memoryLimitInMB: runtimeEnv.memory,
+    ...invocationContext(runtimeEnv, invocation),
     ...(runtimeEnv.logGroup ? { logGroupName: runtimeEnv.logGroup } : {}),
     ...(runtimeEnv.logStream ? { logStreamName: runtimeEnv.logStream } : {}),
     getRemainingTimeInMillis: () => Math.max(0, deadlineMs - Date.now()),
   };
-  await answerInvocation(post, requestId, () => handler(JSON.parse(next.body || 'null'), context));
+  await runtime.answer(requestId, () => handler(JSON.parse(next.body || 'null'), context));
 }

@@ -18,16 +18,9 @@
  */
 import { isMainThread, threadId, Worker } from 'node:worker_threads';
 import { InvokeStore, InvokeStoreBase } from '@aws/lambda-invoke-store';
-import { createContext, DEFAULT_LAMBDA } from '../lambda-events.js';
+import { DEFAULT_LAMBDA } from '../lambda-events.js';
 import { LOOP_DELAY_VARIABLE, startLoopDelaySampler } from '../loop-delay.js';
-import {
-  answerInvocation,
-  invocationHeaders,
-  loadHandler,
-  RUNTIME,
-  runtimeCall,
-  runtimePost,
-} from './runtime-client.js';
+import { invocationContext, invocationHeaders, runtimeClient } from './runtime-client.js';
 
 if (isMainThread) {
   const bundle = process.argv[2];
@@ -67,9 +60,7 @@ if (isMainThread) {
 async function runWorker(): Promise<void> {
   const { workerData } = await import('node:worker_threads');
   const bundle = process.argv[2] ?? '';
-  const api = process.env.AWS_LAMBDA_RUNTIME_API ?? '';
-  const call = runtimeCall(api);
-  const post = runtimePost(call);
+  const runtime = runtimeClient(process.env.AWS_LAMBDA_RUNTIME_API ?? '');
   const settings = {
     functionName: process.env.AWS_LAMBDA_FUNCTION_NAME ?? DEFAULT_LAMBDA.functionName,
     functionVersion: process.env.AWS_LAMBDA_FUNCTION_VERSION ?? '$LATEST',
@@ -80,51 +71,37 @@ async function runWorker(): Promise<void> {
 
   // Init: the store first (the function's Powertools reads it while it loads), then the bundle.
   const store = await InvokeStore.getInstanceAsync();
-  const handler = await loadHandler(bundle, settings.handler, post);
+  const handler = await runtime.loadHandler(bundle, settings.handler);
   const file = (workerData as { loopDelayFile?: string } | undefined)?.loopDelayFile;
   if (file) startLoopDelaySampler(file);
 
-  const invoke = async (
-    requestId: string,
-    deadlineMs: number,
-    invokedFunctionArn: string,
-    payload: string,
-  ) => {
+  const invoke = async (invocation: ReturnType<typeof invocationHeaders>, payload: string) => {
+    const { requestId, deadlineMs } = invocation;
     const context = {
-      ...createContext(
-        {
-          functionName: settings.functionName,
-          timeoutMs: Math.max(0, deadlineMs - Date.now()),
-          region: settings.region,
-          accountId: invokedFunctionArn.split(':')[4] ?? DEFAULT_LAMBDA.accountId,
-        },
-        requestId,
-      ),
-      functionVersion: settings.functionVersion,
-      invokedFunctionArn,
-      memoryLimitInMB: settings.memory,
+      ...invocationContext(settings, invocation),
       // Reported, never enforced there: zero or less once the invocation has timed out.
       getRemainingTimeInMillis: () => deadlineMs - Date.now(),
     };
-    await answerInvocation(post, requestId, () => handler(JSON.parse(payload || 'null'), context));
+    await runtime.answer(requestId, () => handler(JSON.parse(payload || 'null'), context));
   };
 
   for (;;) {
-    const next = await call('GET', `${RUNTIME}/invocation/next`);
+    const next = await runtime.next();
     if (next.status !== 200) {
       process.stderr.write(
         `runtime: worker ${threadId}: next answered ${next.status} ${next.body}\n`,
       );
       process.exit(1);
     }
-    const { requestId, deadlineMs, invokedFunctionArn, traceId } = invocationHeaders(next.headers);
+    const invocation = invocationHeaders(next.headers);
+    const { requestId, traceId } = invocation;
     setImmediate(() => {
       void store.run(
         {
           [InvokeStoreBase.PROTECTED_KEYS.REQUEST_ID]: requestId,
           [InvokeStoreBase.PROTECTED_KEYS.X_RAY_TRACE_ID]: traceId || undefined,
         },
-        () => invoke(requestId, deadlineMs, invokedFunctionArn, next.body),
+        () => invoke(invocation, next.body),
       );
     });
   }

@@ -7,9 +7,9 @@
  */
 import { type IncomingHttpHeaders, request } from 'node:http';
 import { pathToFileURL } from 'node:url';
-import type { LambdaHandler } from '../lambda-events.js';
+import { createContext, DEFAULT_LAMBDA, type LambdaHandler } from '../lambda-events.js';
 
-export const RUNTIME = '/2018-06-01/runtime';
+const RUNTIME = '/2018-06-01/runtime';
 
 export interface Reply {
   readonly status: number;
@@ -18,8 +18,8 @@ export interface Reply {
 }
 
 /** A caller of the Runtime API at `api` (`host:port`): each call on a new connection. */
-export type RuntimeCall = ReturnType<typeof runtimeCall>;
-export const runtimeCall = (api: string) => {
+type RuntimeCall = ReturnType<typeof runtimeCall>;
+const runtimeCall = (api: string) => {
   const endpoint = new URL(`http://${api}`);
   return (
     method: 'GET' | 'POST',
@@ -80,13 +80,10 @@ export const initErrorType = (error: unknown): string | undefined => {
 };
 
 /** What a runtime posts: a result (JSON text), or an error as {@link describeError} says it. */
-export type Post = (
-  path: string,
-  payload: ReturnType<typeof describeError> | string,
-) => Promise<void>;
+type Post = (path: string, payload: ReturnType<typeof describeError> | string) => Promise<void>;
 
 /** Posts to the Runtime API; an answer that is not accepted is said on stderr. */
-export const runtimePost =
+const runtimePost =
   (call: RuntimeCall): Post =>
   async (path, payload) => {
     const body = typeof payload === 'string' ? payload : JSON.stringify(payload);
@@ -104,7 +101,7 @@ export const runtimePost =
  * Init: imports the bundle once and returns its `handler`; a bundle that cannot load, or has no
  * handler, is posted to `/runtime/init/error` and the process (or worker) exits 1.
  */
-export const loadHandler = async (
+const loadHandler = async (
   bundle: string,
   handlerName: string,
   post: Post,
@@ -131,8 +128,36 @@ export const invocationHeaders = (headers: IncomingHttpHeaders) => ({
   traceId: oneHeader(headers['lambda-runtime-trace-id']),
 });
 
+/** The function's configuration as its runtime read it from what Lambda set. */
+export interface RuntimeSettings {
+  readonly functionName: string;
+  readonly functionVersion: string;
+  /** AWS_LAMBDA_FUNCTION_MEMORY_SIZE, as set. */
+  readonly memory: string;
+  readonly region: string;
+}
+
+/** An invocation's Context, its account taken from the ARN it was invoked by. */
+export const invocationContext = (
+  settings: RuntimeSettings,
+  { requestId, deadlineMs, invokedFunctionArn }: ReturnType<typeof invocationHeaders>,
+) => ({
+  ...createContext(
+    {
+      functionName: settings.functionName,
+      timeoutMs: Math.max(0, deadlineMs - Date.now()),
+      region: settings.region,
+      accountId: invokedFunctionArn.split(':')[4] ?? DEFAULT_LAMBDA.accountId,
+    },
+    requestId,
+  ),
+  functionVersion: settings.functionVersion,
+  invokedFunctionArn,
+  memoryLimitInMB: settings.memory,
+});
+
 /** Runs one invocation and posts its result to `/response`, or what it threw to `/error`. */
-export const answerInvocation = async (
+const answerInvocation = async (
   post: Post,
   requestId: string,
   run: () => Promise<unknown>,
@@ -148,4 +173,19 @@ export const answerInvocation = async (
     path = `${RUNTIME}/invocation/${requestId}/error`;
   }
   await post(path, payload);
+};
+
+/** A runtime's client of the Runtime API at `api` (`host:port`). */
+export const runtimeClient = (api: string) => {
+  const call = runtimeCall(api);
+  const post = runtimePost(call);
+  return {
+    /** `GET /runtime/invocation/next`: the long poll for the next invocation. */
+    next: () => call('GET', `${RUNTIME}/invocation/next`),
+    /** Init: see {@link loadHandler}. */
+    loadHandler: (bundle: string, handlerName: string) => loadHandler(bundle, handlerName, post),
+    /** See {@link answerInvocation}. */
+    answer: (requestId: string, run: () => Promise<unknown>) =>
+      answerInvocation(post, requestId, run),
+  };
 };
