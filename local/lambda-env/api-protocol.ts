@@ -12,9 +12,9 @@ import type { InvokeOutcome } from '../lambda-events.js';
 import { type LoopbackServer, serve } from '../loopback.js';
 
 /** The most a runtime may answer: 6 MiB + 100 bytes, the emulator's `MaxPayloadSize`. */
-export const MAX_RESPONSE_BYTES = 6 * 1024 * 1024 + 100;
+const MAX_RESPONSE_BYTES = 6 * 1024 * 1024 + 100;
 /** The Extensions API's limit on extensions per function. */
-export const MAX_EXTENSIONS = 10;
+const MAX_EXTENSIONS = 10;
 /** The most read of an extension's request body. */
 const EXTENSION_BODY_BYTES = 64 * 1024;
 
@@ -62,7 +62,7 @@ export interface ApiServer {
 }
 
 export const RUNTIME = '/2018-06-01/runtime';
-export const EXTENSION = '/2020-01-01/extension';
+const EXTENSION = '/2020-01-01/extension';
 const INVOCATION = /^\/2018-06-01\/runtime\/invocation\/([^/]+)\/(response|error)$/;
 
 export const send = (
@@ -77,7 +77,7 @@ export const send = (
 export const forbidden = (res: ServerResponse, errorType: string, errorMessage: string) =>
   send(res, 403, { errorMessage, errorType });
 export const accepted = (res: ServerResponse) => send(res, 202, { status: 'OK' });
-export const notFound = (res: ServerResponse) =>
+const notFound = (res: ServerResponse) =>
   send(res, 404, { errorMessage: 'Not found', errorType: 'NotFound' });
 export const invalidRequestId = (res: ServerResponse) =>
   send(res, 400, { errorMessage: 'Invalid request ID', errorType: 'InvalidRequestID' });

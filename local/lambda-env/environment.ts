@@ -29,15 +29,15 @@ import type { InvokeOutcome } from '../lambda-events.js';
 import type { LoopDelay } from '../loop-delay.js';
 import { startRuntimeApi } from './api-server.js';
 import {
-  describeExit,
   exitedAnswer,
   functionArn,
   functionMetadata,
   logStream,
+  runtimeExited,
   timedOut,
   traceHeader,
 } from './lambda-wording.js';
-import { initGate, spawnRuntime } from './runtime-process.js';
+import { endEnvironment, initGate, spawnRuntime } from './runtime-process.js';
 
 /**
  * - `initializing`: the bundle is loading;
@@ -213,16 +213,22 @@ export type InitResult =
       readonly initMs: number;
     };
 
-interface Invocation {
+/** An invocation under way, as either model keeps it. */
+export interface RunningInvocation {
   readonly requestId: string;
   readonly started: number;
   /** The deadline the runtime was given (`Lambda-Runtime-Deadline-Ms`), epoch ms. */
   readonly deadlineAt: number;
   /** Runs a function in the async context of the caller of `invoke` (for `onLog`). */
   readonly scope: <R>(fn: () => R) => R;
+  /** Its timeout. */
   readonly timer: NodeJS.Timeout;
-  answered: boolean;
+  /** Resolves `invoke` with its outcome. */
   readonly answer: (outcome: InvokeOutcome) => void;
+}
+
+interface Invocation extends RunningInvocation {
+  answered: boolean;
   readonly bill: (ms: number) => void;
 }
 
@@ -319,39 +325,25 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
   });
   void runtime.exited.then((status) => {
     if (state === 'shutting-down' || state === 'ended') return;
-    const current = invocation;
-    fail(
-      {
-        errorType: 'Runtime.ExitError',
-        errorMessage: `${current ? `RequestId: ${current.requestId} ` : ''}Error: Runtime exited with error: ${describeExit(status)}`,
-      },
-      'failure',
-    );
+    fail(runtimeExited(status, invocation?.requestId), 'failure');
   });
 
   const shutdown = (reason: ShutdownReason = 'spindown'): Promise<void> => {
     ending ??= (async () => {
       state = 'shutting-down';
       init.cancel();
-      const signals = await runtime.end(api.extensions().length > 0);
-      const status = await runtime.exited;
-      const current = invocation;
-      invocation = undefined;
-      if (current) {
+      record = await endEnvironment(runtime, api, reason, (status) => {
+        const current = invocation;
+        invocation = undefined;
+        if (!current) return;
         // Ended under an invocation (the pool closed): it fails as a runtime that exited.
         clearTimeout(current.timer);
         if (!current.answered) {
           current.answered = true;
-          current.answer({
-            ok: false,
-            errorType: 'Runtime.ExitError',
-            errorMessage: `RequestId: ${current.requestId} Error: Runtime exited with error: ${describeExit(status)}`,
-          });
+          current.answer({ ok: false, ...runtimeExited(status, current.requestId) });
         }
         current.bill(Math.ceil(performance.now() - current.started));
-      }
-      await api.close();
-      record = { reason, signals, exitCode: status.code, exitSignal: status.signal };
+      });
       state = 'ended';
       options.onEnded?.(environment);
     })();

@@ -56,8 +56,14 @@ const SIGNAL_WORDS: Partial<Record<NodeJS.Signals, string>> = {
   SIGABRT: 'aborted',
   SIGSEGV: 'segmentation fault',
 };
-export const describeExit = ({ code, signal }: Exit) =>
+const describeExit = ({ code, signal }: Exit) =>
   signal ? `signal: ${SIGNAL_WORDS[signal] ?? signal}` : `exit status ${code}`;
+
+/** A runtime that exited, as its invocation (`requestId`) or the environment fails. */
+export const runtimeExited = (status: Exit, requestId?: string): Failure => ({
+  errorType: 'Runtime.ExitError',
+  errorMessage: `${requestId === undefined ? '' : `RequestId: ${requestId} `}Error: Runtime exited with error: ${describeExit(status)}`,
+});
 
 /** What an environment that is ending or has ended answers an invocation. */
 export const exitedAnswer = (): Promise<EnvironmentAnswer> => {

@@ -30,19 +30,20 @@ import type {
   Failure,
   InitResult,
   InvokeOptions,
+  RunningInvocation,
   ShutdownReason,
   ShutdownRecord,
 } from './environment.js';
 import {
-  describeExit,
   exitedAnswer,
   functionArn,
   functionMetadata,
+  runtimeExited,
   timedOut,
   traceHeader,
 } from './lambda-wording.js';
 import { startManagedApi } from './managed-api.js';
-import { initGate, spawnRuntime } from './runtime-process.js';
+import { endEnvironment, initGate, spawnRuntime } from './runtime-process.js';
 
 /** `bootstrap` is `managed-bootstrap.mjs`; `cpu`'s quota is its vCPUs. */
 export interface ManagedEnvironmentOptions extends CommonEnvironmentOptions<ManagedEnvironment> {
@@ -63,17 +64,11 @@ export interface ManagedEnvironment extends ExecutionEnvironment {
   invocations(): readonly CurrentInvocation[];
 }
 
-interface Invocation {
-  readonly requestId: string;
-  readonly started: number;
-  readonly deadlineAt: number;
-  readonly scope: <R>(fn: () => R) => R;
-  readonly timer: NodeJS.Timeout;
+interface Invocation extends RunningInvocation {
   readonly payload: string;
   /** `context.invokedFunctionArn`: the qualifier the caller named, if any. */
   readonly invokedFunctionArn: string;
   delivered: boolean;
-  readonly answer: (outcome: InvokeOutcome) => void;
 }
 
 /** Starts an environment and runs its init; it takes invocations when this resolves `ok`. */
@@ -152,37 +147,36 @@ export const startManagedEnvironment = async (
   });
   void runtime.exited.then((status) => {
     if (state === 'shutting-down' || state === 'ended') return;
-    fail(
-      {
-        errorType: 'Runtime.ExitError',
-        errorMessage: `Error: Runtime exited with error: ${describeExit(status)}`,
-      },
-      'failure',
-    );
+    fail(runtimeExited(status), 'failure');
   });
 
   const shutdown = (reason: ShutdownReason = 'spindown'): Promise<void> => {
     ending ??= (async () => {
       state = 'shutting-down';
       init.cancel();
-      const signals = await runtime.end(api.extensions().length > 0, () =>
-        api.shutdown(reason, Date.now() + options.shutdownDeadlineMs),
+      record = await endEnvironment(
+        runtime,
+        api,
+        reason,
+        (status) => {
+          for (const { requestId } of [...invocations.values()]) {
+            finish(requestId, { ok: false, ...runtimeExited(status, requestId) });
+          }
+        },
+        () => api.shutdown(reason, Date.now() + options.shutdownDeadlineMs),
       );
-      const status = await runtime.exited;
-      for (const invocation of [...invocations.values()]) {
-        finish(invocation.requestId, {
-          ok: false,
-          errorType: 'Runtime.ExitError',
-          errorMessage: `RequestId: ${invocation.requestId} Error: Runtime exited with error: ${describeExit(status)}`,
-        });
-      }
-      await api.close();
-      record = { reason, signals, exitCode: status.code, exitSignal: status.signal };
       state = 'ended';
       options.onEnded?.(environment);
     })();
     return ending;
   };
+
+  const current = (): CurrentInvocation[] =>
+    [...invocations.values()].map((i) => ({
+      requestId: i.requestId,
+      deadlineAt: i.deadlineAt,
+      answered: false,
+    }));
 
   const invoke = (
     event: unknown,
@@ -231,13 +225,6 @@ export const startManagedEnvironment = async (
       pump();
     });
   };
-
-  const current = (): CurrentInvocation[] =>
-    [...invocations.values()].map((i) => ({
-      requestId: i.requestId,
-      deadlineAt: i.deadlineAt,
-      answered: false,
-    }));
 
   const environment: ManagedEnvironment = {
     id: options.id,

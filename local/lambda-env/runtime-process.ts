@@ -21,12 +21,15 @@ import {
   readGaps,
   type Span,
 } from '../loop-delay.js';
+import type { ApiServer } from './api-protocol.js';
 import type {
   CommonEnvironmentOptions,
   EnvironmentCpu,
   ExecutionEnvironment,
   Failure,
   InitResult,
+  ShutdownReason,
+  ShutdownRecord,
 } from './environment.js';
 import { type Exit, handlerName, initTimedOut } from './lambda-wording.js';
 
@@ -275,4 +278,23 @@ export const initGate = (timeoutMs: number, onTimeout: (failure: Failure) => voi
       return { ok: true, environment, initMs };
     },
   };
+};
+
+/**
+ * Ends an environment's process, then closes its API: SIGKILL with no extension registered,
+ * else `beforeTerm`, SIGTERM and SIGKILL at the deadline; `onExit` once the process has exited,
+ * before the API closes. Resolves to how it ended.
+ */
+export const endEnvironment = async (
+  runtime: RuntimeProcess,
+  api: ApiServer,
+  reason: ShutdownReason,
+  onExit: (status: Exit) => void,
+  beforeTerm?: () => void,
+): Promise<ShutdownRecord> => {
+  const signals = await runtime.end(api.extensions().length > 0, beforeTerm);
+  const status = await runtime.exited;
+  onExit(status);
+  await api.close();
+  return { reason, signals, exitCode: status.code, exitSignal: status.signal };
 };
