@@ -14,13 +14,13 @@ import {
   applyEvent,
   type ConnectionEvent,
   ConnectionState,
+  ConnectionView,
   KNOWN_PER_CONNECTION,
   type Knowledge,
   leaseKey,
-  type MemoryEntry,
   NOTHING_KNOWN,
 } from '../../../lib/broker/view/connection-state.js';
-import { ConnectionView } from '../../../lib/broker/view/connection-view.js';
+import type { MemoryEntry } from '../../../lib/broker/view/serving.js';
 import {
   BadRequestError,
   StoreUnavailableError,
