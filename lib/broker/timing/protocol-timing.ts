@@ -65,6 +65,7 @@ export const pollCapMs = (t: ProtocolTiming): number => 2 * t.countdownStepMs;
  * this close to it, so the cut-over is aimed from a few steps, not a re-check.
  */
 export const cutOverRereadMs = (t: ProtocolTiming): number => 4 * t.countdownStepMs;
+
 /** Countdown steps whose end lies more than `recheck` (plus the margin) after their start. */
 export const stepsToCover = (recheck: number, timing: ProtocolTiming): number =>
   Math.ceil((recheck + timing.proofMarginMs) / timing.countdownStepMs);
@@ -77,7 +78,6 @@ export const postLandsWithinMs = (upstreamTimeoutMs: number): number => 2 * upst
 
 // The stored item's caps, fixed as every release reads the item: the largest values a writer
 // records (the caps of `lib/config.ts`); a reader takes a larger one the safe way.
-
 /** How long after a token's expiry TTL may delete its item, s: past any skew allowed. I1.5, I2. */
 export const TTL_MARGIN_SECONDS = 60;
 /** BROKER_MEMORY_RECHECK_SECONDS's cap, ms. */
@@ -94,17 +94,17 @@ export const MAX_TOKEN_LIFETIME_MS = 365 * 86_400_000;
 /** The longest countdown a lease announces (no valid timing announces more: the relations). */
 export const MAX_COUNTDOWN = stepsToCover(MAX_MEMORY_RECHECK_MS, DEFAULT_TIMING);
 
-/** A relation: its `slack` is >= 0 when it holds, else minus by how much it fails (`formula`'s unit). */
-interface TimingRelation {
-  /** The step of docs/protocol.md's safety argument it serves (`I2.6`), or `liveness`. */
+/**
+ * Every relation a timing must satisfy, over the independent constants, in the order of
+ * docs/protocol.md's safety argument: the `step` it serves (`I2.6`, or `liveness`), and its
+ * `slack`, >= 0 when it holds, else minus by how much it fails (in `formula`'s unit).
+ */
+export const TIMING_RELATIONS: readonly {
   readonly step: string;
   readonly name: string;
   readonly formula: string;
   readonly slack: (timing: ProtocolTiming) => number;
-}
-
-/** Every relation a timing must satisfy, over the independent constants, in the argument's order. */
-export const TIMING_RELATIONS: readonly TimingRelation[] = [
+}[] = [
   {
     step: 'I1.2',
     name: 'a lease version is read as lasting as long as it was written',
