@@ -1,5 +1,5 @@
 /**
- * The protocol's safety bounds, each proving a step an invariant of docs/protocol.md rests on
+ * The protocol's safety bounds, each proving something an invariant of docs/protocol.md rests on
  * (mostly I2): pure functions of a token, a lease, the time, the settings and the timing.
  */
 import type { Lease, TokenRecord } from '../../ports.js';
@@ -17,13 +17,13 @@ export type TokenTimes = Pick<TokenRecord, 'issuedAt' | 'expiresAt' | 'recheckMs
 
 /** The settings the protocol reads, in milliseconds, and the timing it runs at. */
 export interface RefreshSettings {
-  /** Validated once, by the broker. */
+  /** The protocol's timing (validated once, by the broker). */
   readonly timing: ProtocolTiming;
-  /** BROKER_REFRESH_WINDOW_SECONDS (before clamping to the token's lifetime). */
+  /** BROKER_REFRESH_WINDOW_SECONDS, in ms (before clamping to the token's lifetime). */
   readonly refreshWindowMs: number;
-  /** BROKER_MEMORY_RECHECK_SECONDS (at most `maxMemoryRecheckMs`). */
+  /** BROKER_MEMORY_RECHECK_SECONDS, in ms (at most `maxMemoryRecheckMs`). */
   readonly memoryRecheckMs: number;
-  /** BROKER_STORE_OUTAGE_GRACE_SECONDS (0 unless an operator trades the guarantee). */
+  /** BROKER_STORE_OUTAGE_GRACE_SECONDS, in ms (0 unless an operator trades the guarantee). */
   readonly storeOutageGraceMs?: number;
 }
 
@@ -51,8 +51,8 @@ export const countdownFor = (record: TokenTimes, settings: RefreshSettings): num
   stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0), settings.timing);
 
 /**
- * I2. How long after a read was sent no token request under `lease` (or a lease taking it over)
- * can leave, less the margin: 0 when one may be out already (countdown 0 or 1).
+ * I2. How long after a read of the store was sent no token request under `lease` (or a lease
+ * taking it over) can leave, less the margin: 0 when one may be out already (countdown 0 or 1).
  */
 export const announcedMs = (lease: Lease, timing: ProtocolTiming): number =>
   Math.max(0, (lease.countdown - 1) * timing.countdownStepMs - timing.proofMarginMs);
@@ -76,8 +76,8 @@ export const replacementMayBeOut = (lease: Lease | undefined, timing: ProtocolTi
   lease !== undefined && announcedMs(lease, timing) <= 0;
 
 /**
- * I2.5, callers' caches. Until when (local epoch ms) a caller may reuse `entry`'s token: no longer
- * than memory would serve it, less the margin, nor past leaving only `needMs` of validity.
+ * I2 in callers' caches. Until when (local epoch ms) the caller may reuse `entry`'s token: no
+ * longer than memory would serve it, less the margin, nor past leaving only `needMs` of validity.
  */
 export const reusableUntil = (
   entry: { readonly record: TokenRecord; readonly checkedAt: number; readonly until: number },
@@ -93,9 +93,9 @@ export const staleMarginMs = (record: TokenTimes): number =>
   Math.min(TTL_MARGIN_SECONDS * 1000, (record.expiresAt - record.issuedAt) / 10);
 
 /**
- * A trade against I2 (docs/adr/0017): how long after `reusableUntil` a caller that cannot reach
- * the broker may still use `entry`'s token, up to its expiry less `staleMarginMs`. None for a
- * token leased, unstored or reported, or an answer not to be reused.
+ * A trade against I2, bounded by the grant (docs/adr/0017). How long (ms) after `reusableUntil`
+ * a caller that cannot reach the broker may still use `entry`'s token: up to its expiry less
+ * `staleMarginMs`. None for a token leased, unstored or reported, or an answer not to be reused.
  */
 export const staleIfErrorMs = (
   entry: {
@@ -124,7 +124,7 @@ export const countingLeaseMs = (timing: ProtocolTiming): number =>
 
 /**
  * I1. The expiry (holder's wall clock) and duration of a lease version written at `sentAt`, cut
- * to the time left: `countingLeaseMs` when a countdown step follows, else `leaseMs`.
+ * to the time left: `countingLeaseMs` when followed by a countdown step, else `leaseMs`.
  */
 export const leaseTerm = (
   sentAt: number,
