@@ -135,55 +135,7 @@ const digestOf = (knowledge: Knowledge): string | undefined =>
   knowledge.kept?.entry.record.tokenDigest;
 
 /** What tells two lease writes apart: version, holder and expiry (old releases kept no version). */
-export const leaseKey = (lease: Lease): string =>
-  `${lease.version}|${lease.holder}|${lease.expiresAt}`;
-
-/** One connection's knowledge: `apply` is its only writer; the rest are pure reads. */
-export class ConnectionState {
-  #knowledge: Knowledge;
-
-  constructor(knowledge: Knowledge = NOTHING_KNOWN) {
-    this.#knowledge = knowledge;
-  }
-
-  apply(event: ConnectionEvent): void {
-    this.#knowledge = applyEvent(this.#knowledge, event);
-  }
-
-  get knowledge(): Knowledge {
-    return this.#knowledge;
-  }
-
-  /** The kept entry as of `now`, rebased on the monotonic clock. */
-  entry(now: Instant): MemoryEntry | undefined {
-    const { kept } = this.#knowledge;
-    return kept && rebased(kept, now);
-  }
-
-  /** How long this container has known the token of `digest` (monotonic ms; 0 if not learned). */
-  knownFor(digest: string, monotonicNow: number): number {
-    const token = this.#knowledge.known.find((known) => known.digest === digest);
-    return token === undefined ? 0 : monotonicNow - token.since;
-  }
-
-  /** When this container first saw `lease`'s version (wall), if it is the one it last saw. */
-  leaseFirstSeen(lease: Lease): number | undefined {
-    const seen = this.#knowledge.lease;
-    return seen?.key === leaseKey(lease) ? seen.seenAt : undefined;
-  }
-
-  /** For how long (monotonic ms) it has seen `lease`'s version unchanged, if it last saw it. */
-  leaseSeenFor(lease: Lease, monotonicNow: number): number | undefined {
-    const seen = this.#knowledge.lease;
-    return seen?.key === leaseKey(lease) ? monotonicNow - seen.seenAtMonotonic : undefined;
-  }
-
-  /** The probe's verdict on the token of `digest`, if still reused at `monotonicNow`. */
-  verdict(digest: string, monotonicNow: number): ProbeVerdict | undefined {
-    const kept = this.#knowledge.verdicts.find((v) => v.digest === digest);
-    return kept && kept.until > monotonicNow ? kept.verdict : undefined;
-  }
-}
+const leaseKey = (lease: Lease): string => `${lease.version}|${lease.holder}|${lease.expiresAt}`;
 
 /**
  * The entry with all its times (the token's too) moved earlier by what the wall clock lost, so
@@ -221,25 +173,23 @@ export interface Seen {
   readonly staleInMs?: number | undefined;
 }
 
-/** Every connection's `ConnectionState`: commands turn what happened into events; the rest read. */
+/** Every connection's `Knowledge`: commands turn what happened into events; the rest read. */
 export class ConnectionView {
   // A Map, not an object: connection names come from callers.
-  readonly #states = new Map<string, ConnectionState>();
+  readonly #known = new Map<string, Knowledge>();
 
   constructor(
     private readonly clock: Pick<Clock, 'now' | 'monotonic'>,
     private readonly settings: RefreshSettings,
   ) {}
 
-  /** The one way in: `event` applied to `name`'s state (made on its first event). */
+  /** The only writer: `event` applied to `name`'s knowledge (nothing known before its first). */
   apply(name: string, event: ConnectionEvent): void {
-    const state = this.#states.get(name) ?? new ConnectionState();
-    this.#states.set(name, state);
-    state.apply(event);
+    this.#known.set(name, applyEvent(this.#known.get(name) ?? NOTHING_KNOWN, event));
   }
 
-  state(name: string): ConnectionState | undefined {
-    return this.#states.get(name);
+  knowledge(name: string): Knowledge | undefined {
+    return this.#known.get(name);
   }
 
   /**
@@ -307,30 +257,37 @@ export class ConnectionView {
     return entry?.record.tokenDigest === record.tokenDigest && now < entry.until;
   }
 
+  /** The kept entry of `name`, rebased on the monotonic clock. */
   entry(name: string): MemoryEntry | undefined {
-    return this.#states.get(name)?.entry(this.#now());
+    const kept = this.#known.get(name)?.kept;
+    return kept && rebased(kept, this.#now());
   }
 
+  /** When this container first saw `lease`'s version (wall), if it is the one it last saw. */
   leaseFirstSeen(name: string, lease: Lease): number | undefined {
-    return this.#states.get(name)?.leaseFirstSeen(lease);
+    const seen = this.#known.get(name)?.lease;
+    return seen?.key === leaseKey(lease) ? seen.seenAt : undefined;
   }
 
-  /** I4: how long this container has known the token of `digest`. */
+  /** I4: how long this container has known the token of `digest` (0 if not learned). */
   knownFor(name: string, digest: string): number {
-    return this.#states.get(name)?.knownFor(digest, this.clock.monotonic()) ?? 0;
+    const token = this.#known.get(name)?.known.find((known) => known.digest === digest);
+    return token === undefined ? 0 : this.clock.monotonic() - token.since;
   }
 
+  /** The probe's verdict on the token of `digest`, if still reused now. */
   verdict(name: string, digest: string): ProbeVerdict | undefined {
-    return this.#states.get(name)?.verdict(digest, this.clock.monotonic());
+    const kept = this.#known.get(name)?.verdicts.find((v) => v.digest === digest);
+    return kept && kept.until > this.clock.monotonic() ? kept.verdict : undefined;
   }
 
   /** The last measured issuance duration of `name` (a default before the first). */
   issuanceMs(name: string): number {
-    return this.#states.get(name)?.knowledge.issuanceMs ?? this.timing.defaultIssuanceMs;
+    return this.#known.get(name)?.issuanceMs ?? this.timing.defaultIssuanceMs;
   }
 
   readMs(name: string): number | undefined {
-    return this.#states.get(name)?.knowledge.readMs;
+    return this.#known.get(name)?.readMs;
   }
 
   /** I2. The serving rule on memory's entry for `name`; with `digest`, only if it holds it. */
@@ -357,13 +314,11 @@ export class ConnectionView {
     if (pastSkew < 0) return 0;
     // A millisecond past `pastSkew`, so a waiter reads again then (never 0).
     const byExpiry = pastSkew + 1;
-    const seenFor = this.#states.get(name)?.leaseSeenFor(lease, this.clock.monotonic());
+    const seen = this.#known.get(name)?.lease;
+    const monotonic = this.clock.monotonic();
+    const seenFor = seen?.key === leaseKey(lease) ? monotonic - seen.seenAtMonotonic : undefined;
     if (seenFor !== undefined) return Math.min(lease.durationMs - seenFor, byExpiry);
-    this.apply(name, {
-      type: 'lease-seen',
-      lease,
-      at: { wall: now, monotonic: this.clock.monotonic() },
-    });
+    this.apply(name, { type: 'lease-seen', lease, at: { wall: now, monotonic } });
     // A duration of 0 is stale at the second sight, not at the first.
     return Math.max(1, Math.min(lease.durationMs, byExpiry));
   }
