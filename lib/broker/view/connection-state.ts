@@ -22,23 +22,14 @@ export interface Instant {
   readonly monotonic: number;
 }
 
-/** An entry with both clocks' readings from which it is rebased. */
-interface Kept {
-  readonly entry: MemoryEntry;
-  readonly wallAt: number;
-  readonly monotonicAt: number;
-}
-
 /** What this container knows about one connection. Never changed in place: see `applyEvent`. */
 export interface Knowledge {
-  /** Its copy of the token with what the store last said of it. */
-  readonly kept?: Kept | undefined;
+  /** Its copy of the token with what the store last said of it, as of `asOf` (rebased from). */
+  readonly kept?: { readonly entry: MemoryEntry; readonly asOf: Instant } | undefined;
   /** The tokens learned, oldest first, each with when first learned (monotonic). I4's ages. */
   readonly known: readonly { readonly digest: string; readonly since: number }[];
   /** The lease version (`leaseKey`) it last saw, since when on both clocks (I1: judged on ours). */
-  readonly lease?:
-    | { readonly key: string; readonly seenAt: number; readonly seenAtMonotonic: number }
-    | undefined;
+  readonly lease?: { readonly key: string; readonly since: Instant } | undefined;
   /** Probe verdicts still reused, each until `until` (monotonic: sent + the interval). */
   readonly verdicts: readonly {
     readonly digest: string;
@@ -88,26 +79,24 @@ export const applyEvent = (knowledge: Knowledge, event: ConnectionEvent): Knowle
       return learned(knowledge, event.digest, event.at);
     case 'token-kept': {
       const { entry, at } = event;
-      const kept: Kept =
-        entry.checkedAtMonotonic === undefined
-          ? { entry, wallAt: at.wall, monotonicAt: at.monotonic }
-          : { entry, wallAt: entry.checkedAt, monotonicAt: entry.checkedAtMonotonic };
+      const { checkedAt: wall, checkedAtMonotonic: monotonic } = entry;
+      const kept = { entry, asOf: monotonic === undefined ? at : { wall, monotonic } };
       return { ...learned(knowledge, entry.record.tokenDigest, at.monotonic), kept };
     }
-    case 'token-dropped':
-      if (!knowledge.kept) return knowledge;
-      if (event.digest !== undefined && event.digest !== digestOf(knowledge)) return knowledge;
+    case 'token-dropped': {
+      const held = knowledge.kept?.entry.record.tokenDigest;
+      if (held === undefined || (event.digest ?? held) !== held) return knowledge;
       return { ...knowledge, kept: undefined };
+    }
     case 'token-reported': {
       const { kept } = knowledge;
-      if (!kept || digestOf(knowledge) !== event.digest) return knowledge;
+      if (!kept || kept.entry.record.tokenDigest !== event.digest) return knowledge;
       return { ...knowledge, kept: { ...kept, entry: { ...kept.entry, reported: true } } };
     }
     case 'lease-seen': {
       const key = leaseKey(event.lease);
       if (knowledge.lease?.key === key) return knowledge;
-      const { wall, monotonic } = event.at;
-      return { ...knowledge, lease: { key, seenAt: wall, seenAtMonotonic: monotonic } };
+      return { ...knowledge, lease: { key, since: event.at } };
     }
     case 'probe-settled': {
       const { digest, verdict, until, at } = event;
@@ -131,9 +120,6 @@ const learned = (knowledge: Knowledge, digest: string, at: number): Knowledge =>
   return { ...knowledge, known };
 };
 
-const digestOf = (knowledge: Knowledge): string | undefined =>
-  knowledge.kept?.entry.record.tokenDigest;
-
 /** What tells two lease writes apart: version, holder and expiry (old releases kept no version). */
 const leaseKey = (lease: Lease): string => `${lease.version}|${lease.holder}|${lease.expiresAt}`;
 
@@ -141,8 +127,8 @@ const leaseKey = (lease: Lease): string => `${lease.version}|${lease.holder}|${l
  * The entry with all its times (the token's too) moved earlier by what the wall clock lost, so
  * a wall clock stepped back cannot stretch the proof of I2.
  */
-const rebased = ({ entry, wallAt, monotonicAt }: Kept, now: Instant): MemoryEntry => {
-  const lag = now.monotonic - monotonicAt - (now.wall - wallAt);
+const rebased = (entry: MemoryEntry, asOf: Instant, now: Instant): MemoryEntry => {
+  const lag = now.monotonic - asOf.monotonic - (now.wall - asOf.wall);
   // Below a millisecond: the two clocks' own jitter, not a step.
   if (lag < 1) return entry;
   const { record } = entry;
@@ -197,14 +183,14 @@ export class ConnectionView {
    * and the lease on it. A token whose replacement's request may be out is suspect: not kept.
    */
   observe(connection: ConnectionConfig, state: TokenState, read: ReadSent, now: number): Seen {
-    const { name } = connection;
+    const { name, revokesOnReissue } = connection;
     const { token, lease } = state;
     const staleInMs = lease === undefined ? undefined : this.#staleInMs(name, lease, now);
     const leaseStale = staleInMs !== undefined && staleInMs <= 0;
     const valid = token && token.expiresAt > now ? token : undefined;
     // Where the upstream does not revoke on re-issue, a replacement harms nobody.
-    const announced = connection.revokesOnReissue ? lease : undefined;
-    const suspect = !!valid && !!suspectToken(state, connection.revokesOnReissue, now, this.timing);
+    const announced = revokesOnReissue ? lease : undefined;
+    const suspect = !!valid && !!suspectToken(state, revokesOnReissue, now, this.timing);
     if (!valid || suspect) {
       this.apply(name, { type: 'token-dropped' });
       // Not kept, but learned: its age (I4) counts from this first sight.
@@ -260,13 +246,13 @@ export class ConnectionView {
   /** The kept entry of `name`, rebased on the monotonic clock. */
   entry(name: string): MemoryEntry | undefined {
     const kept = this.#known.get(name)?.kept;
-    return kept && rebased(kept, this.#now());
+    return kept && rebased(kept.entry, kept.asOf, this.#now());
   }
 
   /** When this container first saw `lease`'s version (wall), if it is the one it last saw. */
   leaseFirstSeen(name: string, lease: Lease): number | undefined {
     const seen = this.#known.get(name)?.lease;
-    return seen?.key === leaseKey(lease) ? seen.seenAt : undefined;
+    return seen?.key === leaseKey(lease) ? seen.since.wall : undefined;
   }
 
   /** I4: how long this container has known the token of `digest` (0 if not learned). */
@@ -316,7 +302,7 @@ export class ConnectionView {
     const byExpiry = pastSkew + 1;
     const seen = this.#known.get(name)?.lease;
     const monotonic = this.clock.monotonic();
-    const seenFor = seen?.key === leaseKey(lease) ? monotonic - seen.seenAtMonotonic : undefined;
+    const seenFor = seen?.key === leaseKey(lease) ? monotonic - seen.since.monotonic : undefined;
     if (seenFor !== undefined) return Math.min(lease.durationMs - seenFor, byExpiry);
     this.apply(name, { type: 'lease-seen', lease, at: { wall: now, monotonic } });
     // A duration of 0 is stale at the second sight, not at the first.

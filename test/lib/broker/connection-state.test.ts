@@ -102,8 +102,7 @@ const entryOf = (token = held, extra: Partial<MemoryEntry> = {}): MemoryEntry =>
 });
 const keptOf = (token = held, extra: Partial<MemoryEntry> = {}) => ({
   entry: entryOf(token, extra),
-  wallAt: T0,
-  monotonicAt: 100,
+  asOf: { wall: T0, monotonic: 100 },
 });
 const lease: Lease = {
   holder: 'b:1',
@@ -135,8 +134,7 @@ const table: readonly [string, Knowledge, ConnectionEvent, Knowledge][] = [
       ...NOTHING_KNOWN,
       kept: {
         entry: entryOf(held, { checkedAtMonotonic: undefined }),
-        wallAt: T0 + 1_000,
-        monotonicAt: 1_100,
+        asOf: { wall: T0 + 1_000, monotonic: 1_100 },
       },
       known: [{ digest: held.tokenDigest, since: 1_100 }],
     },
@@ -238,22 +236,22 @@ const table: readonly [string, Knowledge, ConnectionEvent, Knowledge][] = [
     { type: 'lease-seen', lease, at },
     {
       ...NOTHING_KNOWN,
-      lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0 + 1_000, seenAtMonotonic: 1_100 },
+      lease: { key: `v1|b:1|${T0 + 3_000}`, since: { wall: T0 + 1_000, monotonic: 1_100 } },
     },
   ],
   [
     'the same lease version seen again: its first sight stays (I1)',
-    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0, seenAtMonotonic: 0 } },
+    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0 + 3_000}`, since: { wall: T0, monotonic: 0 } } },
     { type: 'lease-seen', lease, at },
-    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0, seenAtMonotonic: 0 } },
+    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0 + 3_000}`, since: { wall: T0, monotonic: 0 } } },
   ],
   [
     'a lease renewed under the same version (expiry moved): a new sight',
-    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0}`, seenAt: T0, seenAtMonotonic: 0 } },
+    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0}`, since: { wall: T0, monotonic: 0 } } },
     { type: 'lease-seen', lease, at },
     {
       ...NOTHING_KNOWN,
-      lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0 + 1_000, seenAtMonotonic: 1_100 },
+      lease: { key: `v1|b:1|${T0 + 3_000}`, since: { wall: T0 + 1_000, monotonic: 1_100 } },
     },
   ],
   [
