@@ -12,7 +12,6 @@ import {
   TTL_MARGIN_SECONDS,
 } from './protocol-timing.js';
 
-/** What the timing reads of a token: its times and the re-check its writer recorded. */
 export type TokenTimes = Pick<TokenRecord, 'issuedAt' | 'expiresAt' | 'recheckMs'>;
 
 /** The settings the protocol reads, in milliseconds, and the timing it runs at. */

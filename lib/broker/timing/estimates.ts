@@ -26,11 +26,10 @@ export const dueForRefresh = (
   now: number,
   settings: RefreshSettings,
   draw: number,
-  issuanceMs = settings.timing.defaultIssuanceMs,
+  issuanceMs: number,
 ): boolean => {
-  const { timing } = settings;
   const half = windowMs(record, settings) / 2;
-  const lead = Math.min(half, countdownFor(record, settings) * timing.countdownStepMs);
+  const lead = Math.min(half, countdownFor(record, settings) * settings.timing.countdownStepMs);
   const earliness = Math.min(half - lead, -issuanceMs * XFETCH_BETA * Math.log(1 - draw));
   return now + earliness >= record.expiresAt - half - lead;
 };

@@ -206,7 +206,7 @@ export const validateTiming = (timing: ProtocolTiming): ProtocolTiming => {
 
 /** The default timing with `overrides` (or `base`'s), validated and frozen. */
 export const protocolTiming = (
-  overrides: Partial<ProtocolTiming> = {},
+  overrides: Partial<ProtocolTiming>,
   base: ProtocolTiming = DEFAULT_TIMING,
 ): ProtocolTiming => Object.freeze(validateTiming({ ...base, ...overrides }));
 

@@ -22,6 +22,9 @@ export interface Instant {
   readonly monotonic: number;
 }
 
+/** A probe's verdict on a token, reused until `until` (monotonic: sent + the interval). */
+type Verdict = { readonly digest: string; readonly verdict: ProbeVerdict; readonly until: number };
+
 /** What this container knows about one connection. Never changed in place: see `applyEvent`. */
 export interface Knowledge {
   /** Its copy of the token with what the store last said of it, as of `asOf` (rebased from). */
@@ -30,12 +33,8 @@ export interface Knowledge {
   readonly known: readonly { readonly digest: string; readonly since: number }[];
   /** The lease version (`leaseKey`) it last saw, since when on both clocks (I1: judged on ours). */
   readonly lease?: { readonly key: string; readonly since: Instant } | undefined;
-  /** Probe verdicts still reused, each until `until` (monotonic: sent + the interval). */
-  readonly verdicts: readonly {
-    readonly digest: string;
-    readonly verdict: ProbeVerdict;
-    readonly until: number;
-  }[];
+  /** Probe verdicts still reused. */
+  readonly verdicts: readonly Verdict[];
   /** Last measured issuance duration (XFetch's δ), countdown excluded, ms. */
   readonly issuanceMs?: number | undefined;
   /** Last measured store read round trip (monotonic), ms. */
@@ -54,18 +53,10 @@ export type ConnectionEvent =
   | { readonly type: 'token-reported'; readonly digest: string }
   /** A read found `lease`, answered at `at`: recorded if this version is new here. */
   | { readonly type: 'lease-seen'; readonly lease: Lease; readonly at: Instant }
-  /** A probe's verdict, reused until `until`; an `unknown` one drops the earlier verdict. */
-  | {
-      readonly type: 'probe-settled';
-      readonly digest: string;
-      readonly verdict: ProbeVerdict;
-      readonly until: number;
-      readonly at: number;
-    }
-  /** An issuance under the lease took `ms`, countdown excluded. */
-  | { readonly type: 'issuance-measured'; readonly ms: number }
-  /** A read of the store took `ms`, sent to answered. */
-  | { readonly type: 'read-measured'; readonly ms: number };
+  /** A probe's verdict, settled at `at`; an `unknown` one drops the earlier verdict. */
+  | ({ readonly type: 'probe-settled'; readonly at: number } & Verdict)
+  /** An issuance under the lease (countdown excluded) or a store read took `ms`. */
+  | { readonly type: 'measured'; readonly what: 'issuance' | 'read'; readonly ms: number };
 
 /** Tokens whose first sight is kept per connection: the current one and a few before it. */
 export const KNOWN_PER_CONNECTION = 4;
@@ -106,10 +97,8 @@ export const applyEvent = (knowledge: Knowledge, event: ConnectionEvent): Knowle
         verdict.verdict === 'unknown' ? others : [...others, { digest, verdict, until }];
       return { ...knowledge, verdicts };
     }
-    case 'issuance-measured':
-      return { ...knowledge, issuanceMs: event.ms };
-    case 'read-measured':
-      return { ...knowledge, readMs: event.ms };
+    case 'measured':
+      return { ...knowledge, [event.what === 'issuance' ? 'issuanceMs' : 'readMs']: event.ms };
   }
 };
 
@@ -234,7 +223,7 @@ export class ConnectionView {
   }
 
   measured(name: string, what: 'issuance' | 'read', ms: number): void {
-    this.apply(name, { type: what === 'issuance' ? 'issuance-measured' : 'read-measured', ms });
+    this.apply(name, { type: 'measured', what, ms });
   }
 
   /** A2. Whether memory still proves `record` at `now`: a stall may have outlasted the proof. */

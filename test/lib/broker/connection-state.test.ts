@@ -317,13 +317,13 @@ const table: readonly [string, Knowledge, ConnectionEvent, Knowledge][] = [
   [
     'an issuance measured: the last one counts',
     { ...NOTHING_KNOWN, issuanceMs: 900 },
-    { type: 'issuance-measured', ms: 1_200 },
+    { type: 'measured', what: 'issuance', ms: 1_200 },
     { ...NOTHING_KNOWN, issuanceMs: 1_200 },
   ],
   [
     'a read measured: the last one counts',
     { ...NOTHING_KNOWN, readMs: 40 },
-    { type: 'read-measured', ms: 25 },
+    { type: 'measured', what: 'read', ms: 25 },
     { ...NOTHING_KNOWN, readMs: 25 },
   ],
 ];
@@ -340,10 +340,9 @@ describe('Function: applyEvent (event × state → state)', () => {
     const kinds = new Set(table.map(([, , event]) => event.type));
     expect([...kinds].sort()).toEqual(
       [
-        'issuance-measured',
         'lease-seen',
+        'measured',
         'probe-settled',
-        'read-measured',
         'token-dropped',
         'token-kept',
         'token-learned',
