@@ -20,11 +20,9 @@ export default {
     'lib/broker/holder/issue-under-lease.ts',
     'lib/broker/fleet/leased-issuance.ts',
     'lib/broker/timing/protocol-timing.ts',
-    'lib/broker/timing/relations.ts',
     'lib/broker/timing/bounds.ts',
     'lib/broker/timing/estimates.ts',
     'lib/broker/view/connection-state.ts',
-    'lib/broker/view/connection-view.ts',
     'lib/broker/view/serving.ts',
   ],
   // One worker: the machine has 2 cores and is shared.
