@@ -37,6 +37,21 @@ const rowOf = (rows: readonly Row[], check: string): Row => {
   return row;
 };
 
+/** The checks in the order the table prints them: those before the alarm rows, and after. */
+const CHECKS_BEFORE_ALARMS = [
+  'stack',
+  'health',
+  'token over HTTP',
+  'token by direct invoke',
+  'http event by direct invoke',
+  'ready',
+  'alias live',
+  'alias url',
+  'deployment live',
+  'deployment url',
+];
+const TABLE_CHECKS = ['table ttl', 'table pitr', 'table deletion protection'];
+
 /** No AWS settings of this machine: what a developer without any has. */
 const BARE_ENV = {
   PATH: process.env.PATH ?? '',
@@ -105,20 +120,9 @@ describe('npm run smoke -- --endpoint: against the local runtime', () => {
     expect(code, stdout + stderr).toBe(0);
     const rows = tableOf(stdout);
     expect(rows.map((row) => row.check)).toEqual([
-      'stack',
-      'health',
-      'token over HTTP',
-      'token by direct invoke',
-      'http event by direct invoke',
-      'ready',
-      'alias live',
-      'alias url',
-      'deployment live',
-      'deployment url',
+      ...CHECKS_BEFORE_ALARMS,
       'alarms',
-      'table ttl',
-      'table pitr',
-      'table deletion protection',
+      ...TABLE_CHECKS,
     ]);
     for (const check of [
       'health',
@@ -290,20 +294,9 @@ describe('npm run smoke -- --stage: against AWS stand-ins', () => {
     const failed = rows.filter((row) => row.result !== 'ok');
     expect(failed).toEqual([]);
     expect(rows.map((row) => row.check)).toEqual([
-      'stack',
-      'health',
-      'token over HTTP',
-      'token by direct invoke',
-      'http event by direct invoke',
-      'ready',
-      'alias live',
-      'alias url',
-      'deployment live',
-      'deployment url',
+      ...CHECKS_BEFORE_ALARMS,
       ...alarmNames(devTemplate()).map((name) => `alarm ${name.replace('token-broker-dev-', '')}`),
-      'table ttl',
-      'table pitr',
-      'table deletion protection',
+      ...TABLE_CHECKS,
     ]);
     expect(rowOf(rows, 'stack').detail).toBe(
       'token-broker-dev UPDATE_COMPLETE (2026-11-27T10:00:00.000Z)',

@@ -1,21 +1,20 @@
 /**
- * The broker core's facade: serves a valid token from memory, else the shared store, else one
- * upstream flow for the whole fleet under a lease. Sides: docs/protocol.md, "Layout". Builds each
- * call's `TokenRequest`, serves the last good token after a failure, starts refresh ahead.
+ * The broker core's facade (sides: docs/protocol.md, "Layout"): makes each call's one
+ * `TokenRequest`; serves a valid token from memory, else the store, else one upstream flow for
+ * the fleet under a lease (the last good one after a failure); starts refresh ahead; answers the
+ * operator's status (never a token), warm-up and readiness.
  */
 import { type Clock, Deadline, systemClock } from '../clock.js';
 import type { BrokerConfig, ConnectionConfig } from '../config.js';
-import { toBrokerError, UnknownConnectionError } from '../errors.js';
+import {
+  SecretUnavailableError,
+  StoreUnavailableError,
+  toBrokerError,
+  UnknownConnectionError,
+} from '../errors.js';
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenProbe, TokenStore } from '../ports.js';
-import {
-  checkReadiness,
-  type ReadinessReport,
-  Reports,
-  readStatus,
-  StatusReadTimedOut,
-  warmUp,
-} from './callers/index.js';
+import { Reports } from './callers/index.js';
 import { LeasedIssuance, RefreshAhead, SharedLoads } from './fleet/index.js';
 import { type Caller, IssuanceCause, withCredentialRotation } from './issuance/index.js';
 import { type CallerBoundSettings, tokenRequest } from './observer/index.js';
@@ -23,18 +22,34 @@ import { withDeadline } from './single-flight.js';
 import { dueForRefresh, type ProtocolTiming, validateTiming } from './timing/index.js';
 import type {
   BrokerLogger,
+  ConnectionReadiness,
   ConnectionStatus,
+  Failed,
   GetTokenOptions,
   InvalidateOutcome,
+  ReadinessReport,
   ServedToken,
   TokenAnswer,
+  WarmUpOutcome,
   WarmUpReport,
 } from './types.js';
 import { ConnectionView, ownRequest, type TokenRequest } from './view/index.js';
 
-export type { ConnectionReadiness, ReadinessReport } from './callers/index.js';
 export { isCredentialRejection } from './issuance/index.js';
 export * from './types.js';
+
+/** A status read that the caller's deadline cut short. */
+class StatusReadTimedOut extends Error {
+  override readonly name = 'StatusReadTimedOut';
+}
+
+const failed = (error: unknown): Failed => {
+  const failure = toBrokerError(error);
+  return { status: 'failed', error: { code: failure.code, message: failure.message } };
+};
+
+const secondsLeft = (expiresAt: number, now: number): number =>
+  Math.floor((expiresAt - now) / 1000);
 
 export interface TokenBrokerDeps {
   readonly config: Pick<
@@ -86,23 +101,19 @@ export class TokenBroker {
         ? {}
         : { forcedMinAgeMs: config.forcedMinAgeSeconds * 1000 }),
     };
-    const view = new ConnectionView(clock, settings);
-    const common = { store, clock, view, settings, logger, metrics };
-    const issuance = new LeasedIssuance({
-      ...common,
-      issue: withCredentialRotation({ ...deps, clock }),
-    });
     this.#clock = clock;
     this.#metrics = metrics;
     this.#settings = settings;
-    this.#view = view;
+    this.#view = new ConnectionView(clock, settings);
+    const common = { store, clock, view: this.#view, settings, logger, metrics };
+    const issue = withCredentialRotation({ ...deps, clock });
+    const issuance = new LeasedIssuance({ ...common, issue });
     this.#issuance = issuance;
-    this.#reports = new Reports({ ...common, probe, upstreamTimeoutMs: config.upstreamTimeoutMs });
+    this.#reports = new Reports({ ...common, probe });
     this.#loads = new SharedLoads(issuance, clock, settings);
     this.#refreshAhead = new RefreshAhead({ issuance, clock, logger, metrics });
   }
 
-  /** Names of every configured connection. */
   connectionNames(): IterableIterator<string> {
     return this.deps.config.connections.keys();
   }
@@ -172,8 +183,7 @@ export class TokenBroker {
         : dueForRefresh(record, now, this.#settings, this.#clock.random(), issuanceMs)
           ? IssuanceCause.RefreshAhead
           : undefined;
-      const background = this.deps.config.refreshAhead !== 'off';
-      if (cause && background && !this.#loads.has(name)) {
+      if (cause && this.deps.config.refreshAhead !== 'off' && !this.#loads.has(name)) {
         this.#refreshAhead.start(connection, record, cause, request);
       }
     }
@@ -206,42 +216,115 @@ export class TokenBroker {
     await Promise.race([this.idle(), this.#clock.sleep(deadline.wholeMsLeft())]);
   }
 
-  /** Every connection's token metadata and lease from the store, each read cut to `deadline` (I3). */
+  /** Every connection's token metadata and live lease, each store read cut to `deadline` (I3). */
   status(deadline: Deadline): Promise<ConnectionStatus[]> {
-    return readStatus(this.deps.config.connections.values(), this.deps.store, {
-      now: () => this.#clock.now(),
-      bounded: (read) =>
-        withDeadline(read, deadline.leftMs(), this.#clock, () => new StatusReadTimedOut()),
+    return this.#each(async ({ name, variant }) => {
+      const late = () =>
+        new StatusReadTimedOut('The token store did not answer before the deadline');
+      const read = withDeadline(this.deps.store.read(name), deadline.leftMs(), this.#clock, late);
+      const { token, lease } = await read.catch((error: unknown) => {
+        throw new StoreUnavailableError(
+          error instanceof StatusReadTimedOut
+            ? 'The token store did not answer before the deadline; retry shortly'
+            : 'The token store failed to read the token; retry shortly',
+          { cause: error },
+        );
+      });
+      const at = this.#clock.now();
+      const valid = token && token.expiresAt > at ? token : undefined;
+      const live = lease && lease.expiresAt >= at ? lease : undefined;
+      return {
+        connection: name,
+        variant,
+        token: valid
+          ? {
+              expiresAt: new Date(valid.expiresAt).toISOString(),
+              expiresIn: secondsLeft(valid.expiresAt, at),
+              issuedAt: new Date(valid.issuedAt).toISOString(),
+              tokenDigest: valid.tokenDigest,
+            }
+          : null,
+        lease: live
+          ? { holder: live.holder, expiresInMs: live.expiresAt - at, countdown: live.countdown }
+          : null,
+      };
     });
   }
 
   /**
-   * Readiness of every connection: its secret readable and a valid token held or obtainable now
-   * (a refresh it starts ends by `deadline`). A deploy gates on it.
+   * Readiness of every connection, checked in parallel: its secret readable and a valid token
+   * held or obtainable now (a refresh it starts ends by `deadline`). A deploy gates on it.
    */
-  ready(deadline: Deadline, caller = 'readiness check'): Promise<ReadinessReport> {
-    return checkReadiness(this.deps.config.connections.values(), {
-      secrets: this.deps.secrets,
-      deadline,
-      clock: this.#clock,
-      getToken: ({ name }) => this.getToken(name, { deadline, workUntil: deadline, caller }),
-      now: () => this.#clock.now(),
-      logger: this.deps.logger,
-    });
+  async ready(deadline: Deadline, caller = 'readiness check'): Promise<ReadinessReport> {
+    const checked = await this.#each(
+      async (c) => [c.name, await this.#ready(c, deadline, caller)] as const,
+    );
+    const { logger } = this.deps;
+    for (const [name, { ready, secret, token }] of checked) {
+      if (!ready) logger.warn('Connection not ready', { connection: name, secret, token });
+    }
+    const ready = checked.every(([, outcome]) => outcome.ready);
+    return { ready, connections: Object.fromEntries(checked) };
   }
 
-  /** Makes sure every connection holds a token valid beyond the refresh window; issues where not. */
-  warmUp(deadline: Deadline, caller: Caller = 'schedule'): Promise<WarmUpReport> {
+  /**
+   * Makes sure every connection holds a token valid beyond its refresh window, issuing where not:
+   * the same (clamped) window as every other path.
+   */
+  async warmUp(deadline: Deadline, caller: Caller = 'schedule'): Promise<WarmUpReport> {
     // Counted per connection it checks: the alarm on its absence says the schedule stopped.
     for (const name of this.connectionNames()) this.#metrics.record(MetricName.WarmUpRuns, name);
-    return warmUp(this.deps.config.connections.values(), {
-      // The same window as every other path: a token outside its (clamped) window is fresh.
-      load: (connection) =>
-        this.#loads.load(connection, ownRequest('outside-window', deadline, caller)),
-      now: () => this.#clock.now(),
-      logger: this.deps.logger,
-      metrics: this.#metrics,
+    const outcomes = await this.#each(async (connection): Promise<[string, WarmUpOutcome]> => {
+      const { name } = connection;
+      try {
+        const request = ownRequest('outside-window', deadline, caller);
+        const { record, source } = await this.#loads.load(connection, request);
+        const expiresAt = new Date(record.expiresAt).toISOString();
+        const expiresIn = secondsLeft(record.expiresAt, this.#clock.now());
+        return [name, { status: source === 'upstream' ? 'issued' : 'fresh', expiresAt, expiresIn }];
+      } catch (error) {
+        const failure = toBrokerError(error);
+        this.#metrics.record(MetricName.RefreshFailures, name);
+        this.deps.logger.error('Warm-up failed for connection', {
+          connection: name,
+          error: { name: failure.name, code: failure.code, message: failure.message },
+        });
+        return [name, failed(failure)];
+      }
     });
+    return {
+      connections: Object.fromEntries(outcomes),
+      issued: outcomes.filter(([, o]) => o.status === 'issued').length,
+      failed: outcomes.filter(([, o]) => o.status === 'failed').length,
+    };
+  }
+
+  async #ready(
+    { name, secretId }: ConnectionConfig,
+    deadline: Deadline,
+    caller: string,
+  ): Promise<ConnectionReadiness> {
+    try {
+      // A slow Secrets Manager fails the check, it does not hang it (I3).
+      const read = this.deps.secrets.getCredentials(secretId);
+      const late = () => new SecretUnavailableError(`The secret ${secretId} was not read in time`);
+      await withDeadline(read, deadline.leftMs(), this.#clock, late);
+    } catch (error) {
+      // A valid token may still be served, but none can be issued: not ready.
+      return { ready: false, secret: failed(error), token: { status: 'skipped' } };
+    }
+    try {
+      const options = { deadline, workUntil: deadline, caller };
+      const { record, source } = await this.getToken(name, options);
+      const expiresIn = secondsLeft(record.expiresAt, this.#clock.now());
+      return { ready: true, secret: { status: 'ok' }, token: { status: 'ok', expiresIn, source } };
+    } catch (error) {
+      return { ready: false, secret: { status: 'ok' }, token: failed(error) };
+    }
+  }
+
+  #each<T>(check: (connection: ConnectionConfig) => Promise<T>): Promise<T[]> {
+    return Promise.all([...this.deps.config.connections.values()].map(check));
   }
 
   /** Serve the last good token after a failure, where the failure says nothing against it (I2). */
@@ -250,10 +333,9 @@ export class TokenBroker {
       failed: error,
     });
     if (!record) throw error;
-    const failure = toBrokerError(error);
     this.deps.logger.warn('Could not get a newer token; serving the last good one', {
       connection: name,
-      error: { code: failure.code, message: failure.message },
+      error: failed(error).error,
     });
     this.#metrics.record(MetricName.LastGoodTokenServed, name);
     // Served as a fallback after a failure: no second upstream attempt in this request.

@@ -7,7 +7,6 @@ export class SingleFlight<K, V> {
 
   constructor(private readonly clock: Pick<Clock, 'after'>) {}
 
-  /** Whether a load for `key` is running. */
   has(key: K): boolean {
     return this.#pending.has(key);
   }
@@ -21,10 +20,8 @@ export class SingleFlight<K, V> {
   ): Promise<{ readonly value: V; readonly joined: boolean }> {
     const existing = this.#pending.get(key);
     if (existing) {
-      return {
-        value: await withDeadline(existing, deadline.leftMs(), this.clock, timedOut),
-        joined: true,
-      };
+      const value = await withDeadline(existing, deadline.leftMs(), this.clock, timedOut);
+      return { value, joined: true };
     }
     const started = load().finally(() => this.#pending.delete(key));
     this.#pending.set(key, started);

@@ -3,12 +3,10 @@ import { createHash } from 'node:crypto';
 import type { Deadline } from '../clock.js';
 import type { TokenRecord } from '../ports.js';
 
-/** Where a served token came from: drives logs and metrics. */
-export type TokenSource = 'memory' | 'dynamodb' | 'upstream';
-
 export interface ServedToken {
   readonly record: TokenRecord;
-  readonly source: TokenSource;
+  /** Where it came from: drives logs and metrics. */
+  readonly source: 'memory' | 'dynamodb' | 'upstream';
 }
 
 /** A token as the facade answers a caller: with how long that caller may keep reusing it. */
@@ -40,7 +38,6 @@ export interface GetTokenOptions {
   readonly mayForce?: boolean | undefined;
 }
 
-/** What became of an invalidate report. */
 export interface InvalidateOutcome {
   /** The reported token was the stored one and is gone: the next request gets a new one. */
   readonly invalidated: boolean;
@@ -50,12 +47,15 @@ export interface InvalidateOutcome {
   readonly verified?: 'valid' | 'revoked';
 }
 
+/** A failed warm-up or readiness check: the broker's code and message (never a credential). */
+export interface Failed {
+  readonly status: 'failed';
+  readonly error: { readonly code: string; readonly message: string };
+}
+
 export type WarmUpOutcome =
   | { readonly status: 'fresh' | 'issued'; readonly expiresAt: string; readonly expiresIn: number }
-  | {
-      readonly status: 'failed';
-      readonly error: { readonly code: string; readonly message: string };
-    };
+  | Failed;
 
 /** What an operator may see of a connection: never the token. */
 export interface ConnectionStatus {
@@ -79,6 +79,20 @@ export interface WarmUpReport {
   readonly connections: Readonly<Record<string, WarmUpOutcome>>;
   readonly issued: number;
   readonly failed: number;
+}
+
+/** One readiness check; `skipped`: not run, as an earlier check of the connection failed. */
+export type ReadinessCheck = { readonly status: 'ok' } | { readonly status: 'skipped' } | Failed;
+
+export interface ConnectionReadiness {
+  readonly ready: boolean;
+  readonly secret: ReadinessCheck;
+  readonly token: ReadinessCheck & { readonly expiresIn?: number; readonly source?: string };
+}
+
+export interface ReadinessReport {
+  readonly ready: boolean;
+  readonly connections: Readonly<Record<string, ConnectionReadiness>>;
 }
 
 /** SHA-256 of an access token, base64url: what invalidate compares and logs may show. */

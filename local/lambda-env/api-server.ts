@@ -23,63 +23,28 @@
  *   current one); accepted posts answer 202 `{ "status": "OK" }`;
  * - after an extension's init/error or exit/error, none of its calls succeed.
  * A runtime response over Lambda's payload limit is 413 to the runtime and
- * `Function.ResponseSizeTooLarge` to the caller.
+ * `Function.ResponseSizeTooLarge` to the caller. The parts that do not depend on the execution
+ * model (paths, answers, registration checks) are api-protocol.ts, shared with managed-api.ts.
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { InvokeOutcome } from '../lambda-events.js';
-import { type LoopbackServer, serve } from '../loopback.js';
+import type { Delivery, FunctionMetadata } from './api-protocol.js';
+import * as wire from './api-protocol.js';
 
-/** The most a runtime may answer: 6 MiB + 100 bytes, the emulator's `MaxPayloadSize`. */
-export const MAX_RESPONSE_BYTES = 6 * 1024 * 1024 + 100;
-/** The Extensions API's limit on extensions per function. */
-export const MAX_EXTENSIONS = 10;
-
-/** One invocation as the API hands it to the runtime and to the extensions. */
-export interface Delivery {
-  readonly requestId: string;
-  /** When the invocation times out, in Unix epoch milliseconds. */
-  readonly deadlineMs: number;
-  readonly invokedFunctionArn: string;
-  /** An X-Ray tracing header (`Root=…;Parent=…;Sampled=…`). */
-  readonly traceId: string;
-  /** The event, as JSON text. */
-  readonly payload: string;
-}
-
-/** What register answers with (`handler` is `_HANDLER`, e.g. `index.handler`). */
-export interface FunctionMetadata {
-  readonly functionName: string;
-  readonly functionVersion: string;
-  readonly handler: string;
-  readonly accountId: string;
-}
-
-export interface ApiEvents {
+/**
+ * `onResponse`: to the current invocation. `onFailure`: the runtime's init/error, or an
+ * extension's init/error or exit/error (Lambda resets the environment after each).
+ */
+export interface RuntimeApiEvents extends wire.ApiEvents {
   /** The runtime and every registered extension now wait for their next event. */
   readonly onWaiting: () => void;
-  /** The runtime answered the current invocation (a result, or a function error). */
-  readonly onResponse: (requestId: string, outcome: InvokeOutcome) => void;
-  /**
-   * Something the environment cannot go on from: the runtime's init/error, or an extension's
-   * init/error or exit/error (Lambda resets the environment after each).
-   */
-  readonly onFailure: (failure: {
-    readonly errorType: string;
-    readonly errorMessage: string;
-  }) => void;
 }
 
-export interface RuntimeApiServer {
-  /** `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`. */
-  readonly address: string;
+export interface RuntimeApiServer extends wire.ApiServer {
   /** True when the runtime and every registered extension wait for their next event. */
   waiting(): boolean;
   /** Hands an invocation to the waiting runtime, and INVOKE to the extensions registered for it. */
   deliver(delivery: Delivery): void;
-  /** The extensions registered so far, by name. */
-  extensions(): readonly string[];
-  close(): Promise<void>;
 }
 
 /**
@@ -99,64 +64,18 @@ interface Extension {
   pending?: ServerResponse | undefined;
 }
 
-const RUNTIME = '/2018-06-01/runtime';
-const EXTENSION = '/2020-01-01/extension';
-const INVOCATION = /^\/2018-06-01\/runtime\/invocation\/([^/]+)\/(response|error)$/;
-
-const send = (
-  res: ServerResponse,
-  status: number,
-  body: unknown,
-  headers: Record<string, string> = {},
-) => {
-  res.writeHead(status, { 'content-type': 'application/json', ...headers });
-  res.end(JSON.stringify(body));
-};
-const forbidden = (res: ServerResponse, errorType: string, errorMessage: string) =>
-  send(res, 403, { errorMessage, errorType });
-const accepted = (res: ServerResponse) => send(res, 202, { status: 'OK' });
-
-const header = (req: IncomingMessage, name: string): string | undefined => {
-  const value = req.headers[name];
-  return Array.isArray(value) ? value[0] : value;
-};
-
-/** The body, or undefined when it is over `limit` bytes (the rest is read and dropped). */
-const readBody = async (req: IncomingMessage, limit: number): Promise<Buffer | undefined> => {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size <= limit) chunks.push(chunk as Buffer);
-  }
-  return size > limit ? undefined : Buffer.concat(chunks);
-};
-
-/** `{ errorType, errorMessage }` from what the runtime posted, whatever its shape. */
-const errorOutcome = (body: string, typeHeader: string | undefined): InvokeOutcome => {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(body);
-  } catch {
-    parsed = undefined;
-  }
-  const fields = (typeof parsed === 'object' && parsed !== null ? parsed : {}) as Record<
-    string,
-    unknown
-  >;
-  return {
-    ok: false,
-    errorType:
-      typeof fields.errorType === 'string' ? fields.errorType : (typeHeader ?? 'Function.Unknown'),
-    errorMessage: typeof fields.errorMessage === 'string' ? fields.errorMessage : body,
-  };
+/** Internal extensions may register for INVOKE, never for SHUTDOWN (see above). */
+const EVENTS: wire.ExtensionEvents = {
+  allowed: 'INVOKE',
+  refused: { SHUTDOWN: 'ShutdownEventNotSupportedForInternalExtension' },
+  offerAccountId: true,
 };
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export const startRuntimeApi = async (
   metadata: FunctionMetadata,
-  events: ApiEvents,
+  events: RuntimeApiEvents,
 ): Promise<RuntimeApiServer> => {
   let runtime: RuntimeState = 'init';
   let runtimeNext: ServerResponse | undefined;
@@ -175,10 +94,10 @@ export const startRuntimeApi = async (
       if (!res.writableEnded) drop();
     });
 
-  const runtimeApi = async (req: IncomingMessage, res: ServerResponse, path: string) => {
-    if (req.method === 'GET' && path === `${RUNTIME}/invocation/next`) {
+  const runtimeApi: wire.RuntimeRoute = async (req, res, path) => {
+    if (req.method === 'GET' && path === `${wire.RUNTIME}/invocation/next`) {
       if (runtime === 'waiting' || runtime === 'invoking') {
-        return forbidden(
+        return wire.forbidden(
           res,
           'InvalidStateTransition',
           `State transition from ${runtime} to ready failed for runtime`,
@@ -191,69 +110,37 @@ export const startRuntimeApi = async (
       });
       return settled();
     }
-    if (req.method === 'POST' && path === `${RUNTIME}/init/error`) {
-      const body = ((await readBody(req, MAX_RESPONSE_BYTES)) ?? Buffer.alloc(0)).toString();
+    if (req.method === 'POST' && path === `${wire.RUNTIME}/init/error`) {
+      const failure = await wire.readInitError(req);
       if (runtime !== 'init') {
-        return forbidden(
+        return wire.forbidden(
           res,
           'InvalidStateTransition',
           `State transition from ${runtime} to init error failed for runtime`,
         );
       }
-      accepted(res);
-      const outcome = errorOutcome(body, header(req, 'lambda-runtime-function-error-type'));
-      if (!outcome.ok) events.onFailure(outcome);
-      return;
+      wire.accepted(res);
+      return events.onFailure(failure);
     }
-    const invocation = req.method === 'POST' ? INVOCATION.exec(path) : null;
-    if (!invocation) return send(res, 404, { errorMessage: 'Not found', errorType: 'NotFound' });
-    const [, requestId, kind] = invocation;
-    const body = await readBody(req, MAX_RESPONSE_BYTES);
-    if (requestId === undefined || requestId !== current) {
-      return send(res, 400, { errorMessage: 'Invalid request ID', errorType: 'InvalidRequestID' });
-    }
+    const posted = await wire.readInvocationPost(req, res, path);
+    if (!posted) return;
+    if (posted.requestId !== current) return wire.invalidRequestId(res);
     if (runtime !== 'invoking') {
-      return forbidden(
+      return wire.forbidden(
         res,
         'InvalidStateTransition',
-        `State transition from ${runtime} to invocation ${kind} failed for runtime`,
+        `State transition from ${runtime} to invocation ${posted.kind} failed for runtime`,
       );
     }
     runtime = 'answered';
-    if (body === undefined) {
-      send(res, 413, {
-        errorMessage: `Exceeded maximum allowed payload size (${MAX_RESPONSE_BYTES} bytes).`,
-        errorType: 'RequestEntityTooLarge',
-      });
-      return events.onResponse(requestId, {
-        ok: false,
-        errorType: 'Function.ResponseSizeTooLarge',
-        errorMessage: `Response payload size exceeded maximum allowed payload size (${MAX_RESPONSE_BYTES} bytes).`,
-      });
-    }
-    accepted(res);
-    const text = body.toString('utf8');
-    if (kind === 'error') {
-      return events.onResponse(
-        requestId,
-        errorOutcome(text, header(req, 'lambda-runtime-function-error-type')),
-      );
-    }
-    let result: unknown;
-    try {
-      result = text === '' ? null : JSON.parse(text);
-    } catch {
-      // Lambda hands back whatever bytes the runtime posted; a string is the closest here.
-      result = text;
-    }
-    events.onResponse(requestId, { ok: true, result });
+    wire.takeAnswer(req, res, posted, events.onResponse);
   };
 
   /** The extension a request names, or undefined once it has answered the request itself. */
   const identify = (req: IncomingMessage, res: ServerResponse): Extension | undefined => {
-    const id = header(req, 'lambda-extension-identifier');
+    const id = wire.header(req, 'lambda-extension-identifier');
     if (!id) {
-      forbidden(
+      wire.forbidden(
         res,
         'Extension.MissingExtensionIdentifier',
         'Missing Lambda-Extension-Identifier header',
@@ -261,102 +148,30 @@ export const startRuntimeApi = async (
       return undefined;
     }
     if (!UUID.test(id)) {
-      forbidden(res, 'Extension.InvalidExtensionIdentifier', 'Invalid Lambda-Extension-Identifier');
+      wire.forbidden(
+        res,
+        'Extension.InvalidExtensionIdentifier',
+        'Invalid Lambda-Extension-Identifier',
+      );
       return undefined;
     }
     const extension = extensions.get(id);
     if (!extension)
-      forbidden(res, 'Extension.UnknownExtensionIdentifier', `Unknown extension ${id}`);
+      wire.forbidden(res, 'Extension.UnknownExtensionIdentifier', `Unknown extension ${id}`);
     return extension;
   };
 
   const invalidState = (res: ServerResponse, extension: Extension, to: string) =>
-    forbidden(
+    wire.forbidden(
       res,
       'Extension.InvalidExtensionState',
       `State transition from ${extension.state} to ${to} failed for extension ${extension.name}`,
     );
 
-  const register = async (req: IncomingMessage, res: ServerResponse) => {
-    const name = header(req, 'lambda-extension-name');
-    const body = ((await readBody(req, 64 * 1024)) ?? Buffer.alloc(0)).toString('utf8');
-    if (!name) return forbidden(res, 'Extension.InvalidExtensionName', 'Empty extension name');
-    let requested: unknown;
-    try {
-      requested = (JSON.parse(body) as { events?: unknown }).events ?? [];
-    } catch (error) {
-      return forbidden(res, 'InvalidRequestFormat', (error as Error).message);
-    }
-    if (!Array.isArray(requested)) {
-      return forbidden(res, 'InvalidRequestFormat', 'events must be an array of strings');
-    }
-    for (const event of requested) {
-      if (event === 'SHUTDOWN') {
-        return forbidden(
-          res,
-          'Extension.InvalidEventType',
-          'SHUTDOWN: ShutdownEventNotSupportedForInternalExtension',
-        );
-      }
-      if (event !== 'INVOKE') {
-        return forbidden(
-          res,
-          'Extension.InvalidEventType',
-          `${String(event)}: ErrorInvalidEventType`,
-        );
-      }
-    }
-    if (runtime !== 'init') {
-      return forbidden(
-        res,
-        'Extension.RegistrationClosed',
-        'Extension registration closed already',
-      );
-    }
-    if (extensions.size >= MAX_EXTENSIONS) {
-      return forbidden(
-        res,
-        'Extension.TooManyExtensions',
-        `Extension limit (${MAX_EXTENSIONS}) reached`,
-      );
-    }
-    if ([...extensions.values()].some((e) => e.name === name)) {
-      return forbidden(
-        res,
-        'Extension.InvalidExtensionState',
-        'Extension with this name already registered',
-      );
-    }
-    const id = randomUUID();
-    extensions.set(id, { id, name, invoke: requested.includes('INVOKE'), state: 'registered' });
-    const accountId = (header(req, 'lambda-extension-accept-feature') ?? '')
-      .split(',')
-      .some((feature) => feature.trim() === 'accountId');
-    send(
-      res,
-      200,
-      {
-        functionName: metadata.functionName,
-        functionVersion: metadata.functionVersion,
-        handler: metadata.handler,
-        ...(accountId ? { accountId: metadata.accountId } : {}),
-      },
-      { 'lambda-extension-identifier': id },
-    );
-  };
-
-  const extensionApi = async (req: IncomingMessage, res: ServerResponse, path: string) => {
-    if (req.method === 'POST' && path === `${EXTENSION}/register`) return register(req, res);
-    const next = req.method === 'GET' && path === `${EXTENSION}/event/next`;
-    const initError = req.method === 'POST' && path === `${EXTENSION}/init/error`;
-    const exitError = req.method === 'POST' && path === `${EXTENSION}/exit/error`;
-    if (!next && !initError && !exitError) {
-      return send(res, 404, { errorMessage: 'Not found', errorType: 'NotFound' });
-    }
-    const body = ((await readBody(req, 64 * 1024)) ?? Buffer.alloc(0)).toString('utf8');
+  const extensionApi: wire.ExtensionRoute = (req, res, call, body) => {
     const extension = identify(req, res);
     if (!extension) return;
-    if (next) {
+    if (call === 'next') {
       if (extension.state === 'waiting' || extension.state === 'failed') {
         return invalidState(res, extension, 'ready');
       }
@@ -367,42 +182,28 @@ export const startRuntimeApi = async (
       });
       return settled();
     }
-    const errorType = header(req, 'lambda-extension-function-error-type');
+    const errorType = wire.header(req, 'lambda-extension-function-error-type');
     if (!errorType) {
-      return forbidden(
+      return wire.forbidden(
         res,
         'Extension.MissingHeader',
         'Lambda-Extension-Function-Error-Type not found',
       );
     }
     // init/error only before the extension's first next; exit/error at any time until then.
+    const initError = call === 'init/error';
     if (extension.state === 'failed' || (initError && extension.state !== 'registered')) {
       return invalidState(res, extension, initError ? 'init error' : 'exit error');
     }
     extension.state = 'failed';
-    accepted(res);
-    const reported = errorOutcome(body, errorType);
-    events.onFailure({
-      errorType: initError ? 'Extension.InitError' : 'Extension.ExitError',
-      errorMessage: `Extension ${extension.name} reported ${errorType}${
-        reported.ok || reported.errorMessage === body ? '' : `: ${reported.errorMessage}`
-      }`,
-    });
+    events.onFailure(wire.acceptExtensionError(res, extension.name, call, errorType, body));
   };
 
-  const server: LoopbackServer = await serve(
-    async (req, res) => {
-      const path = new URL(req.url ?? '/', 'http://local').pathname;
-      if (path.startsWith(`${RUNTIME}/`)) return runtimeApi(req, res, path);
-      if (path.startsWith(`${EXTENSION}/`)) return extensionApi(req, res, path);
-      req.resume();
-      send(res, 404, { errorMessage: 'Not found', errorType: 'NotFound' });
-    },
-    {
-      onError: (res) =>
-        send(res, 500, { errorMessage: 'Internal Server Error', errorType: 'InternalServerError' }),
-    },
-  );
+  const server = await wire.serveApis(metadata, extensions, runtimeApi, extensionApi, {
+    events: EVENTS,
+    closed: () => runtime !== 'init',
+    create: (id, name, asked) => ({ id, name, invoke: asked, state: 'registered' }),
+  });
 
   return {
     address: `${server.host}:${server.port}`,
@@ -413,20 +214,13 @@ export const startRuntimeApi = async (
       runtime = 'invoking';
       runtimeNext = undefined;
       current = delivery.requestId;
-      next.writeHead(200, {
-        'content-type': 'application/json',
-        'lambda-runtime-aws-request-id': delivery.requestId,
-        'lambda-runtime-deadline-ms': String(delivery.deadlineMs),
-        'lambda-runtime-invoked-function-arn': delivery.invokedFunctionArn,
-        'lambda-runtime-trace-id': delivery.traceId,
-      });
-      next.end(delivery.payload);
+      wire.handOver(next, delivery);
       for (const extension of extensions.values()) {
         if (!extension.invoke || !extension.pending) continue;
         const pending = extension.pending;
         extension.pending = undefined;
         extension.state = 'busy';
-        send(
+        wire.send(
           pending,
           200,
           {

@@ -17,16 +17,9 @@
  * the same poll over node:http answered after 310 s, frozen or not). Without pooled sockets,
  * nothing is left idle across a freeze for the server to close under us.
  */
-import { type IncomingHttpHeaders, request } from 'node:http';
-import { pathToFileURL } from 'node:url';
-import { createContext, DEFAULT_LAMBDA, type LambdaHandler } from '../lambda-events.js';
+import { DEFAULT_LAMBDA } from '../lambda-events.js';
 import { LOOP_DELAY_VARIABLE, startLoopDelaySampler } from '../loop-delay.js';
-
-interface Reply {
-  readonly status: number;
-  readonly headers: IncomingHttpHeaders;
-  readonly body: string;
-}
+import { invocationContext, invocationHeaders, runtimeClient } from './runtime-client.js';
 
 // Read once: this process's configuration is what Lambda set for the function.
 const runtimeEnv = Object.freeze({
@@ -55,134 +48,31 @@ if (!bundle || !runtimeEnv.api) {
 // ends one, by its pool's SIGTERM, and the function's cleanup runs. (A frozen process keeps
 // the SIGINT pending; unhandled, it would end the process at the thaw, before that SIGTERM.)
 process.on('SIGINT', () => undefined);
-const endpoint = new URL(`http://${runtimeEnv.api}`);
-const RUNTIME = '/2018-06-01/runtime';
-
-/** One Runtime API call, on a new connection (`agent: false`), with no timeout. */
-const call = (
-  method: 'GET' | 'POST',
-  path: string,
-  body?: string,
-  headers: Record<string, string> = {},
-): Promise<Reply> =>
-  new Promise((resolve, reject) => {
-    const req = request(
-      {
-        host: endpoint.hostname,
-        port: endpoint.port,
-        method,
-        path,
-        agent: false,
-        headers: {
-          ...headers,
-          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-        },
-      },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => {
-          text += chunk;
-        });
-        res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }),
-        );
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-
-const one = (value: string | string[] | undefined): string =>
-  (Array.isArray(value) ? value[0] : value) ?? '';
-
-/** How the Node.js runtime reports an error: its name as `errorType`, the stack as `trace`. */
-const describe = (error: unknown, errorType?: string) => {
-  const isError = error instanceof Error;
-  return {
-    errorType: errorType ?? (isError ? error.name : 'Error'),
-    errorMessage: isError ? error.message : String(error),
-    trace: isError ? (error.stack ?? '').split('\n') : [],
-  };
-};
-
-/** The Node.js runtime's init error types for a module that cannot load. */
-const initErrorType = (error: unknown): string | undefined => {
-  if (error instanceof SyntaxError) return 'Runtime.UserCodeSyntaxError';
-  if ((error as { code?: unknown } | null)?.code === 'ERR_MODULE_NOT_FOUND') {
-    return 'Runtime.ImportModuleError';
-  }
-  return undefined;
-};
-
-const post = async (path: string, payload: ReturnType<typeof describe> | string) => {
-  const body = typeof payload === 'string' ? payload : JSON.stringify(payload);
-  const headers: Record<string, string> =
-    typeof payload === 'string' ? {} : { 'lambda-runtime-function-error-type': payload.errorType };
-  const reply = await call('POST', path, body, headers);
-  if (reply.status >= 300)
-    process.stderr.write(`runtime: ${path} answered ${reply.status} ${reply.body}\n`);
-};
+const runtime = runtimeClient(runtimeEnv.api);
 
 // 1. Init.
-let handler: LambdaHandler;
-try {
-  const loaded = (await import(pathToFileURL(bundle).href)) as { handler?: unknown };
-  if (typeof loaded.handler !== 'function') {
-    const error = new Error(`${runtimeEnv.handler} is undefined or not exported`);
-    error.name = 'Runtime.HandlerNotFound';
-    throw error;
-  }
-  handler = loaded.handler as LambdaHandler;
-} catch (error) {
-  await post(`${RUNTIME}/init/error`, describe(error, initErrorType(error)));
-  process.exit(1);
-}
+const handler = await runtime.loadHandler(bundle, runtimeEnv.handler);
 
 // Sampled from here: init is over, and the environment is frozen until its first invocation.
 if (loopDelayFile) startLoopDelaySampler(loopDelayFile);
 
 // 2. Invocations, one at a time.
 for (;;) {
-  const next = await call('GET', `${RUNTIME}/invocation/next`);
+  const next = await runtime.next();
   if (next.status !== 200) {
     process.stderr.write(`runtime: next answered ${next.status} ${next.body}\n`);
     process.exit(1);
   }
-  const requestId = one(next.headers['lambda-runtime-aws-request-id']);
-  const deadlineMs = Number(one(next.headers['lambda-runtime-deadline-ms']));
-  const invokedFunctionArn = one(next.headers['lambda-runtime-invoked-function-arn']);
-  const traceId = one(next.headers['lambda-runtime-trace-id']);
+  const invocation = invocationHeaders(next.headers);
+  const { requestId, deadlineMs, traceId } = invocation;
   // The Node.js runtime hands the trace header to the X-Ray SDK this way.
   if (traceId) process.env._X_AMZN_TRACE_ID = traceId;
   else delete process.env._X_AMZN_TRACE_ID;
   const context = {
-    ...createContext(
-      {
-        functionName: runtimeEnv.functionName,
-        timeoutMs: Math.max(0, deadlineMs - Date.now()),
-        region: runtimeEnv.region,
-        accountId: invokedFunctionArn.split(':')[4] ?? DEFAULT_LAMBDA.accountId,
-      },
-      requestId,
-    ),
-    functionVersion: runtimeEnv.functionVersion,
-    invokedFunctionArn,
-    memoryLimitInMB: runtimeEnv.memory,
+    ...invocationContext(runtimeEnv, invocation),
     ...(runtimeEnv.logGroup ? { logGroupName: runtimeEnv.logGroup } : {}),
     ...(runtimeEnv.logStream ? { logStreamName: runtimeEnv.logStream } : {}),
     getRemainingTimeInMillis: () => Math.max(0, deadlineMs - Date.now()),
   };
-  let path: string;
-  let payload: ReturnType<typeof describe> | string;
-  try {
-    const result = await handler(JSON.parse(next.body || 'null'), context);
-    payload = JSON.stringify(result === undefined ? null : result);
-    path = `${RUNTIME}/invocation/${requestId}/response`;
-  } catch (error) {
-    payload = describe(error);
-    path = `${RUNTIME}/invocation/${requestId}/error`;
-  }
-  await post(path, payload);
+  await runtime.answer(requestId, () => handler(JSON.parse(next.body || 'null'), context));
 }

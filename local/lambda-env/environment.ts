@@ -19,25 +19,25 @@
  *   the emulator: SIGKILL "as no agents are registered"); with one, it gets SIGTERM and has
  *   `shutdownDeadlineMs` (the guide: 500 ms with an internal extension) before SIGKILL.
  *   Internal extensions cannot register for SHUTDOWN, so none is ever sent.
+ * The process itself (spawn, CPU group, output, freezes, its end) is runtime-process.ts, shared
+ * with managed-environment.ts.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { type ChildProcess, spawn } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
-import { rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { basename, dirname, extname, join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { type CpuGroup, type CpuPolicy, type CpuThrottling, createCpuGroup } from '../cpu-share.js';
+import { randomUUID } from 'node:crypto';
+import type { CpuPolicy, CpuThrottling } from '../cpu-share.js';
 import type { InvokeOutcome } from '../lambda-events.js';
-import {
-  LOOP_DELAY_VARIABLE,
-  type LoopDelay,
-  monotonicMs,
-  netDelays,
-  readGaps,
-  type Span,
-} from '../loop-delay.js';
+import type { LoopDelay } from '../loop-delay.js';
 import { startRuntimeApi } from './api-server.js';
+import {
+  exitedAnswer,
+  functionArn,
+  functionMetadata,
+  logStream,
+  runtimeExited,
+  timedOut,
+  traceHeader,
+} from './lambda-wording.js';
+import { endEnvironment, initGate, spawnRuntime } from './runtime-process.js';
 
 /**
  * - `initializing`: the bundle is loading;
@@ -67,34 +67,30 @@ export interface FunctionSettings {
   readonly timeoutMs: number;
 }
 
-export interface EnvironmentOptions {
+/** What an environment of either model (this one, managed-environment.ts) is started with. */
+export interface CommonEnvironmentOptions<E> {
   readonly id: string;
-  /** Path of the built `bootstrap.mjs`. */
+  /** Path of the built runtime (`bootstrap.mjs`, `managed-bootstrap.mjs`). */
   readonly bootstrap: string;
   /** Path of the function's bundle (an ES module exporting `handler`). */
   readonly bundle: string;
   /** The function's environment variables: nothing else of this process's is passed on but PATH. */
   readonly env: Readonly<Record<string, string>>;
   readonly settings: FunctionSettings;
-  /** Stop the process between invocations (false: leave it running, for comparison). */
-  readonly freeze: boolean;
   readonly initTimeoutMs: number;
   /** How long a runtime has between SIGTERM and SIGKILL. */
   readonly shutdownDeadlineMs: number;
   /**
-   * Each line the process writes (stdout and stderr). A line that arrives while the environment
-   * runs an invocation is emitted in the async context `invoke` was called in, so that
-   * AsyncLocalStorage-based capture (the Invoke API's `Tail`) counts it as that invocation's.
+   * Each line the process writes (stdout and stderr). A line of an invocation's is emitted in
+   * the async context `invoke` was called in, so that AsyncLocalStorage-based capture (the
+   * Invoke API's `Tail`) counts it as that invocation's.
    */
   readonly onLog?: ((line: string) => void) | undefined;
-  /** The environment waits for its next invocation again (after an invocation, not after init). */
-  readonly onReady?: ((environment: ExecutionEnvironment) => void) | undefined;
   /** The environment has ended (its process is gone). */
-  readonly onEnded?: ((environment: ExecutionEnvironment) => void) | undefined;
+  readonly onEnded?: ((environment: E) => void) | undefined;
   /**
-   * Lambda's CPU share for `settings.memoryMb` (`local/cpu-share.ts`): with `quota`, the process
-   * goes into a cgroup of its own right after its spawn, removed when it ends. Default: none
-   * (whole cores).
+   * Its CPU (`local/cpu-share.ts`): with `quota`, the process goes into a cgroup of its own
+   * right after its spawn, removed when it ends. Default: none (whole cores).
    */
   readonly cpu?: CpuPolicy | undefined;
   /**
@@ -102,6 +98,17 @@ export interface EnvironmentOptions {
    * `loopDelays()` once it has ended. Default false.
    */
   readonly loopDelay?: boolean | undefined;
+}
+
+/** `cpu`'s quota is Lambda's CPU share for `settings.memoryMb`. */
+export interface EnvironmentOptions extends CommonEnvironmentOptions<ExecutionEnvironment> {
+  /** Stop the process between invocations (false: leave it running, for comparison). */
+  readonly freeze: boolean;
+  /**
+   * The environment waits for its next invocation again (after an invocation, not after init).
+   * A line that arrives while it runs an invocation is that invocation's (`onLog`).
+   */
+  readonly onReady?: ((environment: ExecutionEnvironment) => void) | undefined;
 }
 
 /** An invocation under way in an environment. */
@@ -206,85 +213,39 @@ export type InitResult =
       readonly initMs: number;
     };
 
-const OUTPUT_TAIL = 64 * 1024;
-
-// Processes still running when this process exits are killed: a stopped child left behind
-// would stay stopped forever.
-const running = new Set<ChildProcess>();
-let guarded = false;
-const guardExit = () => {
-  if (guarded) return;
-  guarded = true;
-  process.once('exit', () => {
-    for (const child of running) child.kill('SIGKILL');
-  });
-};
-
-/** An X-Ray tracing header, as Lambda passes one to each invocation. */
-const traceHeader = () =>
-  `Root=1-${Math.floor(Date.now() / 1000).toString(16)}-${randomBytes(12).toString('hex')};Parent=${randomBytes(8).toString('hex')};Sampled=0`;
-
-/** Lambda's log stream name: `yyyy/mm/dd/[$LATEST]<32 hex>`. */
-const logStream = () =>
-  `${new Date().toISOString().slice(0, 10).replaceAll('-', '/')}/[$LATEST]${randomBytes(16).toString('hex')}`;
-
-const timedOut = (ms: number): Failure => ({
-  errorType: 'Sandbox.Timedout',
-  errorMessage: `Task timed out after ${(ms / 1000).toFixed(2)} seconds`,
-});
-
-interface Invocation {
+/** An invocation under way, as either model keeps it. */
+export interface RunningInvocation {
   readonly requestId: string;
   readonly started: number;
   /** The deadline the runtime was given (`Lambda-Runtime-Deadline-Ms`), epoch ms. */
   readonly deadlineAt: number;
   /** Runs a function in the async context of the caller of `invoke` (for `onLog`). */
   readonly scope: <R>(fn: () => R) => R;
+  /** Its timeout. */
   readonly timer: NodeJS.Timeout;
-  answered: boolean;
+  /** Resolves `invoke` with its outcome. */
   readonly answer: (outcome: InvokeOutcome) => void;
+}
+
+interface Invocation extends RunningInvocation {
+  answered: boolean;
   readonly bill: (ms: number) => void;
 }
-
-interface Exit {
-  readonly code: number | null;
-  readonly signal: NodeJS.Signals | null;
-}
-
-// How Lambda words a runtime's end (Go's process state): `exit status 1`, `signal: killed`.
-const SIGNAL_WORDS: Partial<Record<NodeJS.Signals, string>> = {
-  SIGKILL: 'killed',
-  SIGTERM: 'terminated',
-  SIGABRT: 'aborted',
-  SIGSEGV: 'segmentation fault',
-};
-const describeExit = ({ code, signal }: Exit) =>
-  signal ? `signal: ${SIGNAL_WORDS[signal] ?? signal}` : `exit status ${code}`;
 
 /** Starts an environment and runs its init; it is frozen (or idle) when this resolves `ok`. */
 export const startEnvironment = async (options: EnvironmentOptions): Promise<InitResult> => {
   const { settings } = options;
-  const handler = `${basename(options.bundle, extname(options.bundle))}.handler`;
-  const arn = `arn:aws:lambda:${settings.region}:${settings.accountId}:function:${settings.functionName}`;
+  const arn = functionArn(settings);
   let state: EnvironmentState = 'initializing';
   const stats = { invocations: 0, freezes: 0, thaws: 0, timeouts: 0 };
-  let stopped = false;
   let invocation: Invocation | undefined;
   let ending: Promise<void> | undefined;
   let record: ShutdownRecord | undefined;
-  let exit: Exit | undefined;
-  let output = '';
-  let initDone: (failure: Failure | undefined) => void = () => undefined;
-  const initialized = new Promise<Failure | undefined>((resolve) => {
-    initDone = resolve;
-  });
 
   // Everything below runs on the API's events; `environment` is defined before any can fire.
   const park = (notify: boolean) => {
     if (options.freeze) {
-      child.kill('SIGSTOP');
-      frozeAt = monotonicMs();
-      stopped = true;
+      runtime.freeze();
       stats.freezes += 1;
       state = 'frozen';
     } else {
@@ -296,9 +257,8 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
   /** The runtime and every extension wait: init or the invocation is over. */
   const settle = () => {
     if (state === 'initializing') {
-      clearTimeout(initTimer);
       park(false);
-      initDone(undefined);
+      init.end();
       return;
     }
     const current = invocation;
@@ -319,7 +279,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
 
   /** The environment cannot go on: the invocation (or init) fails with `failure`, then it ends. */
   const fail = (failure: Failure, reason: ShutdownReason) => {
-    if (state === 'initializing') initDone(failure);
+    if (state === 'initializing') init.end(failure);
     const current = invocation;
     if (current && !current.answered) {
       current.answered = true;
@@ -342,185 +302,48 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
     void shutdown('timeout');
   };
 
-  const api = await startRuntimeApi(
-    {
-      functionName: settings.functionName,
-      functionVersion: '$LATEST',
-      handler,
-      accountId: settings.accountId,
-    },
-    {
-      onWaiting: () => settle(),
-      onResponse: respond,
-      onFailure: (failure) => fail(failure, 'failure'),
-    },
-  );
+  const api = await startRuntimeApi(functionMetadata(settings, options.bundle), {
+    onWaiting: () => settle(),
+    onResponse: respond,
+    onFailure: (failure) => fail(failure, 'failure'),
+  });
 
-  // The sampler's file (local/loop-delay.ts), and this environment's freezes on its clock.
-  const loopDelayFile = options.loopDelay
-    ? join(tmpdir(), `token-broker-loop-delay-${process.pid}-${options.id}`)
-    : undefined;
-  const freezes: Span[] = [];
-  let frozeAt: number | undefined;
-  let delays: readonly LoopDelay[] | undefined;
-  const thawed = () => {
-    if (frozeAt !== undefined) freezes.push({ from: frozeAt, to: monotonicMs() });
-    frozeAt = undefined;
-  };
-
-  const child = spawn(process.execPath, [options.bootstrap, options.bundle], {
-    cwd: dirname(options.bundle),
-    env: {
-      PATH: process.env.PATH ?? '',
-      ...options.env,
-      // What Lambda sets; reserved, so they win over the function's own variables.
-      AWS_LAMBDA_FUNCTION_NAME: settings.functionName,
-      AWS_LAMBDA_FUNCTION_VERSION: '$LATEST',
-      AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(settings.memoryMb),
-      AWS_LAMBDA_LOG_GROUP_NAME: `/aws/lambda/${settings.functionName}`,
+  const runtime = spawnRuntime(options, {
+    api: api.address,
+    reserved: {
       AWS_LAMBDA_LOG_STREAM_NAME: logStream(),
       AWS_LAMBDA_INITIALIZATION_TYPE: 'on-demand',
-      AWS_EXECUTION_ENV: 'AWS_Lambda_nodejs24.x',
-      AWS_REGION: settings.region,
-      AWS_DEFAULT_REGION: settings.region,
-      LAMBDA_TASK_ROOT: dirname(options.bundle),
-      _HANDLER: handler,
-      AWS_LAMBDA_RUNTIME_API: api.address,
-      ...(loopDelayFile ? { [LOOP_DELAY_VARIABLE]: loopDelayFile } : {}),
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    cpuMemoryMb: settings.memoryMb,
+    // Lines that arrive during an invocation are its own (a line of the previous invocation's
+    // work after its response can still arrive here once the next one was delivered, when
+    // an invocation waited for this environment: it is then counted as the new one's).
+    scopeOf: () => invocation?.scope,
   });
-  const spawnedAt = performance.now();
-  // Its CPU share, right after the spawn: its init already runs at the share, as in Lambda.
-  let group: CpuGroup | undefined;
-  let cpu: EnvironmentCpu = { kind: 'whole-cores', reason: 'no CPU share asked' };
-  if (options.cpu?.kind === 'whole-cores')
-    cpu = { kind: 'whole-cores', reason: options.cpu.reason };
-  if (options.cpu?.kind === 'quota' && child.pid !== undefined) {
-    try {
-      group = createCpuGroup(options.cpu, `${process.pid}-${options.id}`, settings.memoryMb);
-      group.add(child.pid);
-      cpu = { kind: 'quota', group: group.path, quotaUs: group.quotaUs, periodUs: group.periodUs };
-    } catch (error) {
-      void group?.remove(0);
-      group = undefined;
-      cpu = {
-        kind: 'whole-cores',
-        reason: `cgroup not applied: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
-      };
-    }
-  }
-  guardExit();
-  running.add(child);
-  const exited = new Promise<Exit>((resolve) => {
-    child.once('close', (code, signal) => resolve({ code, signal }));
-    // A process that could not be spawned (EAGAIN, ENOMEM) emits 'error' and may never close.
-    child.once('error', () => resolve({ code: null, signal: null }));
+  const init = initGate(options.initTimeoutMs, (failure) => {
+    if (state === 'initializing') fail(failure, 'timeout');
   });
-  void exited.then((status) => {
-    exit = status;
-    running.delete(child);
-    thawed();
-    if (loopDelayFile) {
-      delays = netDelays(readGaps(loopDelayFile), freezes);
-      rmSync(loopDelayFile, { force: true });
-    }
-    if (group && cpu.kind === 'quota') {
-      const ending = cpu;
-      void group.remove().then((throttling) => {
-        if (throttling) cpu = { ...ending, throttling };
-      });
-    }
+  void runtime.exited.then((status) => {
     if (state === 'shutting-down' || state === 'ended') return;
-    const current = invocation;
-    fail(
-      {
-        errorType: 'Runtime.ExitError',
-        errorMessage: `${current ? `RequestId: ${current.requestId} ` : ''}Error: Runtime exited with error: ${describeExit(status)}`,
-      },
-      'failure',
-    );
+    fail(runtimeExited(status, invocation?.requestId), 'failure');
   });
-
-  for (const stream of [child.stdout, child.stderr]) {
-    let rest = '';
-    stream.setEncoding('utf8');
-    stream.on('data', (chunk: string) => {
-      output = (output + chunk).slice(-OUTPUT_TAIL);
-      const lines = (rest + chunk).split('\n');
-      rest = lines.pop() ?? '';
-      if (!options.onLog || lines.length === 0) return;
-      const emit = () => {
-        for (const line of lines) options.onLog?.(line);
-      };
-      // Lines that arrive during an invocation are its own (a line of the previous invocation's
-      // work after its response can still arrive here once the next one was delivered, when
-      // an invocation waited for this environment: it is then counted as the new one's).
-      if (invocation) invocation.scope(emit);
-      else emit();
-    });
-    stream.on('end', () => {
-      if (rest !== '') options.onLog?.(rest);
-    });
-  }
-
-  const initTimer = setTimeout(() => {
-    if (state !== 'initializing') return;
-    fail(
-      {
-        errorType: 'Sandbox.Timedout',
-        errorMessage: `Init timed out after ${(options.initTimeoutMs / 1000).toFixed(2)} seconds`,
-      },
-      'timeout',
-    );
-  }, options.initTimeoutMs);
 
   const shutdown = (reason: ShutdownReason = 'spindown'): Promise<void> => {
     ending ??= (async () => {
       state = 'shutting-down';
-      clearTimeout(initTimer);
-      const signals: NodeJS.Signals[] = [];
-      const signal = (name: NodeJS.Signals) => {
-        if (exit) return;
-        child.kill(name);
-        signals.push(name);
-      };
-      if (!exit) {
-        // A stopped process would keep a SIGTERM pending without running its handler.
-        if (stopped) child.kill('SIGCONT');
-        thawed();
-        stopped = false;
-        if (api.extensions().length === 0) {
-          signal('SIGKILL');
-        } else {
-          signal('SIGTERM');
-          const deadline = new AbortController();
-          const first = await Promise.race([
-            exited.then(() => 'exited' as const),
-            sleep(options.shutdownDeadlineMs, 'deadline' as const, { signal: deadline.signal }),
-          ]);
-          deadline.abort();
-          if (first === 'deadline') signal('SIGKILL');
-        }
-      }
-      const status = await exited;
-      const current = invocation;
-      invocation = undefined;
-      if (current) {
+      init.cancel();
+      record = await endEnvironment(runtime, api, reason, (status) => {
+        const current = invocation;
+        invocation = undefined;
+        if (!current) return;
         // Ended under an invocation (the pool closed): it fails as a runtime that exited.
         clearTimeout(current.timer);
         if (!current.answered) {
           current.answered = true;
-          current.answer({
-            ok: false,
-            errorType: 'Runtime.ExitError',
-            errorMessage: `RequestId: ${current.requestId} Error: Runtime exited with error: ${describeExit(status)}`,
-          });
+          current.answer({ ok: false, ...runtimeExited(status, current.requestId) });
         }
         current.bill(Math.ceil(performance.now() - current.started));
-      }
-      await api.close();
-      record = { reason, signals, exitCode: status.code, exitSignal: status.signal };
+      });
       state = 'ended';
       options.onEnded?.(environment);
     })();
@@ -531,19 +354,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
     event: unknown,
     invokeOptions: InvokeOptions = {},
   ): Promise<EnvironmentAnswer> => {
-    if (state === 'shutting-down' || state === 'ended') {
-      const requestId = randomUUID();
-      return Promise.resolve({
-        outcome: {
-          ok: false,
-          errorType: 'Runtime.ExitError',
-          errorMessage: `RequestId: ${requestId} Error: Runtime exited`,
-        },
-        requestId,
-        durationMs: 0,
-        billedMs: Promise.resolve(0),
-      });
-    }
+    if (state === 'shutting-down' || state === 'ended') return exitedAnswer();
     if (state !== 'frozen' && state !== 'idle') {
       return Promise.reject(
         new Error(`Environment ${options.id} is ${state}: not ready to invoke`),
@@ -554,12 +365,7 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
     const requestId = invokeOptions.requestId || randomUUID();
     state = 'busy';
     stats.invocations += 1;
-    if (stopped) {
-      child.kill('SIGCONT');
-      thawed();
-      stopped = false;
-      stats.thaws += 1;
-    }
+    if (runtime.thaw()) stats.thaws += 1;
     return new Promise<EnvironmentAnswer>((resolve) => {
       let bill: (ms: number) => void = () => undefined;
       const billedMs = new Promise<number>((settled) => {
@@ -590,29 +396,23 @@ export const startEnvironment = async (options: EnvironmentOptions): Promise<Ini
 
   const environment: ExecutionEnvironment = {
     id: options.id,
-    pid: child.pid ?? -1,
+    pid: runtime.pid,
     state: () => state,
     stats: () => ({ ...stats }),
     extensions: () => api.extensions(),
     shutdownRecord: () => record,
-    cpu: () => cpu,
+    cpu: runtime.cpu,
     current: () =>
       invocation && {
         requestId: invocation.requestId,
         deadlineAt: invocation.deadlineAt,
         answered: invocation.answered,
       },
-    loopDelays: () => delays,
-    output: () => output,
+    loopDelays: runtime.loopDelays,
+    output: runtime.output,
     invoke,
     shutdown,
   };
 
-  const failure = await initialized;
-  const initMs = performance.now() - spawnedAt;
-  if (failure) {
-    await shutdown('failure');
-    return { ok: false, environment, failure, initMs };
-  }
-  return { ok: true, environment, initMs };
+  return init.result(runtime, environment, shutdown);
 };

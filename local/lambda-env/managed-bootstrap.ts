@@ -16,14 +16,11 @@
  *   posted by its request ID. Nothing writes `_X_AMZN_TRACE_ID` (it would be every invocation's).
  * A worker that ends leaves the others running; the process ends when none is left.
  */
-import { pathToFileURL } from 'node:url';
 import { isMainThread, threadId, Worker } from 'node:worker_threads';
 import { InvokeStore, InvokeStoreBase } from '@aws/lambda-invoke-store';
-import { createContext, DEFAULT_LAMBDA, type LambdaHandler } from '../lambda-events.js';
+import { DEFAULT_LAMBDA } from '../lambda-events.js';
 import { LOOP_DELAY_VARIABLE, startLoopDelaySampler } from '../loop-delay.js';
-import { describeError, initErrorType, oneHeader, runtimeCall } from './runtime-client.js';
-
-const RUNTIME = '/2018-06-01/runtime';
+import { invocationContext, invocationHeaders, runtimeClient } from './runtime-client.js';
 
 if (isMainThread) {
   const bundle = process.argv[2];
@@ -63,19 +60,7 @@ if (isMainThread) {
 async function runWorker(): Promise<void> {
   const { workerData } = await import('node:worker_threads');
   const bundle = process.argv[2] ?? '';
-  const api = process.env.AWS_LAMBDA_RUNTIME_API ?? '';
-  const call = runtimeCall(api);
-  const post = async (path: string, payload: ReturnType<typeof describeError> | string) => {
-    const body = typeof payload === 'string' ? payload : JSON.stringify(payload);
-    const headers: Record<string, string> =
-      typeof payload === 'string'
-        ? {}
-        : { 'lambda-runtime-function-error-type': payload.errorType };
-    const reply = await call('POST', path, body, headers);
-    if (reply.status >= 300) {
-      process.stderr.write(`runtime: ${path} answered ${reply.status} ${reply.body}\n`);
-    }
-  };
+  const runtime = runtimeClient(process.env.AWS_LAMBDA_RUNTIME_API ?? '');
   const settings = {
     functionName: process.env.AWS_LAMBDA_FUNCTION_NAME ?? DEFAULT_LAMBDA.functionName,
     functionVersion: process.env.AWS_LAMBDA_FUNCTION_VERSION ?? '$LATEST',
@@ -86,76 +71,37 @@ async function runWorker(): Promise<void> {
 
   // Init: the store first (the function's Powertools reads it while it loads), then the bundle.
   const store = await InvokeStore.getInstanceAsync();
-  let handler: LambdaHandler;
-  try {
-    const loaded = (await import(pathToFileURL(bundle).href)) as { handler?: unknown };
-    if (typeof loaded.handler !== 'function') {
-      const error = new Error(`${settings.handler} is undefined or not exported`);
-      error.name = 'Runtime.HandlerNotFound';
-      throw error;
-    }
-    handler = loaded.handler as LambdaHandler;
-  } catch (error) {
-    await post(`${RUNTIME}/init/error`, describeError(error, initErrorType(error)));
-    process.exit(1);
-  }
+  const handler = await runtime.loadHandler(bundle, settings.handler);
   const file = (workerData as { loopDelayFile?: string } | undefined)?.loopDelayFile;
   if (file) startLoopDelaySampler(file);
 
-  const invoke = async (
-    requestId: string,
-    deadlineMs: number,
-    invokedFunctionArn: string,
-    payload: string,
-  ) => {
+  const invoke = async (invocation: ReturnType<typeof invocationHeaders>, payload: string) => {
+    const { requestId, deadlineMs } = invocation;
     const context = {
-      ...createContext(
-        {
-          functionName: settings.functionName,
-          timeoutMs: Math.max(0, deadlineMs - Date.now()),
-          region: settings.region,
-          accountId: invokedFunctionArn.split(':')[4] ?? DEFAULT_LAMBDA.accountId,
-        },
-        requestId,
-      ),
-      functionVersion: settings.functionVersion,
-      invokedFunctionArn,
-      memoryLimitInMB: settings.memory,
+      ...invocationContext(settings, invocation),
       // Reported, never enforced there: zero or less once the invocation has timed out.
       getRemainingTimeInMillis: () => deadlineMs - Date.now(),
     };
-    let path: string;
-    let body: ReturnType<typeof describeError> | string;
-    try {
-      const result = await handler(JSON.parse(payload || 'null'), context);
-      body = JSON.stringify(result === undefined ? null : result);
-      path = `${RUNTIME}/invocation/${requestId}/response`;
-    } catch (error) {
-      body = describeError(error);
-      path = `${RUNTIME}/invocation/${requestId}/error`;
-    }
-    await post(path, body);
+    await runtime.answer(requestId, () => handler(JSON.parse(payload || 'null'), context));
   };
 
   for (;;) {
-    const next = await call('GET', `${RUNTIME}/invocation/next`);
+    const next = await runtime.next();
     if (next.status !== 200) {
       process.stderr.write(
         `runtime: worker ${threadId}: next answered ${next.status} ${next.body}\n`,
       );
       process.exit(1);
     }
-    const requestId = oneHeader(next.headers['lambda-runtime-aws-request-id']);
-    const deadlineMs = Number(oneHeader(next.headers['lambda-runtime-deadline-ms']));
-    const arn = oneHeader(next.headers['lambda-runtime-invoked-function-arn']);
-    const traceId = oneHeader(next.headers['lambda-runtime-trace-id']);
+    const invocation = invocationHeaders(next.headers);
+    const { requestId, traceId } = invocation;
     setImmediate(() => {
       void store.run(
         {
           [InvokeStoreBase.PROTECTED_KEYS.REQUEST_ID]: requestId,
           [InvokeStoreBase.PROTECTED_KEYS.X_RAY_TRACE_ID]: traceId || undefined,
         },
-        () => invoke(requestId, deadlineMs, arn, next.body),
+        () => invoke(invocation, next.body),
       );
     });
   }

@@ -4,7 +4,7 @@
  * the broker logs is captured (not printed); the leak test runs its own requests and searches
  * what they logged for every credential the stack handed out.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   httpEvent,
   httpResponse,
@@ -12,46 +12,34 @@ import {
   scheduledEvent,
 } from '../../local/lambda-events.js';
 import { invokeHandler } from '../../local/lambda-invoke.js';
-import { applyEnv, type Stack, startStack } from '../../local/stack.js';
-import { captureOutput, newContainer } from '../support/lambda.js';
+import { OPERATOR, ORDERS_ROLE } from '../support/callers.js';
+import { newContainer, newContainerWithout } from '../support/lambda.js';
+import { useLocalStack } from '../support/local-stack.js';
 
-const ORDERS_ROLE = 'arn:aws:sts::123456789012:assumed-role/orders-service/i-0abc';
-/** An operator: `BROKER_OPERATOR_CALLERS` of this file's containers admits it. */
-const OPERATOR = 'arn:aws:sts::123456789012:assumed-role/platform-oncall/alice';
 const OPERATORS = 'arn:aws:sts::123456789012:assumed-role/platform-*/*';
 
-let stack: Stack;
-let output: ReturnType<typeof captureOutput>;
-
-beforeAll(async () => {
-  // Tokens are encrypted by the application (loopback KMS): every flow below goes through it.
-  stack = await startStack({}, ['sandbox', 'legacy'], { encrypt: true });
-  const url = stack.simulator.url;
-  applyEnv({
-    ...stack.env,
-    BROKER_CONNECTIONS: JSON.stringify({
-      sandbox: { variant: 'v3', baseUrl: url, secretId: 'open-api/v3' },
-      legacy: { variant: 'legacy', baseUrl: url, secretId: 'open-api/legacy' },
-      restricted: {
-        variant: 'v3',
-        baseUrl: url,
-        secretId: 'open-api/v3',
-        callers: ['arn:aws:sts::123456789012:assumed-role/orders-*/*'],
-      },
-      broken: { variant: 'legacy', baseUrl: url, secretId: 'open-api/missing' },
-    }),
+// Tokens are encrypted by the application (loopback KMS): every flow below goes through it.
+const local = useLocalStack({
+  start: [{}, ['sandbox', 'legacy'], { encrypt: true }],
+  connections: (url) => ({
+    sandbox: { variant: 'v3', baseUrl: url, secretId: 'open-api/v3' },
+    legacy: { variant: 'legacy', baseUrl: url, secretId: 'open-api/legacy' },
+    restricted: {
+      variant: 'v3',
+      baseUrl: url,
+      secretId: 'open-api/v3',
+      callers: ['arn:aws:sts::123456789012:assumed-role/orders-*/*'],
+    },
+    broken: { variant: 'legacy', baseUrl: url, secretId: 'open-api/missing' },
+  }),
+  env: {
     // As loud as an operator could make it: still nothing secret may come out.
     POWERTOOLS_LOG_LEVEL: 'DEBUG',
     POWERTOOLS_LOGGER_LOG_EVENT: 'true',
     BROKER_UPSTREAM_TIMEOUT_MS: '1000',
     // A connection restricts its callers: the operator routes are for these only (issue 37).
     BROKER_OPERATOR_CALLERS: OPERATORS,
-  });
-  output = captureOutput();
-});
-afterAll(async () => {
-  output.stop();
-  await stack.close();
+  },
 });
 
 const http = async (
@@ -107,7 +95,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
       expect(response.json.staleIfErrorSeconds).toBeGreaterThan(86_400 - 60 - 10);
       expect(response.json.staleIfErrorSeconds).toBeLessThanOrEqual(86_400 - 60);
       expect(response.json.connection).toBe(connection);
-      expect(stack.simulator.isValid(response.json.accessToken)).toBe(true);
+      expect(local.stack.simulator.isValid(response.json.accessToken)).toBe(true);
       expect(response.json.expiresAt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
       const expiresAt = Date.parse(response.json.expiresAt);
       expect(expiresAt).toBeGreaterThanOrEqual(before + 86_400_000);
@@ -131,13 +119,13 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
   });
 
   it('serves repeat calls without reaching the upstream, and a new container from DynamoDB', async () => {
-    const issued = stack.simulator.stats().issuances;
+    const issued = local.stack.simulator.stats().issuances;
     const first = await http(handler, 'GET', '/tokens/sandbox');
     const second = await http(handler, 'GET', '/tokens/sandbox');
     const otherContainer = await http(newContainer(), 'GET', '/tokens/sandbox');
     expect(second.json.accessToken).toBe(first.json.accessToken);
     expect(otherContainer.json.accessToken).toBe(first.json.accessToken);
-    expect(stack.simulator.stats().issuances).toBe(issued);
+    expect(local.stack.simulator.stats().issuances).toBe(issued);
   });
 
   it('honours ?minValidity and rejects malformed values', async () => {
@@ -321,14 +309,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
   // Issue 37, secure by default: a connection that sets `callers` makes the operator routes,
   // and /health's list of connections, BROKER_OPERATOR_CALLERS' only; unset, nobody's.
   it('refuses the operator routes to everyone when a connection restricts its callers and BROKER_OPERATOR_CALLERS is unset, and /health lists only what the caller may use', async () => {
-    const saved = process.env.BROKER_OPERATOR_CALLERS;
-    delete process.env.BROKER_OPERATOR_CALLERS;
-    let unset: LambdaHandler;
-    try {
-      unset = newContainer();
-    } finally {
-      process.env.BROKER_OPERATOR_CALLERS = saved;
-    }
+    const unset = newContainerWithout('BROKER_OPERATOR_CALLERS');
     for (const [method, url] of [
       ['GET', '/status'],
       ['GET', '/ready'],
@@ -359,7 +340,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
 
   it('POST /tokens/{connection}/invalidate drops only the reported current token', async () => {
     const current = await http(handler, 'GET', '/tokens/legacy');
-    const issued = stack.simulator.stats().issuances;
+    const issued = local.stack.simulator.stats().issuances;
     const post = (accessToken: string) =>
       http(handler, 'POST', '/tokens/legacy/invalidate', {
         headers: { 'content-type': 'application/json' },
@@ -371,8 +352,8 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
     expect(dropped).toMatchObject({ status: 200, json: { invalidated: true } });
     const next = await http(handler, 'GET', '/tokens/legacy');
     expect(next.json.accessToken).not.toBe(current.json.accessToken);
-    expect(stack.simulator.isValid(next.json.accessToken)).toBe(true);
-    expect(stack.simulator.stats().issuances).toBe(issued + 1);
+    expect(local.stack.simulator.isValid(next.json.accessToken)).toBe(true);
+    expect(local.stack.simulator.stats().issuances).toBe(issued + 1);
     expect((await post(current.json.accessToken)).json).toEqual({ invalidated: false });
   });
 
@@ -417,18 +398,18 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
   });
 
   it('GET /health answers without touching the upstream', async () => {
-    const before = stack.simulator.requests().length;
+    const before = local.stack.simulator.requests().length;
     const response = await http(handler, 'GET', '/health', { callerArn: OPERATOR });
     expect(response).toMatchObject({
       status: 200,
       json: { status: 'ok', connections: ['sandbox', 'legacy', 'restricted', 'broken'] },
     });
-    expect(stack.simulator.requests().length).toBe(before);
+    expect(local.stack.simulator.requests().length).toBe(before);
   });
 
   it('answers 502 with the upstream code and message when the upstream rejects the flow', async () => {
     const fresh = await containerWithEmptyCache('sandbox');
-    stack.simulator.injectFault({
+    local.stack.simulator.injectFault({
       times: 1,
       status: 200,
       pathIncludes: 'v3/oauth/authorize',
@@ -444,7 +425,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
 
   it('answers 503 with Retry-After when the upstream is down and nothing is cached', async () => {
     const fresh = await containerWithEmptyCache('sandbox');
-    stack.simulator.injectFault({
+    local.stack.simulator.injectFault({
       times: 1,
       status: 503,
       pathIncludes: 'v3/oauth/authorize',
@@ -458,7 +439,11 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
 
   it('answers a hung upstream with 503 before the Lambda deadline', async () => {
     const fresh = await containerWithEmptyCache('sandbox');
-    stack.simulator.injectFault({ times: 3, delayMs: 5000, pathIncludes: 'v3/oauth/authorize' });
+    local.stack.simulator.injectFault({
+      times: 3,
+      delayMs: 5000,
+      pathIncludes: 'v3/oauth/authorize',
+    });
     const outcome = await invokeHandler(
       fresh,
       httpEvent({ method: 'GET', url: '/tokens/sandbox' }),
@@ -481,7 +466,7 @@ describe('Handler: HTTP callers (payload format 2.0)', () => {
       /^Internal error; the broker logs have the details \(request id [0-9a-f-]{36}\)$/,
     );
     expect(response.body).not.toContain('open-api/missing');
-    expect(output.text()).toContain("Secret 'open-api/missing' does not exist");
+    expect(local.output.text()).toContain("Secret 'open-api/missing' does not exist");
   });
 });
 
@@ -565,7 +550,7 @@ describe('Handler: direct invoke', () => {
 
   it('reports an upstream rejection as UpstreamRejectedError', async () => {
     const fresh = await containerWithEmptyCache('legacy');
-    stack.simulator.injectFault({
+    local.stack.simulator.injectFault({
       times: 1,
       status: 401,
       pathIncludes: 'open-api/oauth/access-token',
@@ -637,13 +622,13 @@ describe('Handler: scheduled warm-up and other events', () => {
       error: { code: 'SECRET_UNAVAILABLE' },
     });
     expect(report.failed).toBe(1);
-    const issued = stack.simulator.stats().issuances;
+    const issued = local.stack.simulator.stats().issuances;
     const again = await invokeHandler(handler, scheduledEvent());
     expect(
       (again as { result: { connections: Record<string, { status: string }> } }).result.connections
         .sandbox?.status,
     ).toBe('fresh');
-    expect(stack.simulator.stats().issuances).toBe(issued);
+    expect(local.stack.simulator.stats().issuances).toBe(issued);
   });
 
   it.each([
@@ -663,7 +648,7 @@ describe('Handler: scheduled warm-up and other events', () => {
 
 describe('Metrics', () => {
   it('are published as EMF, one line per connection and invocation, with the connection as dimension', () => {
-    const emf = output
+    const emf = local.output
       .text()
       .split('\n')
       .filter((line) => line.includes('"_aws"'))
@@ -705,7 +690,7 @@ describe('Logs', () => {
   // Self-contained: the scan covers only what this test's own requests logged, so it holds
   // whatever ran (or did not run) before it.
   it('hold no access token, refresh token, authorization code or client secret', async () => {
-    const from = output.mark();
+    const from = local.output.mark();
     const handler = newContainer();
     const served: string[] = [];
     for (const connection of ['sandbox', 'legacy']) {
@@ -755,8 +740,8 @@ describe('Logs', () => {
     await invokeHandler(handler, scheduledEvent());
     await http(handler, 'GET', '/status', { callerArn: OPERATOR });
 
-    const logs = output.since(from);
-    const secrets = stack.credentials();
+    const logs = local.output.since(from);
+    const secrets = local.stack.credentials();
     expect(logs.split('\n').length).toBeGreaterThan(20);
     expect(logs).toContain('"message":"Token issued by the Open API"');
     // Every token this test was served is among the values searched for.

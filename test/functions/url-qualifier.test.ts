@@ -6,7 +6,7 @@
  * was invoked with (`context.invokedFunctionArn`): an HTTP-shaped event is served through the
  * URL's alias alone, and that alias serves nothing else. The whole handler, over the local stack.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { qualifierOf, wrongQualifier } from '../../functions/broker/qualifier.js';
 import {
   DEFAULT_LAMBDA,
@@ -17,42 +17,32 @@ import {
   scheduledEvent,
 } from '../../local/lambda-events.js';
 import { invokeHandler } from '../../local/lambda-invoke.js';
-import { applyEnv, type Stack, startStack } from '../../local/stack.js';
-import { captureOutput, newContainer } from '../support/lambda.js';
+import { OPERATOR, ORDERS_ROLE } from '../support/callers.js';
+import { newContainer, newContainerWithout } from '../support/lambda.js';
+import { useLocalStack } from '../support/local-stack.js';
 
-const ORDERS_ROLE = 'arn:aws:sts::123456789012:assumed-role/orders-service/i-0abc';
-const OPERATOR = 'arn:aws:sts::123456789012:assumed-role/platform-oncall/alice';
 /** Who sends the hand-made events: a service granted `lambda:InvokeFunction` on `:live`. */
 const INTRUDER = 'arn:aws:sts::123456789012:assumed-role/reports-service/i-0def';
 const URL_ALIAS = 'url';
 
-let stack: Stack;
-let output: ReturnType<typeof captureOutput>;
-let handler: LambdaHandler;
-
-beforeAll(async () => {
-  stack = await startStack();
-  const url = stack.simulator.url;
-  applyEnv({
-    ...stack.env,
-    BROKER_CONNECTIONS: JSON.stringify({
-      open: { variant: 'v3', baseUrl: url, secretId: 'open-api/v3' },
-      orders: {
-        variant: 'v3',
-        baseUrl: url,
-        secretId: 'open-api/v3',
-        callers: ['arn:aws:sts::123456789012:assumed-role/orders-*/*'],
-      },
-    }),
+const local = useLocalStack({
+  connections: (url) => ({
+    open: { variant: 'v3', baseUrl: url, secretId: 'open-api/v3' },
+    orders: {
+      variant: 'v3',
+      baseUrl: url,
+      secretId: 'open-api/v3',
+      callers: ['arn:aws:sts::123456789012:assumed-role/orders-*/*'],
+    },
+  }),
+  env: {
     BROKER_OPERATOR_CALLERS: 'arn:aws:sts::123456789012:assumed-role/platform-*/*',
     BROKER_URL_QUALIFIER: URL_ALIAS,
-  });
-  output = captureOutput();
-  handler = newContainer();
+  },
 });
-afterAll(async () => {
-  output.stop();
-  await stack.close();
+let handler: LambdaHandler;
+beforeAll(() => {
+  handler = newContainer();
 });
 
 /** Invokes the handler as Lambda does through `qualifier` (none: the unqualified ARN). */
@@ -92,7 +82,7 @@ const refusedAsHttp = (outcome: InvokeOutcome, what = '') => {
 
 describe('Edge: a caller identity only from the Function URL (issue 37)', () => {
   it('refuses a direct invoke of live that sends an HTTP-shaped event naming another caller: 403 WRONG_QUALIFIER, nothing served', async () => {
-    const issued = stack.simulator.stats().issuances;
+    const issued = local.stack.simulator.stats().issuances;
     const refused = refusedAsHttp(
       await invokeAs('live', asIf(ORDERS_ROLE, 'GET', '/tokens/orders')),
     );
@@ -112,13 +102,13 @@ describe('Edge: a caller identity only from the Function URL (issue 37)', () => 
         );
       }
     }
-    expect(stack.simulator.stats().issuances).toBe(issued);
+    expect(local.stack.simulator.stats().issuances).toBe(issued);
   });
 
   it('serves the same event through the URL’s alias, as the caller it names', async () => {
     const token = served(await invokeAs(URL_ALIAS, asIf(ORDERS_ROLE, 'GET', '/tokens/orders')));
     expect(token.status).toBe(200);
-    expect(stack.simulator.isValid(token.json.accessToken)).toBe(true);
+    expect(local.stack.simulator.isValid(token.json.accessToken)).toBe(true);
     // And `callers` still binds it: another service is refused there.
     const other = served(await invokeAs(URL_ALIAS, asIf(INTRUDER, 'GET', '/tokens/orders')));
     expect(other.status).toBe(403);
@@ -151,14 +141,14 @@ describe('Edge: a caller identity only from the Function URL (issue 37)', () => 
     const { accessToken } = served(
       await invokeAs(URL_ALIAS, asIf(ORDERS_ROLE, 'GET', '/tokens/orders')),
     ).json as { accessToken: string };
-    const mark = output.mark();
+    const mark = local.output.mark();
     refusedAsHttp(
       await invokeAs(
         'live',
         asIf(ORDERS_ROLE, 'POST', '/tokens/orders/invalidate', { accessToken }),
       ),
     );
-    const logged = output.since(mark);
+    const logged = local.output.since(mark);
     const line = logged
       .split('\n')
       .filter(Boolean)
@@ -175,14 +165,7 @@ describe('Edge: a caller identity only from the Function URL (issue 37)', () => 
   });
 
   it('serves HTTP requests on any qualifier where BROKER_URL_QUALIFIER is unset (in-process tests), as before', async () => {
-    const saved = process.env.BROKER_URL_QUALIFIER;
-    delete process.env.BROKER_URL_QUALIFIER;
-    let open: LambdaHandler;
-    try {
-      open = newContainer();
-    } finally {
-      process.env.BROKER_URL_QUALIFIER = saved;
-    }
+    const open = newContainerWithout('BROKER_URL_QUALIFIER');
     const response = served(await invokeAs('live', asIf(ORDERS_ROLE, 'GET', '/health'), open));
     expect(response.status).toBe(200);
     expect((await invokeAs(URL_ALIAS, { action: 'status' }, open)).ok).toBe(true);

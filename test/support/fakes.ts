@@ -3,8 +3,8 @@
 import { ttlOf } from '../../lib/adapters/dynamodb-token-item.js';
 import type { BrokerLogger } from '../../lib/broker/index.js';
 import { DEFAULT_TIMING, proofMs, type RefreshSettings } from '../../lib/broker/timing/index.js';
-import type { MemoryEntry } from '../../lib/broker/view/connection-state.js';
-import type { ConnectionView } from '../../lib/broker/view/connection-view.js';
+import type { ConnectionView } from '../../lib/broker/view/connection-state.js';
+import type { MemoryEntry } from '../../lib/broker/view/serving.js';
 import { ownRequest, type TokenRequest } from '../../lib/broker/view/serving.js';
 import type { Clock, Deadline } from '../../lib/clock.js';
 import type { ConnectionConfig } from '../../lib/config.js';

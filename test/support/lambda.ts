@@ -18,6 +18,17 @@ export const newContainer = (): LambdaHandler => {
   }) as LambdaHandler;
 };
 
+/** A new container configured without the variable `name` (put back right after). */
+export const newContainerWithout = (name: string): LambdaHandler => {
+  const saved = process.env[name];
+  delete process.env[name];
+  try {
+    return newContainer();
+  } finally {
+    if (saved !== undefined) process.env[name] = saved;
+  }
+};
+
 /**
  * Records everything written to stdout and stderr (Powertools logs and EMF lines) until stopped,
  * instead of printing it: `npm test` prints a test report, not logs. Set TEST_ECHO_LOGS=1 to

@@ -1,7 +1,7 @@
 /**
  * Random protocol timings for property tests: the default, scaled ones, and timings drawn field
  * by field around the holder's constants (step, store round trip, lease, margin), kept to those that
- * satisfy every relation of `lib/broker/timing/relations.ts`.
+ * satisfy every relation of `lib/broker/timing/protocol-timing.ts`.
  */
 import fc from 'fast-check';
 import {
@@ -9,7 +9,7 @@ import {
   type ProtocolTiming,
   scaledTiming,
 } from '../../lib/broker/timing/index.js';
-import { TIMING_RELATIONS } from '../../lib/broker/timing/relations.js';
+import { TIMING_RELATIONS } from '../../lib/broker/timing/protocol-timing.js';
 
 const holds = (t: ProtocolTiming) => TIMING_RELATIONS.every((r) => r.slack(t) >= 0);
 

@@ -1,7 +1,5 @@
 /**
- * The callers' side: reports of a rejected token (probe-verified), readiness and the operator's
- * commands. Depends on `view/`, `issuance/` and `observer/`.
+ * The callers' side: a caller's report of a rejected token, checked with the Open API where the
+ * connection has a probe. Depends on `view/`, `issuance/` and `observer/`.
  */
-export { readStatus, StatusReadTimedOut, warmUp } from './operator.js';
-export { type ConnectionReadiness, checkReadiness, type ReadinessReport } from './readiness.js';
 export { Reports } from './reports.js';

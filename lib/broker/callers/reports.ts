@@ -1,44 +1,42 @@
 /**
  * A caller's report that the upstream rejected a token (invalidate), acting on that token only
- * (compare-and-delete). With a `probe`, the report is checked first; else a token old enough
+ * (compare-and-delete). With a `probe`, the Open API is asked first; else a token old enough
  * (`caller-bounds.ts`) is dropped, and a younger one kept with the report until it is (`due`).
  */
-import type { Clock, Deadline } from '../../clock.js';
+import { type Clock, Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import { StoreUnavailableError } from '../../errors.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
-import type { Lease, TokenProbe, TokenRecord, TokenStore } from '../../ports.js';
+import type { Lease, ProbeVerdict, TokenProbe, TokenRecord, TokenStore } from '../../ports.js';
 import { UNNAMED_CALLER } from '../issuance/index.js';
 import { type CallerBoundSettings, waitBeforeReplacing } from '../observer/index.js';
 import { withDeadline } from '../single-flight.js';
 import { type BrokerLogger, type InvalidateOutcome, tokenDigest } from '../types.js';
 import type { ConnectionView } from '../view/index.js';
-import { ProbeVerdicts } from './probe-verdicts.js';
+
+/** A probe shorter than this proves nothing worth waiting for: the age rules apply. */
+const MIN_PROBE_MS = 50;
+
+const NO_TIME: ProbeVerdict = { verdict: 'unknown', reason: 'no time left' };
 
 interface ReportsDeps {
   readonly store: TokenStore;
   readonly view: ConnectionView;
   readonly clock: Clock;
-  readonly settings: CallerBoundSettings;
+  /** With BROKER_UPSTREAM_TIMEOUT_MS: the longest a probe may take. */
+  readonly settings: CallerBoundSettings & { readonly upstreamTimeoutMs: number };
   readonly logger: BrokerLogger;
   readonly metrics: BrokerMetrics;
-  /** Asks the Open API about a reported token, on connections with a `probe`. */
   readonly probe?: TokenProbe | undefined;
-  /** BROKER_UPSTREAM_TIMEOUT_MS: the longest a probe may take. */
-  readonly upstreamTimeoutMs: number;
 }
 
 export class Reports {
-  readonly #verdicts: ProbeVerdicts;
+  /** The probes in flight, per connection and token (a Map: names come from callers). */
+  readonly #probes = new Map<string, Promise<ProbeVerdict>>();
 
-  constructor(private readonly deps: ReportsDeps) {
-    this.#verdicts = new ProbeVerdicts(deps.probe, deps.clock, deps.upstreamTimeoutMs, deps.view);
-  }
+  constructor(private readonly deps: ReportsDeps) {}
 
-  /**
-   * Acts on a report about `accessToken` of `connection`.
-   * @param deadline by when the store calls are answered (or it fails)
-   */
+  /** Acts on a report about `accessToken`; the store calls answer by `deadline` (or it fails). */
   async invalidate(
     connection: ConnectionConfig,
     accessToken: string,
@@ -54,38 +52,37 @@ export class Reports {
     // Held only while memory still proves it: past that it may have been replaced unseen.
     const current = entry?.record.tokenDigest === digest ? entry : undefined;
     const proved = view.servable(name, { minValidityMs: 0, explicit: false }).why === 'proved';
-    const held = current && proved ? current : undefined;
+    const held = proved ? current : undefined;
     // The token as held here, else as stored: a report about any other token changes nothing.
-    const { token, lease } = held
-      ? { token: held.record, lease: held.lease }
-      : await this.#storedToken(name, digest, deadline);
+    let { record: token, lease } = held ?? {};
+    if (!held) {
+      ({ token, lease } = await this.#store(() => this.deps.store.read(name), deadline));
+      if (token?.tokenDigest !== digest || token.expiresAt <= clock.now()) token = undefined;
+      // Learned here, if not before: its age on a caller's word (I4) counts from this read.
+      else view.learned(token);
+    }
     // No probe, no wait: the age rules run in the same turn as without the feature.
     const probed =
       token && connection.probe
-        ? await this.#verdicts.check(connection, token, deadline, { leased: lease !== undefined })
+        ? await this.#probe(connection, token, deadline, lease !== undefined)
         : undefined;
     let outcome: InvalidateOutcome = { invalidated: false };
-    if (token && probed?.verdict !== 'valid') {
-      // Whom the report is about: another issuer, if it came early in the token's life.
-      this.#suspectAnotherIssuer(
-        token,
-        lease,
-        now,
-        reportedBy,
-        !!current || probed?.verdict === 'revoked',
-      );
-    }
     if (token && probed?.verdict === 'valid') {
       // The Open API accepts it: the caller's 401 came from something else.
       outcome = { invalidated: false, verified: 'valid' };
-    } else if (token && probed?.verdict === 'revoked') {
-      outcome = { invalidated: await this.#drop(token, now, deadline), verified: 'revoked' };
     } else if (token) {
-      const waitMs = waitBeforeReplacing(token, view.knownFor(name, digest), settings);
-      outcome =
-        waitMs <= 0
-          ? { invalidated: await this.#drop(token, now, deadline) }
-          : await this.#keep(token, waitMs, deadline);
+      const revoked = probed?.verdict === 'revoked';
+      // Whom the report is about: another issuer, if it came early in the token's life.
+      if (current || revoked) this.#suspectAnotherIssuer(token, lease, now, reportedBy);
+      if (revoked) {
+        outcome = { invalidated: await this.#drop(token, now, deadline), verified: 'revoked' };
+      } else {
+        const waitMs = waitBeforeReplacing(token, view.knownFor(name, digest), settings);
+        outcome =
+          waitMs <= 0
+            ? { invalidated: await this.#drop(token, now, deadline) }
+            : await this.#keep(token, waitMs, deadline);
+      }
     }
     logger.info('Invalidate request handled', {
       connection: name,
@@ -106,32 +103,62 @@ export class Reports {
     return waitBeforeReplacing(record, knownForMs, settings) <= 0;
   }
 
-  /** The stored token of `name` if its digest is `digest` and it is valid, and the lease. */
-  async #storedToken(
-    name: string,
-    digest: string,
+  /**
+   * What the Open API says of `token` (undefined without a probe), asked at most once per
+   * `probe.intervalSeconds` per token: reports share the probe in flight and reuse its verdict.
+   * Only the broker's own token is probed, within half of what `deadline` leaves (I3).
+   */
+  async #probe(
+    connection: ConnectionConfig,
+    token: TokenRecord,
     deadline: Deadline | undefined,
-  ): Promise<{ token: TokenRecord | undefined; lease: Lease | undefined }> {
-    const { token, lease } = await this.#store(() => this.deps.store.read(name), deadline);
-    if (token?.tokenDigest !== digest || token.expiresAt <= this.deps.clock.now()) {
-      return { token: undefined, lease };
+    leased: boolean,
+  ): Promise<ProbeVerdict | undefined> {
+    const { probe: port, clock, settings, view } = this.deps;
+    const timeoutMs = settings.upstreamTimeoutMs;
+    const { probe, name } = connection;
+    if (!probe || !port) return undefined;
+    const digest = token.tokenDigest;
+    const key = `${name}\u0000${digest}`;
+    const waitMs = Math.floor(Math.min(timeoutMs, (deadline?.leftMs() ?? timeoutMs * 2) / 2));
+    const said = view.verdict(name, digest);
+    let verdict = this.#probes.get(key) ?? (said && Promise.resolve(said));
+    // With a lease on the token, a `valid` verdict may be out of date: asked again.
+    if (verdict && leased && (await verdict).verdict === 'valid') verdict = undefined;
+    if (!verdict) {
+      if (waitMs < MIN_PROBE_MS) return NO_TIME;
+      const until = clock.monotonic() + probe.intervalSeconds * 1000;
+      const options = { deadline: Deadline.in(clock, waitMs) };
+      const sent = port
+        .probe(connection, token.accessToken, options)
+        .catch((error: unknown): ProbeVerdict => {
+          // The port never throws; an adapter that did says nothing of the token.
+          const name = error instanceof Error ? error.name : 'unknown error';
+          return { verdict: 'unknown', reason: name.slice(0, 40) };
+        });
+      verdict = sent;
+      this.#probes.set(key, sent);
+      // Settled: kept in the view, unless a probe since sent in its place governs.
+      void sent.then((settled) => {
+        if (this.#probes.get(key) !== sent) return;
+        this.#probes.delete(key);
+        const at = clock.monotonic();
+        view.apply(name, { type: 'probe-settled', digest, verdict: settled, until, at });
+      });
     }
-    // Learned here, if not before: its age on a caller's word (I4) counts from this read.
-    this.deps.view.learned(token);
-    return { token, lease };
+    // A report joining a probe in flight waits no longer than its own time allows.
+    return withDeadline(verdict, waitMs, clock, () => new Error('no time left')).catch(
+      () => NO_TIME,
+    );
   }
 
   /** Drops `token` here and in the store (if still the stored one). */
   async #drop(token: TokenRecord, now: number, deadline: Deadline | undefined): Promise<boolean> {
     this.deps.view.forget(token);
-    return this.#store(
-      () =>
-        this.deps.store.deleteIfMatches(token.connection, token.tokenDigest, {
-          reportedAt: now,
-          deadline,
-        }),
-      deadline,
-    );
+    const options = { reportedAt: now, deadline };
+    const drop = () =>
+      this.deps.store.deleteIfMatches(token.connection, token.tokenDigest, options);
+    return this.#store(drop, deadline);
   }
 
   /** Keeps the report in the store and here: the token is replaced once it is old enough. */
@@ -140,13 +167,11 @@ export class Reports {
     waitMs: number,
     deadline: Deadline | undefined,
   ): Promise<InvalidateOutcome> {
-    const kept = await this.#store(
-      () => this.deps.store.markReported(token.connection, token.tokenDigest, { deadline }),
-      deadline,
-    );
-    if (!kept) return { invalidated: false };
-    this.deps.view.report(token.connection, token.tokenDigest);
-    this.deps.metrics.record(MetricName.InvalidateDeferred, token.connection);
+    const { connection, tokenDigest } = token;
+    const mark = () => this.deps.store.markReported(connection, tokenDigest, { deadline });
+    if (!(await this.#store(mark, deadline))) return { invalidated: false };
+    this.deps.view.report(connection, tokenDigest);
+    this.deps.metrics.record(MetricName.InvalidateDeferred, connection);
     return { invalidated: false, deferredSeconds: Math.ceil(waitMs / 1000) };
   }
 
@@ -164,24 +189,17 @@ export class Reports {
   }
 
   /**
-   * The upstream rejected the current token in the first half of its life, with no replacement
-   * of ours under way: only another issuer for the client ID revokes it then.
+   * A believed report in the first half of the token's life, with no replacement of ours under
+   * way (no lease): only another issuer for the client ID revokes it then.
    */
-  #suspectAnotherIssuer(
-    held: TokenRecord,
-    lease: Lease | undefined,
-    now: number,
-    reportedBy: string,
-    believed: boolean,
-  ): void {
-    if (!believed || lease !== undefined) return;
-    if (now - held.issuedAt >= (held.expiresAt - held.issuedAt) / 2) return;
+  #suspectAnotherIssuer(held: TokenRecord, lease: Lease | undefined, now: number, by: string) {
+    if (lease !== undefined || now - held.issuedAt >= (held.expiresAt - held.issuedAt) / 2) return;
     this.deps.metrics.record(MetricName.AnotherIssuerSuspected, held.connection);
     this.deps.logger.error('Another system may be issuing tokens for this client ID', {
       connection: held.connection,
       tokenDigest: held.tokenDigest,
       tokenAgeSeconds: Math.round((now - held.issuedAt) / 1000),
-      reportedBy,
+      reportedBy: by,
       runbook: 'One client ID, one broker (docs/operations.md)',
     });
   }

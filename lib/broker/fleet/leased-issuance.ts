@@ -1,14 +1,22 @@
 /**
  * A container's way to a token under the fleet's lease: the observer's loop with the holder's
- * side plugged in, and the refresh of a still-valid token. Deadlines are monotonic (I3).
+ * side plugged in, taking the lease (each attempt under a holder id and first version of its
+ * own), and the refresh of a still-valid token. Deadlines are monotonic (I3).
  */
+import { randomUUID } from 'node:crypto';
 import type { Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import { FunctionTimeoutTooShortError, StoreUnavailableError } from '../../errors.js';
 import { MetricName } from '../../metrics.js';
-import type { TokenRecord, TokenState } from '../../ports.js';
-import type { HolderDeps, LeasedFlow } from '../holder/index.js';
-import { issueUnderLease, LeaseTaker, LOST } from '../holder/index.js';
+import type {
+  Lease,
+  LeaseAttempt,
+  LeaseRef,
+  LeaseRequest,
+  TokenRecord,
+  TokenState,
+} from '../../ports.js';
+import { type HolderDeps, issueUnderLease, type LeasedFlow, LOST } from '../holder/index.js';
 import { IssuanceCause, isCallersWord, UNNAMED_CALLER } from '../issuance/index.js';
 import {
   type AcquirePlan,
@@ -18,17 +26,18 @@ import {
   storeFailure,
 } from '../observer/index.js';
 import { withDeadline } from '../single-flight.js';
-import { leaseCountdown, leaseNeedsMs, refreshBudgetMs } from '../timing/index.js';
+import { leaseCountdown, leaseNeedsMs, leaseTerm, refreshBudgetMs } from '../timing/index.js';
 import type { ServedToken } from '../types.js';
 import { ConnectionView, ownRequest, type ReadSent, type TokenRequest } from '../view/index.js';
 
-type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view'> & {
+type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view' | 'held'> & {
   /** What this container knows of each connection (its own, unless shared with a facade). */
   readonly view?: ConnectionView;
 };
 
 export class LeasedIssuance {
-  readonly #leases: LeaseTaker;
+  readonly #containerId = randomUUID();
+  #attempts = 0;
   /** Whether the store answered the last read (a short wait for the next one if not). */
   readonly #reachability = new StoreReachability();
   /** Why every issuance is refused, if it is (`refuseIssuance`). */
@@ -42,13 +51,11 @@ export class LeasedIssuance {
       held: new Set(),
       bounded: (operation, waitMs) => this.#bounded(operation, waitMs),
     };
-    this.#leases = new LeaseTaker(this.deps);
   }
 
   /** Gives up every lease held here before its POST (shutdown): see `HeldLease.abandon`. */
   abandonLeases(reason: string): void {
-    // Stryker disable next-line ArrayDeclaration: equivalent: the constructor always sets `held`
-    for (const lease of this.deps.held ?? []) lease.abandon(reason);
+    for (const lease of this.deps.held) lease.abandon(reason);
   }
 
   /** Refuses every issuance with `reason` before any lease is taken; undefined lifts it. */
@@ -56,7 +63,6 @@ export class LeasedIssuance {
     this.#refusal = reason;
   }
 
-  /** What this container knows of each connection. */
   get view(): ConnectionView {
     return this.deps.view;
   }
@@ -64,8 +70,7 @@ export class LeasedIssuance {
   /** Reads the store until it holds a token that meets `request`, issuing it under the lease. */
   obtain(connection: ConnectionConfig, request: TokenRequest): Promise<ServedToken> {
     return obtain({ ...this.deps, reachability: this.#reachability }, connection, request, {
-      letGo: (stale, record) =>
-        this.#leases.letGo(connection.name, stale, record, request.deadline),
+      letGo: (stale, record) => this.#letGo(connection.name, stale, record, request.deadline),
       acquire: (plan) => this.#acquireAndIssue(connection, plan, request),
     });
   }
@@ -137,43 +142,77 @@ export class LeasedIssuance {
       this.deps.metrics.record(MetricName.IssuanceRefused, name);
       throw new FunctionTimeoutTooShortError(this.#refusal);
     }
-    const ours = this.#leases.next();
+    const ours = this.#nextLease();
     const read = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-    const attempt = await this.#leases
-      .acquire(name, ours, deadline, {
-        countdown: plan.countdown,
-        takeOver: plan.takeOver,
-        replacesDigest: plan.replacesDigest,
-        forced: plan.forced,
-      })
-      .catch((error: unknown) => {
-        throw error instanceof StoreUnavailableError
-          ? error
-          : storeFailure('take the lease', error);
-      });
+    const attempt = await this.#acquire(name, ours, deadline, {
+      countdown: plan.countdown,
+      takeOver: plan.takeOver,
+      replacesDigest: plan.replacesDigest,
+      forced: plan.forced,
+    }).catch((error: unknown) => {
+      throw error instanceof StoreUnavailableError ? error : storeFailure('take the lease', error);
+    });
     // A write applied but whose answer was lost shows our own version: the lease is ours.
     if (!attempt.acquired && attempt.state.lease?.version !== ours.version) {
       return { state: attempt.state, read };
     }
     if (announce) this.deps.logger.info(announce, { connection: name, countdown: plan.countdown });
     const flow: LeasedFlow = {
+      ...plan,
       lease: ours,
-      needMs: plan.needMs,
       deadline,
-      replaced: plan.replaced,
-      suspect: plan.suspect,
       leasedAt: read.sentAtMonotonic,
       answeredAt: clock.monotonic(),
-      countdown: plan.countdown,
-      cause: plan.cause,
-      forced: plan.forced,
       caller,
     };
-    const issued = await issueUnderLease(this.deps, connection, flow, (ms) =>
-      this.deps.view.measured(name, 'issuance', ms),
-    );
+    const issued = await issueUnderLease(this.deps, connection, flow);
     // Our lease was taken over while we ran: the new holder's token wins.
     return issued === LOST ? { read, lost: true } : issued;
+  }
+
+  /** A new attempt's lease: a holder id of its own, and its first version. */
+  #nextLease(): LeaseRef {
+    this.#attempts += 1;
+    return { holder: `${this.#containerId}:${this.#attempts}`, version: randomUUID() };
+  }
+
+  /** Asks for the lease as `ours` (`leaseMs`, cut to the deadline), within the deadline. */
+  #acquire(
+    name: string,
+    ours: LeaseRef,
+    deadline: Deadline,
+    terms: Pick<LeaseRequest, 'countdown' | 'takeOver' | 'replacesDigest' | 'forced'>,
+  ): Promise<LeaseAttempt> {
+    // A lease that starts a countdown is renewed by its first step a step after its answer.
+    const { timing } = this.deps.settings;
+    const { durationMs } = leaseTerm(0, deadline.leftMs(), timing, terms.countdown > 1);
+    const leaseExpiresAt = this.deps.clock.now() + durationMs;
+    // The take announces its step too (ADR 0032): the wait and this container's last read.
+    const stepMs = timing.countdownStepMs + (this.deps.view.readMs(name) ?? 0);
+    const request: LeaseRequest = { ...ours, leaseExpiresAt, durationMs, stepMs, ...terms };
+    return this.#bounded(
+      this.deps.store.acquireLease(name, request, { deadline }),
+      deadline.leftMs(),
+    );
+  }
+
+  /** Takes a stale lease over exactly and releases it at once, best effort. */
+  async #letGo(name: string, stale: Lease, valid: TokenRecord, deadline: Deadline): Promise<void> {
+    const ours = this.#nextLease();
+    try {
+      const attempt = await this.#acquire(name, ours, deadline, {
+        countdown: stale.countdown,
+        takeOver: stale,
+        replacesDigest: valid.tokenDigest,
+      });
+      if (attempt.acquired) {
+        const release = this.deps.store.releaseLease(name, ours, { deadline });
+        await this.#bounded(release, deadline.leftMs());
+      }
+      this.deps.logger.info('Stale lease let go', { connection: name, countdown: stale.countdown });
+    } catch {
+      // The next read tries again, or finds it gone.
+    }
   }
 
   /** A store call cut to `waitMs` (I3; see `withDeadline`). */

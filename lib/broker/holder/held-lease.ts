@@ -6,12 +6,12 @@
 import { randomUUID } from 'node:crypto';
 import { type Clock, Deadline } from '../../clock.js';
 import type { LeaseRef, TokenStore } from '../../ports.js';
-import type { ProtocolTiming } from '../timing/index.js';
 import {
   type HolderCommand,
   type HolderEvent,
   type HolderOutcome,
   type HolderState,
+  type HolderTerms,
   type HolderTimer,
   initialState,
   type PostAnswer,
@@ -23,7 +23,7 @@ export class LeaseLost extends Error {
   override readonly name = 'LeaseLost';
 }
 
-/** The flow's side of the commands: the token write and the clean-up (`failed-flow.ts`). */
+/** The flow's side of the commands: the token write and the clean-up (`issue-under-lease.ts`). */
 export interface HolderEffects {
   /** Writes the issued token under `ref`: whether it was accepted (a throw: no answer). */
   writeToken(ref: LeaseRef): Promise<boolean>;
@@ -33,7 +33,8 @@ export interface HolderEffects {
   holdForGrace(ref: LeaseRef, confirmedUntil: number | undefined, until: number): Promise<void>;
 }
 
-interface HeldLeaseOptions {
+/** What a held lease starts from: the reducer's terms but the deadline's instant, and the lease. */
+export interface HeldLeaseOptions extends Omit<HolderTerms, 'deadlineAt'> {
   readonly store: TokenStore;
   readonly clock: Clock;
   readonly connection: string;
@@ -44,14 +45,8 @@ interface HeldLeaseOptions {
   readonly leasedAt: number;
   /** Monotonic instant at which that write was answered: the first step counts from here. */
   readonly answeredAt: number;
-  /** The countdown the lease was written with (0 or 1: nothing left to announce). */
+  /** The countdown the lease was written with. */
   readonly countdown: number;
-  /** Longest access-token POST; also the grace after it during which it may still land. */
-  readonly upstreamTimeoutMs: number;
-  /** The flow replaces a valid token; `suspect`: it may already be revoked. */
-  readonly replacesToken: boolean;
-  readonly suspect: boolean;
-  readonly timing: ProtocolTiming;
   /** Bounds a store call to `waitMs` (the POST budget). */
   readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
   readonly effects: HolderEffects;
@@ -73,21 +68,12 @@ export class HeldLease {
   readonly outcome: Promise<HolderOutcome>;
 
   constructor(private readonly options: HeldLeaseOptions) {
-    this.#roundTripMs = Math.max(0, options.answeredAt - options.leasedAt);
+    const { deadline, lease, upstreamTimeoutMs, replacesToken, suspect, timing } = options;
+    const { countdown, leasedAt, answeredAt } = options;
+    this.#roundTripMs = Math.max(0, answeredAt - leasedAt);
     this.#state = initialState(
-      {
-        deadlineAt: options.deadline.at,
-        upstreamTimeoutMs: options.upstreamTimeoutMs,
-        replacesToken: options.replacesToken,
-        suspect: options.suspect,
-        timing: options.timing,
-      },
-      {
-        version: options.lease.version,
-        countdown: options.countdown,
-        leasedAt: options.leasedAt,
-        answeredAt: options.answeredAt,
-      },
+      { deadlineAt: deadline.at, upstreamTimeoutMs, replacesToken, suspect, timing },
+      { version: lease.version, countdown, leasedAt, answeredAt },
     );
     this.outcome = new Promise((resolve) => {
       this.#finished = resolve;
@@ -97,21 +83,6 @@ export class HeldLease {
 
   get state(): HolderState {
     return this.#state;
-  }
-
-  /** The stored expiry the fence's confirmation wrote (it outlasts the POST and its grace). */
-  get confirmedUntil(): number | undefined {
-    return this.#state.confirmedUntil;
-  }
-
-  /** The confirmation's term on the monotonic clock. */
-  get confirmedUntilMonotonic(): number | undefined {
-    return this.#state.confirmedUntilMonotonic;
-  }
-
-  /** How long the flow waited for the countdown to end, in all (not part of an issuance). */
-  get waitedMs(): number {
-    return this.#state.waitedMs;
   }
 
   /** The lease as last written (the token write and a release name exactly it). */
@@ -215,7 +186,7 @@ export class HeldLease {
         this.#then(() => effects.release(this.ref, command.restore));
         break;
       case 'hold-for-grace':
-        this.#then(() => effects.holdForGrace(this.ref, this.confirmedUntil, command.until));
+        this.#then(() => effects.holdForGrace(this.ref, this.#state.confirmedUntil, command.until));
         break;
       case 'finish':
         this.#then(async () => this.#finished?.(command.outcome));

@@ -3,16 +3,17 @@
  * token's record, and why it was issued. Knows nothing of the lease or the store.
  */
 export {
-  type Issue,
-  isCredentialRejection,
-  withCredentialRotation,
-} from './credential-rotation.js';
-export {
   type Caller,
   causeOf,
+  type Issuance,
   IssuanceCause,
   isCallersWord,
+  recordIssued,
   UNNAMED_CALLER,
 } from './issuance-cause.js';
-export { issueWith } from './issue-flow.js';
-export { recordIssued } from './issued-token.js';
+export {
+  type Issue,
+  isCredentialRejection,
+  issueWith,
+  withCredentialRotation,
+} from './issue-flow.js';

@@ -1,6 +1,11 @@
-/** Why a token was issued, and at whose request: every issuance is logged and counted by cause. */
-import { MetricName } from '../../metrics.js';
-import type { Lease, TokenRecord, TokenState } from '../../ports.js';
+/**
+ * Why a token was issued, and at whose request; the record, metrics and audit log line of a token
+ * just issued (expiry from our send time). Every issuance is logged and counted by cause.
+ */
+import type { ConnectionConfig } from '../../config.js';
+import { type BrokerMetrics, MetricName } from '../../metrics.js';
+import type { IssuedToken, Lease, TokenRecord, TokenState } from '../../ports.js';
+import { type BrokerLogger, tokenDigest } from '../types.js';
 
 export const IssuanceCause = {
   /** No token had been stored for the connection. */
@@ -22,8 +27,7 @@ export const IssuanceCause = {
 } as const;
 export type IssuanceCause = (typeof IssuanceCause)[keyof typeof IssuanceCause];
 
-/** The metric each cause is counted under. */
-export const CAUSE_METRIC: Readonly<Record<IssuanceCause, MetricName>> = {
+const CAUSE_METRIC: Readonly<Record<IssuanceCause, MetricName>> = {
   'first-token': MetricName.IssuedForFirstToken,
   expired: MetricName.IssuedForExpired,
   'warm-up': MetricName.IssuedForWarmUp,
@@ -67,4 +71,59 @@ export const causeOf = (read: {
   return read.state.invalidatedAt === undefined
     ? IssuanceCause.FirstToken
     : IssuanceCause.Invalidate;
+};
+
+/** Clock skew between us and the upstream beyond which a warning is logged. */
+const SKEW_WARNING_MS = 5 * 60_000;
+
+/** Why a token is issued, at whose request, and for what validity (ms): logged and counted. */
+export interface Issuance {
+  readonly cause: IssuanceCause;
+  /** Issued on a caller's word, or by taking over a lease that was (see `TokenRecord.forced`). */
+  readonly forced: boolean;
+  readonly caller: Caller;
+  readonly needMs: number;
+}
+
+export const recordIssued = (
+  connection: ConnectionConfig,
+  issued: IssuedToken,
+  tookMs: number,
+  { logger, metrics }: { readonly logger: BrokerLogger; readonly metrics: BrokerMetrics },
+  { cause, forced, caller, needMs }: Issuance,
+): TokenRecord => {
+  const { name } = connection;
+  metrics.record(MetricName.UpstreamIssuances, name);
+  metrics.record(CAUSE_METRIC[cause], name);
+  metrics.record(MetricName.UpstreamLatency, name, tookMs);
+  const record: TokenRecord = {
+    connection: name,
+    accessToken: issued.accessToken,
+    tokenDigest: tokenDigest(issued.accessToken),
+    issuedAt: issued.requestedAt,
+    expiresAt: issued.requestedAt + issued.expiresIn * 1000,
+    ...(forced ? { forced: true } : {}),
+  };
+  if (issued.upstreamTimestamp !== undefined) {
+    const skewMs = issued.upstreamTimestamp * 1000 - issued.requestedAt;
+    if (Math.abs(skewMs) > SKEW_WARNING_MS) {
+      logger.warn('Upstream clock differs from ours; expiry counts from our clock', {
+        connection: name,
+        skewSeconds: Math.round(skewMs / 1000),
+      });
+    }
+  }
+  logger.info('Token issued by the Open API', {
+    connection: name,
+    variant: connection.variant,
+    cause,
+    // Logged as `trigger` (the log line's field is part of the contract).
+    trigger: caller,
+    ...(cause === 'min-validity' ? { minValidity: Math.ceil(needMs / 1000) } : {}),
+    ...(forced ? { forced: true } : {}),
+    tokenDigest: record.tokenDigest,
+    expiresIn: issued.expiresIn,
+    issuanceMs: tookMs,
+  });
+  return record;
 };

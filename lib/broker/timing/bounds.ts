@@ -1,19 +1,17 @@
 /**
- * The protocol's timing, part 1: safety bounds, each proving something an invariant of
- * docs/protocol.md rests on (mostly I2). Pure functions of a token, a lease, the time, the
- * settings and the `ProtocolTiming`; the stored item's caps are fixed, as every release reads it.
+ * The protocol's safety bounds, each proving something an invariant of docs/protocol.md rests on
+ * (mostly I2): pure functions of a token, a lease, the time, the settings and the timing.
  */
 import type { Lease, TokenRecord } from '../../ports.js';
 import {
-  DEFAULT_TIMING,
   leaseHeartbeatMs,
-  maxMemoryRecheckMs,
   type ProtocolTiming,
   reuseMarginMs,
+  stepsToCover,
   storeReserveMs,
+  TTL_MARGIN_SECONDS,
 } from './protocol-timing.js';
 
-/** What the timing reads of a token: its times and the re-check its writer recorded. */
 export type TokenTimes = Pick<TokenRecord, 'issuedAt' | 'expiresAt' | 'recheckMs'>;
 
 /** The settings the protocol reads, in milliseconds, and the timing it runs at. */
@@ -27,32 +25,6 @@ export interface RefreshSettings {
   /** BROKER_STORE_OUTAGE_GRACE_SECONDS, in ms (0 unless an operator trades the guarantee). */
   readonly storeOutageGraceMs?: number;
 }
-
-/** How long after a token's expiry TTL may delete its item, s: past any skew allowed. I1.5, I2. */
-export const TTL_MARGIN_SECONDS = 60;
-
-/** The largest values a writer records (caps of `lib/config.ts`); others read the safe way. */
-/** BROKER_MEMORY_RECHECK_SECONDS's cap, ms. */
-export const MAX_MEMORY_RECHECK_MS = maxMemoryRecheckMs(DEFAULT_TIMING);
-/** BROKER_UPSTREAM_TIMEOUT_MS is at most 60 s. */
-const MAX_UPSTREAM_TIMEOUT_MS = 60_000;
-
-/**
- * A1: the upstream processes an access-token POST, if at all, within this long of its send, ms
- * (twice the upstream timeout). Counted from the send, not from when the holder gave up. I1, I2.
- */
-export const postLandsWithinMs = (upstreamTimeoutMs: number): number => 2 * upstreamTimeoutMs;
-
-/** How long after the fence's confirmation is sent its POST may still leave, ms (A1). */
-export const postSendWindowMs = (timing: ProtocolTiming): number => leaseHeartbeatMs(timing);
-
-/** The longest lease version: the fence, covering the POST's budget and A1's bound after it. */
-export const MAX_LEASE_DURATION_MS =
-  MAX_UPSTREAM_TIMEOUT_MS + postLandsWithinMs(MAX_UPSTREAM_TIMEOUT_MS);
-/** Above this a recorded lease duration is absurd and read as this; below, as written (I1). */
-export const ABSURD_LEASE_DURATION_MS = 10 * MAX_LEASE_DURATION_MS;
-/** BROKER_MAX_TOKEN_LIFETIME_SECONDS is at most 365 days, ms. */
-export const MAX_TOKEN_LIFETIME_MS = 365 * 86_400_000;
 
 /** The refresh window of a token: configured, but never more than half its lifetime. */
 export const windowMs = (record: TokenTimes, settings: RefreshSettings): number =>
@@ -73,16 +45,9 @@ export const ownRecheckMs = (record: TokenTimes, settings: RefreshSettings): num
 export const recheckMs = (record: TokenTimes, settings: RefreshSettings): number =>
   Math.min(ownRecheckMs(record, settings), record.recheckMs ?? Number.POSITIVE_INFINITY);
 
-/** Countdown steps whose end lies more than `recheck` (plus the margin) after their start. */
-export const stepsToCover = (recheck: number, timing: ProtocolTiming): number =>
-  Math.ceil((recheck + timing.proofMarginMs) / timing.countdownStepMs);
-
 /** I2. The countdown replacing `record` starts with: its last step more than a re-check away. */
 export const countdownFor = (record: TokenTimes, settings: RefreshSettings): number =>
   stepsToCover(Math.max(ownRecheckMs(record, settings), record.recheckMs ?? 0), settings.timing);
-
-/** The longest countdown a lease announces (no valid timing announces more: relations.ts). */
-export const MAX_COUNTDOWN = stepsToCover(MAX_MEMORY_RECHECK_MS, DEFAULT_TIMING);
 
 /**
  * I2. How long after a read of the store was sent no token request under `lease` (or a lease

@@ -1,6 +1,6 @@
 /**
- * The protocol's timing, part 2: liveness estimates, which only tune speed; safety never rests
- * on them. Where one stands in for a bound of `bounds.ts` it is never below it.
+ * The protocol's liveness estimates: they only tune speed, safety never rests on them. Where one
+ * stands in for a bound of `bounds.ts` it is never below it.
  */
 import type { Lease, TokenRecord } from '../../ports.js';
 import { countdownFor, leaseNeedsMs, type RefreshSettings, windowMs } from './bounds.js';
@@ -26,11 +26,10 @@ export const dueForRefresh = (
   now: number,
   settings: RefreshSettings,
   draw: number,
-  issuanceMs = settings.timing.defaultIssuanceMs,
+  issuanceMs: number,
 ): boolean => {
-  const { timing } = settings;
   const half = windowMs(record, settings) / 2;
-  const lead = Math.min(half, countdownFor(record, settings) * timing.countdownStepMs);
+  const lead = Math.min(half, countdownFor(record, settings) * settings.timing.countdownStepMs);
   const earliness = Math.min(half - lead, -issuanceMs * XFETCH_BETA * Math.log(1 - draw));
   return now + earliness >= record.expiresAt - half - lead;
 };
@@ -67,11 +66,10 @@ export const cutOverEstimate = (
   timing: ProtocolTiming,
 ): { readonly successorAt: number; readonly stepMs: number } => {
   const { countdownStepMs, storeRoundTripMs } = timing;
-  const most = countdownStepMs + storeRoundTripMs;
-  const stepMs =
-    lease.stepMs === undefined
-      ? countdownStepMs
-      : Math.min(Math.max(lease.stepMs, countdownStepMs), most);
+  const stepMs = Math.min(
+    Math.max(lease.stepMs ?? countdownStepMs, countdownStepMs),
+    countdownStepMs + storeRoundTripMs,
+  );
   const lastStretch = Math.min(issuanceMs / 2, pollCapMs(timing)) + (stepMs - countdownStepMs);
   return { successorAt: checkedAt + lease.countdown * stepMs + lastStretch, stepMs };
 };

@@ -1,27 +1,19 @@
 /**
- * All of the protocol's timing, pure: the constants (`protocol-timing.ts`), their relations
- * (`relations.ts`), the safety bounds (`bounds.ts`) and the liveness estimates (`estimates.ts`).
+ * All of the protocol's timing, pure: the constants and their relations (`protocol-timing.ts`),
+ * the safety bounds (`bounds.ts`) and the liveness estimates (`estimates.ts`).
  */
 export {
-  ABSURD_LEASE_DURATION_MS,
   leaseCountdown,
   leaseNeedsMs,
   leaseTerm,
-  MAX_COUNTDOWN,
-  MAX_MEMORY_RECHECK_MS,
-  MAX_TOKEN_LIFETIME_MS,
   ownRecheckMs,
-  postLandsWithinMs,
-  postSendWindowMs,
   proofMs,
   type RefreshSettings,
   recheckMs,
   replacementMayBeOut,
   reusableUntil,
   staleIfErrorMs,
-  stepsToCover,
   type TokenTimes,
-  TTL_MARGIN_SECONDS,
   windowMs,
 } from './bounds.js';
 export {
@@ -32,19 +24,25 @@ export {
   refreshBudgetMs,
 } from './estimates.js';
 export {
+  ABSURD_LEASE_DURATION_MS,
   cutOverRereadMs,
   DEFAULT_TIMING,
   leaseHeartbeatMs,
+  MAX_COUNTDOWN,
+  MAX_MEMORY_RECHECK_MS,
+  MAX_TIMING_SCALE,
+  MAX_TOKEN_LIFETIME_MS,
+  MIN_TIMING_SCALE,
   maxMemoryRecheckMs,
   type ProtocolTiming,
   pollBaseMs,
   pollCapMs,
-  storeReserveMs,
-} from './protocol-timing.js';
-export {
-  MAX_TIMING_SCALE,
-  MIN_TIMING_SCALE,
+  postLandsWithinMs,
+  postSendWindowMs,
   protocolTiming,
   scaledTiming,
+  stepsToCover,
+  storeReserveMs,
+  TTL_MARGIN_SECONDS,
   validateTiming,
-} from './relations.js';
+} from './protocol-timing.js';

@@ -1,25 +1,20 @@
 /**
- * What this container knows about one connection (`Knowledge`) and the one function that changes
- * it (`applyEvent`). Entries are handed out rebased on the monotonic clock, so a wall clock
- * stepped back cannot stretch the proof of I2. Promises in flight are not knowledge: not here.
+ * What this container knows about each connection: one `Knowledge` value each, changed only by
+ * `applyEvent`, from events stamped with this container's clocks. Promises in flight are not
+ * knowledge: not here. Entries are handed out rebased on the monotonic clock (`rebased`).
  */
-import type { Lease, ProbeVerdict, TokenRecord } from '../../ports.js';
-
-export interface MemoryEntry {
-  readonly record: TokenRecord;
-  /** When the read that last confirmed this token was sent (local epoch ms). */
-  readonly checkedAt: number;
-  /** The monotonic clock at that instant, from which the entry is rebased. */
-  readonly checkedAtMonotonic?: number | undefined;
-  /** Until when that read proves the token safe to serve (`proofMs` from its send). */
-  readonly until: number;
-  /** The lease that read found on the token: its replacement is under way, cut-over announced. */
-  readonly lease?: Lease | undefined;
-  /** A caller reported the token as rejected too early to replace it: replaced once it may be. */
-  readonly reported?: boolean | undefined;
-  /** Held in memory only (its write failed): replaced once the lease runs out; no stale use. */
-  readonly unstored?: boolean | undefined;
-}
+import type { Clock } from '../../clock.js';
+import type { ConnectionConfig } from '../../config.js';
+import type { Lease, ProbeVerdict, TokenRecord, TokenState } from '../../ports.js';
+import { type ProtocolTiming, proofMs, type RefreshSettings } from '../timing/index.js';
+import {
+  type Asked,
+  type MemoryEntry,
+  type Servable,
+  type ServingRequest,
+  servable,
+  suspectToken,
+} from './serving.js';
 
 /** One instant on both of this container's clocks. */
 export interface Instant {
@@ -27,38 +22,19 @@ export interface Instant {
   readonly monotonic: number;
 }
 
-/** An entry with both clocks' readings from which it is rebased. */
-interface Kept {
-  readonly entry: MemoryEntry;
-  readonly wallAt: number;
-  readonly monotonicAt: number;
-}
-
-/** A lease version as first seen here, on both clocks (I1: staleness is judged on ours). */
-interface SeenLease {
-  /** What tells two writes apart (`leaseKey`). */
-  readonly key: string;
-  readonly seenAt: number;
-  readonly seenAtMonotonic: number;
-}
-
-/** A probe's verdict on one token, reused until `until` (monotonic: sent + the interval). */
-interface KeptVerdict {
-  readonly digest: string;
-  readonly verdict: ProbeVerdict;
-  readonly until: number;
-}
+/** A probe's verdict on a token, reused until `until` (monotonic: sent + the interval). */
+type Verdict = { readonly digest: string; readonly verdict: ProbeVerdict; readonly until: number };
 
 /** What this container knows about one connection. Never changed in place: see `applyEvent`. */
 export interface Knowledge {
-  /** Its copy of the token with what the store last said of it. */
-  readonly kept?: Kept | undefined;
+  /** Its copy of the token with what the store last said of it, as of `asOf` (rebased from). */
+  readonly kept?: { readonly entry: MemoryEntry; readonly asOf: Instant } | undefined;
   /** The tokens learned, oldest first, each with when first learned (monotonic). I4's ages. */
   readonly known: readonly { readonly digest: string; readonly since: number }[];
-  /** The lease version it last saw, since when. */
-  readonly lease?: SeenLease | undefined;
-  /** Verdicts of the probe still reused (`probe-verdicts.ts`). */
-  readonly verdicts: readonly KeptVerdict[];
+  /** The lease version (`leaseKey`) it last saw, since when on both clocks (I1: judged on ours). */
+  readonly lease?: { readonly key: string; readonly since: Instant } | undefined;
+  /** Probe verdicts still reused. */
+  readonly verdicts: readonly Verdict[];
   /** Last measured issuance duration (XFetch's δ), countdown excluded, ms. */
   readonly issuanceMs?: number | undefined;
   /** Last measured store read round trip (monotonic), ms. */
@@ -77,23 +53,14 @@ export type ConnectionEvent =
   | { readonly type: 'token-reported'; readonly digest: string }
   /** A read found `lease`, answered at `at`: recorded if this version is new here. */
   | { readonly type: 'lease-seen'; readonly lease: Lease; readonly at: Instant }
-  /** A probe's verdict, reused until `until`; an `unknown` one drops the earlier verdict. */
-  | {
-      readonly type: 'probe-settled';
-      readonly digest: string;
-      readonly verdict: ProbeVerdict;
-      readonly until: number;
-      readonly at: number;
-    }
-  /** An issuance under the lease took `ms`, countdown excluded. */
-  | { readonly type: 'issuance-measured'; readonly ms: number }
-  /** A read of the store took `ms`, sent to answered. */
-  | { readonly type: 'read-measured'; readonly ms: number };
+  /** A probe's verdict, settled at `at`; an `unknown` one drops the earlier verdict. */
+  | ({ readonly type: 'probe-settled'; readonly at: number } & Verdict)
+  /** An issuance under the lease (countdown excluded) or a store read took `ms`. */
+  | { readonly type: 'measured'; readonly what: 'issuance' | 'read'; readonly ms: number };
 
 /** Tokens whose first sight is kept per connection: the current one and a few before it. */
 export const KNOWN_PER_CONNECTION = 4;
 
-/** What a container knows of a connection it has heard nothing of. */
 export const NOTHING_KNOWN: Knowledge = { known: [], verdicts: [] };
 
 /** The knowledge after `event`: the one rule by which knowledge changes (pure). */
@@ -103,26 +70,24 @@ export const applyEvent = (knowledge: Knowledge, event: ConnectionEvent): Knowle
       return learned(knowledge, event.digest, event.at);
     case 'token-kept': {
       const { entry, at } = event;
-      const kept: Kept =
-        entry.checkedAtMonotonic === undefined
-          ? { entry, wallAt: at.wall, monotonicAt: at.monotonic }
-          : { entry, wallAt: entry.checkedAt, monotonicAt: entry.checkedAtMonotonic };
+      const { checkedAt: wall, checkedAtMonotonic: monotonic } = entry;
+      const kept = { entry, asOf: monotonic === undefined ? at : { wall, monotonic } };
       return { ...learned(knowledge, entry.record.tokenDigest, at.monotonic), kept };
     }
-    case 'token-dropped':
-      if (!knowledge.kept) return knowledge;
-      if (event.digest !== undefined && event.digest !== digestOf(knowledge)) return knowledge;
+    case 'token-dropped': {
+      const held = knowledge.kept?.entry.record.tokenDigest;
+      if (held === undefined || (event.digest ?? held) !== held) return knowledge;
       return { ...knowledge, kept: undefined };
+    }
     case 'token-reported': {
       const { kept } = knowledge;
-      if (!kept || digestOf(knowledge) !== event.digest) return knowledge;
+      if (!kept || kept.entry.record.tokenDigest !== event.digest) return knowledge;
       return { ...knowledge, kept: { ...kept, entry: { ...kept.entry, reported: true } } };
     }
     case 'lease-seen': {
       const key = leaseKey(event.lease);
       if (knowledge.lease?.key === key) return knowledge;
-      const { wall, monotonic } = event.at;
-      return { ...knowledge, lease: { key, seenAt: wall, seenAtMonotonic: monotonic } };
+      return { ...knowledge, lease: { key, since: event.at } };
     }
     case 'probe-settled': {
       const { digest, verdict, until, at } = event;
@@ -132,10 +97,8 @@ export const applyEvent = (knowledge: Knowledge, event: ConnectionEvent): Knowle
         verdict.verdict === 'unknown' ? others : [...others, { digest, verdict, until }];
       return { ...knowledge, verdicts };
     }
-    case 'issuance-measured':
-      return { ...knowledge, issuanceMs: event.ms };
-    case 'read-measured':
-      return { ...knowledge, readMs: event.ms };
+    case 'measured':
+      return { ...knowledge, [event.what === 'issuance' ? 'issuanceMs' : 'readMs']: event.ms };
   }
 };
 
@@ -146,71 +109,15 @@ const learned = (knowledge: Knowledge, digest: string, at: number): Knowledge =>
   return { ...knowledge, known };
 };
 
-const digestOf = (knowledge: Knowledge): string | undefined =>
-  knowledge.kept?.entry.record.tokenDigest;
-
 /** What tells two lease writes apart: version, holder and expiry (old releases kept no version). */
-export const leaseKey = (lease: Lease): string =>
-  `${lease.version}|${lease.holder}|${lease.expiresAt}`;
+const leaseKey = (lease: Lease): string => `${lease.version}|${lease.holder}|${lease.expiresAt}`;
 
-/** One connection's knowledge: `apply` is its only writer; the rest are pure reads. */
-export class ConnectionState {
-  #knowledge: Knowledge;
-
-  constructor(knowledge: Knowledge = NOTHING_KNOWN) {
-    this.#knowledge = knowledge;
-  }
-
-  apply(event: ConnectionEvent): void {
-    this.#knowledge = applyEvent(this.#knowledge, event);
-  }
-
-  get knowledge(): Knowledge {
-    return this.#knowledge;
-  }
-
-  /** The kept entry as of `now`, its times rebased on the monotonic clock (see above). */
-  entry(now: Instant): MemoryEntry | undefined {
-    const { kept } = this.#knowledge;
-    return kept && rebased(kept, now);
-  }
-
-  /** How long this container has known the token of `digest` (monotonic ms; 0 if not learned). */
-  knownFor(digest: string, monotonicNow: number): number {
-    const token = this.#knowledge.known.find((known) => known.digest === digest);
-    return token === undefined ? 0 : monotonicNow - token.since;
-  }
-
-  /** When this container first saw `lease`'s version (wall), if it is the one it last saw. */
-  leaseFirstSeen(lease: Lease): number | undefined {
-    const seen = this.#knowledge.lease;
-    return seen?.key === leaseKey(lease) ? seen.seenAt : undefined;
-  }
-
-  /** For how long (monotonic ms) it has seen `lease`'s version unchanged, if it last saw it. */
-  leaseSeenFor(lease: Lease, monotonicNow: number): number | undefined {
-    const seen = this.#knowledge.lease;
-    return seen?.key === leaseKey(lease) ? monotonicNow - seen.seenAtMonotonic : undefined;
-  }
-
-  /** The probe's verdict on the token of `digest`, if still reused at `monotonicNow`. */
-  verdict(digest: string, monotonicNow: number): ProbeVerdict | undefined {
-    const kept = this.#knowledge.verdicts.find((v) => v.digest === digest);
-    return kept && kept.until > monotonicNow ? kept.verdict : undefined;
-  }
-
-  get issuanceMs(): number | undefined {
-    return this.#knowledge.issuanceMs;
-  }
-
-  get readMs(): number | undefined {
-    return this.#knowledge.readMs;
-  }
-}
-
-/** The entry with all its times (the token's too) moved earlier by what the wall clock lost. */
-export const rebased = ({ entry, wallAt, monotonicAt }: Kept, now: Instant): MemoryEntry => {
-  const lag = now.monotonic - monotonicAt - (now.wall - wallAt);
+/**
+ * The entry with all its times (the token's too) moved earlier by what the wall clock lost, so
+ * a wall clock stepped back cannot stretch the proof of I2.
+ */
+const rebased = (entry: MemoryEntry, asOf: Instant, now: Instant): MemoryEntry => {
+  const lag = now.monotonic - asOf.monotonic - (now.wall - asOf.wall);
   // Below a millisecond: the two clocks' own jitter, not a step.
   if (lag < 1) return entry;
   const { record } = entry;
@@ -221,3 +128,177 @@ export const rebased = ({ entry, wallAt, monotonicAt }: Kept, now: Instant): Mem
     until: entry.until - lag,
   };
 };
+
+/** When a read of the store was sent, on both clocks (what it proves counts from there). */
+export interface ReadSent {
+  readonly sentAt: number;
+  readonly sentAtMonotonic: number;
+}
+
+/** What a read says of a connection's token, as this container judges it. */
+export interface Seen {
+  readonly valid: TokenRecord | undefined;
+  /** Its replacement's request may be out (a countdown ended): neither served nor kept. I2. */
+  readonly suspect: boolean;
+  /** How long after the read was sent it proves `valid` safe to serve (ms). I2. */
+  readonly proofMs: number;
+  /** The lease on it has not changed for its duration, as watched here. I1. */
+  readonly leaseStale: boolean;
+  /** In how long (ms, monotonic) the lease would be stale here if unchanged (liveness only). */
+  readonly staleInMs?: number | undefined;
+}
+
+/** Every connection's `Knowledge`: commands turn what happened into events; the rest read. */
+export class ConnectionView {
+  // A Map, not an object: connection names come from callers.
+  readonly #known = new Map<string, Knowledge>();
+
+  constructor(
+    private readonly clock: Pick<Clock, 'now' | 'monotonic'>,
+    private readonly settings: RefreshSettings,
+  ) {}
+
+  /** The only writer: `event` applied to `name`'s knowledge (nothing known before its first). */
+  apply(name: string, event: ConnectionEvent): void {
+    this.#known.set(name, applyEvent(this.#known.get(name) ?? NOTHING_KNOWN, event));
+  }
+
+  knowledge(name: string): Knowledge | undefined {
+    return this.#known.get(name);
+  }
+
+  /**
+   * Keeps what a read (sent at `read`, answered at `now`) says: a valid token with its proof,
+   * and the lease on it. A token whose replacement's request may be out is suspect: not kept.
+   */
+  observe(connection: ConnectionConfig, state: TokenState, read: ReadSent, now: number): Seen {
+    const { name, revokesOnReissue } = connection;
+    const { token, lease } = state;
+    const staleInMs = lease === undefined ? undefined : this.#staleInMs(name, lease, now);
+    const leaseStale = staleInMs !== undefined && staleInMs <= 0;
+    const valid = token && token.expiresAt > now ? token : undefined;
+    // Where the upstream does not revoke on re-issue, a replacement harms nobody.
+    const announced = revokesOnReissue ? lease : undefined;
+    const suspect = !!valid && !!suspectToken(state, revokesOnReissue, now, this.timing);
+    if (!valid || suspect) {
+      this.apply(name, { type: 'token-dropped' });
+      // Not kept, but learned: its age (I4) counts from this first sight.
+      if (valid) this.learned(valid);
+      return { valid, suspect, proofMs: 0, leaseStale, staleInMs };
+    }
+    const proof = proofMs(valid, announced, this.settings);
+    const reported = state.reported ? { reported: true } : {};
+    this.#keep(valid, read, read.sentAt + proof, { lease: announced, ...reported });
+    return { valid, suspect, proofMs: proof, leaseStale, staleInMs };
+  }
+
+  /** Keeps a token confirmed with no lease on it (`untilAtMost`: one whose write failed). */
+  confirmed(record: TokenRecord, at: ReadSent, untilAtMost = Number.POSITIVE_INFINITY): void {
+    const until = Math.min(at.sentAt + proofMs(record, undefined, this.settings), untilAtMost);
+    this.#keep(record, at, until, untilAtMost < Number.POSITIVE_INFINITY ? { unstored: true } : {});
+  }
+
+  get timing(): ProtocolTiming {
+    return this.settings.timing;
+  }
+
+  drop(name: string): void {
+    this.apply(name, { type: 'token-dropped' });
+  }
+
+  /** Drops the entry of `record`'s connection only if it still holds that token. */
+  forget(record: Pick<TokenRecord, 'connection' | 'tokenDigest'>): void {
+    this.apply(record.connection, { type: 'token-dropped', digest: record.tokenDigest });
+  }
+
+  /** Marks the entry of `name` as reported, if it holds the token of `digest`. */
+  report(name: string, digest: string): void {
+    this.apply(name, { type: 'token-reported', digest });
+  }
+
+  /** `record` read from the store: its age (I4) counts from now if unknown. */
+  learned(record: TokenRecord): void {
+    const at = this.clock.monotonic();
+    this.apply(record.connection, { type: 'token-learned', digest: record.tokenDigest, at });
+  }
+
+  measured(name: string, what: 'issuance' | 'read', ms: number): void {
+    this.apply(name, { type: 'measured', what, ms });
+  }
+
+  /** A2. Whether memory still proves `record` at `now`: a stall may have outlasted the proof. */
+  stillProves(record: TokenRecord, now: number): boolean {
+    const entry = this.entry(record.connection);
+    return entry?.record.tokenDigest === record.tokenDigest && now < entry.until;
+  }
+
+  /** The kept entry of `name`, rebased on the monotonic clock. */
+  entry(name: string): MemoryEntry | undefined {
+    const kept = this.#known.get(name)?.kept;
+    return kept && rebased(kept.entry, kept.asOf, this.#now());
+  }
+
+  /** When this container first saw `lease`'s version (wall), if it is the one it last saw. */
+  leaseFirstSeen(name: string, lease: Lease): number | undefined {
+    const seen = this.#known.get(name)?.lease;
+    return seen?.key === leaseKey(lease) ? seen.since.wall : undefined;
+  }
+
+  /** I4: how long this container has known the token of `digest` (0 if not learned). */
+  knownFor(name: string, digest: string): number {
+    const token = this.#known.get(name)?.known.find((known) => known.digest === digest);
+    return token === undefined ? 0 : this.clock.monotonic() - token.since;
+  }
+
+  /** The probe's verdict on the token of `digest`, if still reused now. */
+  verdict(name: string, digest: string): ProbeVerdict | undefined {
+    const kept = this.#known.get(name)?.verdicts.find((v) => v.digest === digest);
+    return kept && kept.until > this.clock.monotonic() ? kept.verdict : undefined;
+  }
+
+  /** The last measured issuance duration of `name` (a default before the first). */
+  issuanceMs(name: string): number {
+    return this.#known.get(name)?.issuanceMs ?? this.timing.defaultIssuanceMs;
+  }
+
+  readMs(name: string): number | undefined {
+    return this.#known.get(name)?.readMs;
+  }
+
+  /** I2. The serving rule on memory's entry for `name`; with `digest`, only if it holds it. */
+  servable(name: string, request: ServingRequest, asked?: Asked, digest?: string): Servable {
+    const entry = this.entry(name);
+    const held = digest === undefined || entry?.record.tokenDigest === digest ? entry : undefined;
+    return servable(held, request, this.clock.now(), this.settings, asked);
+  }
+
+  /** Keeps `record` as its connection's token (and learns it), proved by `read` until `until`. */
+  #keep(record: TokenRecord, read: ReadSent, until: number, more: Partial<MemoryEntry>): void {
+    const { sentAt: checkedAt, sentAtMonotonic: checkedAtMonotonic } = read;
+    const entry = { record, checkedAt, checkedAtMonotonic, until, ...more };
+    this.apply(record.connection, { type: 'token-kept', entry, at: this.#now() });
+  }
+
+  /**
+   * I1. In how long `lease`, just read, is stale here (<= 0: stale), judged on this container's
+   * monotonic clock: its version unchanged for its recorded duration, or its expiry past any
+   * plausible skew. A version new here is recorded and not stale.
+   */
+  #staleInMs(name: string, lease: Lease, now: number): number {
+    const pastSkew = lease.expiresAt + this.timing.skewToleranceMs - now;
+    if (pastSkew < 0) return 0;
+    // A millisecond past `pastSkew`, so a waiter reads again then (never 0).
+    const byExpiry = pastSkew + 1;
+    const seen = this.#known.get(name)?.lease;
+    const monotonic = this.clock.monotonic();
+    const seenFor = seen?.key === leaseKey(lease) ? monotonic - seen.since.monotonic : undefined;
+    if (seenFor !== undefined) return Math.min(lease.durationMs - seenFor, byExpiry);
+    this.apply(name, { type: 'lease-seen', lease, at: { wall: now, monotonic } });
+    // A duration of 0 is stale at the second sight, not at the first.
+    return Math.max(1, Math.min(lease.durationMs, byExpiry));
+  }
+
+  #now(): Instant {
+    return { wall: this.clock.now(), monotonic: this.clock.monotonic() };
+  }
+}

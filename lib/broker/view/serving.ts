@@ -10,7 +10,7 @@ import {
   UpstreamRejectedError,
   UpstreamUnavailableError,
 } from '../../errors.js';
-import type { ReplacedToken, TokenRecord, TokenState } from '../../ports.js';
+import type { Lease, ReplacedToken, TokenRecord, TokenState } from '../../ports.js';
 import {
   cutOverRereadMs,
   type ProtocolTiming,
@@ -22,7 +22,23 @@ import {
   type TokenTimes,
   windowMs,
 } from '../timing/index.js';
-import type { MemoryEntry } from './connection-state.js';
+
+/** A token memory holds, with what the store last said of it. */
+export interface MemoryEntry {
+  readonly record: TokenRecord;
+  /** When the read that last confirmed this token was sent (local epoch ms). */
+  readonly checkedAt: number;
+  /** The monotonic clock at that instant, from which the entry is rebased. */
+  readonly checkedAtMonotonic?: number | undefined;
+  /** Until when that read proves the token safe to serve (`proofMs` from its send). */
+  readonly until: number;
+  /** The lease that read found on the token: its replacement is under way, cut-over announced. */
+  readonly lease?: Lease | undefined;
+  /** A caller reported the token as rejected too early to replace it: replaced once it may be. */
+  readonly reported?: boolean | undefined;
+  /** Held in memory only (its write failed): replaced once the lease runs out; no stale use. */
+  readonly unstored?: boolean | undefined;
+}
 
 /** What one caller asks of a connection, validated once where it comes in. */
 export interface TokenRequest {

@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { fromItem, type Item } from '../../../lib/adapters/dynamodb-token-item.js';
-import { countdownFor, MAX_LEASE_DURATION_MS } from '../../../lib/broker/timing/bounds.js';
+import { countdownFor } from '../../../lib/broker/timing/bounds.js';
 import {
   ABSURD_LEASE_DURATION_MS,
   DEFAULT_TIMING,
@@ -15,6 +15,7 @@ import {
   MAX_COUNTDOWN,
   MAX_MEMORY_RECHECK_MS,
 } from '../../../lib/broker/timing/index.js';
+import { MAX_LEASE_DURATION_MS } from '../../../lib/broker/timing/protocol-timing.js';
 import { tokenDigest } from '../../../lib/broker/types.js';
 
 const now = Date.now();

@@ -1,6 +1,6 @@
 /**
  * What a container knows about a connection (docs/protocol.md, "What a container knows:
- * ConnectionState"): one value per connection, changed only by `applyEvent`, table-tested here
+ * ConnectionView"): one value per connection, changed only by `applyEvent`, table-tested here
  * by event and state; queries that write nothing.
  *
  * And time: a token's expiry is an epoch the upstream stated, compared with the wall clock when
@@ -13,14 +13,12 @@ import { DEFAULT_TIMING } from '../../../lib/broker/timing/index.js';
 import {
   applyEvent,
   type ConnectionEvent,
-  ConnectionState,
+  ConnectionView,
   KNOWN_PER_CONNECTION,
   type Knowledge,
-  leaseKey,
-  type MemoryEntry,
   NOTHING_KNOWN,
 } from '../../../lib/broker/view/connection-state.js';
-import { ConnectionView } from '../../../lib/broker/view/connection-view.js';
+import type { MemoryEntry } from '../../../lib/broker/view/serving.js';
 import {
   BadRequestError,
   StoreUnavailableError,
@@ -45,11 +43,12 @@ const steppedBack = async (keep: (clock: ManualClock) => void) => {
 
 const nowOf = (clock: ManualClock) => ({ wall: clock.now(), monotonic: clock.monotonic() });
 
-describe('Class: ConnectionState, on a wall clock stepped back', () => {
+describe('Class: ConnectionView, on a wall clock stepped back', () => {
   it('rebases a kept token’s expiry on the monotonic clock: a wall clock stepped back 5 s does not make an expired token last good', async () => {
-    const state = new ConnectionState();
+    let view: ConnectionView | undefined;
     const clock = await steppedBack((c) => {
-      state.apply({
+      view = new ConnectionView(c, settings);
+      view.apply('sandbox', {
         type: 'token-kept',
         entry: {
           record: record('t', T0 + 6_000),
@@ -61,7 +60,7 @@ describe('Class: ConnectionState, on a wall clock stepped back', () => {
       });
     });
     // The wall clock says T0 + 3 s; the token expired 2 s ago. Before: served as last good.
-    const entry = state.entry(nowOf(clock));
+    const entry = view?.entry('sandbox');
     expect(entry && entry.record.expiresAt > clock.now()).toBe(false);
     // Its lifetime is unchanged: both its times moved by the 5 s the wall clock lost.
     expect(entry?.record.expiresAt).toBe(T0 + 1_000);
@@ -103,8 +102,7 @@ const entryOf = (token = held, extra: Partial<MemoryEntry> = {}): MemoryEntry =>
 });
 const keptOf = (token = held, extra: Partial<MemoryEntry> = {}) => ({
   entry: entryOf(token, extra),
-  wallAt: T0,
-  monotonicAt: 100,
+  asOf: { wall: T0, monotonic: 100 },
 });
 const lease: Lease = {
   holder: 'b:1',
@@ -136,8 +134,7 @@ const table: readonly [string, Knowledge, ConnectionEvent, Knowledge][] = [
       ...NOTHING_KNOWN,
       kept: {
         entry: entryOf(held, { checkedAtMonotonic: undefined }),
-        wallAt: T0 + 1_000,
-        monotonicAt: 1_100,
+        asOf: { wall: T0 + 1_000, monotonic: 1_100 },
       },
       known: [{ digest: held.tokenDigest, since: 1_100 }],
     },
@@ -239,22 +236,22 @@ const table: readonly [string, Knowledge, ConnectionEvent, Knowledge][] = [
     { type: 'lease-seen', lease, at },
     {
       ...NOTHING_KNOWN,
-      lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0 + 1_000, seenAtMonotonic: 1_100 },
+      lease: { key: `v1|b:1|${T0 + 3_000}`, since: { wall: T0 + 1_000, monotonic: 1_100 } },
     },
   ],
   [
     'the same lease version seen again: its first sight stays (I1)',
-    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0, seenAtMonotonic: 0 } },
+    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0 + 3_000}`, since: { wall: T0, monotonic: 0 } } },
     { type: 'lease-seen', lease, at },
-    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0, seenAtMonotonic: 0 } },
+    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0 + 3_000}`, since: { wall: T0, monotonic: 0 } } },
   ],
   [
     'a lease renewed under the same version (expiry moved): a new sight',
-    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0}`, seenAt: T0, seenAtMonotonic: 0 } },
+    { ...NOTHING_KNOWN, lease: { key: `v1|b:1|${T0}`, since: { wall: T0, monotonic: 0 } } },
     { type: 'lease-seen', lease, at },
     {
       ...NOTHING_KNOWN,
-      lease: { key: `v1|b:1|${T0 + 3_000}`, seenAt: T0 + 1_000, seenAtMonotonic: 1_100 },
+      lease: { key: `v1|b:1|${T0 + 3_000}`, since: { wall: T0 + 1_000, monotonic: 1_100 } },
     },
   ],
   [
@@ -276,7 +273,7 @@ const table: readonly [string, Knowledge, ConnectionEvent, Knowledge][] = [
     },
   ],
   [
-    // The probe is asked at most once per interval per token (probe-verdicts.ts): a verdict on
+    // The probe is asked at most once per interval per token (reports.ts): a verdict on
     // one token leaves those on others that are still reused, and one whose interval ends now goes.
     'a probe verdict on one token: verdicts on others still reused stay; one ending now goes',
     {
@@ -320,13 +317,13 @@ const table: readonly [string, Knowledge, ConnectionEvent, Knowledge][] = [
   [
     'an issuance measured: the last one counts',
     { ...NOTHING_KNOWN, issuanceMs: 900 },
-    { type: 'issuance-measured', ms: 1_200 },
+    { type: 'measured', what: 'issuance', ms: 1_200 },
     { ...NOTHING_KNOWN, issuanceMs: 1_200 },
   ],
   [
     'a read measured: the last one counts',
     { ...NOTHING_KNOWN, readMs: 40 },
-    { type: 'read-measured', ms: 25 },
+    { type: 'measured', what: 'read', ms: 25 },
     { ...NOTHING_KNOWN, readMs: 25 },
   ],
 ];
@@ -343,10 +340,9 @@ describe('Function: applyEvent (event × state → state)', () => {
     const kinds = new Set(table.map(([, , event]) => event.type));
     expect([...kinds].sort()).toEqual(
       [
-        'issuance-measured',
         'lease-seen',
+        'measured',
         'probe-settled',
-        'read-measured',
         'token-dropped',
         'token-kept',
         'token-learned',
@@ -365,7 +361,7 @@ describe('Class: ConnectionView: queries write nothing', () => {
     expect(view.knownFor('sandbox', held.tokenDigest)).toBe(0);
     await clock.advance(5_000);
     expect(view.knownFor('sandbox', held.tokenDigest)).toBe(0);
-    expect(view.state('sandbox')).toBeUndefined();
+    expect(view.knowledge('sandbox')).toBeUndefined();
   });
 
   it('I4: a token’s age counts from the read that learned it, kept or suspect', async () => {
@@ -390,20 +386,24 @@ describe('Class: ConnectionView: queries write nothing', () => {
   // acted on), and a lease's first sight about one version (the cut-over wait, I1's staleness):
   // neither query answers for another.
   it('answers a query only about the token or lease version asked for', () => {
-    const state = new ConnectionState({
-      ...NOTHING_KNOWN,
-      verdicts: [
-        { digest: other.tokenDigest, verdict: { verdict: 'revoked' }, until: 10_000 },
-        { digest: held.tokenDigest, verdict: { verdict: 'valid' }, until: 10_000 },
-      ],
-      lease: { key: leaseKey(lease), seenAt: T0, seenAtMonotonic: 0 },
-    });
-    expect(state.verdict(held.tokenDigest, 5_000)).toEqual({ verdict: 'valid' });
-    expect(state.verdict('never-probed', 5_000)).toBeUndefined();
-    expect(state.verdict(held.tokenDigest, 10_000)).toBeUndefined();
-    expect(state.leaseFirstSeen(lease)).toBe(T0);
-    expect(state.leaseFirstSeen({ ...lease, version: 'v2' })).toBeUndefined();
-    expect(new ConnectionState().leaseFirstSeen(lease)).toBeUndefined();
+    const clock = new ManualClock(T0);
+    const view = new ConnectionView(clock, settings);
+    const verdicts = [
+      [other.tokenDigest, { verdict: 'revoked' }],
+      [held.tokenDigest, { verdict: 'valid' }],
+    ] as const;
+    for (const [digest, verdict] of verdicts) {
+      view.apply('sandbox', { type: 'probe-settled', digest, verdict, until: 10_000, at: 0 });
+    }
+    view.apply('sandbox', { type: 'lease-seen', lease, at: { wall: T0, monotonic: 0 } });
+    clock.advanceNow(5_000);
+    expect(view.verdict('sandbox', held.tokenDigest)).toEqual({ verdict: 'valid' });
+    expect(view.verdict('sandbox', 'never-probed')).toBeUndefined();
+    expect(view.leaseFirstSeen('sandbox', lease)).toBe(T0);
+    expect(view.leaseFirstSeen('sandbox', { ...lease, version: 'v2' })).toBeUndefined();
+    expect(view.leaseFirstSeen('elsewhere', lease)).toBeUndefined();
+    clock.advanceNow(5_000);
+    expect(view.verdict('sandbox', held.tokenDigest)).toBeUndefined();
   });
 
   // I2 in callers' caches: memory grants the reuse of a token it vouches for; a token it no
@@ -504,7 +504,7 @@ describe('Class: ConnectionView: queries write nothing', () => {
     const view = new ConnectionView(clock, settings);
     view.confirmed(held, { sentAt: T0, sentAtMonotonic: clock.monotonic() });
     view.apply('sandbox', { type: 'lease-seen', lease, at: nowOf(clock) });
-    const before = view.state('sandbox')?.knowledge;
+    const before = view.knowledge('sandbox');
     await clock.advance(2_000);
     view.entry('sandbox');
     view.servable('sandbox', need(0));
@@ -514,7 +514,7 @@ describe('Class: ConnectionView: queries write nothing', () => {
     view.knownFor('sandbox', other.tokenDigest);
     view.leaseFirstSeen('sandbox', { ...lease, version: 'v2' });
     view.verdict('sandbox', held.tokenDigest);
-    expect(view.state('sandbox')?.knowledge).toBe(before);
+    expect(view.knowledge('sandbox')).toBe(before);
   });
 });
 

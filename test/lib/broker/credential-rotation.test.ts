@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from 'vitest';
 import {
   isCredentialRejection,
   withCredentialRotation,
-} from '../../../lib/broker/issuance/credential-rotation.js';
+} from '../../../lib/broker/issuance/issue-flow.js';
 import { Deadline, systemClock } from '../../../lib/clock.js';
 import {
   UpstreamBadResponseError,

@@ -8,7 +8,7 @@
  * that keeps the confirmation's reservation wrote the very same expiry, with a shorter duration.
  */
 import { describe, expect, it } from 'vitest';
-import { cleanUp } from '../../../lib/broker/holder/failed-flow.js';
+import { cleanUp } from '../../../lib/broker/holder/issue-under-lease.js';
 import type { ConnectionView } from '../../../lib/broker/view/index.js';
 import { Deadline } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';

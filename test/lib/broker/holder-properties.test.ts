@@ -4,7 +4,7 @@
  * failed after a delay, the flow asks for the fence, its POST is answered any way, the
  * environment may shut down) and every step is checked against the invariants. Each run draws
  * its protocol timing too (the default, a scaled one, or any that satisfies the relations of
- * `timing/relations.ts`): the invariants hold at every valid timing, not only at the default.
+ * `timing/protocol-timing.ts`): the invariants hold at every valid timing, not only at the default.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';

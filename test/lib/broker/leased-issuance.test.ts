@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { LeasedIssuance } from '../../../lib/broker/fleet/leased-issuance.js';
-import type { Issue } from '../../../lib/broker/issuance/credential-rotation.js';
+import type { Issue } from '../../../lib/broker/issuance/issue-flow.js';
 import { countdownFor } from '../../../lib/broker/timing/bounds.js';
 import {
   DEFAULT_TIMING,
@@ -161,6 +161,35 @@ describe('Class: LeasedIssuance', () => {
     await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 60_000)));
     expect(renewals).toEqual([T0 + heartbeatMs + leaseMs, T0 + 2 * heartbeatMs + leaseMs]);
     expect(clock.pending()).toBe(0);
+  });
+
+  it('announces its step with the take: the step’s wait and its last read’s round trip (ADR 0032)', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const read = store.read.bind(store);
+    // The store is another region's: each read takes 80 ms.
+    store.read = async (name) => {
+      await clock.sleep(80);
+      return read(name);
+    };
+    const announced: (number | undefined)[] = [];
+    const acquire = store.acquireLease.bind(store);
+    store.acquireLease = async (name, request) => {
+      announced.push(request.stepMs);
+      return acquire(name, request);
+    };
+    const { issuance } = container(store, clock);
+    let served: unknown;
+    const pending = issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 60_000)));
+    void pending.then((answer) => {
+      served = answer;
+    });
+    for (let ms = 0; ms < 1_000 && served === undefined; ms += 1) await clock.advance(1);
+    expect(served).toMatchObject({ source: 'upstream' });
+    // A reader of this first version aims its cut-over read with it, not with the wait alone.
+    // The clock moves a millisecond at a time here: the read measures 80 or 81 ms.
+    expect(announced).toHaveLength(1);
+    expect(announced[0]).toBeOneOf([countdownStepMs + 80, countdownStepMs + 81]);
   });
 
   it('never renews its lease past the caller’s deadline, and tells each write apart by a version of its own', async () => {

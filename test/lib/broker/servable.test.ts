@@ -13,9 +13,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_TIMING, type RefreshSettings } from '../../../lib/broker/timing/index.js';
-import type { MemoryEntry } from '../../../lib/broker/view/connection-state.js';
 import {
   type Asked,
+  type MemoryEntry,
   type Servable,
   type ServingRequest,
   servable,

@@ -1,5 +1,5 @@
 /**
- * `ProtocolTiming` (lib/broker/timing/protocol-timing.ts, relations.ts): the protocol's
+ * `ProtocolTiming` (lib/broker/timing/protocol-timing.ts): the protocol's
  * constants as one injected value, whose relations are validated once. The oracle below states
  * each relation again, from docs/protocol.md's safety argument, apart from the code.
  */
@@ -25,8 +25,11 @@ import {
   storeReserveMs,
   validateTiming,
 } from '../../../lib/broker/timing/index.js';
-import { readReserveFloorMs, reuseMarginMs } from '../../../lib/broker/timing/protocol-timing.js';
-import { TimingRelationError } from '../../../lib/broker/timing/relations.js';
+import {
+  readReserveFloorMs,
+  reuseMarginMs,
+  TimingRelationError,
+} from '../../../lib/broker/timing/protocol-timing.js';
 import { loadConfig } from '../../../lib/config.js';
 import { ConfigError } from '../../../lib/errors.js';
 import { validTimings } from '../../support/timing-arbitraries.js';

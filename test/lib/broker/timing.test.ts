@@ -19,7 +19,7 @@ import {
   TTL_MARGIN_SECONDS,
   windowMs,
 } from '../../../lib/broker/timing/index.js';
-import type { MemoryEntry } from '../../../lib/broker/view/connection-state.js';
+import type { MemoryEntry } from '../../../lib/broker/view/serving.js';
 import { servable } from '../../../lib/broker/view/serving.js';
 
 /** The serving rule asked first (memory before the store): does it serve `entry`? */

@@ -6,7 +6,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_TIMING } from '../../../../lib/broker/timing/index.js';
-import { ConnectionView } from '../../../../lib/broker/view/connection-view.js';
+import { ConnectionView } from '../../../../lib/broker/view/connection-state.js';
 import { Deadline } from '../../../../lib/clock.js';
 import { UpstreamRejectedError, UpstreamUnavailableError } from '../../../../lib/errors.js';
 import type { TokenIssuer } from '../../../../lib/ports.js';

@@ -12,7 +12,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { ttlOf } from '../../../../lib/adapters/dynamodb-token-item.js';
 import { issueWith } from '../../../../lib/broker/issuance/issue-flow.js';
 import { DEFAULT_TIMING } from '../../../../lib/broker/timing/index.js';
-import { ConnectionView } from '../../../../lib/broker/view/connection-view.js';
+import { ConnectionView } from '../../../../lib/broker/view/connection-state.js';
 import { Deadline } from '../../../../lib/clock.js';
 import { UpstreamUnavailableError } from '../../../../lib/errors.js';
 import { asks, FakeIssuer, InMemoryTokenStore, ManualClock } from '../../../support/fakes.js';

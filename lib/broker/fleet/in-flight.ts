@@ -1,0 +1,110 @@
+/**
+ * Work in flight per connection in this container. Concurrent misses share one load, each caller
+ * within its own deadline (I3); a joiner the shared load did not satisfy, or whose leader was
+ * refused, asks anew. One refresh ahead of expiry at a time runs in the background of a request:
+ * the announced countdown keeps the current token safe meanwhile (I2); failures are logged and
+ * counted.
+ */
+import { type Clock, Deadline } from '../../clock.js';
+import type { ConnectionConfig } from '../../config.js';
+import { ReplacementRefusedError, toBrokerError, UpstreamUnavailableError } from '../../errors.js';
+import { type BrokerMetrics, MetricName } from '../../metrics.js';
+import type { TokenRecord } from '../../ports.js';
+import type { IssuanceCause } from '../issuance/index.js';
+import { unsatisfiable } from '../observer/index.js';
+import { SingleFlight } from '../single-flight.js';
+import type { RefreshSettings } from '../timing/index.js';
+import type { BrokerLogger, ServedToken } from '../types.js';
+import { type TokenRequest, validityNeeded } from '../view/index.js';
+import type { LeasedIssuance } from './leased-issuance.js';
+
+const joinTimedOut = () =>
+  new UpstreamUnavailableError('Timed out waiting for a token being issued concurrently', {
+    retryAfterSeconds: 1,
+  });
+
+export class SharedLoads {
+  readonly #flight: SingleFlight<string, ServedToken>;
+
+  constructor(
+    private readonly issuance: LeasedIssuance,
+    private readonly clock: Clock,
+    private readonly settings: RefreshSettings,
+  ) {
+    this.#flight = new SingleFlight(clock);
+  }
+
+  has(name: string): boolean {
+    return this.#flight.has(name);
+  }
+
+  /** A token for `request`, each caller within its own deadline. */
+  async load(connection: ConnectionConfig, request: TokenRequest): Promise<ServedToken> {
+    const obtain = () => this.issuance.obtain(connection, request);
+    const joining = this.#flight.has(connection.name);
+    let outcome: { readonly value: ServedToken; readonly joined: boolean };
+    try {
+      outcome = await this.#flight.run(connection.name, obtain, request.deadline, joinTimedOut);
+    } catch (error) {
+      // A refusal answers the caller that asked, not the ones that joined it: they ask anew.
+      if (joining && error instanceof ReplacementRefusedError) return obtain();
+      throw error;
+    }
+    const { value: shared, joined } = outcome;
+    const now = this.clock.now();
+    const needMs = validityNeeded(request, shared.record, this.settings);
+    if (!joined || shared.record.expiresAt - now > needMs) return shared;
+    // The shared load asked for less validity than this caller needs.
+    if (shared.source === 'upstream') throw unsatisfiable(shared.record, needMs);
+    return obtain();
+  }
+}
+
+export class RefreshAhead {
+  readonly #running = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly deps: {
+      readonly issuance: LeasedIssuance;
+      readonly clock: Clock;
+      readonly logger: BrokerLogger;
+      readonly metrics: BrokerMetrics;
+    },
+  ) {}
+
+  /** Starts one try to replace `current` unless one runs here, within the request's `workUntil`. */
+  start(
+    connection: ConnectionConfig,
+    current: TokenRecord,
+    cause: IssuanceCause,
+    { caller, workUntil }: Pick<TokenRequest, 'caller' | 'workUntil'>,
+  ): void {
+    const { name } = connection;
+    const { issuance, clock, logger, metrics } = this.deps;
+    if (this.#running.has(name)) return;
+    const { budget, least } = issuance.refreshMs(connection, current);
+    const deadline = Deadline.in(clock, budget).min(workUntil);
+    // Not started without time for its countdown and POST (Lambda may reset an overrun).
+    if (least >= deadline.leftMs()) return;
+    const run = issuance
+      .refresh(connection, current, deadline, caller, cause)
+      .then(
+        () => undefined,
+        (error: unknown) => {
+          metrics.record(MetricName.RefreshFailures, name);
+          const failure = toBrokerError(error);
+          logger.warn('Refresh ahead of expiry failed', {
+            connection: name,
+            error: { name: failure.name, code: failure.code, message: failure.message },
+          });
+        },
+      )
+      .finally(() => this.#running.delete(name));
+    this.#running.set(name, run);
+  }
+
+  /** Settles once every refresh running in the background has ended. */
+  async idle(): Promise<void> {
+    while (this.#running.size > 0) await Promise.all(this.#running.values());
+  }
+}
