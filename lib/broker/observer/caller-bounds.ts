@@ -1,9 +1,4 @@
-/**
- * How far a caller's word (`minValidity`, invalidate) may go, I4: no mix of callers replaces
- * tokens more than once per refresh window. A forced token is replaced on a caller's word only
- * once a window old, any other once `BROKER_INVALIDATE_MIN_AGE_SECONDS` old, ages measured on
- * this container's monotonic clock from first sight.
- */
+/** How far a caller's word (`minValidity`, invalidate) may go (I4); a `getToken` call's request. */
 import { BadRequestError, ForceNotAllowedError, ReplacementTooSoonError } from '../../errors.js';
 import type { TokenRecord } from '../../ports.js';
 import { UNNAMED_CALLER } from '../issuance/index.js';
@@ -44,15 +39,11 @@ export const forcesReplacement = (
   return left <= needMs && left > windowMs(record, settings);
 };
 
-interface ForcingRequest {
+interface ForcingRequest extends Pick<TokenRequest, 'mayForce'> {
   readonly record: TokenRecord;
   readonly needMs: number;
-  /** Wall clock: the token's expiry. */
-  readonly now: number;
-  /** How long this container has known the token (its monotonic clock). */
-  readonly knownForMs: number;
-  /** Whether this caller may force a replacement at all (the connection's `forceCallers`). */
-  readonly mayForce: boolean;
+  readonly now: number; // the wall clock: the token's expiry
+  readonly knownForMs: number; // the token's age here (monotonic)
 }
 
 /** Why a request forcing a replacement of `record` is refused (saying what it can ask instead). */
@@ -82,18 +73,14 @@ export const forcingRefusal = (
   );
 };
 
-/**
- * The one `TokenRequest` of a `getToken` call, its `minValidity` checked once.
- * @throws {BadRequestError}
- */
+/** The one `TokenRequest` of a `getToken` call; throws `BadRequestError` on a bad `minValidity`. */
 export const tokenRequest = (
   options: GetTokenOptions,
   config: { readonly defaultMinValiditySeconds: number; readonly maxTokenLifetimeSeconds: number },
 ): TokenRequest => {
   const minValiditySeconds = options.minValiditySeconds ?? config.defaultMinValiditySeconds;
-  if (!Number.isInteger(minValiditySeconds) || minValiditySeconds < 0) {
+  if (!Number.isInteger(minValiditySeconds) || minValiditySeconds < 0)
     throw new BadRequestError('minValidity must be a whole number of seconds, 0 or more');
-  }
   if (minValiditySeconds >= config.maxTokenLifetimeSeconds) {
     throw new BadRequestError(
       `minValidity must be below the maximum token lifetime (${config.maxTokenLifetimeSeconds}s)`,

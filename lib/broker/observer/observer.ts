@@ -1,7 +1,6 @@
 /**
  * The observer: what a container that needs a token does after each read of the store, as one
- * pure decision (no I/O, no clock; `obtain.ts` drives it). Its diagram and the invariants it
- * serves (I1–I4) are in docs/protocol.md.
+ * pure decision (no I/O, no clock; `obtain.ts` drives it). Its diagram: docs/protocol.md.
  */
 import {
   MinValidityUnsatisfiableError,
@@ -10,21 +9,27 @@ import {
 } from '../../errors.js';
 import type { Lease, ReplacedToken, TokenRecord, TokenState } from '../../ports.js';
 import { causeOf, type IssuanceCause, isCallersWord } from '../issuance/index.js';
-import { leaseCountdown, leaseNeedsMs, pollWaitMs, windowMs } from '../timing/index.js';
+import {
+  leaseCountdown,
+  leaseNeedsMs,
+  pollBaseMs,
+  pollCapMs,
+  pollWaitMs,
+  windowMs,
+} from '../timing/index.js';
 import { type Seen, suspectToken, type TokenRequest, validityNeeded } from '../view/index.js';
 import { type CallerBoundSettings, forcingRefusal } from './caller-bounds.js';
-import { issuanceWaitMs } from './issuance-wait.js';
 
-/** Everything the decision reads: one read of the store, and this container's view of it. */
+/**
+ * Everything the decision reads: one read of the store, and this container's view of it. Times
+ * are ms, monotonic but for `now`, the wall clock when the read was answered (token expiry only).
+ */
 export interface Observation extends Seen {
   readonly state: TokenState;
   readonly request: Pick<TokenRequest, 'minValidityMs' | 'mayForce'>;
-  /** Wall clock when the read was answered: token expiry only. */
   readonly now: number;
-  /** Monotonic ms since the read was sent. */
   readonly sinceReadMs: number;
-  /** Monotonic ms left before the caller's deadline. */
-  readonly leftMs: number;
+  readonly leftMs: number; // before the caller's deadline
   /** Kept before the deadline for one more read (see `readReserveMs`). */
   readonly readReserveMs: number;
   /** This container's last measured read round trip, ms, if any (the holder's token write). */
@@ -49,7 +54,6 @@ export type Decision =
       readonly do: 'acquire';
       readonly countdown: number;
       readonly takeOver: Lease | undefined;
-      /** The digest of the token read (the lease replaces exactly it), if any. */
       readonly replacesDigest: string | undefined;
       /** The valid token replaced (dropped if the POST's outcome is unknown), or a suspect one. */
       readonly replaced: ReplacedToken | undefined;
@@ -60,7 +64,7 @@ export type Decision =
       readonly forced: boolean;
     }
   | { readonly do: 'wait'; readonly ms: number; readonly lease: Lease; readonly suspect: boolean }
-  | { readonly do: 'refuse'; readonly error: Error; readonly callersWord?: boolean };
+  | { readonly do: 'refuse'; readonly error: Error };
 
 export const decide = (o: Observation): Decision => {
   const { token, lease } = o.state;
@@ -69,31 +73,27 @@ export const decide = (o: Observation): Decision => {
   const servable = valid && !o.suspect ? valid : undefined;
   const warmUp = o.request.minValidityMs === 'outside-window';
   const needMs = validityNeeded(o.request, valid, o.settings);
+  // A token inside its window is due: its replacement is routine whatever the need was.
+  const inWindow = valid !== undefined && valid.expiresAt - o.now <= windowMs(valid, o.settings);
 
   // 2. A countdown nobody advances: a caller the token does not satisfy, inside its window,
   //    takes the version over in step 6 and goes on from its countdown (cheaper than a let-go
   //    and a fresh countdown). Otherwise, or without time for it (I3), it is let go.
-  const takeOverDue =
-    servable !== undefined &&
-    lease !== undefined &&
-    o.leaseStale &&
-    o.revokesOnReissue &&
-    servable.expiresAt - o.now <= windowMs(servable, o.settings) &&
-    servable.expiresAt - o.now <= needMs &&
-    leaseNeedsMs(lease.countdown, o.settings.timing) < o.leftMs;
-  if (servable && lease && o.leaseStale && !takeOverDue)
-    return { do: 'let-go', stale: lease, record: servable };
+  if (servable && lease && o.leaseStale) {
+    const takeOver =
+      o.revokesOnReissue &&
+      inWindow &&
+      servable.expiresAt - o.now <= needMs &&
+      leaseNeedsMs(lease.countdown, o.settings.timing) < o.leftMs;
+    if (!takeOver) return { do: 'let-go', stale: lease, record: servable };
+  }
 
   // 3. Fast path: a token that meets the need, served inside what the read proves (I2). An
   //    answer older than its proof may predate a replacement that has since revoked it.
   if (servable && servable.expiresAt - o.now > needMs) {
     if (o.sinceReadMs < o.proofMs) return { do: 'serve', record: servable };
-    if (o.leftMs <= 0) {
-      return refuse(
-        new StoreUnavailableError('The token store answered too slowly; retry shortly'),
-      );
-    }
-    return { do: 'reread' };
+    if (o.leftMs > 0) return { do: 'reread' };
+    return refuse(new StoreUnavailableError('The token store answered too slowly; retry shortly'));
   }
 
   // 4. A need no token of this connection can meet: refused before any upstream call.
@@ -104,12 +104,8 @@ export const decide = (o: Observation): Decision => {
   const leaseLive = lease !== undefined && !o.leaseStale;
   // Stryker disable next-line ConditionalExpression,StringLiteral: equivalent: the warm-up's need is the window, which forcesReplacement never counts as forcing
   if (servable && !leaseLive && !warmUp) {
-    const { mayForce } = o.request;
-    const refusal = forcingRefusal(
-      { record: servable, needMs, now: o.now, knownForMs: o.knownForMs, mayForce },
-      o.settings,
-    );
-    if (refusal) return { do: 'refuse', error: refusal, callersWord: true };
+    const refusal = forcingRefusal({ ...o, ...o.request, record: servable, needMs }, o.settings);
+    if (refusal) return refuse(refusal);
   }
 
   // 6. No live lease: take it (or take over exactly the stale version seen), with time for the
@@ -125,16 +121,7 @@ export const decide = (o: Observation): Decision => {
     const mayBeRevoked =
       valid === undefined ? suspectToken(o.state, o.revokesOnReissue, o.now, timing) : undefined;
     if (leaseNeedsMs(countdown, timing) >= o.leftMs) return refuse(notEnoughTime(countdown));
-    // A token inside its window is due: its replacement is routine whatever the need was.
-    const inWindow = valid !== undefined && valid.expiresAt - o.now <= windowMs(valid, o.settings);
-    const cause = causeOf({
-      state: o.state,
-      valid,
-      suspect: o.suspect,
-      takeOver: lease,
-      warmUp,
-      inWindow,
-    });
+    const cause = causeOf({ ...o, takeOver: lease, warmUp, inWindow });
     return {
       do: 'acquire',
       countdown,
@@ -157,29 +144,8 @@ export const decide = (o: Observation): Decision => {
   // No valid token: read again when the holder's token is expected; else poll.
   const wait =
     valid === undefined
-      ? issuanceWaitMs(
-          {
-            lease,
-            now: o.now,
-            issuanceMs: o.issuanceMs,
-            waits: o.waits,
-            draw: o.draw,
-            leaseTripMs: o.sinceReadMs,
-            readTripMs: o.lastReadMs,
-          },
-          o.settings.timing,
-        )
-      : pollWaitMs(
-          {
-            countdown: lease.countdown,
-            sinceReadMs: o.sinceReadMs,
-            replacesToken: true,
-            issuanceMs: o.issuanceMs,
-            waits: o.waits,
-            draw: o.draw,
-          },
-          o.settings.timing,
-        );
+      ? issuanceWaitMs(o, lease)
+      : pollWaitMs({ ...o, countdown: lease.countdown, replacesToken: true }, o.settings.timing);
   // A stopped holder is found at the read after its version has stood its duration (liveness).
   const untilStale = o.staleInMs === undefined ? wait : Math.max(1, o.staleInMs + 1);
   return { do: 'wait', ms: Math.min(wait, untilStale, readBy), lease, suspect: o.suspect };
@@ -187,32 +153,40 @@ export const decide = (o: Observation): Decision => {
 
 const refuse = (error: Error): Decision => ({ do: 'refuse', error });
 
-/** No time for a lease: while a replacement is under way, the token held may be revoked. */
+/**
+ * When a holder's first token is due, for a container that has none (a fleet's cold start): its
+ * lease write's send, countdown, one issuance and the round trips, with a jitter. Liveness only.
+ */
+const issuanceWaitMs = (o: Observation, lease: Lease): number => {
+  const { issuanceMs, draw, waits } = o;
+  const { timing } = o.settings;
+  const spread = Math.max(pollBaseMs(timing), issuanceMs / 4);
+  // Later than expected: read again in a growing step, half of it jitter.
+  if (waits > 0)
+    return Math.max(1, Math.min(pollCapMs(timing), spread * 2 ** waits) * (0.5 + draw / 2));
+  const age = Math.min(Math.max(0, o.now - (lease.expiresAt - lease.durationMs)), issuanceMs);
+  // The answer to the holder's lease write before its flow (guessed from this read's round
+  // trip), and to its token write after it (from the last measured read).
+  const trip = (ms: number) => Math.min(Math.max(0, ms), issuanceMs / 2);
+  const trips = trip(o.sinceReadMs) + trip(o.lastReadMs ?? o.sinceReadMs);
+  const expected = lease.countdown * timing.countdownStepMs + issuanceMs + trips - age;
+  return Math.max(1, expected + draw * spread);
+};
+
+/** No time for a lease or a wait: while a replacement is under way, the token may be revoked. */
 const noTimeLeft = (suspect: boolean, message: string) =>
   new UpstreamUnavailableError(message, { retryAfterSeconds: 1, refreshInProgress: suspect });
 
 /** Too little time left for a lease's countdown and POST: none is taken (I3). */
-export const notEnoughTime = (countdown: number) =>
-  noTimeLeft(
-    false,
-    countdown > 1
-      ? 'Not enough time left to replace the token safely; retry shortly'
-      : 'Not enough time left to issue a token; retry shortly',
-  );
+export const notEnoughTime = (countdown: number) => {
+  const what = countdown > 1 ? 'replace the token safely' : 'issue a token';
+  return noTimeLeft(false, `Not enough time left to ${what}; retry shortly`);
+};
 
-/** The deadline came while another container held the lease. */
 export const waitTimedOut = (suspect: boolean) =>
-  new UpstreamUnavailableError(
-    'Timed out waiting for another container to issue the token',
-    // The current token may already be revoked: not to be served as the last good one.
-    { retryAfterSeconds: 1, refreshInProgress: suspect },
-  );
+  noTimeLeft(suspect, 'Timed out waiting for another container to issue the token');
 
-/** A token whose whole lifetime is shorter than what the caller asked for. */
-export const unsatisfiable = (
-  record: TokenRecord,
-  needMs: number,
-): MinValidityUnsatisfiableError => {
+export const unsatisfiable = (record: TokenRecord, needMs: number) => {
   const lifetime = Math.floor((record.expiresAt - record.issuedAt) / 1000);
   return new MinValidityUnsatisfiableError(
     `The Open API issues tokens valid for ${lifetime}s, which cannot satisfy a validity of ${Math.ceil(needMs / 1000)}s`,

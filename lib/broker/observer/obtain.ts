@@ -1,19 +1,17 @@
 /**
- * The observer's loop: reads the store until it holds a token that meets the request, doing
- * what `decide` says after each read. Taking and letting go of leases is the holder's side's.
+ * The observer's loop: reads the store until it holds a token that meets the request, doing what
+ * `decide` says after each read (leases are the holder's side's), and the store calls.
  */
 import type { Clock } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
-import { ReplacementRefusedError } from '../../errors.js';
+import { ReplacementRefusedError, StoreUnavailableError } from '../../errors.js';
 import { type BrokerMetrics, MetricName } from '../../metrics.js';
 import type { Lease, TokenRecord, TokenState, TokenStore } from '../../ports.js';
-import { readReserveMs } from '../timing/index.js';
+import { cutOverEstimate, readReserveMs } from '../timing/index.js';
 import type { BrokerLogger, ServedToken } from '../types.js';
 import type { ConnectionView, ReadSent, TokenRequest } from '../view/index.js';
 import type { CallerBoundSettings } from './caller-bounds.js';
-import { awaitCutOver } from './cut-over-wait.js';
 import { type Decision, decide, waitTimedOut } from './observer.js';
-import { type StoreReachability, storeFailure } from './store-calls.js';
 
 interface ObserverDeps {
   readonly store: TokenStore;
@@ -27,7 +25,6 @@ interface ObserverDeps {
   readonly reachability: StoreReachability;
 }
 
-/** A decision to take the lease, as the holder's side carries it out. */
 export type AcquirePlan = Omit<Extract<Decision, { do: 'acquire' }>, 'do'>;
 
 interface LeaseActions {
@@ -47,27 +44,22 @@ export const obtain = async (
   const { deadline } = request;
   let known: { state: TokenState; read: ReadSent } | undefined;
   let waits = 0;
-  // Polls since the countdown last moved: the backoff starts again when it does.
-  let polls = { countdown: undefined as number | undefined, since: 0 };
-  const cutOverMs = await awaitCutOver(deps, name, deadline);
-  if (cutOverMs > 0)
-    logger.debug('Waited for the announced cut-over', { connection: name, cutOverMs });
+  let countdown: number | undefined;
+  let waitsSinceMove = 0; // the backoff starts again when the countdown moves
+  await awaitCutOver(deps, name, request);
   for (;;) {
-    // 1. Read the store, or take the state that won a lost acquisition. What a read proves
-    //    counts from when it was sent.
-    const read = known?.read ?? { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-    const state = known?.state ?? (await readStore(deps, name, request));
-    const fresh = known === undefined;
+    // 1. Read the store, or take the state that won a lost acquisition.
+    const got = known ?? (await readStore(deps, name, request));
     known = undefined;
-    if ('source' in state) return state; // the store is down; memory had a usable token
-    // 2. Keep what it says (I2's proof, the lease watch).
+    if ('source' in got) return got; // the store is down; memory had a usable token
+    // 2. Keep what it says (I2's proof, the lease watch), counted from when the read was sent.
+    const { state, read } = got;
     const now = clock.now();
     const sinceReadMs = clock.monotonic() - read.sentAtMonotonic;
-    // Stryker disable next-line StringLiteral: equivalent: `measured` tells only 'issuance' apart
-    if (fresh) view.measured(name, 'read', sinceReadMs);
     const seen = view.observe(connection, state, read, now);
-    if (state.lease?.countdown !== polls.countdown) {
-      polls = { countdown: state.lease?.countdown, since: 0 };
+    if (state.lease?.countdown !== countdown) {
+      countdown = state.lease?.countdown;
+      waitsSinceMove = 0;
     }
     // 3. Decide.
     const decision = decide({
@@ -81,7 +73,7 @@ export const obtain = async (
       lastReadMs: view.readMs(name),
       revokesOnReissue: connection.revokesOnReissue,
       knownForMs: seen.valid ? view.knownFor(name, seen.valid.tokenDigest) : 0,
-      waits: polls.since,
+      waits: waitsSinceMove,
       issuanceMs: view.issuanceMs(name),
       draw: clock.random(),
       settings,
@@ -91,19 +83,26 @@ export const obtain = async (
       connection: name,
       decision: decision.do,
       ...(decision.do === 'wait' ? { waitMs: Math.round(decision.ms) } : {}),
-      countdown: state.lease?.countdown,
+      countdown,
       readMs: Math.round(sinceReadMs),
       waits,
     });
-    // 4. Act.
+    // 4. Act; a 'reread' loops at once.
     switch (decision.do) {
       case 'serve':
         return { record: decision.record, source: 'dynamodb' };
-      // Stryker disable next-line StringLiteral: equivalent: a decision no case matches loops too
-      case 'reread':
-        continue;
       case 'refuse':
-        if (decision.callersWord) refused(deps, name, decision.error, request);
+        if (decision.error instanceof ReplacementRefusedError) {
+          deps.metrics.record(MetricName.ReplacementsRefused, name);
+          logger.info('Replacement on a caller’s word refused', {
+            connection: name,
+            caller: request.caller,
+            code: decision.error.code,
+            // Never the warm-up: its need, the window, forces nothing (`decide`, step 5).
+            minValidity: Math.ceil((request.minValidityMs as number) / 1000),
+            availableMinValidity: decision.error.availableMinValidity,
+          });
+        }
         throw decision.error;
       case 'let-go':
         await lease.letGo(decision.stale, decision.record);
@@ -123,26 +122,63 @@ export const obtain = async (
           });
         }
         waits += 1;
-        polls.since += 1;
+        waitsSinceMove += 1;
         await clock.sleep(decision.ms);
         if (deadline.passed()) throw waitTimedOut(decision.suspect);
     }
   }
 };
 
+/**
+ * At a cut-over, when what a read proved has run out near the end of an announced countdown, the
+ * first read waits for the successor (within the deadline) rather than reading once per step.
+ */
+const awaitCutOver = async (
+  { clock, view, logger }: ObserverDeps,
+  name: string,
+  { deadline }: TokenRequest,
+): Promise<void> => {
+  const entry = view.entry(name);
+  if (!entry?.lease) return;
+  // A countdown that did not move between two reads announces nothing to wait for.
+  const { timing } = view;
+  const since = view.leaseFirstSeen(name, entry.lease);
+  if (since === undefined || since < entry.checkedAt - timing.countdownStepMs) return;
+  const now = clock.now();
+  const issuanceMs = view.issuanceMs(name);
+  const { successorAt, stepMs } = cutOverEstimate(entry.checkedAt, entry.lease, issuanceMs, timing);
+  if (now < entry.until) return;
+  // Further than two steps and the POST: a read proves the old token for a step more.
+  if (now < entry.checkedAt + (entry.lease.countdown - 2) * stepMs) return;
+  // I3. Wake with time left for the read; past the estimate, read now.
+  const readBy = deadline.leftMs() - readReserveMs(view.readMs(name), timing);
+  const wait = Math.min(successorAt - now, readBy);
+  if (wait <= 0) return;
+  await clock.sleep(wait);
+  const cutOverMs = Math.round(wait);
+  logger.debug('Waited for the announced cut-over', { connection: name, cutOverMs });
+};
+
 /** Reads the store within the time left; when it is down, memory's token if servable (I2). */
 const readStore = async (
-  { store, view, logger, bounded, reachability }: ObserverDeps,
+  { store, view, clock, logger, bounded, reachability }: ObserverDeps,
   name: string,
   request: TokenRequest,
-): Promise<TokenState | ServedToken> => {
+): Promise<{ state: TokenState; read: ReadSent } | ServedToken> => {
+  const read = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
+  // After a read that went unanswered, the next waits four of the last measured (at least
+  // 500 ms) rather than the deadline, so an unreachable store is told fast. Liveness only.
+  const leftMs = request.deadline.leftMs();
+  const shortMs = Math.min(leftMs, Math.max(500, 4 * (view.readMs(name) ?? 0)));
   try {
-    const waitMs = reachability.waitMs(request.deadline.leftMs(), view.readMs(name));
-    const state = await bounded(store.read(name), waitMs);
-    reachability.answered(true);
-    return state;
+    const state = await bounded(store.read(name), reachability.unanswered ? shortMs : leftMs);
+    reachability.unanswered = false;
+    // Stryker disable next-line StringLiteral: equivalent: `measured` tells only 'issuance' apart
+    view.measured(name, 'read', clock.monotonic() - read.sentAtMonotonic);
+    return { state, read };
   } catch (error) {
-    reachability.answered(false);
+    reachability.unanswered = true;
+    // Stryker disable next-line StringLiteral: equivalent: `servable` tells no two strings apart
     const held = view.servable(name, request, 'store-down').record;
     if (!held) throw storeFailure('read', error);
     logger.warn('Token store unreadable; serving the token held in memory', { connection: name });
@@ -150,23 +186,17 @@ const readStore = async (
   }
 };
 
-/** Logs and counts a caller's word refused (I4). */
-const refused = (
-  { metrics, logger }: ObserverDeps,
-  name: string,
-  error: Error,
-  request: TokenRequest,
-): void => {
-  if (!(error instanceof ReplacementRefusedError)) return;
-  metrics.record(MetricName.ReplacementsRefused, name);
-  logger.info('Replacement on a caller’s word refused', {
-    connection: name,
-    caller: request.caller,
-    code: error.code,
-    minValidity:
-      typeof request.minValidityMs === 'number'
-        ? Math.ceil(request.minValidityMs / 1000)
-        : undefined,
-    availableMinValidity: error.availableMinValidity,
-  });
-};
+/** Whether the store left this container's last read unanswered (see `readStore`). */
+export class StoreReachability {
+  unanswered = false;
+}
+
+const FAILURES = {
+  read: 'The token store could not be read; retry shortly',
+  'answer in time': 'The token store did not answer in time; retry shortly',
+  'take the lease': 'The token store failed to take the lease; retry shortly',
+} as const;
+
+/** A store call's failure as callers are told it: a typed error, the SDK's in the cause. */
+export const storeFailure = (what: keyof typeof FAILURES, cause?: unknown): StoreUnavailableError =>
+  new StoreUnavailableError(FAILURES[what], { cause });

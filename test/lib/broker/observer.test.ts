@@ -503,4 +503,40 @@ describe('Function: decide, at its edges', () => {
       countdown: 0,
     });
   });
+
+  it('takes a stale countdown over for a caller needing exactly the validity left, and finishes a forced lease as forced (I1, I4)', () => {
+    // 30 s left, inside the 60 s window; the caller needs those 30 s, which the token does not
+    // give with time to spare.
+    const due = token('due', T0 + 30_000);
+    const over = (stale: Lease) =>
+      decide(observe({ state: { token: due, lease: stale }, leaseStale: true, need: 30_000 }));
+    expect(over(lease(3))).toMatchObject({ do: 'acquire', takeOver: lease(3), forced: false });
+    // A caller's replacement taken over is one too (I4), whatever the taker's cause.
+    expect(over(lease(3, { forced: true }))).toMatchObject({
+      do: 'acquire',
+      cause: 'takeover',
+      forced: true,
+    });
+  });
+
+  it('I3: names an issuance, not a replacement, when it has no time to take over a countdown at 1', () => {
+    const gone = token('gone', T0 - 1_000);
+    const d = decide(
+      observe({ state: { token: gone, lease: lease(1) }, leaseStale: true, leftMs: 1 }),
+    );
+    expect(d).toMatchObject({
+      do: 'refuse',
+      error: { message: 'Not enough time left to issue a token; retry shortly' },
+    });
+  });
+
+  it('reads again, past the first wait for a holder’s token, in a doubling step with half of it jitter (liveness)', () => {
+    // A quarter of the 300 ms issuance, doubled per wait, capped at two steps (500 ms).
+    const later = (waits: number, draw: number) =>
+      decide(observe({ state: { token: undefined, lease: lease(1) }, waits, draw }));
+    expect(later(2, 0)).toMatchObject({ do: 'wait', ms: 150 });
+    expect(later(2, 0.5)).toMatchObject({ do: 'wait', ms: 225 });
+    expect(later(2, 1)).toMatchObject({ do: 'wait', ms: 300 });
+    expect(later(4, 1)).toMatchObject({ do: 'wait', ms: 500 });
+  });
 });
