@@ -185,7 +185,7 @@ export class LeasedIssuance {
   ): Promise<LeaseAttempt> {
     // A lease that starts a countdown is renewed by its first step a step after its answer.
     const { timing } = this.deps.settings;
-    const { durationMs } = leaseTerm(0, deadline.leftMs(), timing, terms.countdown > 1);
+    const durationMs = leaseTerm(deadline.leftMs(), timing, terms.countdown > 1);
     const leaseExpiresAt = this.deps.clock.now() + durationMs;
     // The take announces its step too (ADR 0032): the wait and this container's last read.
     const stepMs = timing.countdownStepMs + (this.deps.view.readMs(name) ?? 0);

@@ -159,7 +159,7 @@ const writeLease = (state: HolderState, at: number): Result => {
   const countdown = state.countdown > 1 ? state.countdown - 1 : state.countdown;
   // A short (counting) version when another step follows a step after this one's answer.
   const counting = countdown > 1 || state.fenceAskedAt !== undefined;
-  const { durationMs } = leaseTerm(0, state.terms.deadlineAt - at, state.terms.timing, counting);
+  const durationMs = leaseTerm(state.terms.deadlineAt - at, state.terms.timing, counting);
   return {
     state: { ...state, writing: { write: 'step', countdown, durationMs, sentAt: at } },
     // The step timer now marks when the lease lapses if no answer comes.
@@ -284,7 +284,7 @@ export const initialState = (
   version: lease.version,
   unanswered: undefined,
   // As long as the version written lasts (`leaseTerm`: a countdown's first version is short).
-  ownedUntil: lease.leasedAt + leaseTerm(0, Infinity, terms.timing, lease.countdown > 1).durationMs,
+  ownedUntil: lease.leasedAt + leaseTerm(Infinity, terms.timing, lease.countdown > 1),
   answeredAt: lease.answeredAt,
   writing: undefined,
   fenceAskedAt: undefined,

@@ -145,7 +145,7 @@ export const decide = (o: Observation): Decision => {
   const wait =
     valid === undefined
       ? issuanceWaitMs(o, lease)
-      : pollWaitMs({ ...o, countdown: lease.countdown, replacesToken: true }, o.settings.timing);
+      : pollWaitMs({ ...o, countdown: lease.countdown }, o.settings.timing);
   // A stopped holder is found at the read after its version has stood its duration (liveness).
   const untilStale = o.staleInMs === undefined ? wait : Math.max(1, o.staleInMs + 1);
   return { do: 'wait', ms: Math.min(wait, untilStale, readBy), lease, suspect: o.suspect };

@@ -122,19 +122,11 @@ export const countingLeaseMs = (timing: ProtocolTiming): number =>
   timing.countdownStepMs + 2 * timing.storeRoundTripMs + leaseHeartbeatMs(timing) / 2;
 
 /**
- * I1. The expiry (holder's wall clock) and duration of a lease version written at `sentAt`, cut
- * to the time left: `countingLeaseMs` when followed by a countdown step, else `leaseMs`.
+ * I1. How long a lease version lasts, ms, cut to the time left: `countingLeaseMs` when a
+ * countdown step follows it, else `leaseMs`.
  */
-export const leaseTerm = (
-  sentAt: number,
-  leftMs: number,
-  timing: ProtocolTiming,
-  counting = false,
-): { expiresAt: number; durationMs: number } => {
-  const lasts = counting ? countingLeaseMs(timing) : timing.leaseMs;
-  const durationMs = Math.max(0, Math.min(leftMs, lasts));
-  return { expiresAt: sentAt + durationMs, durationMs };
-};
+export const leaseTerm = (leftMs: number, timing: ProtocolTiming, counting = false): number =>
+  Math.max(0, Math.min(leftMs, counting ? countingLeaseMs(timing) : timing.leaseMs));
 
 /**
  * I2. The countdown a lease replacing `token` is written with: fresh, or going on from exactly

@@ -83,15 +83,13 @@ export const pollWaitMs = (
   input: {
     readonly countdown: number;
     readonly sinceReadMs: number;
-    readonly replacesToken: boolean;
     readonly issuanceMs: number;
     readonly waits: number;
     readonly draw: number;
   },
   timing: ProtocolTiming,
 ): number => {
-  const first = pollBaseMs(timing);
-  const base = input.replacesToken ? Math.max(first, input.issuanceMs / 2) : first;
+  const base = Math.max(pollBaseMs(timing), input.issuanceMs / 2);
   const ceiling = Math.min(pollCapMs(timing), base * 2 ** input.waits);
   const counting = (input.countdown - 1) * timing.countdownStepMs - input.sinceReadMs;
   return Math.max(1, input.draw * ceiling, counting);

@@ -1,6 +1,11 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { announcedMs, countdownFor, staleMarginMs } from '../../../lib/broker/timing/bounds.js';
+import {
+  announcedMs,
+  countdownFor,
+  countingLeaseMs,
+  staleMarginMs,
+} from '../../../lib/broker/timing/bounds.js';
 import {
   cutOverEstimate,
   cutOverRereadMs,
@@ -246,23 +251,18 @@ describe('Module: timing (bounds and estimates)', () => {
     );
   });
 
-  // I1: a lease version never lasts longer than the holder counts on it: its duration, from
-  // when it was sent, at most a lease's and never past the caller's deadline.
-  it('I1: writes a lease version lasting from its send for a lease’s duration cut to the deadline, never negative', () => {
+  // I1: a lease version never lasts longer than the holder counts on it: at most a lease's
+  // duration (a counting lease's when a step follows) and never past the caller's deadline.
+  it('I1: writes a lease version lasting a lease’s duration cut to the deadline, never negative', () => {
     fc.assert(
-      fc.property(
-        fc.integer({ min: 0, max: 2 * T0 }),
-        fc.integer({ min: -10_000, max: 10_000 }),
-        (sentAt, leftMs) => {
-          const term = leaseTerm(sentAt, leftMs, DEFAULT_TIMING);
-          expect(term.durationMs).toBeGreaterThanOrEqual(0);
-          expect(term.durationMs).toBeLessThanOrEqual(Math.max(0, leftMs));
-          expect(term.durationMs).toBeLessThanOrEqual(DEFAULT_TIMING.leaseMs);
-          if (leftMs >= DEFAULT_TIMING.leaseMs)
-            expect(term.durationMs).toBe(DEFAULT_TIMING.leaseMs);
-          expect(term.expiresAt - sentAt).toBe(term.durationMs);
-        },
-      ),
+      fc.property(fc.integer({ min: -10_000, max: 10_000 }), fc.boolean(), (leftMs, counting) => {
+        const durationMs = leaseTerm(leftMs, DEFAULT_TIMING, counting);
+        const lasts = counting ? countingLeaseMs(DEFAULT_TIMING) : DEFAULT_TIMING.leaseMs;
+        expect(durationMs).toBeGreaterThanOrEqual(0);
+        expect(durationMs).toBeLessThanOrEqual(Math.max(0, leftMs));
+        expect(durationMs).toBeLessThanOrEqual(lasts);
+        if (leftMs >= lasts) expect(durationMs).toBe(lasts);
+      }),
     );
   });
 
@@ -351,7 +351,6 @@ describe('Module: timing, each estimate never below the bound it stands in for',
         fc.record({
           countdown: fc.integer({ min: 0, max: 100 }),
           sinceReadMs: fc.integer({ min: 0, max: 30_000 }),
-          replacesToken: fc.boolean(),
           issuanceMs: fc.integer({ min: 1, max: 60_000 }),
           waits: fc.integer({ min: 0, max: 20 }),
           draw: fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
