@@ -30,7 +30,7 @@ const refusing: TokenIssuer = {
 };
 
 describe('I2: a flow that fails for sure puts back only a token it may vouch for', () => {
-  // Mutant failed-flow.ts:73 (=== → !==): a suspect token put back in memory as confirmed.
+  // Mutant in the failed flow's clean-up (=== → !==): a suspect token put back in memory as confirmed.
   it('I2: after taking over a suspect token (a POST may be out), a failed flow does not serve it again', async () => {
     const clock = new ManualClock(T0);
     const store = new InMemoryTokenStore();
@@ -63,7 +63,7 @@ describe('I2: a flow that fails for sure puts back only a token it may vouch for
     expect(again instanceof Error ? again.name : again.record.accessToken).not.toBe(t0.accessToken);
   });
 
-  // Mutant failed-flow.ts:72 (.catch(() => false) → true): a release that failed taken for one
+  // Mutant in the failed flow's clean-up (.catch(() => false) → true): a release that failed taken for one
   // that proved the lease still held.
   it('I2: when the release after a failed flow fails too, the replaced token is dropped, not vouched for', async () => {
     const clock = new ManualClock(T0);
@@ -105,7 +105,7 @@ describe('I2: a flow that fails for sure puts back only a token it may vouch for
 });
 
 describe('I1: after an unknown outcome, A1 counts from the give-up too', () => {
-  // Survivor failed-flow.ts:90 (the grace renewal judged against the fence's reservation): a
+  // Survivor in the failed flow's clean-up (the grace renewal judged against the fence's reservation): a
   // container frozen during its POST past what its confirmation reserved. An attempt may have
   // left as late as the thaw (A2 broken: the abort timer fired late), and no attempt follows the
   // give-up, so the lease is held until now + A1's bound (twice the timeout), not only until the
