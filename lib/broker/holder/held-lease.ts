@@ -38,15 +38,13 @@ export interface HeldLeaseOptions extends Omit<HolderTerms, 'deadlineAt'> {
   readonly store: TokenStore;
   readonly clock: Clock;
   readonly connection: string;
-  /** The lease as written when it was taken: its holder and first version. */
+  /** The lease as taken: its holder and first version, countdown, and when the write was sent
+   * (its time counts from here) and answered (the first step counts from here), monotonic. */
   readonly lease: LeaseRef;
-  readonly deadline: Deadline;
-  /** Monotonic instant at which the lease write was sent: its time counts from here. */
-  readonly leasedAt: number;
-  /** Monotonic instant at which that write was answered: the first step counts from here. */
-  readonly answeredAt: number;
-  /** The countdown the lease was written with. */
   readonly countdown: number;
+  readonly leasedAt: number;
+  readonly answeredAt: number;
+  readonly deadline: Deadline;
   /** Bounds a store call to `waitMs` (the POST budget). */
   readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
   readonly effects: HolderEffects;
@@ -63,21 +61,15 @@ export class HeldLease {
   #roundTripMs: number;
   /** The flow's effects, one after another, in the order commanded. */
   #effects: Promise<void> = Promise.resolve();
-  #finished: ((outcome: HolderOutcome) => void) | undefined;
-  /** Settles with how the flow ended, once its clean-up is done. */
-  readonly outcome: Promise<HolderOutcome>;
+  readonly #outcome = Promise.withResolvers<HolderOutcome>();
 
   constructor(private readonly options: HeldLeaseOptions) {
     const { deadline, lease, upstreamTimeoutMs, replacesToken, suspect, timing } = options;
-    const { countdown, leasedAt, answeredAt } = options;
-    this.#roundTripMs = Math.max(0, answeredAt - leasedAt);
+    this.#roundTripMs = Math.max(0, options.answeredAt - options.leasedAt);
     this.#state = initialState(
       { deadlineAt: deadline.at, upstreamTimeoutMs, replacesToken, suspect, timing },
-      { version: lease.version, countdown, leasedAt, answeredAt },
+      { ...options, version: lease.version },
     );
-    this.outcome = new Promise((resolve) => {
-      this.#finished = resolve;
-    });
     this.#dispatch('started');
   }
 
@@ -109,10 +101,10 @@ export class HeldLease {
     this.#dispatch('abandon', { reason });
   }
 
-  /** The flow ended: how its POST was answered. Settles `outcome` once cleaned up. */
+  /** The flow ended: how its POST was answered. Settles with how it ended, once cleaned up. */
   answered(outcome: PostAnswer): Promise<HolderOutcome> {
     this.#dispatch('answered', { outcome });
-    return this.outcome;
+    return this.#outcome.promise;
   }
 
   #dispatch<T extends HolderEvent['type']>(
@@ -189,7 +181,7 @@ export class HeldLease {
         this.#then(() => effects.holdForGrace(this.ref, this.#state.confirmedUntil, command.until));
         break;
       case 'finish':
-        this.#then(async () => this.#finished?.(command.outcome));
+        this.#then(async () => this.#outcome.resolve(command.outcome));
         break;
     }
   }
@@ -258,8 +250,4 @@ export class HeldLease {
   }
 }
 
-const TIMER_EVENTS = {
-  step: 'step-due',
-  'last-call': 'last-call',
-  post: 'post-timer',
-} as const satisfies Record<HolderTimer, HolderEvent['type']>;
+const TIMER_EVENTS = { step: 'step-due', 'last-call': 'last-call', post: 'post-timer' } as const;

@@ -58,7 +58,7 @@ export const issueUnderLease = async (
   const { name } = connection;
   const { clock, store, logger, metrics, settings, view, bounded } = deps;
   let record: TokenRecord | undefined;
-  const writtenAt = { sentAt: 0, sentAtMonotonic: 0 };
+  let writtenAt = { sentAt: 0, sentAtMonotonic: 0 };
   const lease = new HeldLease({
     ...flow,
     store,
@@ -70,13 +70,9 @@ export const issueUnderLease = async (
     replacesToken: flow.replaced !== undefined,
     bounded,
     effects: {
-      ...cleanUp(
-        { ...deps, bounded: (operation) => bounded(operation, flow.deadline.leftMs()) },
-        connection,
-        flow,
-      ),
+      ...cleanUp(deps, connection, flow),
       writeToken: (ref) => {
-        Object.assign(writtenAt, { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() });
+        writtenAt = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
         return bounded(
           store.putToken(record as TokenRecord, ref, { deadline: flow.deadline }),
           flow.deadline.leftMs(),
@@ -134,8 +130,6 @@ export const issueUnderLease = async (
         tokenDigest: record?.tokenDigest,
       });
       return LOST;
-    default:
-      break;
   }
   const written = record as TokenRecord;
   // When memory may vouch for the token: a re-check, or, if unwritten, the confirmed lease's term.
@@ -153,18 +147,13 @@ export const issueUnderLease = async (
   return { record: written, source: 'upstream' };
 };
 
-/** The clean-up commands after a failed flow, each a best-effort store call. */
+/** The clean-up commands after a failed flow, each a best-effort store call cut to the deadline. */
 export const cleanUp = (
-  deps: Pick<HolderDeps, 'store' | 'view' | 'clock' | 'settings'> & {
-    /** Cuts a store call to the caller's deadline: the caller is answered before it, always. */
-    readonly bounded: <T>(operation: Promise<T>) => Promise<T>;
-  },
-  connection: ConnectionConfig,
-  flow: Pick<LeasedFlow, 'replaced' | 'deadline'>,
+  { store, view, clock, bounded: cut }: Pick<HolderDeps, 'store' | 'view' | 'clock' | 'bounded'>,
+  { name }: ConnectionConfig,
+  { replaced, deadline }: Pick<LeasedFlow, 'replaced' | 'deadline'>,
 ): Omit<HolderEffects, 'writeToken'> => {
-  const { name } = connection;
-  const { store, view, clock, bounded } = deps;
-  const { replaced, deadline } = flow;
+  const bounded = <T>(operation: Promise<T>) => cut(operation, deadline.leftMs());
   return {
     dropReplaced: async () => {
       // Stryker disable next-line ConditionalExpression: equivalent: the holder commands it only when the flow replaces a token

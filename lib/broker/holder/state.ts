@@ -139,6 +139,8 @@ export type HolderCommand =
 
 type Result = { readonly state: HolderState; readonly commands: readonly HolderCommand[] };
 
+const NO_TIME = 'No time left for the access-token request';
+
 /** The lease is lost before the POST: nothing is sent, the flow is stopped (its signal). */
 const lose = (state: HolderState, reason: string): Result => {
   const waiting = state.fenceAskedAt !== undefined && state.writing?.write !== 'fence';
@@ -192,7 +194,7 @@ const fence = (state: HolderState, at: number): Result => {
   const { deadlineAt, upstreamTimeoutMs } = state.terms;
   const waited = { ...state, waitedMs: state.waitedMs + (at - state.fenceAskedAt) };
   const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs(state.terms.timing));
-  if (budget < minPostMs) return lose(waited, 'No time left for the access-token request');
+  if (budget < minPostMs) return lose(waited, NO_TIME);
   const sendWindow = Math.min(budget, postSendWindowMs(state.terms.timing));
   const durationMs = sendWindow + postLandsWithinMs(upstreamTimeoutMs);
   return {
@@ -376,18 +378,13 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
         ? fence(state, at)
         : writeLease(state, at);
     case 'last-call':
-      return state.name === 'counting'
-        ? lose(state, 'No time left for the access-token request')
-        : none;
-    case 'post-timer':
-      if (state.name === 'posting') {
-        // The POST outlived its lease: stopped; only its answer tells what it did.
-        const reason = 'The access-token request outlived its lease';
-        return { state: { ...state, reason }, commands: [{ do: 'abort', reason }] };
-      }
-      return state.name === 'counting'
-        ? lose(state, 'The access-token request outlived its lease')
-        : none;
+      return state.name === 'counting' ? lose(state, NO_TIME) : none;
+    case 'post-timer': {
+      const reason = 'The access-token request outlived its lease';
+      // The POST outlived its lease: stopped; only its answer tells what it did.
+      if (state.name !== 'posting') return state.name === 'counting' ? lose(state, reason) : none;
+      return { state: { ...state, reason }, commands: [{ do: 'abort', reason }] };
+    }
     case 'abandon':
       return state.name === 'counting' || state.name === 'fenced'
         ? lose(state, event.reason)
