@@ -23,57 +23,48 @@ const joinTimedOut = () =>
     retryAfterSeconds: 1,
   });
 
-export class SharedLoads {
-  readonly #flight: SingleFlight<string, ServedToken>;
+export class InFlight {
+  readonly #loads: SingleFlight<string, ServedToken>;
+  readonly #refreshes = new Map<string, Promise<void>>();
 
   constructor(
-    private readonly issuance: LeasedIssuance,
-    private readonly clock: Clock,
-    private readonly settings: RefreshSettings,
+    private readonly deps: {
+      readonly issuance: LeasedIssuance;
+      readonly clock: Clock;
+      readonly settings: RefreshSettings;
+      readonly logger: BrokerLogger;
+      readonly metrics: BrokerMetrics;
+    },
   ) {
-    this.#flight = new SingleFlight(clock);
-  }
-
-  has(name: string): boolean {
-    return this.#flight.has(name);
+    this.#loads = new SingleFlight(deps.clock);
   }
 
   /** A token for `request`, each caller within its own deadline. */
   async load(connection: ConnectionConfig, request: TokenRequest): Promise<ServedToken> {
-    const obtain = () => this.issuance.obtain(connection, request);
-    const joining = this.#flight.has(connection.name);
+    const obtain = () => this.deps.issuance.obtain(connection, request);
+    const joining = this.#loads.has(connection.name);
     let outcome: { readonly value: ServedToken; readonly joined: boolean };
     try {
-      outcome = await this.#flight.run(connection.name, obtain, request.deadline, joinTimedOut);
+      outcome = await this.#loads.run(connection.name, obtain, request.deadline, joinTimedOut);
     } catch (error) {
       // A refusal answers the caller that asked, not the ones that joined it: they ask anew.
       if (joining && error instanceof ReplacementRefusedError) return obtain();
       throw error;
     }
     const { value: shared, joined } = outcome;
-    const now = this.clock.now();
-    const needMs = validityNeeded(request, shared.record, this.settings);
+    const now = this.deps.clock.now();
+    const needMs = validityNeeded(request, shared.record, this.deps.settings);
     if (!joined || shared.record.expiresAt - now > needMs) return shared;
     // The shared load asked for less validity than this caller needs.
     if (shared.source === 'upstream') throw unsatisfiable(shared.record, needMs);
     return obtain();
   }
-}
 
-export class RefreshAhead {
-  readonly #running = new Map<string, Promise<void>>();
-
-  constructor(
-    private readonly deps: {
-      readonly issuance: LeasedIssuance;
-      readonly clock: Clock;
-      readonly logger: BrokerLogger;
-      readonly metrics: BrokerMetrics;
-    },
-  ) {}
-
-  /** Starts one try to replace `current` unless one runs here, within the request's `workUntil`. */
-  start(
+  /**
+   * Starts one try to replace `current` unless a refresh or a load runs here, within the
+   * request's `workUntil`.
+   */
+  refreshAhead(
     connection: ConnectionConfig,
     current: TokenRecord,
     cause: IssuanceCause,
@@ -81,7 +72,7 @@ export class RefreshAhead {
   ): void {
     const { name } = connection;
     const { issuance, clock, logger, metrics } = this.deps;
-    if (this.#running.has(name)) return;
+    if (this.#refreshes.has(name) || this.#loads.has(name)) return;
     const { budget, least } = issuance.refreshMs(connection, current);
     const deadline = Deadline.in(clock, budget).min(workUntil);
     // Not started without time for its countdown and POST (Lambda may reset an overrun).
@@ -99,12 +90,12 @@ export class RefreshAhead {
           });
         },
       )
-      .finally(() => this.#running.delete(name));
-    this.#running.set(name, run);
+      .finally(() => this.#refreshes.delete(name));
+    this.#refreshes.set(name, run);
   }
 
   /** Settles once every refresh running in the background has ended. */
   async idle(): Promise<void> {
-    while (this.#running.size > 0) await Promise.all(this.#running.values());
+    while (this.#refreshes.size > 0) await Promise.all(this.#refreshes.values());
   }
 }

@@ -16,7 +16,7 @@ import type {
   TokenRecord,
   TokenState,
 } from '../../ports.js';
-import { type HolderDeps, issueUnderLease, type LeasedFlow, LOST } from '../holder/index.js';
+import { type HolderDeps, issueUnderLease, LOST } from '../holder/index.js';
 import { IssuanceCause, isCallersWord, UNNAMED_CALLER } from '../issuance/index.js';
 import {
   type AcquirePlan,
@@ -30,17 +30,14 @@ import { leaseCountdown, leaseNeedsMs, leaseTerm, refreshBudgetMs } from '../tim
 import type { ServedToken } from '../types.js';
 import { ConnectionView, ownRequest, type ReadSent, type TokenRequest } from '../view/index.js';
 
-type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view' | 'held'> & {
-  /** What this container knows of each connection (its own, unless shared with a facade). */
-  readonly view?: ConnectionView;
-};
+/** `view`: its own, unless shared with a facade. */
+type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view' | 'held'> & { view?: ConnectionView };
 
 export class LeasedIssuance {
   readonly #containerId = randomUUID();
   #attempts = 0;
   /** Whether the store answered the last read (a short wait for the next one if not). */
   readonly #reachability = new StoreReachability();
-  /** Why every issuance is refused, if it is (`refuseIssuance`). */
   #refusal: string | undefined;
   private readonly deps: HolderDeps;
 
@@ -88,13 +85,12 @@ export class LeasedIssuance {
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
     const request = ownRequest(0, deadline, caller);
-    const { clock, view, settings } = this.deps;
+    const { clock, view } = this.deps;
     // A countdown announced at our last read is left to its holder (`obtain` finds a dead one).
     const entry = view.entry(name);
     if (entry?.lease && entry.record.tokenDigest === current.tokenDigest) return undefined;
-    const countdown = leaseCountdown(connection.revokesOnReissue, current, undefined, settings);
-    if (leaseNeedsMs(countdown, settings.timing) >= deadline.leftMs())
-      throw notEnoughTime(countdown);
+    const { countdown, least } = this.refreshMs(connection, current);
+    if (least >= deadline.leftMs()) throw notEnoughTime(countdown);
     const outcome = await this.#acquireAndIssue(
       connection,
       {
@@ -120,13 +116,12 @@ export class LeasedIssuance {
     return outcome.lost ? this.obtain(connection, request) : undefined;
   }
 
-  /** How long a refresh of `record` may take, and the least it needs (countdown, POST, write), ms. */
-  refreshMs(connection: ConnectionConfig, record: TokenRecord): { budget: number; least: number } {
-    const { revokesOnReissue } = connection;
-    const countdown = leaseCountdown(revokesOnReissue, record, undefined, this.deps.settings);
-    const { timing } = this.deps.settings;
-    const budget = refreshBudgetMs(countdown, this.deps.settings.upstreamTimeoutMs, timing);
-    return { budget, least: leaseNeedsMs(countdown, timing) };
+  /** A refresh of `record`'s countdown, how long it may take and the least it needs (ms). */
+  refreshMs(connection: ConnectionConfig, record: TokenRecord) {
+    const { settings } = this.deps;
+    const countdown = leaseCountdown(connection.revokesOnReissue, record, undefined, settings);
+    const budget = refreshBudgetMs(countdown, settings.upstreamTimeoutMs, settings.timing);
+    return { countdown, budget, least: leaseNeedsMs(countdown, settings.timing) };
   }
 
   /** Takes the lease as `plan` says and issues under it; else the state that won, or `lost`. */
@@ -157,11 +152,12 @@ export class LeasedIssuance {
       return { state: attempt.state, read };
     }
     if (announce) this.deps.logger.info(announce, { connection: name, countdown: plan.countdown });
-    const flow: LeasedFlow = {
+    const leasedAt = read.sentAtMonotonic;
+    const flow = {
       ...plan,
       lease: ours,
       deadline,
-      leasedAt: read.sentAtMonotonic,
+      leasedAt,
       answeredAt: clock.monotonic(),
       caller,
     };
