@@ -105,11 +105,13 @@ export class TokenBroker {
     this.#settings = settings;
     this.#view = new ConnectionView(clock, settings);
     const common = { store, clock, view: this.#view, settings, logger, metrics };
-    const issue = withCredentialRotation({ ...deps, clock });
-    const issuance = new LeasedIssuance({ ...common, issue });
+    const issuance = new LeasedIssuance({
+      ...common,
+      issue: withCredentialRotation({ ...deps, clock }),
+    });
     this.#issuance = issuance;
     this.#reports = new Reports({ ...common, probe });
-    this.#inFlight = new InFlight({ issuance, clock, settings, logger, metrics });
+    this.#inFlight = new InFlight({ ...common, issuance });
   }
 
   connectionNames(): IterableIterator<string> {
@@ -138,10 +140,7 @@ export class TokenBroker {
     return Deadline.in(this.#clock, ms);
   }
 
-  /**
-   * Refuses every issuance with `reason` (`FUNCTION_TIMEOUT_TOO_SHORT`), or lifts the refusal
-   * (undefined); what store and memory prove is still served.
-   */
+  /** Refuses every issuance (`FUNCTION_TIMEOUT_TOO_SHORT`), or lifts it; memory still serves. */
   refuseIssuance(reason: string | undefined): void {
     this.#issuance.refuseIssuance(reason);
   }

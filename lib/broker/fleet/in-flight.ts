@@ -42,19 +42,17 @@ export class InFlight {
   /** A token for `request`, each caller within its own deadline. */
   async load(connection: ConnectionConfig, request: TokenRequest): Promise<ServedToken> {
     const obtain = () => this.deps.issuance.obtain(connection, request);
-    const joining = this.#loads.has(connection.name);
-    let outcome: { readonly value: ServedToken; readonly joined: boolean };
+    const joined = this.#loads.has(connection.name);
+    let shared: ServedToken;
     try {
-      outcome = await this.#loads.run(connection.name, obtain, request.deadline, joinTimedOut);
+      shared = await this.#loads.run(connection.name, obtain, request.deadline, joinTimedOut);
     } catch (error) {
       // A refusal answers the caller that asked, not the ones that joined it: they ask anew.
-      if (joining && error instanceof ReplacementRefusedError) return obtain();
+      if (joined && error instanceof ReplacementRefusedError) return obtain();
       throw error;
     }
-    const { value: shared, joined } = outcome;
-    const now = this.deps.clock.now();
     const needMs = validityNeeded(request, shared.record, this.deps.settings);
-    if (!joined || shared.record.expiresAt - now > needMs) return shared;
+    if (!joined || shared.record.expiresAt - this.deps.clock.now() > needMs) return shared;
     // The shared load asked for less validity than this caller needs.
     if (shared.source === 'upstream') throw unsatisfiable(shared.record, needMs);
     return obtain();

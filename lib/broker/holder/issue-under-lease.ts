@@ -147,7 +147,7 @@ export const issueUnderLease = async (
   return { record: written, source: 'upstream' };
 };
 
-/** The clean-up commands after a failed flow, each a best-effort store call cut to the deadline. */
+/** The clean-up after a failed flow, each a best-effort store call cut to the deadline. */
 export const cleanUp = (
   { store, view, clock, bounded: cut }: Pick<HolderDeps, 'store' | 'view' | 'clock' | 'bounded'>,
   { name }: ConnectionConfig,
