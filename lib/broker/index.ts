@@ -35,7 +35,6 @@ import type {
 } from './types.js';
 import { ConnectionView, ownRequest, type TokenRequest } from './view/index.js';
 
-export { isCredentialRejection } from './issuance/index.js';
 export * from './types.js';
 
 /** A status read that the caller's deadline cut short. */
@@ -142,7 +141,7 @@ export class TokenBroker {
 
   /** Refuses every issuance (`FUNCTION_TIMEOUT_TOO_SHORT`), or lifts it; memory still serves. */
   refuseIssuance(reason: string | undefined): void {
-    this.#issuance.refuseIssuance(reason);
+    this.#issuance.refusal = reason;
   }
 
   /**

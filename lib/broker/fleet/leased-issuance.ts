@@ -38,7 +38,8 @@ export class LeasedIssuance {
   #attempts = 0;
   /** Whether the store answered the last read (a short wait for the next one if not). */
   readonly #reachability = new StoreReachability();
-  #refusal: string | undefined;
+  /** Why every issuance is refused before any lease is taken; undefined: none is. */
+  refusal: string | undefined;
   private readonly deps: HolderDeps;
 
   constructor(deps: LeasedIssuanceDeps) {
@@ -53,11 +54,6 @@ export class LeasedIssuance {
   /** Gives up every lease held here before its POST (shutdown): see `HeldLease.abandon`. */
   abandonLeases(reason: string): void {
     for (const lease of this.deps.held) lease.abandon(reason);
-  }
-
-  /** Refuses every issuance with `reason` before any lease is taken; undefined lifts it. */
-  refuseIssuance(reason: string | undefined): void {
-    this.#refusal = reason;
   }
 
   get view(): ConnectionView {
@@ -133,9 +129,9 @@ export class LeasedIssuance {
   ): Promise<ServedToken | { state?: TokenState; read: ReadSent; lost?: boolean }> {
     const { name } = connection;
     const { clock } = this.deps;
-    if (this.#refusal !== undefined) {
+    if (this.refusal !== undefined) {
       this.deps.metrics.record(MetricName.IssuanceRefused, name);
-      throw new FunctionTimeoutTooShortError(this.#refusal);
+      throw new FunctionTimeoutTooShortError(this.refusal);
     }
     const ours = this.#nextLease();
     const read = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
