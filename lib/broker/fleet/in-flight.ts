@@ -58,10 +58,7 @@ export class InFlight {
     return obtain();
   }
 
-  /**
-   * Starts one try to replace `current` unless a refresh or a load runs here, within the
-   * request's `workUntil`.
-   */
+  /** Starts one try to replace `current`, by `workUntil`, unless a refresh or load runs here. */
   refreshAhead(
     connection: ConnectionConfig,
     current: TokenRecord,
