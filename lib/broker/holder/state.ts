@@ -156,8 +156,6 @@ const lose = (state: HolderState, reason: string): Result => {
 
 /** The periodic lease write: the countdown one lower, down to 1 (the heartbeat); cut to the deadline. */
 const writeLease = (state: HolderState, at: number): Result => {
-  // Judged here too: a write that never came back must not keep the lease alive.
-  if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
   const countdown = state.countdown > 1 ? state.countdown - 1 : state.countdown;
   // A short (counting) version when another step follows a step after this one's answer.
   const counting = countdown > 1 || state.fenceAskedAt !== undefined;
@@ -371,6 +369,7 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
     }
     case 'step-due':
       if (state.name !== 'counting') return none;
+      // Before the write in flight: a write that never came back must not keep the lease alive.
       if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
       if (state.writing) return none;
       // At 1, the flow at the fence is confirmed; a flow not there yet keeps the lease.
@@ -389,26 +388,19 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
       return state.name === 'counting' || state.name === 'fenced'
         ? lose(state, event.reason)
         : none;
-    case 'fence-asked':
+    case 'fence-asked': {
+      const asked: HolderState = { ...state, fenceAskedAt: at };
       // The flow was stopped while posting: nothing more may be sent.
-      if (state.name === 'posting' && state.reason !== undefined) {
-        return lose({ ...state, fenceAskedAt: at }, state.reason);
-      }
-      if (state.name === 'posting') {
-        // Fenced again (a second POST after a definite refusal of the first): confirmed afresh.
-        return fence({ ...state, name: 'counting', countdown: 0, fenceAskedAt: at }, at);
-      }
+      if (state.name === 'posting' && state.reason !== undefined) return lose(asked, state.reason);
+      // Fenced again (a second POST after a definite refusal of the first): confirmed afresh.
+      if (state.name === 'posting') return fence({ ...asked, name: 'counting', countdown: 0 }, at);
       if (state.name !== 'counting') return { state, commands: [{ do: 'refuse-fence' }] };
-      return fence({ ...state, fenceAskedAt: at }, at);
-    case 'write-sent':
-      return {
-        state: {
-          ...state,
-          unanswered: event.version,
-          ...(state.writing ? { writing: { ...state.writing, expiresAt: event.expiresAt } } : {}),
-        },
-        commands: [],
-      };
+      return fence(asked, at);
+    }
+    case 'write-sent': {
+      const sent = state.writing && { writing: { ...state.writing, expiresAt: event.expiresAt } };
+      return { state: { ...state, unanswered: event.version, ...sent }, commands: [] };
+    }
     case 'write-landed':
     case 'write-refused':
     case 'write-failed':
