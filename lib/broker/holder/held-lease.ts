@@ -127,14 +127,12 @@ export class HeldLease {
   }
 
   #run(command: HolderCommand): void {
-    const { effects } = this.options;
+    const { effects, clock } = this.options;
     switch (command.do) {
-      case 'arm': {
+      case 'arm':
         this.#timers.get(command.timer)?.();
-        const fire = () => this.#dispatch(TIMER_EVENTS[command.timer]);
-        this.#timers.set(command.timer, this.#arm(command.timer, command.ms, fire));
+        this.#timers.set(command.timer, this.#arm(command.timer, command.ms));
         break;
-      }
       case 'cancel':
         this.#timers.get(command.timer)?.();
         this.#timers.delete(command.timer);
@@ -145,21 +143,18 @@ export class HeldLease {
       case 'abort':
         if (!this.signal.aborted) this.#aborter.abort(new LeaseLost(command.reason));
         break;
-      case 'send-post':
-      case 'refuse-fence': {
-        const fence = this.#fence;
+      case 'refuse-fence':
+        this.#fence?.reject(
+          this.signal.reason ?? new LeaseLost(this.#state.reason ?? 'Flow ended'),
+        );
         this.#fence = undefined;
-        if (command.do === 'refuse-fence') {
-          fence?.reject(this.signal.reason ?? new LeaseLost(this.#state.reason ?? 'Flow ended'));
-          break;
-        }
+        break;
+      case 'send-post':
         // The flow sends its POST once this turn ends: the holder is `posting` by then.
         this.#dispatch('post-sent');
-        fence?.resolve(
-          Deadline.in(this.options.clock, command.sendBy - this.options.clock.monotonic()),
-        );
+        this.#fence?.resolve(Deadline.in(clock, command.sendBy - clock.monotonic()));
+        this.#fence = undefined;
         break;
-      }
       case 'write-token':
         this.#then(() =>
           effects.writeToken(this.ref).then(
@@ -187,8 +182,9 @@ export class HeldLease {
   }
 
   /** A timer, fired once; a step the flow waits on is a sleep instead. */
-  #arm(timer: HolderTimer, ms: number, fire: () => void): () => void {
+  #arm(timer: HolderTimer, ms: number): () => void {
     const { clock } = this.options;
+    const fire = () => this.#dispatch(TIMER_EVENTS[timer]);
     const { countdown, fenceAskedAt, writing } = this.#state;
     const waitedOn = !writing && (countdown > 1 || fenceAskedAt !== undefined);
     if (timer !== 'step' || !waitedOn) return clock.after(ms, fire);
@@ -212,34 +208,21 @@ export class HeldLease {
   }
 
   /** One conditional lease write on the version last written; its answer comes back as an event. */
-  #writeLease(command: Extract<HolderCommand, { do: 'write-lease' }>): void {
-    const { clock, store, connection, bounded } = this.options;
+  #writeLease({ durationMs, countdown, boundMs }: Extract<HolderCommand, { do: 'write-lease' }>) {
+    const { clock, store, connection, bounded, lease, timing, deadline } = this.options;
     const version = randomUUID();
-    const expiresAt = clock.now() + command.durationMs;
+    const expiresAt = clock.now() + durationMs;
     this.#dispatch('write-sent', { version, expiresAt });
     // Named with the version sent as `unanswered`: a retry of a write that landed still matches.
-    const ref = { holder: this.options.lease.holder, version: this.#state.version };
+    const ref = { holder: lease.holder, version: this.#state.version, unanswered: version };
     const sentAt = clock.monotonic();
-    const write = store.renewLease(
-      connection,
-      { ...ref, unanswered: version },
-      {
-        version,
-        leaseExpiresAt: expiresAt,
-        durationMs: command.durationMs,
-        countdown: command.countdown,
-        // A step is its wait and then this write: readers aim their read at the cut-over with it.
-        stepMs: this.options.timing.countdownStepMs + this.#roundTripMs,
-      },
-      // A conflict (not applied) is sent again until the caller's deadline, or the command's.
-      {
-        deadline:
-          command.boundMs === undefined
-            ? this.options.deadline
-            : Deadline.in(clock, command.boundMs).min(this.options.deadline),
-      },
-    );
-    const answer = command.boundMs === undefined ? write : bounded(write, command.boundMs);
+    // A step is its wait and then this write: readers aim their read at the cut-over with it.
+    const stepMs = timing.countdownStepMs + this.#roundTripMs;
+    const terms = { version, leaseExpiresAt: expiresAt, durationMs, countdown, stepMs };
+    // A conflict (not applied) is sent again until the caller's deadline, or the command's.
+    const until = boundMs === undefined ? deadline : Deadline.in(clock, boundMs).min(deadline);
+    const write = store.renewLease(connection, ref, terms, { deadline: until });
+    const answer = boundMs === undefined ? write : bounded(write, boundMs);
     answer.then(
       (landed) => {
         if (landed) this.#roundTripMs = clock.monotonic() - sentAt;
