@@ -153,15 +153,14 @@ export const cleanUp = (
   { name }: ConnectionConfig,
   { replaced, deadline }: Pick<LeasedFlow, 'replaced' | 'deadline'>,
 ): Omit<HolderEffects, 'writeToken'> => {
-  const bounded = <T>(operation: Promise<T>) => cut(operation, deadline.leftMs());
+  const attempt = <T>(call: Promise<T>) => cut(call, deadline.leftMs()).catch(() => undefined);
   return {
     dropReplaced: async () => {
       // Stryker disable next-line ConditionalExpression: equivalent: the holder commands it only when the flow replaces a token
       if (!replaced) return;
       view.forget(replaced);
-      await bounded(
-        store.deleteIfMatches(name, replaced.tokenDigest, { reportedAt: clock.now(), deadline }),
-      ).catch(() => undefined);
+      const reported = { reportedAt: clock.now(), deadline };
+      await attempt(store.deleteIfMatches(name, replaced.tokenDigest, reported));
     },
     forgetReplaced: () => {
       // Stryker disable next-line ConditionalExpression: equivalent: the holder commands it only when the flow replaces a token
@@ -169,10 +168,7 @@ export const cleanUp = (
     },
     release: async (held, restore) => {
       const releasedAt = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-      // Stryker disable next-line ArrowFunction: equivalent: undefined and false alike mean not released
-      const released = await bounded(store.releaseLease(name, held, { deadline })).catch(
-        () => false,
-      );
+      const released = await attempt(store.releaseLease(name, held, { deadline }));
       if (!restore || !replaced) return;
       // Counts as confirmed only if the release proves we still held the lease.
       const kept = view.entry(name)?.record;
@@ -191,13 +187,9 @@ export const cleanUp = (
         now + Math.max(0, until - clock.monotonic()),
         (confirmedUntil ?? 0) + 1,
       );
-      const terms = {
-        version: randomUUID(),
-        leaseExpiresAt: expiresAt,
-        durationMs: expiresAt - now,
-        countdown: 0,
-      };
-      await bounded(store.renewLease(name, held, terms, { deadline })).catch(() => undefined);
+      const durationMs = expiresAt - now;
+      const terms = { version: randomUUID(), leaseExpiresAt: expiresAt, durationMs, countdown: 0 };
+      await attempt(store.renewLease(name, held, terms, { deadline }));
     },
   };
 };
