@@ -87,23 +87,19 @@ export class LeasedIssuance {
     if (entry?.lease && entry.record.tokenDigest === current.tokenDigest) return undefined;
     const { countdown, least } = this.refreshMs(connection, current);
     if (least >= deadline.leftMs()) throw notEnoughTime(countdown);
-    const outcome = await this.#acquireAndIssue(
-      connection,
-      {
-        countdown,
-        takeOver: undefined,
-        // Replace the token we saw, never a newer one another container wrote meanwhile.
-        replacesDigest: current.tokenDigest,
-        replaced: current,
-        suspect: false,
-        needMs: 0,
-        cause,
-        forced: isCallersWord(cause),
-      },
-      request,
+    // Replace the token we saw, never a newer one another container wrote meanwhile.
+    const replacesDigest = current.tokenDigest;
+    const forced = isCallersWord(cause);
+    const plan = { countdown, takeOver: undefined, replacesDigest, replaced: current, forced };
+    const announce =
       cause === IssuanceCause.Invalidate
         ? 'Replacing a reported token'
-        : 'Refreshing the token ahead of expiry',
+        : 'Refreshing the token ahead of expiry';
+    const outcome = await this.#acquireAndIssue(
+      connection,
+      { ...plan, suspect: false, needMs: 0, cause },
+      request,
+      announce,
     );
     if ('record' in outcome) return outcome;
     // What won is a read as good as any: no other try until it changes.
@@ -135,28 +131,19 @@ export class LeasedIssuance {
     }
     const ours = this.#nextLease();
     const read = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-    const attempt = await this.#acquire(name, ours, deadline, {
-      countdown: plan.countdown,
-      takeOver: plan.takeOver,
-      replacesDigest: plan.replacesDigest,
-      forced: plan.forced,
-    }).catch((error: unknown) => {
+    const { countdown, takeOver, replacesDigest, forced } = plan;
+    const terms = { countdown, takeOver, replacesDigest, forced };
+    const attempt = await this.#acquire(name, ours, deadline, terms).catch((error: unknown) => {
       throw error instanceof StoreUnavailableError ? error : storeFailure('take the lease', error);
     });
     // A write applied but whose answer was lost shows our own version: the lease is ours.
     if (!attempt.acquired && attempt.state.lease?.version !== ours.version) {
       return { state: attempt.state, read };
     }
-    if (announce) this.deps.logger.info(announce, { connection: name, countdown: plan.countdown });
+    if (announce) this.deps.logger.info(announce, { connection: name, countdown });
     const leasedAt = read.sentAtMonotonic;
-    const flow = {
-      ...plan,
-      lease: ours,
-      deadline,
-      leasedAt,
-      answeredAt: clock.monotonic(),
-      caller,
-    };
+    const answeredAt = clock.monotonic();
+    const flow = { ...plan, lease: ours, deadline, leasedAt, answeredAt, caller };
     const issued = await issueUnderLease(this.deps, connection, flow);
     // Our lease was taken over while we ran: the new holder's token wins.
     return issued === LOST ? { read, lost: true } : issued;
@@ -182,10 +169,8 @@ export class LeasedIssuance {
     // The take announces its step too (ADR 0032): the wait and this container's last read.
     const stepMs = timing.countdownStepMs + (this.deps.view.readMs(name) ?? 0);
     const request: LeaseRequest = { ...ours, leaseExpiresAt, durationMs, stepMs, ...terms };
-    return this.#bounded(
-      this.deps.store.acquireLease(name, request, { deadline }),
-      deadline.leftMs(),
-    );
+    const acquired = this.deps.store.acquireLease(name, request, { deadline });
+    return this.#bounded(acquired, deadline.leftMs());
   }
 
   /** Takes a stale lease over exactly and releases it at once, best effort. */
