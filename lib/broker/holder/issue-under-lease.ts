@@ -73,10 +73,8 @@ export const issueUnderLease = async (
       ...cleanUp(deps, connection, flow),
       writeToken: (ref) => {
         writtenAt = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-        return bounded(
-          store.putToken(record as TokenRecord, ref, { deadline: flow.deadline }),
-          flow.deadline.leftMs(),
-        ).catch((error: unknown) => {
+        const put = store.putToken(record as TokenRecord, ref, { deadline: flow.deadline });
+        return bounded(put, flow.deadline.leftMs()).catch((error: unknown) => {
           logger.error('Token store write failed; token kept in memory only', {
             connection: name,
             error: { name: (error as Error)?.name },
