@@ -38,8 +38,10 @@ export interface HeldLeaseOptions extends Omit<HolderTerms, 'deadlineAt'> {
   readonly store: TokenStore;
   readonly clock: Clock;
   readonly connection: string;
-  /** The lease as taken: its holder and first version, countdown, and when the write was sent
-   * (its time counts from here) and answered (the first step counts from here), monotonic. */
+  /**
+   * The lease as taken: its holder and first version, its countdown, and when its write was sent
+   * (its time counts from here) and answered (the first step counts from here), monotonic.
+   */
   readonly lease: LeaseRef;
   readonly countdown: number;
   readonly leasedAt: number;
@@ -56,7 +58,7 @@ export class HeldLease {
   readonly #timers = new Map<HolderTimer, () => void>();
   readonly #queue: HolderEvent[] = [];
   #stepping = false;
-  #fence: { resolve: (sendBy: Deadline) => void; reject: (error: unknown) => void } | undefined;
+  #fence: PromiseWithResolvers<Deadline> | undefined;
   /** The last answered lease write's round trip (ms): what the next step announces. */
   #roundTripMs: number;
   /** The flow's effects, one after another, in the order commanded. */
@@ -90,10 +92,10 @@ export class HeldLease {
 
   /** The fence (I1): resolves with the last instant the POST may leave; rejects with LeaseLost. */
   fence(): Promise<Deadline> {
-    return new Promise((resolve, reject) => {
-      this.#fence = { resolve, reject };
-      this.#dispatch('fence-asked');
-    });
+    const fence = Promise.withResolvers<Deadline>();
+    this.#fence = fence;
+    this.#dispatch('fence-asked');
+    return fence.promise;
   }
 
   /** Gives the lease up before its POST (the environment shuts down): see `step`'s `abandon`. */
