@@ -25,7 +25,7 @@ const joinTimedOut = () =>
 
 export class InFlight {
   readonly #loads: SingleFlight<string, ServedToken>;
-  readonly #refreshes = new Map<string, Promise<void>>();
+  readonly #refreshes = new Map<string, Promise<unknown>>();
 
   constructor(
     private readonly deps: {
@@ -74,17 +74,14 @@ export class InFlight {
     if (least >= deadline.leftMs()) return;
     const run = issuance
       .refresh(connection, current, deadline, caller, cause)
-      .then(
-        () => undefined,
-        (error: unknown) => {
-          metrics.record(MetricName.RefreshFailures, name);
-          const failure = toBrokerError(error);
-          logger.warn('Refresh ahead of expiry failed', {
-            connection: name,
-            error: { name: failure.name, code: failure.code, message: failure.message },
-          });
-        },
-      )
+      .catch((error: unknown) => {
+        metrics.record(MetricName.RefreshFailures, name);
+        const failure = toBrokerError(error);
+        logger.warn('Refresh ahead of expiry failed', {
+          connection: name,
+          error: { name: failure.name, code: failure.code, message: failure.message },
+        });
+      })
       .finally(() => this.#refreshes.delete(name));
     this.#refreshes.set(name, run);
   }
