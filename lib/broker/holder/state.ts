@@ -184,16 +184,15 @@ const fence = (state: HolderState, at: number): Result => {
   if (state.writing || state.fenceAskedAt === undefined || state.countdown > 1) {
     return { state, commands: [] };
   }
-  const { countdownStepMs, minPostMs } = state.terms.timing;
-  const due = state.answeredAt + countdownStepMs;
+  const { deadlineAt, upstreamTimeoutMs, timing } = state.terms;
+  const due = state.answeredAt + timing.countdownStepMs;
   if (state.countdown > 0 && at < due) {
     return { state, commands: [{ do: 'arm', timer: 'step', ms: due - at }] };
   }
-  const { deadlineAt, upstreamTimeoutMs } = state.terms;
   const waited = { ...state, waitedMs: state.waitedMs + (at - state.fenceAskedAt) };
-  const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs(state.terms.timing));
-  if (budget < minPostMs) return lose(waited, NO_TIME);
-  const sendWindow = Math.min(budget, postSendWindowMs(state.terms.timing));
+  const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs(timing));
+  if (budget < timing.minPostMs) return lose(waited, NO_TIME);
+  const sendWindow = Math.min(budget, postSendWindowMs(timing));
   const durationMs = sendWindow + postLandsWithinMs(upstreamTimeoutMs);
   return {
     state: {
