@@ -160,10 +160,8 @@ export class TokenBroker {
       served = await decide();
       // A2: the awaits may have hidden a stall past the proof. Decided again, once.
       if (!this.#view.stillProves(served.record, this.#clock.now())) {
-        this.deps.logger.warn(
-          'A stall outlasted the proof of the token about to be served; asking again',
-          { connection: name },
-        );
+        const stalled = 'A stall outlasted the proof of the token about to be served; asking again';
+        this.deps.logger.warn(stalled, { connection: name });
         served = await decide();
       }
     } catch (error) {

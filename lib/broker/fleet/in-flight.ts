@@ -5,16 +5,16 @@
  * the announced countdown keeps the current token safe meanwhile (I2); failures are logged and
  * counted.
  */
-import { type Clock, Deadline } from '../../clock.js';
+import { Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import { ReplacementRefusedError, toBrokerError, UpstreamUnavailableError } from '../../errors.js';
-import { type BrokerMetrics, MetricName } from '../../metrics.js';
+import { MetricName } from '../../metrics.js';
 import type { TokenRecord } from '../../ports.js';
+import type { HolderDeps } from '../holder/index.js';
 import type { IssuanceCause } from '../issuance/index.js';
 import { unsatisfiable } from '../observer/index.js';
 import { SingleFlight } from '../single-flight.js';
-import type { RefreshSettings } from '../timing/index.js';
-import type { BrokerLogger, ServedToken } from '../types.js';
+import type { ServedToken } from '../types.js';
 import { type TokenRequest, validityNeeded } from '../view/index.js';
 import type { LeasedIssuance } from './leased-issuance.js';
 
@@ -28,12 +28,8 @@ export class InFlight {
   readonly #refreshes = new Map<string, Promise<unknown>>();
 
   constructor(
-    private readonly deps: {
+    private readonly deps: Pick<HolderDeps, 'clock' | 'settings' | 'logger' | 'metrics'> & {
       readonly issuance: LeasedIssuance;
-      readonly clock: Clock;
-      readonly settings: RefreshSettings;
-      readonly logger: BrokerLogger;
-      readonly metrics: BrokerMetrics;
     },
   ) {
     this.#loads = new SingleFlight(deps.clock);
