@@ -15,7 +15,7 @@ import {
 import { type BrokerMetrics, MetricName, noMetrics } from '../metrics.js';
 import type { SecretSource, TokenIssuer, TokenProbe, TokenStore } from '../ports.js';
 import { Reports } from './callers/index.js';
-import { LeasedIssuance, RefreshAhead, SharedLoads } from './fleet/index.js';
+import { InFlight, LeasedIssuance } from './fleet/index.js';
 import { type Caller, IssuanceCause, withCredentialRotation } from './issuance/index.js';
 import { type CallerBoundSettings, tokenRequest } from './observer/index.js';
 import { withDeadline } from './single-flight.js';
@@ -35,7 +35,6 @@ import type {
 } from './types.js';
 import { ConnectionView, ownRequest, type TokenRequest } from './view/index.js';
 
-export { isCredentialRejection } from './issuance/index.js';
 export * from './types.js';
 
 /** A status read that the caller's deadline cut short. */
@@ -79,8 +78,7 @@ export interface TokenBrokerDeps {
 export class TokenBroker {
   readonly #view: ConnectionView;
   readonly #reports: Reports;
-  readonly #loads: SharedLoads;
-  readonly #refreshAhead: RefreshAhead;
+  readonly #inFlight: InFlight;
   readonly #issuance: LeasedIssuance;
   readonly #settings: CallerBoundSettings & { readonly upstreamTimeoutMs: number };
   readonly #clock: Clock;
@@ -106,12 +104,13 @@ export class TokenBroker {
     this.#settings = settings;
     this.#view = new ConnectionView(clock, settings);
     const common = { store, clock, view: this.#view, settings, logger, metrics };
-    const issue = withCredentialRotation({ ...deps, clock });
-    const issuance = new LeasedIssuance({ ...common, issue });
+    const issuance = new LeasedIssuance({
+      ...common,
+      issue: withCredentialRotation({ ...deps, clock }),
+    });
     this.#issuance = issuance;
     this.#reports = new Reports({ ...common, probe });
-    this.#loads = new SharedLoads(issuance, clock, settings);
-    this.#refreshAhead = new RefreshAhead({ issuance, clock, logger, metrics });
+    this.#inFlight = new InFlight({ ...common, issuance });
   }
 
   connectionNames(): IterableIterator<string> {
@@ -140,12 +139,9 @@ export class TokenBroker {
     return Deadline.in(this.#clock, ms);
   }
 
-  /**
-   * Refuses every issuance with `reason` (`FUNCTION_TIMEOUT_TOO_SHORT`), or lifts the refusal
-   * (undefined); what store and memory prove is still served.
-   */
+  /** Refuses every issuance (`FUNCTION_TIMEOUT_TOO_SHORT`), or lifts it; memory still serves. */
   refuseIssuance(reason: string | undefined): void {
-    this.#issuance.refuseIssuance(reason);
+    this.#issuance.refusal = reason;
   }
 
   /**
@@ -157,24 +153,21 @@ export class TokenBroker {
     const request = tokenRequest(options, this.deps.config);
     const decide = async (): Promise<ServedToken> => {
       const { record } = this.#view.servable(name, request);
-      return record ? { record, source: 'memory' } : this.#loads.load(connection, request);
+      return record ? { record, source: 'memory' } : this.#inFlight.load(connection, request);
     };
     let served: ServedToken;
     try {
       served = await decide();
       // A2: the awaits may have hidden a stall past the proof. Decided again, once.
       if (!this.#view.stillProves(served.record, this.#clock.now())) {
-        this.deps.logger.warn(
-          'A stall outlasted the proof of the token about to be served; asking again',
-          { connection: name },
-        );
+        const stalled = 'A stall outlasted the proof of the token about to be served; asking again';
+        this.deps.logger.warn(stalled, { connection: name });
         served = await decide();
       }
     } catch (error) {
       return this.#lastGood(name, request, error);
     }
     if (served.source !== 'upstream') {
-      // One refresh at a time in a container, and none while a load runs here.
       const { record } = served;
       const now = this.#clock.now();
       const issuanceMs = this.#view.issuanceMs(name);
@@ -183,8 +176,8 @@ export class TokenBroker {
         : dueForRefresh(record, now, this.#settings, this.#clock.random(), issuanceMs)
           ? IssuanceCause.RefreshAhead
           : undefined;
-      if (cause && this.deps.config.refreshAhead !== 'off' && !this.#loads.has(name)) {
-        this.#refreshAhead.start(connection, record, cause, request);
+      if (cause && this.deps.config.refreshAhead !== 'off') {
+        this.#inFlight.refreshAhead(connection, record, cause, request);
       }
     }
     this.#metrics.record(MetricName.TokensServed, name, 1, served.source);
@@ -207,7 +200,7 @@ export class TokenBroker {
 
   /** Settles once the background refreshes have ended (tests; a runtime about to shut down). */
   idle(): Promise<void> {
-    return this.#refreshAhead.idle();
+    return this.#inFlight.idle();
   }
 
   /** Shutdown (SIGTERM): every lease held here is given up and released; work awaited to `deadline`. */
@@ -278,7 +271,7 @@ export class TokenBroker {
       const { name } = connection;
       try {
         const request = ownRequest('outside-window', deadline, caller);
-        const { record, source } = await this.#loads.load(connection, request);
+        const { record, source } = await this.#inFlight.load(connection, request);
         const expiresAt = new Date(record.expiresAt).toISOString();
         const expiresIn = secondsLeft(record.expiresAt, this.#clock.now());
         return [name, { status: source === 'upstream' ? 'issued' : 'fresh', expiresAt, expiresIn }];

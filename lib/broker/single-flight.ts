@@ -11,21 +11,18 @@ export class SingleFlight<K, V> {
     return this.#pending.has(key);
   }
 
-  /** Runs `load`, or joins the one running for `key` until `deadline` (then `timedOut()`). */
+  /** Runs `load`, or joins the one running for `key` (`has`) until `deadline` (`timedOut()`). */
   async run(
     key: K,
     load: () => Promise<V>,
     deadline: Pick<Deadline, 'leftMs'>,
     timedOut: () => Error,
-  ): Promise<{ readonly value: V; readonly joined: boolean }> {
+  ): Promise<V> {
     const existing = this.#pending.get(key);
-    if (existing) {
-      const value = await withDeadline(existing, deadline.leftMs(), this.clock, timedOut);
-      return { value, joined: true };
-    }
+    if (existing) return withDeadline(existing, deadline.leftMs(), this.clock, timedOut);
     const started = load().finally(() => this.#pending.delete(key));
     this.#pending.set(key, started);
-    return { value: await started, joined: false };
+    return started;
   }
 }
 

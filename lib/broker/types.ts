@@ -17,13 +17,10 @@ export interface TokenAnswer extends ServedToken {
   readonly staleIfErrorMs: number;
 }
 
+type Log = (message: string, ...attributes: Record<string, unknown>[]) => void;
+
 /** The subset of a structured logger the core uses (Powertools Logger fits). */
-export interface BrokerLogger {
-  debug(message: string, ...attributes: Record<string, unknown>[]): void;
-  info(message: string, ...attributes: Record<string, unknown>[]): void;
-  warn(message: string, ...attributes: Record<string, unknown>[]): void;
-  error(message: string, ...attributes: Record<string, unknown>[]): void;
-}
+export type BrokerLogger = Record<'debug' | 'info' | 'warn' | 'error', Log>;
 
 export interface GetTokenOptions {
   /** Seconds the returned token must still be valid; defaults to the configured default. */

@@ -147,9 +147,8 @@ export class Reports {
       });
     }
     // A report joining a probe in flight waits no longer than its own time allows.
-    return withDeadline(verdict, waitMs, clock, () => new Error('no time left')).catch(
-      () => NO_TIME,
-    );
+    const late = () => new Error('no time left');
+    return withDeadline(verdict, waitMs, clock, late).catch(() => NO_TIME);
   }
 
   /** Drops `token` here and in the store (if still the stored one). */
@@ -162,11 +161,7 @@ export class Reports {
   }
 
   /** Keeps the report in the store and here: the token is replaced once it is old enough. */
-  async #keep(
-    token: TokenRecord,
-    waitMs: number,
-    deadline: Deadline | undefined,
-  ): Promise<InvalidateOutcome> {
+  async #keep(token: TokenRecord, waitMs: number, deadline?: Deadline): Promise<InvalidateOutcome> {
     const { connection, tokenDigest } = token;
     const mark = () => this.deps.store.markReported(connection, tokenDigest, { deadline });
     if (!(await this.#store(mark, deadline))) return { invalidated: false };

@@ -5,16 +5,16 @@
  * the announced countdown keeps the current token safe meanwhile (I2); failures are logged and
  * counted.
  */
-import { type Clock, Deadline } from '../../clock.js';
+import { Deadline } from '../../clock.js';
 import type { ConnectionConfig } from '../../config.js';
 import { ReplacementRefusedError, toBrokerError, UpstreamUnavailableError } from '../../errors.js';
-import { type BrokerMetrics, MetricName } from '../../metrics.js';
+import { MetricName } from '../../metrics.js';
 import type { TokenRecord } from '../../ports.js';
+import type { HolderDeps } from '../holder/index.js';
 import type { IssuanceCause } from '../issuance/index.js';
 import { unsatisfiable } from '../observer/index.js';
 import { SingleFlight } from '../single-flight.js';
-import type { RefreshSettings } from '../timing/index.js';
-import type { BrokerLogger, ServedToken } from '../types.js';
+import type { ServedToken } from '../types.js';
 import { type TokenRequest, validityNeeded } from '../view/index.js';
 import type { LeasedIssuance } from './leased-issuance.js';
 
@@ -23,57 +23,39 @@ const joinTimedOut = () =>
     retryAfterSeconds: 1,
   });
 
-export class SharedLoads {
-  readonly #flight: SingleFlight<string, ServedToken>;
+export class InFlight {
+  readonly #loads: SingleFlight<string, ServedToken>;
+  readonly #refreshes = new Map<string, Promise<unknown>>();
 
   constructor(
-    private readonly issuance: LeasedIssuance,
-    private readonly clock: Clock,
-    private readonly settings: RefreshSettings,
+    private readonly deps: Pick<HolderDeps, 'clock' | 'settings' | 'logger' | 'metrics'> & {
+      readonly issuance: LeasedIssuance;
+    },
   ) {
-    this.#flight = new SingleFlight(clock);
-  }
-
-  has(name: string): boolean {
-    return this.#flight.has(name);
+    this.#loads = new SingleFlight(deps.clock);
   }
 
   /** A token for `request`, each caller within its own deadline. */
   async load(connection: ConnectionConfig, request: TokenRequest): Promise<ServedToken> {
-    const obtain = () => this.issuance.obtain(connection, request);
-    const joining = this.#flight.has(connection.name);
-    let outcome: { readonly value: ServedToken; readonly joined: boolean };
+    const obtain = () => this.deps.issuance.obtain(connection, request);
+    const joined = this.#loads.has(connection.name);
+    let shared: ServedToken;
     try {
-      outcome = await this.#flight.run(connection.name, obtain, request.deadline, joinTimedOut);
+      shared = await this.#loads.run(connection.name, obtain, request.deadline, joinTimedOut);
     } catch (error) {
       // A refusal answers the caller that asked, not the ones that joined it: they ask anew.
-      if (joining && error instanceof ReplacementRefusedError) return obtain();
+      if (joined && error instanceof ReplacementRefusedError) return obtain();
       throw error;
     }
-    const { value: shared, joined } = outcome;
-    const now = this.clock.now();
-    const needMs = validityNeeded(request, shared.record, this.settings);
-    if (!joined || shared.record.expiresAt - now > needMs) return shared;
+    const needMs = validityNeeded(request, shared.record, this.deps.settings);
+    if (!joined || shared.record.expiresAt - this.deps.clock.now() > needMs) return shared;
     // The shared load asked for less validity than this caller needs.
     if (shared.source === 'upstream') throw unsatisfiable(shared.record, needMs);
     return obtain();
   }
-}
 
-export class RefreshAhead {
-  readonly #running = new Map<string, Promise<void>>();
-
-  constructor(
-    private readonly deps: {
-      readonly issuance: LeasedIssuance;
-      readonly clock: Clock;
-      readonly logger: BrokerLogger;
-      readonly metrics: BrokerMetrics;
-    },
-  ) {}
-
-  /** Starts one try to replace `current` unless one runs here, within the request's `workUntil`. */
-  start(
+  /** Starts one try to replace `current`, by `workUntil`, unless a refresh or load runs here. */
+  refreshAhead(
     connection: ConnectionConfig,
     current: TokenRecord,
     cause: IssuanceCause,
@@ -81,30 +63,27 @@ export class RefreshAhead {
   ): void {
     const { name } = connection;
     const { issuance, clock, logger, metrics } = this.deps;
-    if (this.#running.has(name)) return;
+    if (this.#refreshes.has(name) || this.#loads.has(name)) return;
     const { budget, least } = issuance.refreshMs(connection, current);
     const deadline = Deadline.in(clock, budget).min(workUntil);
     // Not started without time for its countdown and POST (Lambda may reset an overrun).
     if (least >= deadline.leftMs()) return;
     const run = issuance
       .refresh(connection, current, deadline, caller, cause)
-      .then(
-        () => undefined,
-        (error: unknown) => {
-          metrics.record(MetricName.RefreshFailures, name);
-          const failure = toBrokerError(error);
-          logger.warn('Refresh ahead of expiry failed', {
-            connection: name,
-            error: { name: failure.name, code: failure.code, message: failure.message },
-          });
-        },
-      )
-      .finally(() => this.#running.delete(name));
-    this.#running.set(name, run);
+      .catch((error: unknown) => {
+        metrics.record(MetricName.RefreshFailures, name);
+        const failure = toBrokerError(error);
+        logger.warn('Refresh ahead of expiry failed', {
+          connection: name,
+          error: { name: failure.name, code: failure.code, message: failure.message },
+        });
+      })
+      .finally(() => this.#refreshes.delete(name));
+    this.#refreshes.set(name, run);
   }
 
   /** Settles once every refresh running in the background has ended. */
   async idle(): Promise<void> {
-    while (this.#running.size > 0) await Promise.all(this.#running.values());
+    while (this.#refreshes.size > 0) await Promise.all(this.#refreshes.values());
   }
 }

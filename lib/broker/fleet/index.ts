@@ -1,6 +1,6 @@
 /**
- * The fleet side: leased issuance (the observer's loop with the holder's side), shared loads and
- * refresh ahead. Depends on every side below it.
+ * The fleet side: leased issuance (the observer's loop with the holder's side) and the work in
+ * flight (shared loads, refresh ahead). Depends on every side below it.
  */
-export { RefreshAhead, SharedLoads } from './in-flight.js';
+export { InFlight } from './in-flight.js';
 export { LeasedIssuance } from './leased-issuance.js';

@@ -16,7 +16,7 @@ import type {
   TokenRecord,
   TokenState,
 } from '../../ports.js';
-import { type HolderDeps, issueUnderLease, type LeasedFlow, LOST } from '../holder/index.js';
+import { type HolderDeps, issueUnderLease, LOST } from '../holder/index.js';
 import { IssuanceCause, isCallersWord, UNNAMED_CALLER } from '../issuance/index.js';
 import {
   type AcquirePlan,
@@ -30,18 +30,16 @@ import { leaseCountdown, leaseNeedsMs, leaseTerm, refreshBudgetMs } from '../tim
 import type { ServedToken } from '../types.js';
 import { ConnectionView, ownRequest, type ReadSent, type TokenRequest } from '../view/index.js';
 
-type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view' | 'held'> & {
-  /** What this container knows of each connection (its own, unless shared with a facade). */
-  readonly view?: ConnectionView;
-};
+/** `view`: its own, unless shared with a facade. */
+type LeasedIssuanceDeps = Omit<HolderDeps, 'bounded' | 'view' | 'held'> & { view?: ConnectionView };
 
 export class LeasedIssuance {
   readonly #containerId = randomUUID();
   #attempts = 0;
   /** Whether the store answered the last read (a short wait for the next one if not). */
   readonly #reachability = new StoreReachability();
-  /** Why every issuance is refused, if it is (`refuseIssuance`). */
-  #refusal: string | undefined;
+  /** Why every issuance is refused before any lease is taken; undefined: none is. */
+  refusal: string | undefined;
   private readonly deps: HolderDeps;
 
   constructor(deps: LeasedIssuanceDeps) {
@@ -56,11 +54,6 @@ export class LeasedIssuance {
   /** Gives up every lease held here before its POST (shutdown): see `HeldLease.abandon`. */
   abandonLeases(reason: string): void {
     for (const lease of this.deps.held) lease.abandon(reason);
-  }
-
-  /** Refuses every issuance with `reason` before any lease is taken; undefined lifts it. */
-  refuseIssuance(reason: string | undefined): void {
-    this.#refusal = reason;
   }
 
   get view(): ConnectionView {
@@ -88,30 +81,25 @@ export class LeasedIssuance {
   ): Promise<ServedToken | undefined> {
     const { name } = connection;
     const request = ownRequest(0, deadline, caller);
-    const { clock, view, settings } = this.deps;
+    const { clock, view } = this.deps;
     // A countdown announced at our last read is left to its holder (`obtain` finds a dead one).
     const entry = view.entry(name);
     if (entry?.lease && entry.record.tokenDigest === current.tokenDigest) return undefined;
-    const countdown = leaseCountdown(connection.revokesOnReissue, current, undefined, settings);
-    if (leaseNeedsMs(countdown, settings.timing) >= deadline.leftMs())
-      throw notEnoughTime(countdown);
-    const outcome = await this.#acquireAndIssue(
-      connection,
-      {
-        countdown,
-        takeOver: undefined,
-        // Replace the token we saw, never a newer one another container wrote meanwhile.
-        replacesDigest: current.tokenDigest,
-        replaced: current,
-        suspect: false,
-        needMs: 0,
-        cause,
-        forced: isCallersWord(cause),
-      },
-      request,
+    const { countdown, least } = this.refreshMs(connection, current);
+    if (least >= deadline.leftMs()) throw notEnoughTime(countdown);
+    // Replace the token we saw, never a newer one another container wrote meanwhile.
+    const replacesDigest = current.tokenDigest;
+    const forced = isCallersWord(cause);
+    const plan = { countdown, takeOver: undefined, replacesDigest, replaced: current, forced };
+    const announce =
       cause === IssuanceCause.Invalidate
         ? 'Replacing a reported token'
-        : 'Refreshing the token ahead of expiry',
+        : 'Refreshing the token ahead of expiry';
+    const outcome = await this.#acquireAndIssue(
+      connection,
+      { ...plan, suspect: false, needMs: 0, cause },
+      request,
+      announce,
     );
     if ('record' in outcome) return outcome;
     // What won is a read as good as any: no other try until it changes.
@@ -120,13 +108,12 @@ export class LeasedIssuance {
     return outcome.lost ? this.obtain(connection, request) : undefined;
   }
 
-  /** How long a refresh of `record` may take, and the least it needs (countdown, POST, write), ms. */
-  refreshMs(connection: ConnectionConfig, record: TokenRecord): { budget: number; least: number } {
-    const { revokesOnReissue } = connection;
-    const countdown = leaseCountdown(revokesOnReissue, record, undefined, this.deps.settings);
-    const { timing } = this.deps.settings;
-    const budget = refreshBudgetMs(countdown, this.deps.settings.upstreamTimeoutMs, timing);
-    return { budget, least: leaseNeedsMs(countdown, timing) };
+  /** A refresh of `record`'s countdown, how long it may take and the least it needs (ms). */
+  refreshMs(connection: ConnectionConfig, record: TokenRecord) {
+    const { settings } = this.deps;
+    const countdown = leaseCountdown(connection.revokesOnReissue, record, undefined, settings);
+    const budget = refreshBudgetMs(countdown, settings.upstreamTimeoutMs, settings.timing);
+    return { countdown, budget, least: leaseNeedsMs(countdown, settings.timing) };
   }
 
   /** Takes the lease as `plan` says and issues under it; else the state that won, or `lost`. */
@@ -138,33 +125,25 @@ export class LeasedIssuance {
   ): Promise<ServedToken | { state?: TokenState; read: ReadSent; lost?: boolean }> {
     const { name } = connection;
     const { clock } = this.deps;
-    if (this.#refusal !== undefined) {
+    if (this.refusal !== undefined) {
       this.deps.metrics.record(MetricName.IssuanceRefused, name);
-      throw new FunctionTimeoutTooShortError(this.#refusal);
+      throw new FunctionTimeoutTooShortError(this.refusal);
     }
     const ours = this.#nextLease();
     const read = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-    const attempt = await this.#acquire(name, ours, deadline, {
-      countdown: plan.countdown,
-      takeOver: plan.takeOver,
-      replacesDigest: plan.replacesDigest,
-      forced: plan.forced,
-    }).catch((error: unknown) => {
+    const { countdown, takeOver, replacesDigest, forced } = plan;
+    const terms = { countdown, takeOver, replacesDigest, forced };
+    const attempt = await this.#acquire(name, ours, deadline, terms).catch((error: unknown) => {
       throw error instanceof StoreUnavailableError ? error : storeFailure('take the lease', error);
     });
     // A write applied but whose answer was lost shows our own version: the lease is ours.
     if (!attempt.acquired && attempt.state.lease?.version !== ours.version) {
       return { state: attempt.state, read };
     }
-    if (announce) this.deps.logger.info(announce, { connection: name, countdown: plan.countdown });
-    const flow: LeasedFlow = {
-      ...plan,
-      lease: ours,
-      deadline,
-      leasedAt: read.sentAtMonotonic,
-      answeredAt: clock.monotonic(),
-      caller,
-    };
+    if (announce) this.deps.logger.info(announce, { connection: name, countdown });
+    const leasedAt = read.sentAtMonotonic;
+    const answeredAt = clock.monotonic();
+    const flow = { ...plan, lease: ours, deadline, leasedAt, answeredAt, caller };
     const issued = await issueUnderLease(this.deps, connection, flow);
     // Our lease was taken over while we ran: the new holder's token wins.
     return issued === LOST ? { read, lost: true } : issued;
@@ -190,10 +169,8 @@ export class LeasedIssuance {
     // The take announces its step too (ADR 0032): the wait and this container's last read.
     const stepMs = timing.countdownStepMs + (this.deps.view.readMs(name) ?? 0);
     const request: LeaseRequest = { ...ours, leaseExpiresAt, durationMs, stepMs, ...terms };
-    return this.#bounded(
-      this.deps.store.acquireLease(name, request, { deadline }),
-      deadline.leftMs(),
-    );
+    const acquired = this.deps.store.acquireLease(name, request, { deadline });
+    return this.#bounded(acquired, deadline.leftMs());
   }
 
   /** Takes a stale lease over exactly and releases it at once, best effort. */

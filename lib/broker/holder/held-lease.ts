@@ -38,15 +38,15 @@ export interface HeldLeaseOptions extends Omit<HolderTerms, 'deadlineAt'> {
   readonly store: TokenStore;
   readonly clock: Clock;
   readonly connection: string;
-  /** The lease as written when it was taken: its holder and first version. */
+  /**
+   * The lease as taken: its holder and first version, its countdown, and when its write was sent
+   * (its time counts from here) and answered (the first step counts from here), monotonic.
+   */
   readonly lease: LeaseRef;
-  readonly deadline: Deadline;
-  /** Monotonic instant at which the lease write was sent: its time counts from here. */
-  readonly leasedAt: number;
-  /** Monotonic instant at which that write was answered: the first step counts from here. */
-  readonly answeredAt: number;
-  /** The countdown the lease was written with. */
   readonly countdown: number;
+  readonly leasedAt: number;
+  readonly answeredAt: number;
+  readonly deadline: Deadline;
   /** Bounds a store call to `waitMs` (the POST budget). */
   readonly bounded: <T>(operation: Promise<T>, waitMs: number) => Promise<T>;
   readonly effects: HolderEffects;
@@ -58,26 +58,20 @@ export class HeldLease {
   readonly #timers = new Map<HolderTimer, () => void>();
   readonly #queue: HolderEvent[] = [];
   #stepping = false;
-  #fence: { resolve: (sendBy: Deadline) => void; reject: (error: unknown) => void } | undefined;
+  #fence: PromiseWithResolvers<Deadline> | undefined;
   /** The last answered lease write's round trip (ms): what the next step announces. */
   #roundTripMs: number;
   /** The flow's effects, one after another, in the order commanded. */
   #effects: Promise<void> = Promise.resolve();
-  #finished: ((outcome: HolderOutcome) => void) | undefined;
-  /** Settles with how the flow ended, once its clean-up is done. */
-  readonly outcome: Promise<HolderOutcome>;
+  readonly #outcome = Promise.withResolvers<HolderOutcome>();
 
   constructor(private readonly options: HeldLeaseOptions) {
     const { deadline, lease, upstreamTimeoutMs, replacesToken, suspect, timing } = options;
-    const { countdown, leasedAt, answeredAt } = options;
-    this.#roundTripMs = Math.max(0, answeredAt - leasedAt);
+    this.#roundTripMs = Math.max(0, options.answeredAt - options.leasedAt);
     this.#state = initialState(
       { deadlineAt: deadline.at, upstreamTimeoutMs, replacesToken, suspect, timing },
-      { version: lease.version, countdown, leasedAt, answeredAt },
+      { ...options, version: lease.version },
     );
-    this.outcome = new Promise((resolve) => {
-      this.#finished = resolve;
-    });
     this.#dispatch('started');
   }
 
@@ -98,10 +92,10 @@ export class HeldLease {
 
   /** The fence (I1): resolves with the last instant the POST may leave; rejects with LeaseLost. */
   fence(): Promise<Deadline> {
-    return new Promise((resolve, reject) => {
-      this.#fence = { resolve, reject };
-      this.#dispatch('fence-asked');
-    });
+    const fence = Promise.withResolvers<Deadline>();
+    this.#fence = fence;
+    this.#dispatch('fence-asked');
+    return fence.promise;
   }
 
   /** Gives the lease up before its POST (the environment shuts down): see `step`'s `abandon`. */
@@ -109,10 +103,10 @@ export class HeldLease {
     this.#dispatch('abandon', { reason });
   }
 
-  /** The flow ended: how its POST was answered. Settles `outcome` once cleaned up. */
+  /** The flow ended: how its POST was answered. Settles with how it ended, once cleaned up. */
   answered(outcome: PostAnswer): Promise<HolderOutcome> {
     this.#dispatch('answered', { outcome });
-    return this.outcome;
+    return this.#outcome.promise;
   }
 
   #dispatch<T extends HolderEvent['type']>(
@@ -135,14 +129,12 @@ export class HeldLease {
   }
 
   #run(command: HolderCommand): void {
-    const { effects } = this.options;
+    const { effects, clock } = this.options;
     switch (command.do) {
-      case 'arm': {
+      case 'arm':
         this.#timers.get(command.timer)?.();
-        const fire = () => this.#dispatch(TIMER_EVENTS[command.timer]);
-        this.#timers.set(command.timer, this.#arm(command.timer, command.ms, fire));
+        this.#timers.set(command.timer, this.#arm(command.timer, command.ms));
         break;
-      }
       case 'cancel':
         this.#timers.get(command.timer)?.();
         this.#timers.delete(command.timer);
@@ -153,21 +145,18 @@ export class HeldLease {
       case 'abort':
         if (!this.signal.aborted) this.#aborter.abort(new LeaseLost(command.reason));
         break;
-      case 'send-post':
-      case 'refuse-fence': {
-        const fence = this.#fence;
+      case 'refuse-fence':
+        this.#fence?.reject(
+          this.signal.reason ?? new LeaseLost(this.#state.reason ?? 'Flow ended'),
+        );
         this.#fence = undefined;
-        if (command.do === 'refuse-fence') {
-          fence?.reject(this.signal.reason ?? new LeaseLost(this.#state.reason ?? 'Flow ended'));
-          break;
-        }
+        break;
+      case 'send-post':
         // The flow sends its POST once this turn ends: the holder is `posting` by then.
         this.#dispatch('post-sent');
-        fence?.resolve(
-          Deadline.in(this.options.clock, command.sendBy - this.options.clock.monotonic()),
-        );
+        this.#fence?.resolve(Deadline.in(clock, command.sendBy - clock.monotonic()));
+        this.#fence = undefined;
         break;
-      }
       case 'write-token':
         this.#then(() =>
           effects.writeToken(this.ref).then(
@@ -189,14 +178,15 @@ export class HeldLease {
         this.#then(() => effects.holdForGrace(this.ref, this.#state.confirmedUntil, command.until));
         break;
       case 'finish':
-        this.#then(async () => this.#finished?.(command.outcome));
+        this.#then(async () => this.#outcome.resolve(command.outcome));
         break;
     }
   }
 
   /** A timer, fired once; a step the flow waits on is a sleep instead. */
-  #arm(timer: HolderTimer, ms: number, fire: () => void): () => void {
+  #arm(timer: HolderTimer, ms: number): () => void {
     const { clock } = this.options;
+    const fire = () => this.#dispatch(TIMER_EVENTS[timer]);
     const { countdown, fenceAskedAt, writing } = this.#state;
     const waitedOn = !writing && (countdown > 1 || fenceAskedAt !== undefined);
     if (timer !== 'step' || !waitedOn) return clock.after(ms, fire);
@@ -220,34 +210,21 @@ export class HeldLease {
   }
 
   /** One conditional lease write on the version last written; its answer comes back as an event. */
-  #writeLease(command: Extract<HolderCommand, { do: 'write-lease' }>): void {
-    const { clock, store, connection, bounded } = this.options;
+  #writeLease({ durationMs, countdown, boundMs }: Extract<HolderCommand, { do: 'write-lease' }>) {
+    const { clock, store, connection, bounded, lease, timing, deadline } = this.options;
     const version = randomUUID();
-    const expiresAt = clock.now() + command.durationMs;
+    const expiresAt = clock.now() + durationMs;
     this.#dispatch('write-sent', { version, expiresAt });
     // Named with the version sent as `unanswered`: a retry of a write that landed still matches.
-    const ref = { holder: this.options.lease.holder, version: this.#state.version };
+    const ref = { holder: lease.holder, version: this.#state.version, unanswered: version };
     const sentAt = clock.monotonic();
-    const write = store.renewLease(
-      connection,
-      { ...ref, unanswered: version },
-      {
-        version,
-        leaseExpiresAt: expiresAt,
-        durationMs: command.durationMs,
-        countdown: command.countdown,
-        // A step is its wait and then this write: readers aim their read at the cut-over with it.
-        stepMs: this.options.timing.countdownStepMs + this.#roundTripMs,
-      },
-      // A conflict (not applied) is sent again until the caller's deadline, or the command's.
-      {
-        deadline:
-          command.boundMs === undefined
-            ? this.options.deadline
-            : Deadline.in(clock, command.boundMs).min(this.options.deadline),
-      },
-    );
-    const answer = command.boundMs === undefined ? write : bounded(write, command.boundMs);
+    // A step is its wait and then this write: readers aim their read at the cut-over with it.
+    const stepMs = timing.countdownStepMs + this.#roundTripMs;
+    const terms = { version, leaseExpiresAt: expiresAt, durationMs, countdown, stepMs };
+    // A conflict (not applied) is sent again until the caller's deadline, or the command's.
+    const until = boundMs === undefined ? deadline : Deadline.in(clock, boundMs).min(deadline);
+    const write = store.renewLease(connection, ref, terms, { deadline: until });
+    const answer = boundMs === undefined ? write : bounded(write, boundMs);
     answer.then(
       (landed) => {
         if (landed) this.#roundTripMs = clock.monotonic() - sentAt;
@@ -258,8 +235,4 @@ export class HeldLease {
   }
 }
 
-const TIMER_EVENTS = {
-  step: 'step-due',
-  'last-call': 'last-call',
-  post: 'post-timer',
-} as const satisfies Record<HolderTimer, HolderEvent['type']>;
+const TIMER_EVENTS = { step: 'step-due', 'last-call': 'last-call', post: 'post-timer' } as const;

@@ -58,7 +58,7 @@ export const issueUnderLease = async (
   const { name } = connection;
   const { clock, store, logger, metrics, settings, view, bounded } = deps;
   let record: TokenRecord | undefined;
-  const writtenAt = { sentAt: 0, sentAtMonotonic: 0 };
+  let writtenAt = { sentAt: 0, sentAtMonotonic: 0 };
   const lease = new HeldLease({
     ...flow,
     store,
@@ -70,17 +70,11 @@ export const issueUnderLease = async (
     replacesToken: flow.replaced !== undefined,
     bounded,
     effects: {
-      ...cleanUp(
-        { ...deps, bounded: (operation) => bounded(operation, flow.deadline.leftMs()) },
-        connection,
-        flow,
-      ),
+      ...cleanUp(deps, connection, flow),
       writeToken: (ref) => {
-        Object.assign(writtenAt, { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() });
-        return bounded(
-          store.putToken(record as TokenRecord, ref, { deadline: flow.deadline }),
-          flow.deadline.leftMs(),
-        ).catch((error: unknown) => {
+        writtenAt = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
+        const put = store.putToken(record as TokenRecord, ref, { deadline: flow.deadline });
+        return bounded(put, flow.deadline.leftMs()).catch((error: unknown) => {
           logger.error('Token store write failed; token kept in memory only', {
             connection: name,
             error: { name: (error as Error)?.name },
@@ -134,8 +128,6 @@ export const issueUnderLease = async (
         tokenDigest: record?.tokenDigest,
       });
       return LOST;
-    default:
-      break;
   }
   const written = record as TokenRecord;
   // When memory may vouch for the token: a re-check, or, if unwritten, the confirmed lease's term.
@@ -153,26 +145,20 @@ export const issueUnderLease = async (
   return { record: written, source: 'upstream' };
 };
 
-/** The clean-up commands after a failed flow, each a best-effort store call. */
+/** The clean-up after a failed flow, each a best-effort store call cut to the deadline. */
 export const cleanUp = (
-  deps: Pick<HolderDeps, 'store' | 'view' | 'clock' | 'settings'> & {
-    /** Cuts a store call to the caller's deadline: the caller is answered before it, always. */
-    readonly bounded: <T>(operation: Promise<T>) => Promise<T>;
-  },
-  connection: ConnectionConfig,
-  flow: Pick<LeasedFlow, 'replaced' | 'deadline'>,
+  { store, view, clock, bounded: cut }: Pick<HolderDeps, 'store' | 'view' | 'clock' | 'bounded'>,
+  { name }: ConnectionConfig,
+  { replaced, deadline }: Pick<LeasedFlow, 'replaced' | 'deadline'>,
 ): Omit<HolderEffects, 'writeToken'> => {
-  const { name } = connection;
-  const { store, view, clock, bounded } = deps;
-  const { replaced, deadline } = flow;
+  const attempt = <T>(call: Promise<T>) => cut(call, deadline.leftMs()).catch(() => undefined);
   return {
     dropReplaced: async () => {
       // Stryker disable next-line ConditionalExpression: equivalent: the holder commands it only when the flow replaces a token
       if (!replaced) return;
       view.forget(replaced);
-      await bounded(
-        store.deleteIfMatches(name, replaced.tokenDigest, { reportedAt: clock.now(), deadline }),
-      ).catch(() => undefined);
+      const reported = { reportedAt: clock.now(), deadline };
+      await attempt(store.deleteIfMatches(name, replaced.tokenDigest, reported));
     },
     forgetReplaced: () => {
       // Stryker disable next-line ConditionalExpression: equivalent: the holder commands it only when the flow replaces a token
@@ -180,10 +166,7 @@ export const cleanUp = (
     },
     release: async (held, restore) => {
       const releasedAt = { sentAt: clock.now(), sentAtMonotonic: clock.monotonic() };
-      // Stryker disable next-line ArrowFunction: equivalent: undefined and false alike mean not released
-      const released = await bounded(store.releaseLease(name, held, { deadline })).catch(
-        () => false,
-      );
+      const released = await attempt(store.releaseLease(name, held, { deadline }));
       if (!restore || !replaced) return;
       // Counts as confirmed only if the release proves we still held the lease.
       const kept = view.entry(name)?.record;
@@ -202,13 +185,9 @@ export const cleanUp = (
         now + Math.max(0, until - clock.monotonic()),
         (confirmedUntil ?? 0) + 1,
       );
-      const terms = {
-        version: randomUUID(),
-        leaseExpiresAt: expiresAt,
-        durationMs: expiresAt - now,
-        countdown: 0,
-      };
-      await bounded(store.renewLease(name, held, terms, { deadline })).catch(() => undefined);
+      const durationMs = expiresAt - now;
+      const terms = { version: randomUUID(), leaseExpiresAt: expiresAt, durationMs, countdown: 0 };
+      await attempt(store.renewLease(name, held, terms, { deadline }));
     },
   };
 };

@@ -139,6 +139,8 @@ export type HolderCommand =
 
 type Result = { readonly state: HolderState; readonly commands: readonly HolderCommand[] };
 
+const NO_TIME = 'No time left for the access-token request';
+
 /** The lease is lost before the POST: nothing is sent, the flow is stopped (its signal). */
 const lose = (state: HolderState, reason: string): Result => {
   const waiting = state.fenceAskedAt !== undefined && state.writing?.write !== 'fence';
@@ -154,8 +156,6 @@ const lose = (state: HolderState, reason: string): Result => {
 
 /** The periodic lease write: the countdown one lower, down to 1 (the heartbeat); cut to the deadline. */
 const writeLease = (state: HolderState, at: number): Result => {
-  // Judged here too: a write that never came back must not keep the lease alive.
-  if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
   const countdown = state.countdown > 1 ? state.countdown - 1 : state.countdown;
   // A short (counting) version when another step follows a step after this one's answer.
   const counting = countdown > 1 || state.fenceAskedAt !== undefined;
@@ -184,16 +184,15 @@ const fence = (state: HolderState, at: number): Result => {
   if (state.writing || state.fenceAskedAt === undefined || state.countdown > 1) {
     return { state, commands: [] };
   }
-  const { countdownStepMs, minPostMs } = state.terms.timing;
-  const due = state.answeredAt + countdownStepMs;
+  const { deadlineAt, upstreamTimeoutMs, timing } = state.terms;
+  const due = state.answeredAt + timing.countdownStepMs;
   if (state.countdown > 0 && at < due) {
     return { state, commands: [{ do: 'arm', timer: 'step', ms: due - at }] };
   }
-  const { deadlineAt, upstreamTimeoutMs } = state.terms;
   const waited = { ...state, waitedMs: state.waitedMs + (at - state.fenceAskedAt) };
-  const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs(state.terms.timing));
-  if (budget < minPostMs) return lose(waited, 'No time left for the access-token request');
-  const sendWindow = Math.min(budget, postSendWindowMs(state.terms.timing));
+  const budget = Math.min(upstreamTimeoutMs, deadlineAt - at - storeReserveMs(timing));
+  if (budget < timing.minPostMs) return lose(waited, NO_TIME);
+  const sendWindow = Math.min(budget, postSendWindowMs(timing));
   const durationMs = sendWindow + postLandsWithinMs(upstreamTimeoutMs);
   return {
     state: {
@@ -369,6 +368,7 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
     }
     case 'step-due':
       if (state.name !== 'counting') return none;
+      // Before the write in flight: a write that never came back must not keep the lease alive.
       if (at >= state.ownedUntil) return lose(state, 'Lease time ran out');
       if (state.writing) return none;
       // At 1, the flow at the fence is confirmed; a flow not there yet keeps the lease.
@@ -376,42 +376,30 @@ export const step = (state: HolderState, event: HolderEvent): Result => {
         ? fence(state, at)
         : writeLease(state, at);
     case 'last-call':
-      return state.name === 'counting'
-        ? lose(state, 'No time left for the access-token request')
-        : none;
-    case 'post-timer':
-      if (state.name === 'posting') {
-        // The POST outlived its lease: stopped; only its answer tells what it did.
-        const reason = 'The access-token request outlived its lease';
-        return { state: { ...state, reason }, commands: [{ do: 'abort', reason }] };
-      }
-      return state.name === 'counting'
-        ? lose(state, 'The access-token request outlived its lease')
-        : none;
+      return state.name === 'counting' ? lose(state, NO_TIME) : none;
+    case 'post-timer': {
+      const reason = 'The access-token request outlived its lease';
+      // The POST outlived its lease: stopped; only its answer tells what it did.
+      if (state.name !== 'posting') return state.name === 'counting' ? lose(state, reason) : none;
+      return { state: { ...state, reason }, commands: [{ do: 'abort', reason }] };
+    }
     case 'abandon':
       return state.name === 'counting' || state.name === 'fenced'
         ? lose(state, event.reason)
         : none;
-    case 'fence-asked':
+    case 'fence-asked': {
+      const asked: HolderState = { ...state, fenceAskedAt: at };
       // The flow was stopped while posting: nothing more may be sent.
-      if (state.name === 'posting' && state.reason !== undefined) {
-        return lose({ ...state, fenceAskedAt: at }, state.reason);
-      }
-      if (state.name === 'posting') {
-        // Fenced again (a second POST after a definite refusal of the first): confirmed afresh.
-        return fence({ ...state, name: 'counting', countdown: 0, fenceAskedAt: at }, at);
-      }
+      if (state.name === 'posting' && state.reason !== undefined) return lose(asked, state.reason);
+      // Fenced again (a second POST after a definite refusal of the first): confirmed afresh.
+      if (state.name === 'posting') return fence({ ...asked, name: 'counting', countdown: 0 }, at);
       if (state.name !== 'counting') return { state, commands: [{ do: 'refuse-fence' }] };
-      return fence({ ...state, fenceAskedAt: at }, at);
-    case 'write-sent':
-      return {
-        state: {
-          ...state,
-          unanswered: event.version,
-          ...(state.writing ? { writing: { ...state.writing, expiresAt: event.expiresAt } } : {}),
-        },
-        commands: [],
-      };
+      return fence(asked, at);
+    }
+    case 'write-sent': {
+      const sent = state.writing && { writing: { ...state.writing, expiresAt: event.expiresAt } };
+      return { state: { ...state, unanswered: event.version, ...sent }, commands: [] };
+    }
     case 'write-landed':
     case 'write-refused':
     case 'write-failed':

@@ -11,9 +11,4 @@ export {
   recordIssued,
   UNNAMED_CALLER,
 } from './issuance-cause.js';
-export {
-  type Issue,
-  isCredentialRejection,
-  issueWith,
-  withCredentialRotation,
-} from './issue-flow.js';
+export { type Issue, issueWith, withCredentialRotation } from './issue-flow.js';

@@ -73,26 +73,18 @@ export const withCredentialRotation =
     const { secrets, issuer, logger, clock = systemClock } = deps;
     // The caller's deadline (I3): a slow Secrets Manager must not keep the caller past it.
     const { deadline } = options;
-    const credentials = await withDeadline(
-      secrets.getCredentials(connection.secretId),
-      deadline.leftMs(),
-      clock,
-      () =>
-        new SecretUnavailableError(
-          `The secret of connection '${connection.name}' was not read in time; retry shortly`,
-        ),
-    );
+    const { name, secretId } = connection;
+    const message = `The secret of connection '${name}' was not read in time; retry shortly`;
+    const read = secrets.getCredentials(secretId);
+    const late = () => new SecretUnavailableError(message);
+    const credentials = await withDeadline(read, deadline.leftMs(), clock, late);
     try {
       return await issueWith(issuer, connection, credentials, options);
     } catch (error) {
       if (!isCredentialRejection(error)) throw error;
       // Within the caller's deadline: past it, the rejection is the answer.
-      const fresh = await withDeadline(
-        secrets.getCredentials(connection.secretId, { forceFetch: true }),
-        deadline.leftMs(),
-        clock,
-        () => error as Error,
-      );
+      const reread = secrets.getCredentials(secretId, { forceFetch: true });
+      const fresh = await withDeadline(reread, deadline.leftMs(), clock, () => error as Error);
       if (
         fresh.clientId === credentials.clientId &&
         fresh.clientSecret === credentials.clientSecret
@@ -100,7 +92,7 @@ export const withCredentialRotation =
         throw error;
       }
       logger.warn('Credentials rejected; the secret changed, retrying once with the new one', {
-        connection: connection.name,
+        connection: name,
       });
       // Authorize → fence → token request afresh: the first code was the old client's.
       return await issueWith(issuer, connection, fresh, options);

@@ -43,7 +43,6 @@ describe('I1: the grace renewal in a fleet with the previous release (0.1.0)', (
         store,
         view: {} as ConnectionView,
         clock,
-        settings: { upstreamTimeoutMs: GRACE_MS } as never,
         bounded: (operation) => operation,
       },
       connection,
