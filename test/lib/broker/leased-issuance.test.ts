@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { LeasedIssuance } from '../../../lib/broker/fleet/leased-issuance.js';
+import { IssuanceCause } from '../../../lib/broker/issuance/index.js';
 import type { Issue } from '../../../lib/broker/issuance/issue-flow.js';
-import { countdownFor } from '../../../lib/broker/timing/bounds.js';
+import { countdownFor, countingLeaseMs } from '../../../lib/broker/timing/bounds.js';
 import {
   DEFAULT_TIMING,
   leaseCountdown,
@@ -13,11 +14,13 @@ import { tokenDigest } from '../../../lib/broker/types.js';
 import { Deadline } from '../../../lib/clock.js';
 import type { ConnectionConfig } from '../../../lib/config.js';
 import {
+  FunctionTimeoutTooShortError,
   MinValidityUnsatisfiableError,
   StoreUnavailableError,
   UpstreamUnavailableError,
 } from '../../../lib/errors.js';
-import type { TokenRecord } from '../../../lib/ports.js';
+import { MetricName } from '../../../lib/metrics.js';
+import type { LeaseRequest, TokenRecord } from '../../../lib/ports.js';
 import { caught, unexpected } from '../../support/errors.js';
 import {
   asks,
@@ -1370,5 +1373,81 @@ describe('Class: LeasedIssuance, store failing at the fence', () => {
       issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000))),
     ).rejects.toBeInstanceOf(StoreUnavailableError);
     expect(posts).toBe(0);
+  });
+});
+
+describe('Class: LeasedIssuance, taking the lease', () => {
+  /** Records every lease request `store` is asked for, at the clock's instant. */
+  const recordTakes = (store: InMemoryTokenStore, clock: ManualClock) => {
+    const takes: { at: number; request: LeaseRequest }[] = [];
+    const acquire = store.acquireLease.bind(store);
+    store.acquireLease = async (name, request) => {
+      takes.push({ at: clock.now(), request });
+      return acquire(name, request);
+    };
+    return takes;
+  };
+
+  it('I1: takes a counting version when a countdown follows, a whole lease otherwise, its expiry on its own clock', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const takes = recordTakes(store, clock);
+    const { issuance } = container(store, clock);
+    // No token yet: no countdown, a whole lease.
+    await issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 60_000)));
+    // A revoking upstream's refresh counts down first: the first version is a counting one.
+    const current = store.token('sandbox');
+    if (!current) throw new Error('no token written');
+    await clock.advance(1_000);
+    const refresh = issuance.refresh(sandbox, current, Deadline.in(clock, 60_000));
+    for (let ms = 0; ms < 20_000 && takes.length < 2; ms += 1) await clock.advance(1);
+    await clock.advance(10_000);
+    await refresh;
+    const [first, second] = takes;
+    expect(first?.request.countdown).toBe(0);
+    expect(first?.request.durationMs).toBe(leaseMs);
+    expect(first?.request.leaseExpiresAt).toBe((first?.at ?? 0) + leaseMs);
+    expect(second?.request.countdown).toBeGreaterThan(1);
+    expect(second?.request.durationMs).toBe(countingLeaseMs(DEFAULT_TIMING));
+    expect(second?.request.leaseExpiresAt).toBe(
+      (second?.at ?? 0) + countingLeaseMs(DEFAULT_TIMING),
+    );
+  });
+
+  it('refuses every issuance while refused (a function timeout too short), counts it, and takes no lease', async () => {
+    const clock = new ManualClock(T0);
+    const store = new InMemoryTokenStore();
+    const takes = recordTakes(store, clock);
+    const { issuance, metrics, calls } = container(store, clock);
+    issuance.refusal = 'the function timeout is too short';
+    await expect(
+      issuance.obtain(sandbox, asks(60_000, Deadline.in(clock, 5_000))),
+    ).rejects.toBeInstanceOf(FunctionTimeoutTooShortError);
+    expect(metrics.get(MetricName.IssuanceRefused)).toBe(1);
+    expect([takes.length, calls.length]).toEqual([0, 0]);
+  });
+
+  it('logs why it refreshes, with the countdown it announces: ahead of expiry, or a reported token', async () => {
+    for (const [cause, message] of [
+      [IssuanceCause.RefreshAhead, 'Refreshing the token ahead of expiry'],
+      [IssuanceCause.Invalidate, 'Replacing a reported token'],
+    ] as const) {
+      const clock = new ManualClock(T0);
+      const store = new InMemoryTokenStore();
+      const current = record('current', T0 + 200_000);
+      store.setToken(current);
+      const { issuance, logger } = container(store, clock);
+      const refresh = issuance.refresh(sandbox, current, Deadline.in(clock, 60_000), 'c', cause);
+      await clock.advance(20_000);
+      expect((await refresh)?.record.accessToken).toBe('issued');
+      const announced = logger.lines.filter(
+        (line) => line.level === 'info' && line.message === message,
+      );
+      expect(announced).toHaveLength(1);
+      expect(announced[0]?.attributes[0]).toEqual({
+        connection: 'sandbox',
+        countdown: issuance.refreshMs(sandbox, current).countdown,
+      });
+    }
   });
 });
