@@ -217,8 +217,18 @@ export const runFleet = async (stack: Stack, settings: FleetSettings): Promise<F
     }
   };
 
+  // Kills at random instants, on average every killEveryMs (gaps of 0.5-1.5 times it, the first
+  // within one). A fixed grid lined up with the fleet's own pacing: the second refresh's fence
+  // fell on the 7th tick in every run, so whether a kill cost 11 s hung on a few ms.
+  let killTimer: NodeJS.Timeout | undefined;
+  const killAfter = (ms: number) => {
+    killTimer = setTimeout(() => {
+      fleet.killOne();
+      killAfter(settings.killEveryMs * (0.5 + Math.random()));
+    }, ms);
+  };
+  killAfter(settings.killEveryMs * Math.random());
   const timers = [
-    setInterval(() => fleet.killOne(), settings.killEveryMs),
     ...(settings.mode === 'broker'
       ? [
           setInterval(
@@ -229,6 +239,7 @@ export const runFleet = async (stack: Stack, settings: FleetSettings): Promise<F
       : []),
   ];
   await Promise.all(Array.from({ length: settings.callers }, caller));
+  clearTimeout(killTimer);
   for (const timer of timers) clearInterval(timer);
   await fleet.close();
   // BENCH_LOG_DIR keeps every container's log, to see why any issuance happened.

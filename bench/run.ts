@@ -390,7 +390,7 @@ const clientRows: string[][] = [
 const minutes = (ms: number) =>
   `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s`;
 const machine = `${cpus().length} cores, Node ${process.versions.node}`;
-const settingsLine = `${fleetSettings.durationMs / 1000}s per mode, ≤${fleetSettings.maxContainers} containers, ${fleetSettings.callers} callers, a container killed every ${fleetSettings.killEveryMs / 1000}s, upstream latency ${upstreamLatencyMs} ms per request, token lifetime ${lifetimeSeconds}s, old tokens revoked on re-issue, warm-up every ${fleetSettings.scheduleEveryMs / 1000}s (broker)`;
+const settingsLine = `${fleetSettings.durationMs / 1000}s per mode, ≤${fleetSettings.maxContainers} containers, ${fleetSettings.callers} callers, a container killed at random instants, on average every ${fleetSettings.killEveryMs / 1000}s, upstream latency ${upstreamLatencyMs} ms per request, token lifetime ${lifetimeSeconds}s, old tokens revoked on re-issue, warm-up every ${fleetSettings.scheduleEveryMs / 1000}s (broker)`;
 const table = (head: string[], body: string[][]) =>
   [
     `| ${head.join(' | ')} |`,
