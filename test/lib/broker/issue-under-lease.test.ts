@@ -45,6 +45,16 @@ const SECRET = 'issued-access-token-s3cr3t';
 const sandbox = connection();
 const HELD: LeaseRef = { holder: 'h:1', version: 'v0' };
 
+/** HELD taken now for a whole lease, at countdown 0, replacing `replaced`. */
+const takeLease = (store: InMemoryTokenStore, clock: ManualClock, replaced?: TokenRecord) =>
+  store.acquireLease('sandbox', {
+    ...HELD,
+    leaseExpiresAt: clock.now() + leaseMs,
+    durationMs: leaseMs,
+    countdown: 0,
+    replacesDigest: replaced?.tokenDigest,
+  });
+
 const stored = (accessToken: string, expiresAt: number): TokenRecord => ({
   connection: 'sandbox',
   accessToken,
@@ -85,13 +95,7 @@ const holding = async (replaced?: TokenRecord) => {
   const metrics = new CountingMetrics();
   const view = new ConnectionView(clock, SETTINGS);
   const leasedAt = clock.monotonic();
-  await store.acquireLease('sandbox', {
-    ...HELD,
-    leaseExpiresAt: clock.now() + leaseMs,
-    durationMs: leaseMs,
-    countdown: 0,
-    replacesDigest: replaced?.tokenDigest,
-  });
+  await takeLease(store, clock, replaced);
   const flow: LeasedFlow = {
     lease: HELD,
     deadline: Deadline.in(clock, 10_000),
@@ -330,13 +334,7 @@ const cleaning = async (replacesToken = true) => {
     store.setToken(replaced);
     view.confirmed(replaced, keptAt);
   }
-  await store.acquireLease('sandbox', {
-    ...HELD,
-    leaseExpiresAt: clock.now() + leaseMs,
-    durationMs: leaseMs,
-    countdown: 0,
-    replacesDigest: replaced?.tokenDigest,
-  });
+  await takeLease(store, clock, replaced);
   await clock.advance(1_000);
   const deadline = Deadline.in(clock, 30_000);
   const effects = cleanUp({ store, view, clock, bounded: (operation) => operation }, sandbox, {
